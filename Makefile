@@ -1,0 +1,37 @@
+# One entry point for set-up, the main job and the tests. `make demo` needs no root and no
+# hardware; `make test` also installs the Debian packages the tests use when run as root.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+OUT ?= out/demo
+
+.PHONY: setup system-deps demo test lint bench clean
+
+$(BIN)/kvwear: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev,cluster,smart]'
+	touch $@
+
+setup: $(BIN)/kvwear
+
+system-deps:
+	bash scripts/install-system-deps.sh
+
+demo: setup
+	$(BIN)/kvwear trace generate multi-round --sessions 40 --turns 20 --seed 1 -o $(OUT)/requests.parquet
+	$(BIN)/kvwear trace characterize $(OUT)/requests.parquet --model kimi-k3 -o $(OUT)/characterization
+
+test: setup system-deps
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/ruff check . && $(BIN)/mypy
+
+bench: setup
+	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) out

@@ -1,0 +1,124 @@
+"""Versioned Parquet tables: every table kvwear writes carries its kind and schema version.
+
+Writes are atomic (a temporary file renamed into place), so an interrupted run never leaves a
+half-written table that looks complete. Reading checks the kind and the major version.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kvwear.errors import KvwearError
+
+KIND_KEY = b"kvwear.kind"
+VERSION_KEY = b"kvwear.schema_version"
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A named, versioned Arrow schema (one per data contract)."""
+
+    kind: str
+    version: int
+    schema: pa.Schema
+
+    def with_metadata(self) -> pa.Schema:
+        meta = dict(self.schema.metadata or {})
+        meta[KIND_KEY] = self.kind.encode()
+        meta[VERSION_KEY] = str(self.version).encode()
+        return self.schema.with_metadata(meta)
+
+    def conform(self, table: pa.Table) -> pa.Table:
+        """Select and cast `table`'s columns to this spec (raises on a missing column)."""
+        missing = [f.name for f in self.schema if f.name not in table.column_names]
+        if missing:
+            raise KvwearError(f"{self.kind} table lacks columns: {', '.join(missing)}")
+        cols = [table.column(f.name).cast(f.type) for f in self.schema]
+        return pa.Table.from_arrays(cols, schema=self.with_metadata())
+
+    def empty(self) -> pa.Table:
+        return self.with_metadata().empty_table()
+
+
+def atomic_path(path: Path) -> Path:
+    """The temporary sibling a writer fills before renaming it to `path`."""
+    return path.with_name(f".{path.name}.partial-{os.getpid()}")
+
+
+def write_table(spec: TableSpec, table: pa.Table, path: str | Path) -> Path:
+    """Write `table` conformed to `spec` to `path` atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = atomic_path(path)
+    try:
+        pq.write_table(spec.conform(table), tmp, compression="zstd")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+class TableWriter:
+    """Streams record batches of one spec into a Parquet file, renamed into place on close.
+
+    Use as a context manager; on an exception the partial file is removed.
+    """
+
+    def __init__(self, spec: TableSpec, path: str | Path) -> None:
+        self.spec = spec
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = atomic_path(self.path)
+        self._writer = pq.ParquetWriter(self._tmp, spec.with_metadata(), compression="zstd")
+        self.rows = 0
+
+    def write(self, table: pa.Table | pa.RecordBatch) -> None:
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        t = self.spec.conform(table)
+        self._writer.write_table(t)
+        self.rows += t.num_rows
+
+    def close(self) -> Path:
+        self._writer.close()
+        os.replace(self._tmp, self.path)
+        return self.path
+
+    def abort(self) -> None:
+        self._writer.close()
+        self._tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> TableWriter:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def table_kind(path: str | Path) -> tuple[str | None, int | None]:
+    """The (kind, version) recorded in a Parquet file's metadata."""
+    meta = pq.read_schema(path).metadata or {}
+    kind = meta.get(KIND_KEY)
+    ver = meta.get(VERSION_KEY)
+    return (kind.decode() if kind else None, int(ver) if ver else None)
+
+
+def read_table(spec: TableSpec, path: str | Path, columns: list[str] | None = None) -> pa.Table:
+    """Read a table written for `spec`; refuses another kind or a newer major version."""
+    kind, version = table_kind(path)
+    if kind != spec.kind:
+        raise KvwearError(f"{path}: holds a {kind or 'foreign'} table, expected {spec.kind}")
+    if version is None or version > spec.version:
+        raise KvwearError(
+            f"{path}: {spec.kind} schema version {version} is newer than this kvwear "
+            f"understands ({spec.version}); upgrade kvwear"
+        )
+    return pq.read_table(path, columns=columns)

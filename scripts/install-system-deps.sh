@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Debian packages the harness and its tests use. Needs root; idempotent.
+# fio (file/block devices), bcc + bpftrace (eBPF capture), kernel headers (bcc compiles at run
+# time), smartmontools + nvme-cli (wear counters), QEMU (emulated NVMe guest), busybox-static
+# (guest initramfs), chromium (report rendering test), util-linux/e2fsprogs (loop devices,
+# filesystem signatures for the safety tests).
+set -euo pipefail
+if [ "$(id -u)" != 0 ]; then
+  echo "install-system-deps: not root, skipping Debian packages" >&2
+  exit 0
+fi
+pkgs=(fio bpfcc-tools python3-bpfcc bpftrace linux-headers-amd64 smartmontools nvme-cli
+      qemu-system-x86 qemu-utils busybox-static chromium util-linux e2fsprogs cpio zstd)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-system-deps: installing ${missing[*]}" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

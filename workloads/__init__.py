@@ -1,0 +1,5 @@
+"""Workloads: trace loaders, synthetic generators, model profiles, trace characterization.
+
+Produces the `requests` table (see `workloads.schema`). Must not know about tiers, LBAs or
+devices.
+"""

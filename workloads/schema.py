@@ -1,0 +1,36 @@
+"""The `requests` table: one row per model call, the contract between workloads and policies.
+
+Block keys are `(hash_ns, hash_id)`. `hash_ids` are prefix-chained within a namespace: a given
+id always has the same predecessors (loaders verify or derive this). `block_tokens` is the
+source block size B; `hashed_tokens` is how many input tokens the hash ids cover (Mooncake's
+last block may be partial; Weka hashes only full blocks).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from kvwear.tables import TableSpec
+
+REQUESTS = TableSpec(
+    kind="requests",
+    version=1,
+    schema=pa.schema(
+        [
+            pa.field("request_id", pa.int64(), nullable=False),
+            pa.field("session_id", pa.string()),          # null: the format has no sessions
+            pa.field("parent_id", pa.int64()),            # request this one continues, if known
+            pa.field("stream_id", pa.string(), nullable=False),  # "main" or a subagent id
+            pa.field("turn", pa.int32()),
+            pa.field("arrival_s", pa.float64(), nullable=False),
+            pa.field("input_tokens", pa.int64(), nullable=False),
+            pa.field("output_tokens", pa.int64(), nullable=False),
+            pa.field("category", pa.string(), nullable=False),
+            pa.field("model", pa.string()),
+            pa.field("block_tokens", pa.int32(), nullable=False),
+            pa.field("hash_ns", pa.int32(), nullable=False),
+            pa.field("hash_ids", pa.list_(pa.int64()), nullable=False),
+            pa.field("hashed_tokens", pa.int64(), nullable=False),
+        ]
+    ),
+)
