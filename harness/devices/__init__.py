@@ -1,0 +1,1 @@
+"""Device backends: where a block plan is played (sim FTL, file, block device, QEMU/FEMU guest)."""

@@ -1,0 +1,95 @@
+"""The device-backend plugin family: one interface, a registry by name.
+
+A backend plays a `block_ops` plan (harness.schema.BLOCK_OPS) on one device and reports what it
+issued; it can snapshot the device's wear counters. Backends: `sim` (the embedded FTL emulator),
+`file:PATH`, `block:/dev/X`, `qemu`, `femu`. A backend must never issue I/O outside
+[0, capacity_bytes) and must run its safety checks in `open`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from kvwear.registry import Registry
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """What the user asked for: `kind` is the registry name, `target` the path (if any)."""
+
+    kind: str
+    target: str = ""
+    capacity_bytes: int | None = None          # None: the device's own size
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, text: str, **options: Any) -> DeviceSpec:
+        """'sim' → kind sim; 'file:/tmp/x.img' → kind file, target /tmp/x.img."""
+        kind, _, target = text.partition(":")
+        return cls(kind=kind, target=target, options=dict(options))
+
+
+@dataclass(frozen=True)
+class DeviceIdentity:
+    """Who the device is, for the manifest."""
+
+    kind: str
+    path: str
+    model: str | None = None
+    serial: str | None = None
+    firmware: str | None = None
+    capacity_bytes: int | None = None
+    logical_block_bytes: int | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """What a backend issued for one plan. Bytes are what the backend itself counted
+    (fio's io_bytes, the FTL's host pages × page size), not the plan's numbers."""
+
+    device: str
+    write_bytes: int
+    read_bytes: int
+    trim_bytes: int
+    write_ios: int
+    read_ios: int
+    wall_s: float
+    nand_write_bytes: int | None = None        # where the device exposes media writes
+    waf: float | None = None
+    tool: str = ""                              # e.g. "fio-3.33", "kvwear-ftl"
+    tool_output_path: str | None = None         # raw output kept in the run directory
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+class DeviceBackend(Protocol):
+    """A device that plays block plans. Construct with `open_device(spec, workdir)`."""
+
+    spec: DeviceSpec
+
+    def identity(self) -> DeviceIdentity: ...
+
+    def capacity_bytes(self) -> int: ...
+
+    def replay(self, plan: pa.Table, workdir: Path, *, timed: bool = False) -> ReplayResult:
+        """Play `plan` (BLOCK_OPS rows, in order). `timed` honours t_s; else as fast as possible."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class DeviceFactory(Protocol):
+    def __call__(self, spec: DeviceSpec, workdir: Path) -> DeviceBackend: ...
+
+
+DEVICES: Registry[DeviceFactory] = Registry("device")
+
+
+def open_device(spec: DeviceSpec, workdir: Path) -> DeviceBackend:
+    """Open the backend named by `spec.kind` (unknown kinds list the valid ones)."""
+    return DEVICES.get(spec.kind)(spec, workdir)

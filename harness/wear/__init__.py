@@ -1,0 +1,1 @@
+"""Wear-counter readers: SMART, NVMe logs, vendor logs, FEMU vendor bytes, psutil."""

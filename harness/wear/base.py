@@ -1,0 +1,43 @@
+"""The wear-reader plugin family: pure parsers fed by an injected command runner.
+
+A reader turns one tool's output into a `WearSample`; running the tool is the runner's job
+(`CommandRunner`), so parsers are tested on recorded outputs and runners on real devices.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from kvwear.registry import Registry
+
+NVME_DATA_UNIT_BYTES = 512_000   # NVMe "data unit": 1000 × 512 bytes, counters round up
+
+
+@dataclass(frozen=True)
+class WearSample:
+    """One reading of one source. Absent counters are None; bytes are cumulative totals."""
+
+    source: str                               # reader name
+    host_bytes_written: int | None = None
+    nand_bytes_written: int | None = None
+    percentage_used: float | None = None
+    data_units_written: int | None = None
+    host_write_commands: int | None = None
+    raw: str = ""                             # the tool's own output (text, or hex of binary)
+
+
+# A runner takes argv and returns stdout bytes; it raises on failure.
+CommandRunner = Callable[[Sequence[str]], bytes]
+
+
+def run_command(argv: Sequence[str]) -> bytes:
+    """The real runner: subprocess, checked, stdout captured."""
+    return subprocess.run(list(argv), check=True, capture_output=True, timeout=120).stdout
+
+
+# A reader is a plain function: (device path, runner) -> WearSample.
+WearReader = Callable[[str, CommandRunner], WearSample]
+
+READERS: Registry[WearReader] = Registry("wear reader")
