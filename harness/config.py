@@ -1,0 +1,241 @@
+"""Run configuration: a frozen, typed record read from TOML and overridden by CLI flags.
+
+One `RunConfig` describes a whole `kvwear run`: the workload, the model, the tier capacities,
+the policies, how the SSD traffic becomes block I/O, the device, the capture, the estimator's
+ratings. `to_toml` writes the resolved config back, so a run directory's `config.toml` reruns
+the same run. This module parses and validates; it must not run anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, get_type_hints
+
+from kvwear.errors import InputError
+from kvwear.units import parse_duration, parse_size
+
+CONFIG_VERSION = 1
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """Either a trace file (`trace`) or a synthetic generator (`generator` + `params`)."""
+
+    trace: str = ""
+    format: str = ""                      # "" = auto-detect
+    generator: str = "multi-round"        # used when trace is empty
+    params: Mapping[str, Any] = field(default_factory=dict)
+    block_tokens: int = 16                # simulator chunk size S
+    sample_fraction: float = 1.0          # sample sessions; tier and device capacities scale too
+    seed: int = 1
+
+
+@dataclass(frozen=True)
+class TierConfig:
+    hbm_bytes: int = 0
+    dram_bytes: int = 8 * 10**9
+    ssd_bytes: int = 64 * 10**9
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    layout: str = "log"                   # log | slab | extent
+    trim_on_evict: bool = True
+    align_bytes: int = 4096
+    max_io_bytes: int = 1 << 20
+    timing: str = "afap"                  # afap (as fast as possible) | timed
+    time_compression: float = 1.0
+
+
+@dataclass(frozen=True)
+class DeviceConfig:
+    """`kind`: sim | file | block | qemu | femu. `capacity_bytes` 0 = the SSD tier × sample."""
+
+    kind: str = "sim"
+    target: str = ""
+    capacity_bytes: int = 0
+    confirm_serial: str = ""
+    options: Mapping[str, Any] = field(default_factory=dict)   # backend-specific (FTL geometry…)
+
+
+@dataclass(frozen=True)
+class CaptureConfig:
+    tracer: str = "none"                  # none | auto | bcc | bpftrace
+    wear_readers: tuple[str, ...] = ()    # extra wear readers for real devices
+
+
+@dataclass(frozen=True)
+class EstimateConfig:
+    dwpd: float = 1.0
+    warranty_years: float = 5.0
+    rated_pe_cycles: int = 0              # >0: TBW from P/E cycles instead of DWPD
+    trace_day_fraction: float = 0.0       # 0: derive from the trace's duration
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    name: str = "run"
+    model: str = "kimi-k3"
+    policies: tuple[str, ...] = ("lru", "gandalf")
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    tiers: TierConfig = field(default_factory=TierConfig)
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    device: DeviceConfig = field(default_factory=DeviceConfig)
+    capture: CaptureConfig = field(default_factory=CaptureConfig)
+    estimate: EstimateConfig = field(default_factory=EstimateConfig)
+    version: int = CONFIG_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(dataclasses.asdict(self))
+
+    def to_toml(self) -> str:
+        return dump_toml(self.to_dict())
+
+    def digest_source(self) -> str:
+        """Canonical JSON of the config, for hashing (sweep keys, resume checks)."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+
+_SIZE_FIELDS = {"hbm_bytes", "dram_bytes", "ssd_bytes", "capacity_bytes", "align_bytes", "max_io_bytes"}
+_SECTIONS: dict[str, type] = {
+    "workload": WorkloadConfig,
+    "tiers": TierConfig,
+    "replay": ReplayConfig,
+    "device": DeviceConfig,
+    "capture": CaptureConfig,
+    "estimate": EstimateConfig,
+}
+# Short aliases accepted in TOML and on the CLI (units allowed): dram = "100GB".
+_ALIASES = {"hbm": "hbm_bytes", "dram": "dram_bytes", "ssd": "ssd_bytes", "capacity": "capacity_bytes"}
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, Mapping):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_plain(v) for v in x]
+    return x
+
+
+def _coerce(path: str, section: str, name: str, typ: Any, value: Any) -> Any:
+    where = f"{section}.{name}" if section else name
+    try:
+        if name in _SIZE_FIELDS:
+            return parse_size(value)
+        if typ is bool:
+            if not isinstance(value, bool):
+                raise ValueError(f"expected true or false, got {value!r}")
+            return value
+        if typ is int:
+            if isinstance(value, bool) or not isinstance(value, int | float | str):
+                raise ValueError(f"expected an integer, got {value!r}")
+            return int(value)
+        if typ is float:
+            if isinstance(value, str):
+                return parse_duration(value) if name.endswith("_s") else float(value)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"expected a number, got {value!r}")
+            return float(value)
+        if typ is str:
+            if not isinstance(value, str):
+                raise ValueError(f"expected a string, got {value!r}")
+            return value
+        if str(typ).startswith("tuple"):
+            if isinstance(value, str):
+                value = [value]
+            if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+                raise ValueError(f"expected a list of strings, got {value!r}")
+            return tuple(value)
+        if str(typ).startswith("collections.abc.Mapping") or str(typ).startswith("Mapping"):
+            if not isinstance(value, Mapping):
+                raise ValueError(f"expected a table, got {value!r}")
+            return dict(value)
+    except ValueError as exc:
+        raise InputError(path, None, where, str(exc)) from None
+    raise InputError(path, None, where, f"unsupported type {typ}")
+
+
+def _build(cls: type, data: Mapping[str, Any], path: str, section: str) -> Any:
+    hints = get_type_hints(cls)
+    known = {f.name for f in fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        name = _ALIASES.get(key, key)
+        if name not in known:
+            valid = ", ".join(sorted(known - {"version"}))
+            raise InputError(path, None, f"{section}.{key}" if section else key,
+                             f"unknown setting; valid: {valid}")
+        if name in _SECTIONS and not section:
+            if not isinstance(value, Mapping):
+                raise InputError(path, None, name, "expected a table")
+            kwargs[name] = _build(_SECTIONS[name], value, path, name)
+        else:
+            kwargs[name] = _coerce(path, section, name, hints[name], value)
+    return cls(**kwargs)
+
+
+def config_from_mapping(data: Mapping[str, Any], source: str = "<config>") -> RunConfig:
+    """Validate a nested mapping (as read from TOML) into a RunConfig."""
+    version = data.get("version", CONFIG_VERSION)
+    if version != CONFIG_VERSION:
+        raise InputError(source, None, "version", f"config version {version} is not {CONFIG_VERSION}")
+    cfg: RunConfig = _build(RunConfig, data, source, "")
+    return cfg
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """Read a run config TOML; errors name the file and the setting."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise InputError(str(p), None, None, "config file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        # tomllib's message ends with "(at line N, column M)"; no attribute carries it in 3.11.
+        m = re.search(r"at line (\d+)", str(exc))
+        line = int(m.group(1)) if m else None
+        raise InputError(str(p), line, None, f"invalid TOML: {exc}") from None
+    return config_from_mapping(data, str(p))
+
+
+def with_overrides(cfg: RunConfig, overrides: Mapping[str, Any]) -> RunConfig:
+    """Apply dotted overrides ("tiers.dram" → "100GB", "policies" → [...]) from CLI flags."""
+    data = cfg.to_dict()
+    for dotted, value in overrides.items():
+        node = data
+        parts = dotted.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return config_from_mapping(data, "<command line>")
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, Mapping):
+        return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def dump_toml(data: Mapping[str, Any]) -> str:
+    """A small TOML writer for nested tables of scalars, lists and inline tables."""
+    top = [f"{k} = {_toml_value(v)}" for k, v in data.items() if not isinstance(v, Mapping)]
+    out = ["\n".join(top)]
+    for k, v in data.items():
+        if isinstance(v, Mapping):
+            body = [f"{kk} = {_toml_value(vv)}" for kk, vv in v.items()]
+            out.append(f"[{k}]\n" + "\n".join(body))
+    return "\n\n".join(out) + "\n"

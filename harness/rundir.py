@@ -1,0 +1,199 @@
+"""Run directories: where every stage of a run writes, and how a run resumes.
+
+Layout (one folder per policy label below each stage folder):
+
+    RUN/config.toml            resolved config (reruns the same run)
+    RUN/manifest.json          revision, versions, kernel, device identity, seeds, input checksums
+    RUN/workload/              requests.parquet
+    RUN/policies/LABEL/        ssd_ops.parquet, per_request.parquet, summary.json, timeline.parquet
+    RUN/replay/LABEL/          block_ops.parquet, plan.json, plan.iolog
+    RUN/device/LABEL/          result.json, wear.parquet, tool output (fio JSON, FTL intervals)
+    RUN/capture/LABEL/         block_trace.parquet, capture.json
+    RUN/estimate/LABEL/        crossval.json
+    RUN/results.parquet        one row per policy
+    RUN/report/                report.html, report.md, results.csv, figures/
+    RUN/.stages/NAME.json      one marker per finished stage (written last, atomically)
+
+A stage is finished when its marker exists; `--resume` skips finished stages. Every file is
+written atomically (temporary sibling + rename), so an interrupted run keeps what it finished and
+nothing half-written looks complete. This module must not run stages itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from kvwear import __version__
+from kvwear.errors import KvwearError
+
+MANIFEST_VERSION = 1
+
+
+def write_json(path: Path, data: Any) -> Path:
+    """Write JSON atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def write_text(path: Path, text: str) -> Path:
+    """Write text atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
+
+
+def file_sha256(path: str | Path, chunk_bytes: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk_bytes):
+            h.update(block)
+    return h.hexdigest()
+
+
+class RunDir:
+    """Paths and stage markers of one run directory."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    # -- paths -------------------------------------------------------------------------
+    def stage_dir(self, stage: str, label: str | None = None) -> Path:
+        d = self.root / stage if label is None else self.root / stage / label
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / "config.toml"
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / "manifest.json"
+
+    @property
+    def results_path(self) -> Path:
+        return self.root / "results.parquet"
+
+    @property
+    def report_dir(self) -> Path:
+        return self.root / "report"
+
+    # -- stage markers -----------------------------------------------------------------
+    def _marker(self, stage: str) -> Path:
+        return self.root / ".stages" / f"{stage.replace('/', '__')}.json"
+
+    def is_done(self, stage: str) -> bool:
+        return self._marker(stage).exists()
+
+    def mark_done(self, stage: str, info: Mapping[str, Any] | None = None) -> None:
+        write_json(self._marker(stage), {"stage": stage, "finished_unix_s": time.time(), **(info or {})})
+
+    def done_info(self, stage: str) -> dict[str, Any]:
+        return dict(json.loads(self._marker(stage).read_text()))
+
+    def finished_stages(self) -> list[str]:
+        d = self.root / ".stages"
+        if not d.is_dir():
+            return []
+        return sorted(json.loads(p.read_text())["stage"] for p in d.glob("*.json"))
+
+    def prepare(self, config_toml: str, resume: bool) -> None:
+        """Create the run directory; on resume the stored config must equal `config_toml`."""
+        if self.config_path.exists():
+            if not resume:
+                raise KvwearError(
+                    f"{self.root} already holds a run; pass --resume to continue it or choose "
+                    "another --out"
+                )
+            if self.config_path.read_text() != config_toml:
+                raise KvwearError(
+                    f"{self.root}: the stored config.toml differs from this run's config; "
+                    "resume only with the same config (or choose another --out)"
+                )
+        self.root.mkdir(parents=True, exist_ok=True)
+        write_text(self.config_path, config_toml)
+
+
+def _git_revision() -> str | None:
+    repo = Path(__file__).resolve().parents[1]
+    if not (repo / ".git").exists() or shutil.which("git") is None:
+        return None
+    try:
+        rev = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (subprocess.SubprocessError, OSError):
+        return None
+    return rev + ("-dirty" if dirty else "")
+
+
+def _tool_version(argv: list[str]) -> str | None:
+    if shutil.which(argv[0]) is None:
+        return None
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+    except (subprocess.SubprocessError, OSError):
+        return None
+    text = (out.stdout or out.stderr).strip().splitlines()
+    return text[0] if text else None
+
+
+def build_manifest(
+    *,
+    config: Mapping[str, Any],
+    inputs: Mapping[str, str | Path],
+    seeds: Mapping[str, int],
+    devices: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What a reader needs to trust or reproduce a run."""
+    packages = {}
+    for name in ("numpy", "pandas", "pyarrow", "numba", "scipy", "matplotlib", "typer", "dask",
+                 "distributed", "libcachesim"):
+        try:
+            packages[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    tools = {
+        name: v
+        for name, argv in {
+            "fio": ["fio", "--version"],
+            "nvme": ["nvme", "version"],
+            "smartctl": ["smartctl", "--version"],
+            "qemu": ["qemu-system-x86_64", "--version"],
+            "bpftrace": ["bpftrace", "--version"],
+        }.items()
+        if (v := _tool_version(argv)) is not None
+    }
+    return {
+        "manifest_version": MANIFEST_VERSION,
+        "kvwear_version": __version__,
+        "git_revision": _git_revision(),
+        "created_unix_s": time.time(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "kernel": platform.release(),
+        "host": platform.node(),
+        "packages": packages,
+        "tools": tools,
+        "seeds": dict(seeds),
+        "inputs": {k: {"path": str(v), "sha256": file_sha256(v)} for k, v in inputs.items()},
+        "devices": dict(devices or {}),
+        "config": dict(config),
+    }

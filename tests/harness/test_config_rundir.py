@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from harness.config import RunConfig, config_from_mapping, load_config, with_overrides
+from harness.rundir import RunDir, build_manifest
+from kvwear.errors import InputError, KvwearError
+
+
+def test_toml_roundtrip_with_units(tmp_path: Path) -> None:
+    p = tmp_path / "c.toml"
+    p.write_text(
+        'name = "x"\npolicies = ["lru", "gandalf:gamma=8"]\n'
+        '[tiers]\ndram = "2GiB"\nssd = "1TB"\n'
+        '[workload]\ngenerator = "multi-round"\nparams = {sessions = 4, turns = 3}\n'
+        '[device]\nkind = "sim"\noptions = {gc = "greedy"}\n'
+    )
+    cfg = load_config(p)
+    assert cfg.tiers.dram_bytes == 2 * 2**30
+    assert cfg.tiers.ssd_bytes == 10**12
+    assert cfg.policies == ("lru", "gandalf:gamma=8")
+    assert cfg.workload.params == {"sessions": 4, "turns": 3}
+    again = tmp_path / "again.toml"
+    again.write_text(cfg.to_toml())
+    assert load_config(again) == cfg
+
+
+def test_unknown_setting_names_it_and_lists_valid(tmp_path: Path) -> None:
+    p = tmp_path / "bad.toml"
+    p.write_text("[tiers]\ndrm = '1GB'\n")
+    with pytest.raises(InputError) as ei:
+        load_config(p)
+    msg = str(ei.value)
+    assert "bad.toml" in msg and "tiers.drm" in msg and "dram_bytes" in msg
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"tiers": {"dram": "lots"}}, "tiers.dram_bytes"),
+        ({"replay": {"trim_on_evict": 1}}, "replay.trim_on_evict"),
+        ({"policies": [1]}, "policies"),
+        ({"version": 9}, "version"),
+    ],
+)
+def test_bad_values_name_field(data: dict, field: str) -> None:
+    with pytest.raises(InputError, match=field.replace(".", r"\.")):
+        config_from_mapping(data, "cfg.toml")
+
+
+def test_invalid_toml_names_line(tmp_path: Path) -> None:
+    p = tmp_path / "broken.toml"
+    p.write_text("name = 'x'\n[tiers\n")
+    with pytest.raises(InputError, match=r"broken\.toml:2"):
+        load_config(p)
+
+
+def test_overrides() -> None:
+    cfg = with_overrides(RunConfig(), {"tiers.dram": "1GB", "policies": ["fifo"], "device.kind": "file"})
+    assert cfg.tiers.dram_bytes == 10**9 and cfg.policies == ("fifo",) and cfg.device.kind == "file"
+
+
+def test_rundir_resume_rules(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path / "run")
+    rd.prepare("a = 1\n", resume=False)
+    rd.mark_done("simulate/lru", {"rows": 3})
+    assert rd.is_done("simulate/lru") and not rd.is_done("replay/lru")
+    assert rd.finished_stages() == ["simulate/lru"]
+    with pytest.raises(KvwearError, match="--resume"):
+        RunDir(tmp_path / "run").prepare("a = 1\n", resume=False)
+    with pytest.raises(KvwearError, match="differs"):
+        RunDir(tmp_path / "run").prepare("a = 2\n", resume=True)
+    RunDir(tmp_path / "run").prepare("a = 1\n", resume=True)
+    assert RunDir(tmp_path / "run").done_info("simulate/lru")["rows"] == 3
+
+
+def test_manifest_records_inputs_and_versions(tmp_path: Path) -> None:
+    inp = tmp_path / "trace.jsonl"
+    inp.write_text("{}\n")
+    m = build_manifest(config={"name": "x"}, inputs={"trace": inp}, seeds={"workload": 1})
+    assert m["inputs"]["trace"]["sha256"] == hashlib.sha256(b"{}\n").hexdigest()
+    assert m["packages"]["pyarrow"] and m["kernel"] and m["seeds"] == {"workload": 1}
