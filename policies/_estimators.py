@@ -8,6 +8,7 @@ Pure functions and small O(1)-per-event online estimators, each tested on its ow
   write-budget controller.
 - `FlopModel`, `BranchPredictor`: Marconi's FLOPs-saved model and branch-point prediction.
 - `merit_score`: MeritKV's admission score.
+- `LazyMinHeap`: the O(log n) priority queue with lazy invalidation every policy here uses.
 
 Must not know about tiers, the prefix tree or the simulator; must not read the clock, do I/O or
 keep global state (every estimator is an object the policy owns).
@@ -15,6 +16,7 @@ keep global state (every estimator is an object the policy owns).
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -274,3 +276,65 @@ def merit_score(saved_prefill_s: float, lookup_s: float, transfer_s: float, writ
     """MeritKV's admission merit (seconds of GPU time): saved prefill − lookup − transfer −
     write cost − historical miss recompute. Admit to SSD iff merit ≥ τ."""
     return saved_prefill_s - lookup_s - transfer_s - write_cost_s - hist_miss_recompute_s
+
+
+# ---------------------------------------------------------------------------------------------
+# Data structures shared by the policies
+
+
+class LazyMinHeap:
+    """A min-heap of (key, item) with O(log n) update and removal by lazy invalidation.
+
+    Each item has at most one live entry; `set` pushes a new entry and makes the old one stale,
+    `discard` makes it stale; stale entries are dropped when they reach the top. Keys are any
+    comparable (tuples work); ties are broken by insertion order, so equal keys pop FIFO.
+    """
+
+    __slots__ = ("_heap", "_live", "_seq")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[object, int, object]] = []
+        self._live: dict[object, int] = {}
+        self._seq = 0
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._live
+
+    def set(self, item: object, key: object) -> None:
+        self._seq += 1
+        self._live[item] = self._seq
+        heapq.heappush(self._heap, (key, self._seq, item))
+        if len(self._heap) > 4 * len(self._live) + 64:
+            self._compact()
+
+    def discard(self, item: object) -> None:
+        self._live.pop(item, None)
+
+    def _clean(self) -> None:
+        h, live = self._heap, self._live
+        while h and live.get(h[0][2]) != h[0][1]:
+            heapq.heappop(h)
+
+    def peek(self) -> tuple[object, object] | None:
+        """(key, item) of the minimum live entry, or None when empty."""
+        self._clean()
+        if not self._heap:
+            return None
+        key, _, item = self._heap[0]
+        return key, item
+
+    def pop(self) -> tuple[object, object] | None:
+        self._clean()
+        if not self._heap:
+            return None
+        key, _, item = heapq.heappop(self._heap)
+        del self._live[item]
+        return key, item
+
+    def _compact(self) -> None:
+        live = self._live
+        self._heap = [e for e in self._heap if live.get(e[2]) == e[1]]
+        heapq.heapify(self._heap)

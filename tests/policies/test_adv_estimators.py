@@ -116,3 +116,29 @@ def test_branch_predictor() -> None:
 
 def test_merit_score() -> None:
     assert merit_score(1.0, 0.1, 0.2, 0.3, 0.1) == pytest.approx(0.3)
+
+
+@given(st.lists(st.tuples(st.sampled_from("sdp"), st.integers(0, 20), st.integers(0, 50)), max_size=300))
+def test_lazy_heap_matches_a_dict(ops: list[tuple[str, int, int]]) -> None:
+    from policies._estimators import LazyMinHeap
+
+    h, ref = LazyMinHeap(), {}
+    for op, item, key in ops:
+        if op == "s":
+            h.set(item, key)
+            ref[item] = key
+        elif op == "d":
+            h.discard(item)
+            ref.pop(item, None)
+        else:
+            got = h.pop()
+            if not ref:
+                assert got is None
+            else:
+                assert got is not None and got[0] == min(ref.values()) and ref[got[1]] == got[0]
+                del ref[got[1]]
+        assert len(h) == len(ref)
+        top = h.peek()
+        assert (top is None) == (not ref)
+        if top is not None:
+            assert top[0] == min(ref.values())
