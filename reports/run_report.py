@@ -1,0 +1,220 @@
+"""The report of one run directory: self-contained HTML (figures inlined), Markdown and CSV.
+
+Reads `results.parquet`, `manifest.json`, `estimate/*/crossval.json` and `device/*/timeline.parquet`
+(see harness.rundir for the layout) and writes only below `RUN/report/`. Must not compute
+metrics or launch anything: every number shown is read from the run directory.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pandas as pd
+import pyarrow.parquet as pq
+
+from reports import figures
+
+# Columns of the per-policy table: (column, heading, formatter).
+GIB = 2**30
+_TABLE: list[tuple[str, str, str]] = [
+    ("policy", "policy", "s"),
+    ("miss_ratio_tokens", "miss ratio (tokens)", "ratio"),
+    ("miss_ratio_chunks", "miss ratio (chunks)", "ratio"),
+    ("ssd_write_bytes_full", "SSD writes full (GiB)", "gib"),
+    ("ssd_write_bytes_linear", "SSD writes linear (GiB)", "gib"),
+    ("hits_per_ssd_write", "hits / SSD write", "f2"),
+    ("device_write_bytes", "device host writes (GiB)", "gib"),
+    ("nand_write_bytes", "NAND writes (GiB)", "gib"),
+    ("waf_measured", "WAF measured", "f2"),
+    ("waf_model", "WAF model", "f2"),
+    ("lifetime_days_waf1", "lifetime WAF=1 (days)", "days"),
+    ("lifetime_days_model", "lifetime model WAF (days)", "days"),
+    ("lifetime_days_measured", "lifetime measured WAF (days)", "days"),
+    ("load_latency_mean_s", "load latency (ms)", "ms"),
+    ("cost_per_1k", "cost / 1k req ($)", "f4"),
+]
+
+
+def _fmt(value: Any, kind: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    match kind:
+        case "s":
+            return str(value)
+        case "ratio":
+            return f"{value:.4f}"
+        case "gib":
+            return f"{value / GIB:,.2f}"
+        case "f2":
+            return f"{value:,.2f}"
+        case "f4":
+            return f"{value:,.4f}"
+        case "days":
+            return "∞" if math.isinf(value) else f"{value:,.1f}"
+        case "ms":
+            return f"{value * 1e3:,.2f}"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    html: Path
+    markdown: Path
+    csv: Path
+    figures: dict[str, Path | None]
+
+
+def load_checks(run_dir: Path) -> pd.DataFrame:
+    """All cross-validation checks of a run, one row each."""
+    rows: list[dict[str, Any]] = []
+    for p in sorted((run_dir / "estimate").glob("*/crossval.json")):
+        data = json.loads(p.read_text())
+        for check in data.get("checks", []):
+            rows.append({"policy": data.get("policy", p.parent.name), **check})
+    cols = ["policy", "quantity", "source", "predicted", "measured", "rel_error", "tolerance", "passed", "note"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def load_timelines(run_dir: Path) -> dict[str, pd.DataFrame]:
+    out: dict[str, pd.DataFrame] = {}
+    for p in sorted((run_dir / "device").glob("*/timeline.parquet")):
+        out[p.parent.name] = pq.read_table(p).to_pandas()
+    return out
+
+
+def _img(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode()
+
+
+_HTML = jinja2.Template(
+    """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>kvwear report — {{ name }}</title>
+<style>
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222}
+table{border-collapse:collapse;font-size:13px;margin:1em 0}
+th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}
+th{background:#f3f3f3} td:first-child,th:first-child{text-align:left}
+.pass{color:#176317}.fail{color:#b00020;font-weight:bold}
+figure{margin:1.5em 0} figcaption{font-size:13px;color:#555}
+.missing{color:#777;font-style:italic} pre{background:#f7f7f7;padding:1em;overflow:auto;font-size:12px}
+</style></head><body>
+<h1>kvwear report — {{ name }}</h1>
+<p>{{ summary }}</p>
+<h2>Per-policy results</h2>
+<table><tr>{% for h in headings %}<th>{{ h }}</th>{% endfor %}</tr>
+{% for row in rows %}<tr>{% for c in row %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}</table>
+{% for fig in figs %}
+<figure>{% if fig.src %}<img src="{{ fig.src }}" alt="{{ fig.title }}">{% else %}
+<p class="missing">{{ fig.title }}: not drawn — {{ fig.why }}</p>{% endif %}
+<figcaption>{{ fig.caption }}</figcaption></figure>
+{% endfor %}
+<h2>Cross-validation: estimator vs measurement</h2>
+{% if checks %}<table><tr><th>policy</th><th>quantity</th><th>source</th><th>predicted</th><th>measured</th>
+<th>rel. error</th><th>tolerance</th><th>verdict</th><th>note</th></tr>
+{% for c in checks %}<tr><td>{{ c.policy }}</td><td>{{ c.quantity }}</td><td>{{ c.source }}</td>
+<td>{{ c.predicted }}</td><td>{{ c.measured }}</td><td>{{ c.rel_error }}</td><td>{{ c.tolerance }}</td>
+<td class="{{ 'pass' if c.passed else 'fail' }}">{{ 'pass' if c.passed else 'FAIL' }}</td><td>{{ c.note }}</td></tr>
+{% endfor %}</table>{% else %}<p class="missing">no cross-validation checks were recorded</p>{% endif %}
+{% for note in notes %}<p>{{ note }}</p>{% endfor %}
+<h2>Run manifest</h2><pre>{{ manifest }}</pre>
+</body></html>
+"""
+)
+
+
+def _num(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "—"
+    if isinstance(v, float):
+        return f"{v:,.6g}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def build_run_report(run_dir: str | Path, notes: list[str] | None = None) -> ReportFiles:
+    """Write RUN/report/{report.html, report.md, results.csv, figures/*.png}."""
+    run = Path(run_dir)
+    out = run / "report"
+    figdir = out / "figures"
+    df = pq.read_table(run / "results.parquet").to_pandas()
+    manifest = json.loads((run / "manifest.json").read_text()) if (run / "manifest.json").exists() else {}
+    checks = load_checks(run)
+    timelines = load_timelines(run)
+
+    makers: list[tuple[str, str, str, Callable[[], Path | None], str]] = [
+        ("lifetime_vs_miss", "SSD lifetime vs miss ratio",
+         "Projected lifetime (measured WAF where the device reports it, else WAF 1) against the token miss "
+         "ratio; one line per policy through its hyperparameter; dashed: Pareto frontier.",
+         lambda: figures.lifetime_vs_miss(df, figdir / "lifetime_vs_miss.png"), "no miss ratio or lifetime"),
+        ("ssd_writes_by_kind", "SSD writes by object kind",
+         "Bytes each policy wrote to the SSD tier, by object kind; the label is the share of written objects "
+         "that were ever read back.",
+         lambda: figures.ssd_writes_by_kind(df, figdir / "ssd_writes_by_kind.png"), "no per-kind write bytes"),
+        ("waf_and_nand", "Host and NAND writes",
+         "What the device received from the host and what it wrote to NAND (garbage collection included).",
+         lambda: figures.waf_and_nand(df, figdir / "waf_and_nand.png"),
+         "the device does not report NAND writes"),
+        ("waf_over_time", "WAF over the replay", "Cumulative write amplification as the replay progressed.",
+         lambda: figures.waf_over_time(timelines, figdir / "waf_over_time.png"),
+         "the device recorded no timeline"),
+        ("predicted_vs_measured", "Predicted vs measured",
+         "Relative error of each estimator quantity against the measurement, with its tolerance.",
+         lambda: figures.predicted_vs_measured(checks, figdir / "predicted_vs_measured.png"),
+         "no cross-validation checks"),
+        ("latency_and_cost", "Load latency and cost",
+         "Mean cache load latency per request and cost per 1k requests (GPU recompute + SSD wear).",
+         lambda: figures.latency_and_cost(df, figdir / "latency_and_cost.png"), "no latency or cost columns"),
+    ]
+    drawn: dict[str, Path | None] = {}
+    figs = []
+    for key, title, caption, make, why in makers:
+        path = make()
+        drawn[key] = path
+        figs.append({"title": title, "caption": f"{title}. {caption}", "src": _img(path), "why": why})
+
+    cols = [c for c in _TABLE if c[0] in df.columns]
+    headings = [h for _, h, _ in cols]
+    rows = [[_fmt(r[c], k) for c, _, k in cols] for r in df.to_dict("records")]
+    check_rows = [
+        {**c, "predicted": _num(c["predicted"]), "measured": _num(c["measured"]),
+         "rel_error": "—" if c["rel_error"] is None or pd.isna(c["rel_error"]) else f"{c['rel_error']:+.2%}",
+         "tolerance": f"±{c['tolerance']:.0%}" if pd.notna(c["tolerance"]) else "—",
+         "note": c.get("note") or ""}
+        for c in checks.to_dict("records")
+    ]
+    n_pass = int(checks["passed"].sum()) if len(checks) else 0
+    name = str(manifest.get("config", {}).get("name", run.name))
+    summary = (f"{len(df)} policies; device {manifest.get('config', {}).get('device', {}).get('kind', '?')}; "
+               f"{n_pass} of {len(checks)} cross-validation checks within tolerance.")
+    html = _HTML.render(name=name, summary=summary, headings=headings, rows=rows, figs=figs, checks=check_rows,
+                        notes=notes or [], manifest=json.dumps(manifest, indent=2, sort_keys=True, default=str))
+    out.mkdir(parents=True, exist_ok=True)
+    html_path = out / "report.html"
+    html_path.write_text(html)
+
+    md = [f"# kvwear report — {name}", "", summary, "", "| " + " | ".join(headings) + " |",
+          "|" + "---|" * len(headings)]
+    md += ["| " + " | ".join(r) + " |" for r in rows]
+    md += ["", "## Cross-validation", "", "| policy | quantity | source | predicted | measured | rel. error | "
+           "tolerance | verdict |", "|---|---|---|---|---|---|---|---|"]
+    md += [f"| {c['policy']} | {c['quantity']} | {c['source']} | {c['predicted']} | {c['measured']} | "
+           f"{c['rel_error']} | {c['tolerance']} | {'pass' if c['passed'] else 'FAIL'} |" for c in check_rows]
+    md += ["", "## Figures", ""]
+    md += [f"![{k}](figures/{p.name})" if p else f"- {k}: not drawn" for k, p in drawn.items()]
+    md_path = out / "report.md"
+    md_path.write_text("\n".join(md) + "\n")
+    csv_path = out / "results.csv"
+    df.to_csv(csv_path, index=False)
+    if len(checks):
+        checks.to_csv(out / "crossval.csv", index=False)
+    return ReportFiles(html=html_path, markdown=md_path, csv=csv_path, figures=drawn)
