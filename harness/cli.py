@@ -29,6 +29,7 @@ app.add_typer(trace_app, name="trace")
 app.add_typer(models_app, name="models")
 
 COMMAND_MODULES: list[str] = [
+    "harness.commands.characterize",
 ]
 
 for _name in COMMAND_MODULES:

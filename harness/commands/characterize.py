@@ -1,0 +1,128 @@
+"""`kvwear trace characterize`: the KVCache-in-the-Wild analyses of one trace, as tables and figures.
+
+This module only parses options, reads the input (a `requests` Parquet table or a raw trace via
+the loaders), calls `workloads.characterize.characterize` and prints a summary; the analyses live
+in `workloads.characterize` and must not move here.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pyarrow as pa
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from harness.cli import trace_app
+from kvwear.errors import KvwearError
+from kvwear.tables import read_table, table_kind
+from kvwear.units import format_bytes
+from workloads.schema import REQUESTS
+
+_HELP = """Characterize a KV-cache trace as in *KVCache Cache in the Wild* (ATC'25).
+
+INPUT is a `requests` Parquet table (kind "requests", e.g. from `kvwear trace generate`) or a raw
+trace in any format the loaders know (Mooncake, Qwen-Bailian, Claude-Code/Weka, AIPerf).
+
+Computes the ideal (infinite-cache) hit ratio, block- and token-weighted, per category; the
+reuse skew (share of blocks holding 50/77/90 % of reuses); request reuse-time CDFs per category
+with exponential fits and KS tests; the KV lifespan distribution; and the cache capacity needed
+to reach the ideal hit ratio for the model's KV (and state) sizes.
+
+Writes into OUTDIR: summary.json, Parquet tables (by_category, request_reuse,
+block_reuse_quantiles, lifespans, live, reuse_skew) and PNG + SVG figures.
+
+\b
+Examples:
+  kvwear trace characterize out/demo/requests.parquet --model kimi-k3 -o out/demo/characterization
+  kvwear trace characterize conversation_trace.jsonl --format mooncake -m llama3-70b -o out/mc
+  kvwear trace characterize conversation_trace.jsonl -m qwen3.5-27b --block-tokens 16 -o out/mc16
+"""
+
+
+def _read_input(path: Path, fmt: str | None) -> tuple[pa.Table, str]:
+    """The requests table of `path` and a word on how it was read."""
+    if fmt is None and path.is_file() and path.suffix == ".parquet":
+        kind, _ = table_kind(path)
+        if kind == REQUESTS.kind:
+            return read_table(REQUESTS, path), "requests table"
+        raise KvwearError(
+            f"{path}: holds a {kind or 'foreign'} Parquet table, not a requests table "
+            f"(pass a requests table or a raw trace)"
+        )
+    from workloads.loaders import load_requests
+
+    result = load_requests(path, fmt)
+    return result.table, f"raw trace ({fmt or 'format detected'})"
+
+
+def _pct(x: float) -> str:
+    return "–" if not math.isfinite(x) else f"{x:.1%}"
+
+
+@trace_app.command("characterize", help=_HELP)
+def characterize_cmd(
+    input_path: Path = typer.Argument(
+        ..., metavar="INPUT", exists=True, help="requests Parquet table or raw trace (file or folder)"
+    ),
+    model: str = typer.Option(
+        "kimi-k3", "--model", "-m",
+        help="model profile: a built-in name or a config.json / .toml path",
+    ),
+    out_dir: Path = typer.Option(..., "--out", "-o", help="output folder (created if missing)"),
+    fmt: str | None = typer.Option(
+        None, "--format", "-f", help="raw trace format (default: detected from the file)"
+    ),
+    block_tokens: int | None = typer.Option(
+        None, "--block-tokens", "-b", min=1,
+        help="convert blocks to S tokens first (S must divide or be a multiple of the trace's block size)",
+    ),
+) -> None:
+    from workloads.blocks import convert_block_size
+    from workloads.characterize import characterize
+    from workloads.models import resolve_profile
+
+    profile = resolve_profile(model)
+    table, how = _read_input(input_path, fmt)
+    if block_tokens is not None:
+        try:
+            table = convert_block_size(table, block_tokens)
+        except ValueError as exc:
+            raise KvwearError(f"--block-tokens {block_tokens}: {exc}") from None
+    res, written = characterize(table, profile, out_dir)
+
+    console = Console()
+    t = Table(title=f"Characterization of {input_path.name} ({how}), model {res.model}")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    t.add_row("requests", f"{res.requests:,}")
+    t.add_row("block accesses / distinct blocks", f"{res.block_accesses:,} / {res.unique_blocks:,}")
+    t.add_row("block size (tokens)", f"{res.block_tokens:,}")
+    t.add_row("ideal hit ratio (blocks)", _pct(res.block_hit_ratio))
+    t.add_row("ideal hit ratio (hashed tokens)", _pct(res.token_hit_ratio))
+    t.add_row("ideal hit ratio (input tokens)", _pct(res.input_token_hit_ratio))
+    for lvl, share in res.reuse_skew_block_share.items():
+        t.add_row(f"blocks holding {lvl:.0%} of reuses", _pct(share))
+    fit = res.request_reuse_fit
+    t.add_row("request reuse time: mean (n)", f"{fit.mean_s:.3g} s ({fit.n:,})")
+    t.add_row("  exponential fit: KS D (p)", f"{fit.ks_statistic:.3f} ({fit.ks_pvalue:.2g})")
+    t.add_row("lifespan of reused blocks: median / p90",
+              f"{res.lifespan_median_s:.3g} s / {res.lifespan_p90_s:.3g} s")
+    t.add_row("capacity for the ideal hit ratio", format_bytes(res.capacity_bytes))
+    t.add_row("  live chunks / states at the peak", f"{res.capacity_blocks:,} / {res.capacity_states:,}")
+    console.print(t)
+
+    c = Table(title="Per category")
+    for col in ("category", "requests", "block hit", "token hit", "reuse n", "reuse mean", "KS p"):
+        c.add_column(col, justify="left" if col == "category" else "right")
+    for row in res.by_category.to_dict("records"):
+        c.add_row(str(row["category"]), f"{int(row['requests']):,}", _pct(float(row["block_hit_ratio"])),
+                  _pct(float(row["token_hit_ratio"])), f"{int(row['reuse_n']):,}",
+                  f"{float(row['reuse_mean_s']):.3g} s", f"{float(row['ks_pvalue']):.2g}")
+    console.print(c)
+    # plain lines, one path each, so scripts (and tests) can read them
+    typer.echo(f"wrote {len(written)} files to {out_dir}:")
+    for p in written:
+        typer.echo(f"  {p}")

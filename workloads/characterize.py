@@ -1,0 +1,842 @@
+"""Trace characterization: the analyses of *KVCache Cache in the Wild* (ATC'25) over a requests table.
+
+What it computes (all vectorized: the `hash_ids` list column is flattened once into one array of
+block accesses in arrival order; there is no Python loop per block access):
+
+- **Ideal (infinite-cache) hit ratio.** Requests are ordered by `arrival_s` (stable: rows with the
+  same arrival keep their table order); within a request, blocks are accessed in list order. A block
+  access is a *hit* iff its key `(hash_ns, hash_id)` was accessed before in that order. Block-weighted:
+  hits / accesses. Token-weighted: every block weighs `block_tokens`, except a request's last block,
+  which weighs `hashed_tokens − (n−1)·block_tokens` clipped to [0, block_tokens] — Mooncake's last
+  block is partial (hashed_tokens = input_tokens), Weka hashes only full blocks (hashed_tokens =
+  n·block_tokens, so every block weighs block_tokens). `token_hit_ratio` divides hit tokens by hashed
+  tokens; `input_token_hit_ratio` divides them by all input tokens (the share of prefill an infinite
+  cache saves). Per category, a hit is credited to the category of the request that makes the access.
+- **Reuse skew.** Reuses of a block = its accesses − 1 (its hits). Blocks sorted by reuses, the
+  smallest share of all distinct blocks whose reuses add up to 50 / 77 / 90 % of all hits.
+- **Reuse times.** Two measures:
+  *block reuse time* — time between consecutive accesses of the same block (credited to the category
+  of the re-accessing request); summarized as quantiles per category.
+  *request reuse time* — for every request with at least one hit, `arrival_s` minus the arrival of its
+  *source*: the request that last accessed this request's deepest hit block, i.e. the most recent
+  request that held the whole prefix this one reuses. In multi-turn traces that is the previous turn
+  of the same session (`same_session` records whether it is); it needs no session ids, so it also
+  works on session-less traces such as Mooncake. **The exponential fits use request reuse times**:
+  block reuse times are dominated by hot shared prefixes (a system prompt reused by almost every
+  request yields thousands of near-zero gaps that measure the arrival rate, not reuse behaviour),
+  while the WA policy models when a request's KV is reused by a follow-up request.
+  The fit is the exponential MLE (rate = 1/mean) with a one-sample Kolmogorov–Smirnov test
+  (`scipy.stats.kstest`). Because the rate is estimated from the same sample, the KS p-value is
+  conservative (Lilliefors); timestamps with coarse resolution produce ties, which the KS test
+  treats as continuous data.
+- **KV lifespan.** Per distinct block, time from its first to its last access (0 for a block
+  accessed once); the block's category is that of its first accessing request.
+- **Capacity needed for the ideal hit ratio.** A block is *live* at access position i if it was
+  accessed at or before i and is accessed again after i; an ideal cache must hold every live block
+  (and may bypass a block that is never reused), and holding exactly the live blocks achieves the
+  ideal hit ratio, so the peak live count is the minimum capacity (exact, tested against a Belady
+  simulation). Bytes: each live block counts `profile.chunk_bytes(block_tokens)` (a partial last
+  block takes a whole chunk). Hybrid profiles also need a linear/sliding state at the end of every
+  reused prefix: each request with hits needs a state at its deepest hit block; such a *reuse-point*
+  state is counted live from the first access of that block (when an oracle would checkpoint it)
+  until the last request that reuses up to exactly that block, and weighs `profile.state_bytes`.
+  The capacity is the peak over time of live chunk bytes + live state bytes (the peak of the sum,
+  not the sum of the peaks).
+
+This module only analyses and draws; it must not load traces (workloads.loaders does) and must not
+import policies, harness, emulator or reports.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from scipy import stats
+
+from kvwear.errors import KvwearError
+from kvwear.tables import TableSpec, atomic_path, write_table
+from kvwear.units import format_bytes
+from workloads.schema import REQUESTS
+
+SKEW_LEVELS: tuple[float, ...] = (0.50, 0.77, 0.90)
+_CURVE_POINTS = 512  # points kept of curves that have one point per block or per request
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+
+
+class ProfileLike(Protocol):
+    """What characterization needs of a model profile (workloads.models.ModelProfile has it)."""
+
+    @property
+    def state_bytes(self) -> int: ...
+    @property
+    def is_hybrid(self) -> bool: ...
+    def chunk_bytes(self, block_tokens: int) -> int: ...
+
+
+@dataclass(frozen=True)
+class ExpFit:
+    """Exponential fit of a sample of times: MLE rate and a KS goodness-of-fit test."""
+
+    n: int
+    mean_s: float
+    rate_per_s: float
+    ks_statistic: float
+    ks_pvalue: float
+
+    def cdf(self, t_s: F64) -> F64:
+        return np.asarray(1.0 - np.exp(-self.rate_per_s * np.asarray(t_s, dtype=np.float64)))
+
+
+def fit_exponential(samples_s: Iterable[float] | npt.ArrayLike) -> ExpFit:
+    """MLE exponential fit (rate = 1/mean) of non-negative times, with a KS test against it.
+
+    Fewer than 2 samples, or an all-zero sample, give NaN for what cannot be estimated.
+    """
+    x = np.asarray(samples_s, dtype=np.float64).ravel()
+    x = x[np.isfinite(x)]
+    if (x < 0).any():
+        raise ValueError("reuse times must be non-negative")
+    n = int(x.size)
+    if n == 0:
+        return ExpFit(0, math.nan, math.nan, math.nan, math.nan)
+    mean = float(x.mean())
+    if n < 2 or mean <= 0.0:
+        return ExpFit(n, mean, math.inf if mean <= 0.0 else 1.0 / mean, math.nan, math.nan)
+    res = stats.kstest(x, "expon", args=(0.0, mean))
+    return ExpFit(n, mean, 1.0 / mean, float(res.statistic), float(res.pvalue))
+
+
+@dataclass(frozen=True, eq=False)
+class Characterization:
+    """Scalar results and tables of one characterization (see the module docstring for definitions)."""
+
+    model: str
+    requests: int
+    block_accesses: int
+    unique_blocks: int
+    block_tokens: int                            # block size of the first request (tokens)
+    block_hits: int
+    block_hit_ratio: float
+    hashed_tokens: int
+    hit_tokens: int
+    token_hit_ratio: float
+    input_tokens: int
+    input_token_hit_ratio: float
+    reuse_skew_block_share: dict[float, float]   # level → share of distinct blocks
+    reused_blocks: int                           # distinct blocks accessed more than once
+    request_reuse_fit: ExpFit                    # all categories together
+    lifespan_median_s: float                     # over blocks accessed more than once
+    lifespan_p90_s: float
+    chunk_bytes: int                             # bytes of one block of the (first) block size
+    state_bytes: int                             # 0 for a dense profile
+    capacity_blocks: int                         # live chunks at the capacity peak
+    capacity_states: int                         # live reuse-point states at the capacity peak
+    capacity_bytes: int
+    capacity_peak_s: float                       # arrival time of the request at the peak
+    peak_live_blocks: int                        # max live chunks over time (alone)
+    by_category: pd.DataFrame = field(repr=False)
+    skew_curve: pd.DataFrame = field(repr=False)        # block_share, reuse_share
+    request_reuse: pd.DataFrame = field(repr=False)     # one row per request with a hit
+    block_reuse_quantiles: pd.DataFrame = field(repr=False)
+    lifespans: pd.DataFrame = field(repr=False)         # one row per distinct block
+    live: pd.DataFrame = field(repr=False)              # one row per request with blocks
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready scalar results (NaN → None)."""
+
+        def clean(v: Any) -> Any:
+            if isinstance(v, float) and not math.isfinite(v):
+                return None
+            return v
+
+        fit = self.request_reuse_fit
+        return {
+            "model": self.model,
+            "requests": self.requests,
+            "block_accesses": self.block_accesses,
+            "unique_blocks": self.unique_blocks,
+            "block_tokens": self.block_tokens,
+            "block_hits": self.block_hits,
+            "block_hit_ratio": clean(self.block_hit_ratio),
+            "hashed_tokens": self.hashed_tokens,
+            "hit_tokens": self.hit_tokens,
+            "token_hit_ratio": clean(self.token_hit_ratio),
+            "input_tokens": self.input_tokens,
+            "input_token_hit_ratio": clean(self.input_token_hit_ratio),
+            "reused_blocks": self.reused_blocks,
+            "reuse_skew_block_share": {
+                f"{lvl:.2f}": clean(v) for lvl, v in self.reuse_skew_block_share.items()
+            },
+            "request_reuse_fit": {k: clean(v) for k, v in fit.__dict__.items()},
+            "lifespan_median_s": clean(self.lifespan_median_s),
+            "lifespan_p90_s": clean(self.lifespan_p90_s),
+            "chunk_bytes": self.chunk_bytes,
+            "state_bytes": self.state_bytes,
+            "capacity_blocks": self.capacity_blocks,
+            "capacity_states": self.capacity_states,
+            "capacity_bytes": self.capacity_bytes,
+            "capacity_peak_s": clean(self.capacity_peak_s),
+            "peak_live_blocks": self.peak_live_blocks,
+            "categories": {
+                str(row["category"]): {k: clean(_py(v)) for k, v in row.items() if k != "category"}
+                for row in self.by_category.to_dict("records")
+            },
+        }
+
+
+def _py(v: Any) -> Any:
+    """numpy scalar → Python scalar (for JSON)."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
+# --------------------------------------------------------------------------------------------
+# The flattened access stream
+
+
+@dataclass(frozen=True)
+class Accesses:
+    """Every block access of a requests table, in arrival order, as flat arrays.
+
+    Request-level arrays are indexed by the request's position in arrival order; access-level
+    arrays have one entry per block access. `key` codes are dense and numbered in order of first
+    appearance (0, 1, 2, … as blocks are first seen), which makes "seen before" a running max.
+    """
+
+    request_id: I64            # per request
+    arrival_s: F64             # per request
+    session: npt.NDArray[np.object_]  # per request, None where unknown
+    category: npt.NDArray[np.object_]  # category names, indexed by category code
+    req_category: I64          # per request: category code
+    req_block_tokens: I64      # per request
+    n_blocks: I64              # per request
+    starts: I64                # per request: index of its first access
+    input_tokens: I64          # per request
+    req: I64                   # per access: request position
+    key: I64                   # per access: dense block code
+    hash_ns: npt.NDArray[np.int32]  # per distinct block
+    hash_id: I64               # per distinct block
+    tokens: I64                # per access: tokens the block covers
+    hit: npt.NDArray[np.bool_]  # per access
+    prev: I64                  # per access: index of the previous access of the same key, −1 if none
+    first_pos: I64             # per distinct block: first access index
+    last_pos: I64              # per distinct block: last access index
+    count: I64                 # per distinct block: accesses
+
+
+def flatten(table: pa.Table) -> Accesses:
+    """Order `table` by arrival and flatten its blocks into one access stream (see `Accesses`)."""
+    table = REQUESTS.conform(table)
+    n_req = table.num_rows
+    if n_req == 0:
+        raise KvwearError("requests table is empty: nothing to characterize")
+    arrival_raw = table.column("arrival_s").to_numpy()
+    order = np.argsort(arrival_raw, kind="stable")
+    table = table.take(pa.array(order))
+    arrival = np.asarray(table.column("arrival_s").to_numpy(), dtype=np.float64)
+    hash_col = table.column("hash_ids").combine_chunks()
+    n_blocks = np.asarray(pc.list_value_length(hash_col).to_numpy(zero_copy_only=False), dtype=np.int64)
+    flat = np.asarray(hash_col.flatten().to_numpy(), dtype=np.int64)
+    n = int(flat.size)
+    starts = np.zeros(n_req, dtype=np.int64)
+    np.cumsum(n_blocks[:-1], out=starts[1:])
+    req = np.repeat(np.arange(n_req, dtype=np.int64), n_blocks)
+
+    ns_req = np.asarray(table.column("hash_ns").to_numpy(), dtype=np.int32)
+    id_codes, id_uniques = pd.factorize(flat)
+    if n and (ns_req == ns_req[0]).all():
+        key = id_codes.astype(np.int64)
+    else:
+        # Combine namespace and id into one integer through their dense codes: no overflow as long
+        # as (#namespaces × #distinct ids) < 2^63, far beyond any trace.
+        ns_codes, _ = pd.factorize(ns_req[req])
+        combined = ns_codes.astype(np.int64) * max(len(id_uniques), 1) + id_codes
+        key = pd.factorize(combined)[0].astype(np.int64)
+
+    # pd.factorize numbers keys in order of appearance, so an access is new iff its code exceeds
+    # every code before it.
+    hit = np.zeros(n, dtype=np.bool_)
+    if n:
+        running = np.maximum.accumulate(key)
+        hit[1:] = key[1:] <= running[:-1]
+    n_keys = int(key.max()) + 1 if n else 0
+    first_pos = np.flatnonzero(~hit).astype(np.int64)  # ordered by code, since codes follow first use
+
+    perm = np.argsort(key, kind="stable")
+    sk = key[perm]
+    same = sk[1:] == sk[:-1]
+    prev = np.full(n, -1, dtype=np.int64)
+    prev[perm[1:][same]] = perm[:-1][same]
+    run_end = np.ones(n, dtype=np.bool_)
+    run_end[:-1] = ~same
+    last_pos = perm[run_end].astype(np.int64)
+    count = np.bincount(key, minlength=n_keys).astype(np.int64)
+
+    bt = np.asarray(table.column("block_tokens").to_numpy(), dtype=np.int64)
+    if (bt <= 0).any():
+        raise KvwearError("requests table has a block_tokens ≤ 0")
+    hashed = np.asarray(table.column("hashed_tokens").to_numpy(), dtype=np.int64)
+    tokens = np.repeat(bt, n_blocks)
+    has = n_blocks > 0
+    last_idx = starts[has] + n_blocks[has] - 1
+    last_w = hashed[has] - (n_blocks[has] - 1) * bt[has]
+    tokens[last_idx] = np.clip(last_w, 0, bt[has])
+
+    cat_codes, cat_names = pd.factorize(np.asarray(table.column("category").to_pylist(), dtype=object))
+    sessions = np.asarray(table.column("session_id").to_pylist(), dtype=object)
+    key_ns = ns_req[req[first_pos]] if n else np.zeros(0, dtype=np.int32)
+    return Accesses(
+        request_id=np.asarray(table.column("request_id").to_numpy(), dtype=np.int64),
+        arrival_s=arrival,
+        session=sessions,
+        category=np.asarray(cat_names, dtype=object),
+        req_category=cat_codes.astype(np.int64),
+        req_block_tokens=bt,
+        n_blocks=n_blocks,
+        starts=starts,
+        input_tokens=np.asarray(table.column("input_tokens").to_numpy(), dtype=np.int64),
+        req=req,
+        key=key,
+        hash_ns=key_ns.astype(np.int32),
+        hash_id=flat[first_pos],
+        tokens=tokens,
+        hit=hit,
+        prev=prev,
+        first_pos=first_pos,
+        last_pos=last_pos,
+        count=count,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The analyses (each takes the flattened stream)
+
+
+def _ratio(num: float, den: float) -> float:
+    return float(num) / float(den) if den else math.nan
+
+
+def hit_ratios(acc: Accesses) -> pd.DataFrame:
+    """Ideal hit ratios per category (block- and token-weighted), one row per category."""
+    n_cat = len(acc.category)
+    acc_cat = acc.req_category[acc.req]
+    accesses = np.bincount(acc_cat, minlength=n_cat)
+    hits = np.bincount(acc_cat[acc.hit], minlength=n_cat)
+    tok = np.bincount(acc_cat, weights=acc.tokens, minlength=n_cat)
+    hit_tok = np.bincount(acc_cat[acc.hit], weights=acc.tokens[acc.hit], minlength=n_cat)
+    reqs = np.bincount(acc.req_category, minlength=n_cat)
+    inp = np.bincount(acc.req_category, weights=acc.input_tokens, minlength=n_cat)
+    df = pd.DataFrame(
+        {
+            "category": acc.category.astype(str),
+            "requests": reqs.astype(np.int64),
+            "block_accesses": accesses.astype(np.int64),
+            "block_hits": hits.astype(np.int64),
+            "hashed_tokens": tok.astype(np.int64),
+            "hit_tokens": hit_tok.astype(np.int64),
+            "input_tokens": inp.astype(np.int64),
+        }
+    )
+    df["block_hit_ratio"] = df["block_hits"] / df["block_accesses"].where(df["block_accesses"] > 0)
+    df["token_hit_ratio"] = df["hit_tokens"] / df["hashed_tokens"].where(df["hashed_tokens"] > 0)
+    df["input_token_hit_ratio"] = df["hit_tokens"] / df["input_tokens"].where(df["input_tokens"] > 0)
+    return df.sort_values("category", kind="stable").reset_index(drop=True)
+
+
+def reuse_skew(
+    acc: Accesses, levels: tuple[float, ...] = SKEW_LEVELS
+) -> tuple[dict[float, float], pd.DataFrame]:
+    """Share of distinct blocks that account for each level of all reuses, and the Lorenz-like curve.
+
+    The curve has `block_share` (top blocks by reuses, as a share of distinct blocks) and
+    `reuse_share` (their share of all reuses), thinned to at most ~512 points.
+    """
+    reuses = np.sort(acc.count - 1)[::-1]
+    n_keys = int(reuses.size)
+    total = int(reuses.sum())
+    if n_keys == 0 or total == 0:
+        return {lvl: math.nan for lvl in levels}, pd.DataFrame({"block_share": [], "reuse_share": []})
+    cum = np.cumsum(reuses)
+    shares = {}
+    for lvl in levels:
+        # smallest k with cum[k-1] ≥ lvl·total (integers compared exactly: lvl·total rounded up)
+        need = math.ceil(lvl * total - 1e-9)
+        k = int(np.searchsorted(cum, need, side="left")) + 1
+        shares[lvl] = k / n_keys
+    keep = np.unique(np.linspace(0, n_keys - 1, min(n_keys, _CURVE_POINTS)).astype(np.int64))
+    curve = pd.DataFrame(
+        {
+            "block_share": np.concatenate([[0.0], (keep + 1) / n_keys]),
+            "reuse_share": np.concatenate([[0.0], cum[keep] / total]),
+        }
+    )
+    return shares, curve
+
+
+def request_reuse_times(acc: Accesses) -> pd.DataFrame:
+    """One row per request with at least one hit: time since its source request (module docstring)."""
+    hit_idx = np.flatnonzero(acc.hit)
+    if hit_idx.size == 0:
+        return pd.DataFrame(
+            {
+                "request_id": pd.Series([], dtype="int64"),
+                "category": pd.Series([], dtype="string"),
+                "arrival_s": pd.Series([], dtype="float64"),
+                "reuse_time_s": pd.Series([], dtype="float64"),
+                "reused_blocks": pd.Series([], dtype="int64"),
+                "source_request_id": pd.Series([], dtype="int64"),
+                "same_session": pd.Series([], dtype="boolean"),
+            }
+        )
+    r = acc.req[hit_idx]
+    # hit_idx ascends, so each request's hits are contiguous; its deepest hit is the last of its run
+    last_of_run = np.ones(hit_idx.size, dtype=np.bool_)
+    last_of_run[:-1] = r[1:] != r[:-1]
+    deepest = hit_idx[last_of_run]
+    reqs = r[last_of_run]
+    n_hits = np.bincount(r, minlength=acc.arrival_s.size)[reqs]
+    src = acc.req[acc.prev[deepest]]
+    s_this = acc.session[reqs]
+    s_src = acc.session[src]
+    known = np.array([a is not None and b is not None for a, b in zip(s_this, s_src, strict=True)])
+    same = pd.array(np.where(known, s_this == s_src, False), dtype="boolean")
+    same[~known] = pd.NA
+    return pd.DataFrame(
+        {
+            "request_id": acc.request_id[reqs],
+            "category": pd.array(acc.category[acc.req_category[reqs]].astype(str), dtype="string"),
+            "arrival_s": acc.arrival_s[reqs],
+            "reuse_time_s": acc.arrival_s[reqs] - acc.arrival_s[src],
+            "reused_blocks": n_hits.astype(np.int64),
+            "source_request_id": acc.request_id[src],
+            "same_session": same,
+        }
+    )
+
+
+def block_reuse_times(acc: Accesses) -> tuple[F64, I64]:
+    """Times between consecutive accesses of each block, and the category code of the re-access."""
+    idx = np.flatnonzero(acc.prev >= 0)
+    t_acc = acc.arrival_s[acc.req]
+    return t_acc[idx] - t_acc[acc.prev[idx]], acc.req_category[acc.req[idx]]
+
+
+_QUANTILES = (0.10, 0.25, 0.50, 0.75, 0.90, 0.99)
+
+
+def _quantile_table(values: F64, codes: I64, names: npt.NDArray[np.object_], prefix: str) -> pd.DataFrame:
+    rows = []
+    groups = [("all", values)] + [(str(names[c]), values[codes == c]) for c in range(len(names))]
+    for name, v in groups:
+        row: dict[str, Any] = {"category": name, "n": int(v.size), f"{prefix}_mean_s": float(v.mean())
+                               if v.size else math.nan}
+        qs = np.quantile(v, _QUANTILES) if v.size else np.full(len(_QUANTILES), math.nan)
+        for q, x in zip(_QUANTILES, qs, strict=True):
+            row[f"{prefix}_p{round(q * 100)}_s"] = float(x)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def lifespans(acc: Accesses) -> pd.DataFrame:
+    """One row per distinct block: first/last access time, lifespan, accesses, first category."""
+    t_acc = acc.arrival_s[acc.req]
+    first_s = t_acc[acc.first_pos]
+    last_s = t_acc[acc.last_pos]
+    return pd.DataFrame(
+        {
+            "hash_ns": acc.hash_ns,
+            "hash_id": acc.hash_id,
+            "category": pd.array(acc.category[acc.req_category[acc.req[acc.first_pos]]].astype(str),
+                                 dtype="string"),
+            "first_s": first_s,
+            "last_s": last_s,
+            "lifespan_s": last_s - first_s,
+            "accesses": acc.count,
+        }
+    )
+
+
+def _live_counts(start: I64, end: I64, n: int, weights: F64 | None = None) -> F64:
+    """Number (or weight) of intervals [start, end) covering each position 0..n−1."""
+    ok = end > start
+    d = np.bincount(start[ok], weights=None if weights is None else weights[ok], minlength=n + 1)
+    d = d - np.bincount(end[ok], weights=None if weights is None else weights[ok], minlength=n + 1)
+    return np.cumsum(d[:n]).astype(np.float64)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Live objects over access positions and the peak of their bytes."""
+
+    live_blocks: F64      # per access position
+    live_states: F64
+    live_bytes: F64
+    peak_pos: int         # −1 when there is no access
+    capacity_bytes: int
+    capacity_blocks: int
+    capacity_states: int
+
+
+def capacity_needed(acc: Accesses, profile: ProfileLike) -> Capacity:
+    """Peak over time of live chunk bytes (+ live reuse-point state bytes for hybrid profiles)."""
+    n = int(acc.key.size)
+    if n == 0:
+        z = np.zeros(0)
+        return Capacity(z, z, z, -1, 0, 0, 0)
+    chunk_of_bt = {int(b): int(profile.chunk_bytes(int(b))) for b in np.unique(acc.req_block_tokens)}
+    key_bt = acc.req_block_tokens[acc.req[acc.first_pos]]
+    key_bytes = np.vectorize(chunk_of_bt.__getitem__, otypes=[np.float64])(key_bt)
+    live_blocks = _live_counts(acc.first_pos, acc.last_pos, n)
+    live_bytes = _live_counts(acc.first_pos, acc.last_pos, n, key_bytes)
+    live_states = np.zeros(n, dtype=np.float64)
+    if profile.is_hybrid and acc.hit.any():
+        hit_idx = np.flatnonzero(acc.hit)
+        r = acc.req[hit_idx]
+        last_of_run = np.ones(hit_idx.size, dtype=np.bool_)
+        last_of_run[:-1] = r[1:] != r[:-1]
+        deepest = hit_idx[last_of_run]
+        k = acc.key[deepest]
+        # last use of each reuse point: max position per key (deepest ascends, so last write wins
+        # after a stable sort by key)
+        order = np.argsort(k, kind="stable")
+        ks = k[order]
+        end_run = np.ones(ks.size, dtype=np.bool_)
+        end_run[:-1] = ks[1:] != ks[:-1]
+        point_keys = ks[end_run]
+        point_last_use = deepest[order][end_run]
+        live_states = _live_counts(acc.first_pos[point_keys], point_last_use, n)
+        live_bytes = live_bytes + live_states * float(profile.state_bytes)
+    peak = int(np.argmax(live_bytes))
+    return Capacity(
+        live_blocks=live_blocks,
+        live_states=live_states,
+        live_bytes=live_bytes,
+        peak_pos=peak,
+        capacity_bytes=round(float(live_bytes[peak])),
+        capacity_blocks=round(float(live_blocks[peak])),
+        capacity_states=round(float(live_states[peak])),
+    )
+
+
+def _live_per_request(acc: Accesses, cap: Capacity) -> pd.DataFrame:
+    """The live series reduced to one row per request with blocks (the max over its accesses)."""
+    has = acc.n_blocks > 0
+    if not has.any():
+        return pd.DataFrame({"arrival_s": [], "live_blocks": [], "live_states": [], "live_bytes": []})
+    starts = acc.starts[has]
+    return pd.DataFrame(
+        {
+            "arrival_s": acc.arrival_s[has],
+            "live_blocks": np.maximum.reduceat(cap.live_blocks, starts).astype(np.int64),
+            "live_states": np.maximum.reduceat(cap.live_states, starts).astype(np.int64),
+            "live_bytes": np.maximum.reduceat(cap.live_bytes, starts),
+        }
+    )
+
+
+def analyze(table: pa.Table, profile: ProfileLike) -> Characterization:
+    """Run every analysis over a requests table for a model profile (pure: writes nothing)."""
+    acc = flatten(table)
+    cats = hit_ratios(acc)
+    n = int(acc.key.size)
+    n_hits = int(acc.hit.sum())
+    hashed_tokens = int(acc.tokens.sum())
+    hit_tokens = int(acc.tokens[acc.hit].sum())
+    input_tokens = int(acc.input_tokens.sum())
+
+    shares, curve = reuse_skew(acc)
+    rr = request_reuse_times(acc)
+    fits: dict[str, ExpFit] = {}
+    for cat in cats["category"]:
+        fits[cat] = fit_exponential(rr.loc[rr["category"] == cat, "reuse_time_s"].to_numpy())
+    all_fit = fit_exponential(rr["reuse_time_s"].to_numpy())
+    cats["reuse_n"] = [fits[c].n for c in cats["category"]]
+    cats["reuse_mean_s"] = [fits[c].mean_s for c in cats["category"]]
+    cats["reuse_rate_per_s"] = [fits[c].rate_per_s for c in cats["category"]]
+    cats["ks_statistic"] = [fits[c].ks_statistic for c in cats["category"]]
+    cats["ks_pvalue"] = [fits[c].ks_pvalue for c in cats["category"]]
+
+    brt, brt_cat = block_reuse_times(acc)
+    bq = _quantile_table(brt, brt_cat, acc.category, "block_reuse")
+    life = lifespans(acc)
+    reused_life = life.loc[life["accesses"] > 1, "lifespan_s"].to_numpy()
+    cap = capacity_needed(acc, profile)
+    peak_s = float(acc.arrival_s[acc.req[cap.peak_pos]]) if cap.peak_pos >= 0 else math.nan
+    bt0 = int(acc.req_block_tokens[0])
+    return Characterization(
+        model=str(getattr(profile, "name", type(profile).__name__)),
+        requests=int(acc.arrival_s.size),
+        block_accesses=n,
+        unique_blocks=int(acc.count.size),
+        block_tokens=bt0,
+        block_hits=n_hits,
+        block_hit_ratio=_ratio(n_hits, n),
+        hashed_tokens=hashed_tokens,
+        hit_tokens=hit_tokens,
+        token_hit_ratio=_ratio(hit_tokens, hashed_tokens),
+        input_tokens=input_tokens,
+        input_token_hit_ratio=_ratio(hit_tokens, input_tokens),
+        reuse_skew_block_share=shares,
+        reused_blocks=int((acc.count > 1).sum()),
+        request_reuse_fit=all_fit,
+        lifespan_median_s=float(np.median(reused_life)) if reused_life.size else math.nan,
+        lifespan_p90_s=float(np.quantile(reused_life, 0.9)) if reused_life.size else math.nan,
+        chunk_bytes=int(profile.chunk_bytes(bt0)),
+        state_bytes=int(profile.state_bytes) if profile.is_hybrid else 0,
+        capacity_blocks=cap.capacity_blocks,
+        capacity_states=cap.capacity_states,
+        capacity_bytes=cap.capacity_bytes,
+        capacity_peak_s=peak_s,
+        peak_live_blocks=round(float(cap.live_blocks.max())) if n else 0,
+        by_category=cats,
+        skew_curve=curve,
+        request_reuse=rr,
+        block_reuse_quantiles=bq,
+        lifespans=life,
+        live=_live_per_request(acc, cap),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Output: versioned Parquet tables, summary JSON, figures
+
+
+def _spec(kind: str, fields: list[tuple[str, pa.DataType]]) -> TableSpec:
+    return TableSpec(kind=kind, version=1, schema=pa.schema([pa.field(n, t) for n, t in fields]))
+
+
+_FIT_FIELDS = [
+    ("reuse_n", pa.int64()), ("reuse_mean_s", pa.float64()), ("reuse_rate_per_s", pa.float64()),
+    ("ks_statistic", pa.float64()), ("ks_pvalue", pa.float64()),
+]
+BY_CATEGORY = _spec("characterization.by_category", [
+    ("category", pa.string()), ("requests", pa.int64()), ("block_accesses", pa.int64()),
+    ("block_hits", pa.int64()), ("hashed_tokens", pa.int64()), ("hit_tokens", pa.int64()),
+    ("input_tokens", pa.int64()), ("block_hit_ratio", pa.float64()), ("token_hit_ratio", pa.float64()),
+    ("input_token_hit_ratio", pa.float64()), *_FIT_FIELDS,
+])
+SKEW_CURVE = _spec("characterization.reuse_skew", [("block_share", pa.float64()),
+                                                   ("reuse_share", pa.float64())])
+REQUEST_REUSE = _spec("characterization.request_reuse", [
+    ("request_id", pa.int64()), ("category", pa.string()), ("arrival_s", pa.float64()),
+    ("reuse_time_s", pa.float64()), ("reused_blocks", pa.int64()), ("source_request_id", pa.int64()),
+    ("same_session", pa.bool_()),
+])
+BLOCK_REUSE_QUANTILES = _spec("characterization.block_reuse_quantiles", [
+    ("category", pa.string()), ("n", pa.int64()), ("block_reuse_mean_s", pa.float64()),
+    *[(f"block_reuse_p{round(q * 100)}_s", pa.float64()) for q in _QUANTILES],
+])
+LIFESPANS = _spec("characterization.lifespans", [
+    ("hash_ns", pa.int32()), ("hash_id", pa.int64()), ("category", pa.string()), ("first_s", pa.float64()),
+    ("last_s", pa.float64()), ("lifespan_s", pa.float64()), ("accesses", pa.int64()),
+])
+LIVE = _spec("characterization.live", [
+    ("arrival_s", pa.float64()), ("live_blocks", pa.int64()), ("live_states", pa.int64()),
+    ("live_bytes", pa.float64()),
+])
+
+FIGURES = ("reuse_time_cdf", "lifespan_cdf", "reuse_skew", "hit_ratio_by_category", "live_blocks")
+
+
+def _write_text(path: Path, text: str) -> Path:
+    tmp = atomic_path(path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def characterize(
+    table: pa.Table, profile: ProfileLike, out_dir: str | Path
+) -> tuple[Characterization, list[Path]]:
+    """Analyze `table` for `profile` and write tables, `summary.json` and figures under `out_dir`.
+
+    Returns the result and every path written (tables, JSON, one PNG and one SVG per figure).
+    """
+    res = analyze(table, profile)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    for spec, df, name in (
+        (BY_CATEGORY, res.by_category, "by_category"),
+        (SKEW_CURVE, res.skew_curve, "reuse_skew"),
+        (REQUEST_REUSE, res.request_reuse, "request_reuse"),
+        (BLOCK_REUSE_QUANTILES, res.block_reuse_quantiles, "block_reuse_quantiles"),
+        (LIFESPANS, res.lifespans, "lifespans"),
+        (LIVE, res.live, "live"),
+    ):
+        t = pa.Table.from_pandas(df, preserve_index=False)
+        written.append(write_table(spec, t, out / f"{name}.parquet"))
+    written.append(_write_text(out / "summary.json", json.dumps(res.summary(), indent=2) + "\n"))
+    written.extend(plot_all(res, out))
+    return res, written
+
+
+def plot_all(res: Characterization, out: Path) -> list[Path]:
+    """Draw every figure as PNG and SVG (matplotlib's object API: no pyplot, no global backend)."""
+    from matplotlib.figure import Figure
+
+    paths: list[Path] = []
+    drawers = {
+        "reuse_time_cdf": _plot_reuse_cdf,
+        "lifespan_cdf": _plot_lifespan,
+        "reuse_skew": _plot_skew,
+        "hit_ratio_by_category": _plot_hit_ratio,
+        "live_blocks": _plot_live,
+    }
+    for name in FIGURES:
+        fig = Figure(figsize=(7.5, 4.8), layout="constrained")
+        ax = fig.add_subplot()
+        drawers[name](res, ax)
+        ax.grid(True, alpha=0.3)
+        for ext in ("png", "svg"):
+            path = out / f"{name}.{ext}"
+            tmp = atomic_path(path)
+            try:
+                fig.savefig(tmp, format=ext, dpi=120)
+                os.replace(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
+            paths.append(path)
+    return paths
+
+
+def _empty(ax: Any, what: str) -> None:
+    ax.text(0.5, 0.5, f"no {what} in this trace", ha="center", va="center", transform=ax.transAxes)
+
+
+def _ecdf(x: F64) -> tuple[F64, F64]:
+    xs = np.sort(x)
+    ys = np.arange(1, xs.size + 1) / xs.size
+    if xs.size > 4 * _CURVE_POINTS:  # thin the steps; the shape is unchanged at plot resolution
+        keep = np.unique(np.linspace(0, xs.size - 1, 4 * _CURVE_POINTS).astype(np.int64))
+        xs, ys = xs[keep], ys[keep]
+    return xs, ys
+
+
+def _plot_reuse_cdf(res: Characterization, ax: Any) -> None:
+    rr = res.request_reuse
+    ax.set_title("Request reuse time per category, with exponential (MLE) fit")
+    ax.set_xlabel("reuse time (s): request arrival − arrival of the request it reuses")
+    ax.set_ylabel("CDF (share of reusing requests)")
+    if rr.empty:
+        _empty(ax, "reusing request")
+        return
+    x_max = float(np.quantile(rr["reuse_time_s"], 0.99)) or 1.0
+    grid = np.linspace(0.0, x_max, 400)
+    cats = res.by_category
+    for i, row in enumerate(cats.itertuples()):
+        x = rr.loc[rr["category"] == row.category, "reuse_time_s"].to_numpy()
+        if x.size == 0:
+            continue
+        color = f"C{i % 10}"
+        xs, ys = _ecdf(x)
+        ax.step(xs, ys, where="post", color=color, label=f"{row.category} (n={x.size:,})")
+        fit = fit_exponential(x)
+        if math.isfinite(fit.rate_per_s):
+            p = "n/a" if not math.isfinite(fit.ks_pvalue) else f"{fit.ks_pvalue:.2g}"
+            ax.plot(grid, fit.cdf(grid), "--", color=color, alpha=0.8,
+                    label=f"  fit λ={fit.rate_per_s:.3g}/s, KS D={fit.ks_statistic:.3f}, p={p}")
+    ax.set_xlim(0, x_max)
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=7, loc="lower right")
+
+
+def _plot_lifespan(res: Characterization, ax: Any) -> None:
+    life = res.lifespans
+    reused = life[life["accesses"] > 1]
+    once = 1.0 - len(reused) / len(life) if len(life) else math.nan
+    ax.set_title(f"KV block lifespan (first → last access), reused blocks; {once:.0%} used only once")
+    ax.set_xlabel("lifespan (s, symlog scale)")
+    ax.set_ylabel("CDF (share of reused blocks)")
+    if reused.empty:
+        _empty(ax, "reused block")
+        return
+    for i, cat in enumerate(sorted(reused["category"].unique())):
+        x = reused.loc[reused["category"] == cat, "lifespan_s"].to_numpy()
+        xs, ys = _ecdf(x)
+        ax.step(xs, ys, where="post", color=f"C{i % 10}", label=f"{cat} (n={x.size:,})")
+    xs, ys = _ecdf(reused["lifespan_s"].to_numpy())
+    ax.step(xs, ys, where="post", color="k", lw=2, alpha=0.6, label=f"all (n={len(reused):,})")
+    ax.set_xscale("symlog", linthresh=1.0)
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=8, loc="lower right")
+
+
+def _plot_skew(res: Characterization, ax: Any) -> None:
+    c = res.skew_curve
+    ax.set_title("Reuse skew: share of reuses held by the most-reused blocks")
+    ax.set_xlabel("share of distinct blocks (most reused first)")
+    ax.set_ylabel("share of all reuses (hits)")
+    if c.empty:
+        _empty(ax, "reuse")
+        return
+    ax.plot(c["block_share"], c["reuse_share"], color="C0", label="blocks sorted by reuses")
+    ax.plot([0, 1], [0, 1], ":", color="grey", label="uniform reuse")
+    for lvl, share in res.reuse_skew_block_share.items():
+        ax.plot([share], [lvl], "o", color="C3")
+        ax.annotate(f"{share:.1%} of blocks → {lvl:.0%}", (share, lvl), textcoords="offset points",
+                    xytext=(8, -12), fontsize=8)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.02)
+    ax.legend(loc="lower right", fontsize=8)
+
+
+def _plot_hit_ratio(res: Characterization, ax: Any) -> None:
+    cats = res.by_category
+    names = ["all", *cats["category"].tolist()]
+    block = [res.block_hit_ratio, *cats["block_hit_ratio"].tolist()]
+    token = [res.token_hit_ratio, *cats["token_hit_ratio"].tolist()]
+    x = np.arange(len(names))
+    w = 0.38
+    b1 = ax.bar(x - w / 2, np.nan_to_num(block), w, label="block-weighted", color="C0")
+    b2 = ax.bar(x + w / 2, np.nan_to_num(token), w, label="token-weighted", color="C1")
+    ax.bar_label(b1, fmt="%.2f", fontsize=7)
+    ax.bar_label(b2, fmt="%.2f", fontsize=7)
+    ax.set_xticks(x, names, rotation=20 if len(names) > 5 else 0)
+    ax.set_ylim(0, 1.1)
+    ax.set_title("Ideal (infinite-cache) hit ratio per category")
+    ax.set_xlabel("request category")
+    ax.set_ylabel("hit ratio (hits / accesses)")
+    ax.legend(fontsize=8)
+
+
+def _plot_live(res: Characterization, ax: Any) -> None:
+    live = res.live
+    ax.set_title(f"Live KV (accessed before and again later) for {res.model}; "
+                 f"capacity for the ideal hit ratio {format_bytes(res.capacity_bytes)}", fontsize=10)
+    ax.set_xlabel("arrival time (s)")
+    ax.set_ylabel("live KV (GiB)")
+    if live.empty:
+        _empty(ax, "block")
+        return
+    gib = 2.0**30
+    t = live["arrival_s"].to_numpy()
+    total = live["live_bytes"].to_numpy() / gib
+    ax.plot(t, total, color="C0", lw=1, label="live chunks + states" if res.state_bytes else "live chunks")
+    if res.state_bytes:
+        states = live["live_states"].to_numpy() * res.state_bytes / gib
+        ax.plot(t, states, color="C2", lw=1, label="of which reuse-point states")
+    ax.axhline(res.capacity_bytes / gib, color="C3", ls="--",
+               label=f"capacity needed: {format_bytes(res.capacity_bytes)} "
+                     f"({res.capacity_blocks:,} chunks, {res.capacity_states:,} states)")
+    ax.plot([res.capacity_peak_s], [res.capacity_bytes / gib], "o", color="C3")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8, loc="lower right")
+    sec = ax.secondary_yaxis("right", functions=(lambda y: y * gib / max(res.chunk_bytes, 1),
+                                                 lambda b: b * max(res.chunk_bytes, 1) / gib))
+    sec.set_ylabel("chunks of that size" if not res.state_bytes else "chunk-equivalents")
