@@ -30,6 +30,7 @@ app.add_typer(models_app, name="models")
 
 COMMAND_MODULES: list[str] = [
     "harness.commands.characterize",
+    "harness.commands.trace_io",
 ]
 
 for _name in COMMAND_MODULES:

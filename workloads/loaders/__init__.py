@@ -1,0 +1,40 @@
+"""Trace loaders: one module per format, registered by name in `LOADERS`.
+
+Public entry points (see `pipeline`): `load_requests(path, fmt=None, *, skip_bad=False)` →
+`LoadResult`, `convert_trace(path, out_parquet, fmt=None, *, skip_bad=False)` → `ConvertResult`,
+`detect_format(path)`. Formats: mooncake, qwen-bailian, weka (file or directory), aiperf.
+This package must not import policies, harness or reports.
+"""
+
+from workloads.loaders import aiperf as _aiperf  # noqa: F401  (registers "aiperf")
+from workloads.loaders import mooncake as _mooncake  # noqa: F401
+from workloads.loaders import qwen as _qwen  # noqa: F401
+from workloads.loaders import weka as _weka  # noqa: F401
+from workloads.loaders.base import LOADERS, SkipLog, TraceLoader
+from workloads.loaders.chain import ChainChecker, ChainViolation
+from workloads.loaders.pipeline import (
+    KEYS_DERIVED,
+    KEYS_VERIFIED,
+    ConvertResult,
+    LoadResult,
+    convert_trace,
+    detect_format,
+    load_requests,
+    resolve_format,
+)
+
+__all__ = [
+    "KEYS_DERIVED",
+    "KEYS_VERIFIED",
+    "LOADERS",
+    "ChainChecker",
+    "ChainViolation",
+    "ConvertResult",
+    "LoadResult",
+    "SkipLog",
+    "TraceLoader",
+    "convert_trace",
+    "detect_format",
+    "load_requests",
+    "resolve_format",
+]

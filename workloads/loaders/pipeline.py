@@ -1,0 +1,238 @@
+"""Drives any trace loader: format detection, prefix-chain verification or key derivation,
+optional block-size conversion, arrival-order sorting, loading to memory or streaming to Parquet.
+
+Keys per format: where a format promises prefix chaining (`TraceLoader.chained`: Mooncake,
+Weka, AIPerf) the source ids are kept and the promise is verified as rows stream by; if it is
+broken, the pass is restarted with keys derived from the whole prefix (`workloads.blocks.
+prefix_keys`) for every row, so one table never mixes the two kinds. Formats without the promise
+(Qwen-Bailian) always get derived keys. Rows are sorted by `arrival_s`, stably (file order breaks
+ties). A converted trace already in arrival order streams straight to Parquet; one that is not
+is sorted once more after writing (holding the converted Arrow table, never the text).
+
+This module must not parse any format itself and must not know about tiers or devices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from kvwear.errors import InputError
+from kvwear.tables import TableWriter, read_table, write_table
+from workloads.blocks import convert_block_size, prefix_keys
+from workloads.loaders.base import LOADERS, ProgressFn, SkipLog, TraceLoader, list_parts, make_list
+from workloads.loaders.chain import ChainChecker, ChainViolation
+from workloads.schema import REQUESTS
+
+SNIFF_BYTES = 64 << 10
+DEFAULT_BATCH_ROWS = 65536
+
+KEYS_VERIFIED = "source ids (prefix chaining verified)"
+KEYS_DERIVED = "derived from the whole prefix"
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """A loaded trace: the REQUESTS table sorted by arrival, and how it was read."""
+
+    table: pa.Table
+    format: str
+    skipped_lines: int
+    errors: tuple[InputError, ...]  # the first skipped errors (all of them up to 20)
+    keys: str  # KEYS_VERIFIED or KEYS_DERIVED
+    keys_note: str  # why keys were derived ("" when verified)
+
+
+@dataclass(frozen=True)
+class ConvertResult:
+    """What `convert_trace` wrote."""
+
+    path: Path
+    rows: int
+    format: str
+    skipped_lines: int
+    errors: tuple[InputError, ...]
+    keys: str
+    keys_note: str
+    bytes_read: int
+    resorted: bool  # the input was not in arrival order and was sorted after writing
+    block_tokens: int | None  # the converted block size, None when unchanged
+
+
+def detect_format(path: str | Path) -> str:
+    """The name of the first registered format whose `sniff` accepts the file's first bytes."""
+    p = Path(path)
+    head = b""
+    if not p.is_dir():
+        with open(p, "rb") as fh:
+            head = fh.read(SNIFF_BYTES)
+    for name in LOADERS:
+        if LOADERS.get(name)().sniff(head, p):
+            return name
+    raise InputError(str(p), None, None, "cannot tell the trace format from its first line; pass a "
+                     f"format explicitly (one of: {', '.join(LOADERS.names())})")
+
+
+def _check_path(path: str | Path) -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise InputError(str(p), None, None, "no such file or directory")
+    return p
+
+
+def resolve_format(path: str | Path, fmt: str | None) -> tuple[Path, str]:
+    """(path, format name): `fmt` checked against the registry, or detected."""
+    p = _check_path(path)
+    if fmt is None:
+        return p, detect_format(p)
+    LOADERS.get(fmt)  # unknown name → UnknownNameError listing the valid ones
+    return p, fmt
+
+
+def _derive(batch: pa.RecordBatch) -> pa.RecordBatch:
+    offsets, values = list_parts(batch.column("hash_ids"))
+    keys = prefix_keys(offsets, values)
+    idx = batch.schema.get_field_index("hash_ids")
+    return batch.set_column(idx, batch.schema.field(idx), make_list(offsets, keys))
+
+
+def _stream(
+    loader: TraceLoader,
+    path: Path,
+    *,
+    derive: bool,
+    skip_bad: bool,
+    batch_rows: int,
+    log: SkipLog,
+    progress: ProgressFn | None,
+    block_tokens: int | None,
+) -> Iterator[pa.RecordBatch]:
+    checker = None if derive else ChainChecker()
+    for batch in loader.iter_batches(path, skip_bad=skip_bad, batch_rows=batch_rows, skipped=log,
+                                     progress=progress):
+        if checker is not None:
+            checker.feed(batch)
+        else:
+            batch = _derive(batch)
+        if block_tokens is not None:
+            yield from convert_block_size(batch, block_tokens).to_batches()
+        else:
+            yield batch
+
+
+class _Counter:
+    def __init__(self, outer: ProgressFn | None) -> None:
+        self.n = 0
+        self.outer = outer
+
+    def __call__(self, k: int) -> None:
+        self.n += k
+        if self.outer is not None:
+            self.outer(k)
+
+    def restart(self) -> None:
+        if self.outer is not None and self.n:
+            self.outer(-self.n)
+        self.n = 0
+
+
+def _sorted_by_arrival(table: pa.Table) -> pa.Table:
+    arr = np.asarray(table.column("arrival_s").to_numpy(), dtype=np.float64)
+    if len(arr) < 2 or bool(np.all(arr[1:] >= arr[:-1])):
+        return table
+    return table.take(pa.array(np.argsort(arr, kind="stable")))
+
+
+def load_requests(
+    path: str | Path,
+    fmt: str | None = None,
+    *,
+    skip_bad: bool = False,
+    block_tokens: int | None = None,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    progress: ProgressFn | None = None,
+) -> LoadResult:
+    """Load a trace file (or a directory of Weka files) into a REQUESTS table sorted by arrival.
+
+    `fmt` overrides detection; `skip_bad` drops bad lines (counted, first errors kept) instead
+    of raising `InputError`; `block_tokens` converts to that simulator block size.
+    """
+    p, name = resolve_format(path, fmt)
+    cls = LOADERS.get(name)
+    derive, note = not cls.chained, "" if cls.chained else f"{name} does not promise prefix chaining"
+    counter = _Counter(progress)
+    while True:
+        log = SkipLog()
+        try:
+            batches = list(_stream(cls(), p, derive=derive, skip_bad=skip_bad, batch_rows=batch_rows,
+                                   log=log, progress=counter, block_tokens=block_tokens))
+        except ChainViolation as v:
+            derive, note = True, f"chaining broken: {v}"
+            counter.restart()
+            continue
+        break
+    schema = REQUESTS.with_metadata()
+    table = pa.Table.from_batches(batches, schema=schema) if batches else REQUESTS.empty()
+    return LoadResult(
+        table=_sorted_by_arrival(table),
+        format=name,
+        skipped_lines=log.count,
+        errors=tuple(log.first),
+        keys=KEYS_DERIVED if derive else KEYS_VERIFIED,
+        keys_note=note,
+    )
+
+
+def convert_trace(
+    path: str | Path,
+    out_parquet: str | Path,
+    fmt: str | None = None,
+    *,
+    skip_bad: bool = False,
+    block_tokens: int | None = None,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    progress: ProgressFn | None = None,
+) -> ConvertResult:
+    """Stream a trace into a versioned REQUESTS Parquet file (atomic: nothing is left on error)."""
+    p, name = resolve_format(path, fmt)
+    out = Path(out_parquet)
+    cls = LOADERS.get(name)
+    derive, note = not cls.chained, "" if cls.chained else f"{name} does not promise prefix chaining"
+    counter = _Counter(progress)
+    while True:
+        log = SkipLog()
+        in_order, last = True, -np.inf
+        try:
+            with TableWriter(REQUESTS, out) as writer:
+                for batch in _stream(cls(), p, derive=derive, skip_bad=skip_bad, batch_rows=batch_rows,
+                                     log=log, progress=counter, block_tokens=block_tokens):
+                    arr = np.asarray(batch.column("arrival_s").to_numpy(), dtype=np.float64)
+                    if len(arr):
+                        if arr[0] < last or not bool(np.all(arr[1:] >= arr[:-1])):
+                            in_order = False
+                        last = max(last, float(arr.max()))
+                    writer.write(batch)
+                rows = writer.rows
+        except ChainViolation as v:
+            derive, note = True, f"chaining broken: {v}"
+            counter.restart()
+            continue
+        break
+    if not in_order:
+        write_table(REQUESTS, _sorted_by_arrival(read_table(REQUESTS, out)), out)
+    return ConvertResult(
+        path=out,
+        rows=rows,
+        format=name,
+        skipped_lines=log.count,
+        errors=tuple(log.first),
+        keys=KEYS_DERIVED if derive else KEYS_VERIFIED,
+        keys_note=note,
+        bytes_read=counter.n,
+        resorted=not in_order,
+        block_tokens=block_tokens,
+    )
