@@ -1,0 +1,375 @@
+"""Sweeps: grids of traces × models × capacities × policies × hyperparameters, run on a local
+process pool or a Dask distributed cluster, with a results store that makes them resumable.
+
+A sweep file is TOML: a `[base]` table is a run config (harness.config), a `[grid]` table names
+the axes, e.g.
+
+    [base]
+    name = "fig7"
+    [base.workload]
+    generator = "multi-round"
+    params = {sessions = 40, turns = 20}
+    [grid]
+    models = ["kimi-k3", "qwen3.5-27b"]
+    capacities = [{dram = "8GB", ssd = "64GB"}, {dram = "16GB", ssd = "56GB"}]
+    policies = ["lru", "gandalf:gamma=[0,1,4,16,64]", "lru-k:k=[1,2,4,8]"]
+    traces = ["../shared/traces/mooncake/conversation_trace.jsonl"]     # optional
+    [sweep]
+    replay = true                 # replay each point's plan on base.device (default: sim)
+    drive_resource = ""           # Dask worker resource a replay point needs, e.g. "nvme0"
+
+Each point is one resolved RunConfig with one policy; its key is a hash of that config. The
+store (SWEEP/results/KEY.parquet, SWEEP/errors/KEY.json) is written by the worker that ran the
+point, atomically and under the key's own name: a retried point overwrites its own file, so a
+worker that dies mid-task cannot leave a duplicate row, and a finished point is never run again.
+This module plans and schedules; the work of one point is `harness.run.run_point`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import re
+import time
+import tomllib
+import traceback
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from harness.config import RunConfig, config_from_mapping
+from harness.rundir import write_json
+from kvwear.errors import InputError
+
+SWEEP_VERSION = 1
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    key: str
+    config: RunConfig
+    axes: Mapping[str, Any] = field(default_factory=dict)     # the axis values that made this point
+    resource: str = ""                                        # Dask worker resource it needs ("" = any)
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    name: str
+    points: tuple[SweepPoint, ...]
+    replay: bool
+
+
+# -- grid expansion -------------------------------------------------------------------------
+
+_GRID_KEYS = {"traces", "models", "capacities", "policies", "dram", "ssd"}
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas that are not inside brackets: 'a=[1,2],b=3' → ['a=[1,2]', 'b=3']."""
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if cur:
+        out.append("".join(cur))
+    return [s.strip() for s in out if s.strip()]
+
+
+def expand_policy(spec: str) -> list[str]:
+    """'gandalf:gamma=[0,8],mu0=1' → ['gandalf:gamma=0,mu0=1', 'gandalf:gamma=8,mu0=1'].
+
+    A value `a..b` (integers) expands to every integer from a to b inclusive.
+    """
+    name, _, params = spec.partition(":")
+    if not params:
+        return [name]
+    axes: list[tuple[str, list[str]]] = []
+    for part in _split_top(params):
+        key, eq, value = part.partition("=")
+        if not eq:
+            raise ValueError(f"policy spec {spec!r}: expected key=value, got {part!r}")
+        value = value.strip()
+        if value.startswith("[") and value.endswith("]"):
+            values = [v.strip() for v in value[1:-1].split(",") if v.strip()]
+        elif m := re.fullmatch(r"(-?\d+)\.\.(-?\d+)", value):
+            values = [str(v) for v in range(int(m.group(1)), int(m.group(2)) + 1)]
+        else:
+            values = [value]
+        if not values:
+            raise ValueError(f"policy spec {spec!r}: empty value list for {key!r}")
+        axes.append((key.strip(), values))
+    return [
+        name + ":" + ",".join(f"{k}={v}" for (k, _), v in zip(axes, combo, strict=True))
+        for combo in itertools.product(*(vals for _, vals in axes))
+    ]
+
+
+def point_key(cfg: RunConfig) -> str:
+    """Hash of the resolved config, without its name (the name does not change results)."""
+    d = cfg.to_dict()
+    d.pop("name", None)
+    return hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:20]
+
+
+def plan_sweep(data: Mapping[str, Any], source: str = "<sweep>") -> SweepPlan:
+    """Expand a sweep mapping (as read from TOML) into points."""
+    unknown = set(data) - {"base", "grid", "sweep"}
+    if unknown:
+        raise InputError(source, None, sorted(unknown)[0], "unknown table; valid: base, grid, sweep")
+    base_d = dict(data.get("base", {}))
+    grid = dict(data.get("grid", {}))
+    opts = dict(data.get("sweep", {}))
+    for k in grid:
+        if k not in _GRID_KEYS:
+            raise InputError(source, None, f"grid.{k}", f"unknown axis; valid: {', '.join(sorted(_GRID_KEYS))}")
+    for k in opts:
+        if k not in {"replay", "drive_resource"}:
+            raise InputError(source, None, f"sweep.{k}", "unknown option; valid: drive_resource, replay")
+    base = config_from_mapping(base_d, source)
+
+    def axis(name: str, default: list[Any]) -> list[Any]:
+        v = grid.get(name, default)
+        if not isinstance(v, list) or not v:
+            raise InputError(source, None, f"grid.{name}", "expected a non-empty list")
+        return v
+
+    traces = axis("traces", [base.workload.trace])
+    models = axis("models", [base.model])
+    if "capacities" in grid:
+        caps = axis("capacities", [])
+        for c in caps:
+            if not isinstance(c, Mapping) or set(c) - {"dram", "ssd", "hbm"}:
+                raise InputError(source, None, "grid.capacities", f"expected {{dram=…, ssd=…}}, got {c!r}")
+    else:
+        caps = [{"dram": d, "ssd": s} for d, s in itertools.product(
+            axis("dram", [base.tiers.dram_bytes]), axis("ssd", [base.tiers.ssd_bytes]))]
+    try:
+        policies = [p for spec in axis("policies", list(base.policies)) for p in expand_policy(str(spec))]
+    except ValueError as exc:
+        raise InputError(source, None, "grid.policies", str(exc)) from None
+    replay = bool(opts.get("replay", False))
+    resource = str(opts.get("drive_resource", ""))
+
+    points: list[SweepPoint] = []
+    seen: set[str] = set()
+    for trace, model, cap, pol in itertools.product(traces, models, caps, policies):
+        d = base.to_dict()
+        d["model"] = model
+        d["policies"] = [pol]
+        d["workload"]["trace"] = trace
+        d["tiers"].update({"dram_bytes": cap.get("dram", d["tiers"]["dram_bytes"]),
+                           "ssd_bytes": cap.get("ssd", d["tiers"]["ssd_bytes"])})
+        if "hbm" in cap:
+            d["tiers"]["hbm_bytes"] = cap["hbm"]
+        cfg = config_from_mapping(d, source)
+        key = point_key(cfg)
+        if key in seen:
+            continue
+        seen.add(key)
+        axes = {"trace": trace, "model": model, "dram_bytes": cfg.tiers.dram_bytes,
+                "ssd_bytes": cfg.tiers.ssd_bytes, "policy": pol}
+        needs_drive = replay and resource and cfg.device.kind in {"block", "file", "qemu", "femu"}
+        points.append(SweepPoint(key=key, config=cfg, axes=axes, resource=resource if needs_drive else ""))
+    return SweepPlan(name=base.name, points=tuple(points), replay=replay)
+
+
+def load_sweep(path: str | Path) -> SweepPlan:
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise InputError(str(p), None, None, "sweep file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"at line (\d+)", str(exc))
+        raise InputError(str(p), int(m.group(1)) if m else None, None, f"invalid TOML: {exc}") from None
+    return plan_sweep(data, str(p))
+
+
+# -- results store --------------------------------------------------------------------------
+
+class ResultsStore:
+    """SWEEP/results/KEY.parquet (one row per finished point) and SWEEP/errors/KEY.json."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.results = self.root / "results"
+        self.errors = self.root / "errors"
+
+    def done_keys(self) -> set[str]:
+        return {p.stem for p in self.results.glob("*.parquet")} if self.results.is_dir() else set()
+
+    def failed_keys(self) -> set[str]:
+        return {p.stem for p in self.errors.glob("*.json")} if self.errors.is_dir() else set()
+
+    def write_result(self, key: str, row: Mapping[str, Any]) -> Path:
+        self.results.mkdir(parents=True, exist_ok=True)
+        path = self.results / f"{key}.parquet"
+        tmp = self.results / f".{key}.partial-{os.getpid()}-{time.monotonic_ns()}"
+        pq.write_table(pa.Table.from_pylist([{"point_key": key, **row}]), tmp)
+        os.replace(tmp, path)
+        (self.errors / f"{key}.json").unlink(missing_ok=True)
+        return path
+
+    def write_error(self, key: str, axes: Mapping[str, Any], error: str) -> None:
+        write_json(self.errors / f"{key}.json", {"point_key": key, "axes": dict(axes), "error": error})
+
+    def read(self) -> pd.DataFrame:
+        """All finished points, one row each (deduplicated by key, whatever happened on disk)."""
+        files = sorted(self.results.glob("*.parquet")) if self.results.is_dir() else []
+        if not files:
+            return pd.DataFrame()
+        df = pd.concat([pq.read_table(f).to_pandas() for f in files], ignore_index=True)
+        return df.drop_duplicates("point_key", keep="last").reset_index(drop=True)
+
+    def read_errors(self) -> list[dict[str, Any]]:
+        if not self.errors.is_dir():
+            return []
+        return [json.loads(p.read_text()) for p in sorted(self.errors.glob("*.json"))]
+
+
+def execute_point(point: SweepPoint, store_root: str, replay: bool) -> tuple[str, bool, str]:
+    """Run one point and store its row or its error. Runs on a worker; never raises."""
+    from harness.run import run_point  # imported here: workers import the pipeline lazily
+
+    store = ResultsStore(store_root)
+    try:
+        row = run_point(point.config, Path(store_root) / "points" / point.key, replay=replay)
+        store.write_result(point.key, {**{f"axis_{k}": v for k, v in point.axes.items()}, **row})
+        return point.key, True, ""
+    except Exception as exc:  # a failing point is recorded and does not stop the sweep
+        msg = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}"
+        store.write_error(point.key, point.axes, msg)
+        return point.key, False, msg
+
+
+# -- scheduling -----------------------------------------------------------------------------
+
+@dataclass
+class SweepProgress:
+    total: int
+    skipped: int = 0
+    done: int = 0
+    failed: int = 0
+    running: int = 0
+    started_s: float = field(default_factory=time.monotonic)
+
+    def eta_s(self) -> float | None:
+        finished = self.done + self.failed
+        if finished == 0:
+            return None
+        rate = finished / max(time.monotonic() - self.started_s, 1e-9)
+        return (self.total - self.skipped - finished) / rate
+
+
+ProgressCallback = Callable[[SweepProgress], None]
+
+
+def run_sweep(
+    plan: SweepPlan,
+    root: str | Path,
+    *,
+    jobs: int = 1,
+    scheduler: str | None = None,
+    client: Any = None,
+    on_progress: ProgressCallback | None = None,
+    retry_failed: bool = False,
+) -> SweepProgress:
+    """Run every point not yet in the store; return the final counts.
+
+    `scheduler` ("tcp://host:port") or `client` (a distributed.Client) runs on Dask; otherwise a
+    local process pool with `jobs` workers (jobs=1 runs in this process).
+    """
+    store = ResultsStore(root)
+    store.root.mkdir(parents=True, exist_ok=True)
+    write_json(store.root / "sweep.json", {"sweep_version": SWEEP_VERSION, "name": plan.name,
+                                          "replay": plan.replay, "points": len(plan.points)})
+    write_json(store.root / "points.json", [{"key": p.key, "axes": dict(p.axes)} for p in plan.points])
+    done = store.done_keys()
+    failed = store.failed_keys()
+    todo = [p for p in plan.points if p.key not in done and (retry_failed or p.key not in failed)]
+    progress = SweepProgress(total=len(plan.points), skipped=len(plan.points) - len(todo))
+    report = on_progress or (lambda _p: None)
+    report(progress)
+    if not todo:
+        return progress
+    if scheduler or client is not None:
+        _run_dask(todo, str(store.root), plan.replay, scheduler, client, progress, report)
+    elif jobs <= 1:
+        for p in todo:
+            progress.running = 1
+            report(progress)
+            _, ok, _ = execute_point(p, str(store.root), plan.replay)
+            progress.running = 0
+            progress.done += ok
+            progress.failed += not ok
+            report(progress)
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            pending: set[Future[tuple[str, bool, str]]] = {
+                pool.submit(execute_point, p, str(store.root), plan.replay) for p in todo}
+            while pending:
+                progress.running = min(jobs, len(pending))
+                report(progress)
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for f in finished:
+                    _, ok, _ = f.result()
+                    progress.done += ok
+                    progress.failed += not ok
+            progress.running = 0
+            report(progress)
+    return progress
+
+
+def _run_dask(todo: Sequence[SweepPoint], root: str, replay: bool, scheduler: str | None, client: Any,
+              progress: SweepProgress, report: ProgressCallback) -> None:
+    from distributed import Client, as_completed
+
+    own = client is None
+    c = client if client is not None else Client(scheduler)
+    try:
+        futures = []
+        for p in todo:
+            # Replay points on a real drive carry the drive's resource so only its owner runs them.
+            resources = {p.resource: 1} if p.resource else None
+            futures.append(c.submit(execute_point, p, root, replay, key=f"kvwear-point-{p.key}", pure=False,
+                                    resources=resources, retries=2))
+        progress.running = len(futures)
+        report(progress)
+        for fut in as_completed(futures):
+            _, ok, _ = fut.result()
+            progress.done += ok
+            progress.failed += not ok
+            progress.running -= 1
+            report(progress)
+    finally:
+        if own:
+            c.close()
+
+
+def sweep_points_table(root: str | Path) -> pd.DataFrame:
+    """Every planned point with its status (done / failed / pending)."""
+    store = ResultsStore(root)
+    points = json.loads((store.root / "points.json").read_text())
+    done, failed = store.done_keys(), store.failed_keys()
+    rows: Iterable[dict[str, Any]] = (
+        {"point_key": p["key"], **p["axes"],
+         "status": "done" if p["key"] in done else "failed" if p["key"] in failed else "pending"}
+        for p in points)
+    return pd.DataFrame(list(rows))
