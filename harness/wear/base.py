@@ -26,6 +26,8 @@ class WearSample:
     data_units_written: int | None = None
     host_write_commands: int | None = None
     raw: str = ""                             # the tool's own output (text, or hex of binary)
+    supported: bool = True                    # False: the device/tool refused this source
+    note: str = ""                            # why unsupported (the tool's message), or a caveat
 
 
 # A runner takes argv and returns stdout bytes; it raises on failure.

@@ -1,0 +1,89 @@
+"""The NVMe Flexible Data Placement statistics log (Log Identifier 22h, per endurance group):
+three 16-byte little-endian byte counters, then 16 reserved bytes (64 bytes in all; NVMe 2.0
+TP4146, libnvme `struct nvme_fdp_stats_log`):
+
+| offset | field                                          |
+|--------|------------------------------------------------|
+| 0      | HBMW: host bytes with metadata written          |
+| 16     | MBMW: media bytes with metadata written         |
+| 32     | MBE: media bytes erased                         |
+
+Inputs: `nvme fdp stats DEV --endgrp-id=N -o json` (`{"hbmw": ..., "mbmw": ..., "mbe": ...}`,
+128-bit values as numbers or decimal strings) and `-o binary` (the 64 bytes). The counters include
+metadata bytes, so on a namespace formatted with metadata they exceed the data bytes. Drives
+without FDP refuse the log; the reader reports that as unavailable.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+
+from harness.wear._decode import (
+    ReaderUnavailable,
+    hexdump,
+    json_uint,
+    le_uint,
+    load_json,
+    need_length,
+    need_object,
+    refusal_from_error,
+)
+from harness.wear.base import READERS, CommandRunner, WearReader, WearSample
+
+FDP_STATS_BYTES = 64
+
+
+@dataclass(frozen=True)
+class FdpStats:
+    host_bytes_with_metadata_written: int
+    media_bytes_with_metadata_written: int
+    media_bytes_erased: int
+
+    @property
+    def waf(self) -> float | None:
+        h = self.host_bytes_with_metadata_written
+        return self.media_bytes_with_metadata_written / h if h else None
+
+
+def parse_fdp_stats_binary(data: bytes, source: str = "nvme fdp stats -o binary") -> FdpStats:
+    need_length(data, FDP_STATS_BYTES, source, "FDP statistics log")
+    return FdpStats(le_uint(data, 0, 16), le_uint(data, 16, 16), le_uint(data, 32, 16))
+
+
+def parse_fdp_stats_json(text: str | bytes, source: str = "nvme fdp stats -o json") -> FdpStats:
+    obj = need_object(load_json(text, source), source)
+    return FdpStats(json_uint(obj, "hbmw", source) or 0, json_uint(obj, "mbmw", source) or 0,
+                    json_uint(obj, "mbe", source) or 0)
+
+
+def sample_from_fdp(stats: FdpStats, raw: str) -> WearSample:
+    return WearSample(source="fdp", host_bytes_written=stats.host_bytes_with_metadata_written,
+                      nand_bytes_written=stats.media_bytes_with_metadata_written, raw=raw,
+                      note=f"media bytes erased {stats.media_bytes_erased}; counters include metadata")
+
+
+def fdp_argv(device_path: str, endgrp_id: int, fmt: str) -> list[str]:
+    return ["nvme", "fdp", "stats", device_path, f"--endgrp-id={endgrp_id}", "-o", fmt]
+
+
+def fdp_reader(endgrp_id: int = 1, binary: bool = False) -> WearReader:
+    """The `fdp` reader for endurance group `endgrp_id` (Identify Namespace ENDGID; 1 on
+    single-group drives)."""
+
+    def read(device_path: str, runner: CommandRunner) -> WearSample:
+        argv = fdp_argv(device_path, endgrp_id, "binary" if binary else "json")
+        src = " ".join(argv)
+        try:
+            out = runner(argv)
+        except subprocess.CalledProcessError as exc:
+            r = refusal_from_error(exc, src)
+            raise ReaderUnavailable(f"{src}: {r.reason}: {r.message}") from None
+        if binary:
+            return sample_from_fdp(parse_fdp_stats_binary(out, src), hexdump(out))
+        return sample_from_fdp(parse_fdp_stats_json(out, src), out.decode(errors="replace"))
+
+    return read
+
+
+READERS.add("fdp", fdp_reader())
