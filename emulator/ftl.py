@@ -1,0 +1,664 @@
+"""The embedded FTL emulator: a page-mapped flash translation layer with garbage collection.
+
+What it models: a NAND device of `lines` erase units ("lines"), each `blocks_per_line` blocks of
+`pages_per_block` pages. A line is what GC reclaims and erases as one unit: one block on every
+LUN in FEMU's black-box FTL (`FtlConfig.femu`), a single block in the plain block-level mode
+(`FtlConfig.block_level`, `blocks_per_line = 1`). Host writes fill the current line page by page
+(FEMU stripes a line's pages across channels/LUNs; the order inside a line does not change which
+pages are valid, so only the line's valid count is tracked). Logical pages map to physical pages
+(l2p) and back (p2l).
+
+Two GC trigger modes:
+- `line` (FEMU): before each write *request*, forced GC (victim rule ignored) runs while free lines
+  ≤ `gc_thres_lines_high`; after each request (any kind), one background GC runs if free lines ≤
+  `gc_thres_lines` and the victim has ≥ `min_invalid_pages` invalid pages (FEMU: pages/line ÷ 8).
+  A line is closed, and the next free line taken, as soon as its last page is written (FEMU
+  advances its write pointer right after programming), so free-line counts match FEMU's.
+- `block`: on demand, before each host page: GC while free lines ≤ `reserve_lines`.
+
+Victim selection: `greedy` (fewest valid pages; O(1) through per-valid-count buckets),
+`cost-benefit` (max age·(1−u)/(2u), age in line closes — a logical clock), `fifo` (oldest closed
+line). Lines with every page valid are never victims (FEMU keeps them off its victim queue). GC
+copies go to the host write pointer (FEMU's single write pointer) unless `separate_gc_line`.
+
+Counters: host pages written, GC-copied pages, line and block erases, WAF = (host + GC) / host,
+erase count per block, host read pages, trimmed pages; per interval of `interval_host_pages`.
+
+This module must not read files, time anything or know about block_ops tables: it takes page
+numbers (numpy arrays). The hot loop is one numba-jitted kernel (`cache=True`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+import numba
+import numpy as np
+
+from kvwear.errors import KvwearError
+
+GcMode = Literal["line", "block"]
+Victim = Literal["greedy", "cost-benefit", "fifo"]
+VICTIMS: tuple[str, ...] = ("greedy", "cost-benefit", "fifo")
+
+# op codes of `Ftl.apply_ops` (the sim backend maps block_ops' op column onto these)
+OP_WRITE = 0
+OP_READ = 1
+OP_TRIM = 2
+
+# scalar-state slots (one int64 array, so the kernel keeps everything in registers/arrays)
+_FREE_HEAD, _FREE_TAIL, _FREE_CNT = 0, 1, 2
+_HOST_LINE, _HOST_OFF, _GC_LINE, _GC_OFF = 3, 4, 5, 6
+_HOST_PAGES, _GC_PAGES, _LINE_ERASES, _CLOSE_SEQ = 7, 8, 9, 10
+_READ_PAGES, _UNMAPPED_READS, _TRIM_PAGES, _GC_RUNS, _FORCED_GC_RUNS = 11, 12, 13, 14, 15
+_ERR_REQ = 16
+_NSCALARS = 17
+
+# params slots
+_P_PPL, _P_LINES, _P_NLPN, _P_MODE, _P_BG, _P_HIGH, _P_MININV, _P_VICTIM, _P_RESERVE = range(9)
+_P_SEPGC, _P_TRIM = 9, 10
+_NPARAMS = 11
+
+# line states
+_FREE, _OPEN, _CLOSED, _VICTIM = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class FtlConfig:
+    """Geometry and GC rules of one emulated drive. Use `femu(...)` or `block_level(...)`."""
+
+    page_bytes: int
+    pages_per_block: int
+    blocks_per_line: int
+    lines: int
+    exposed_pages: int
+    gc_mode: GcMode = "block"
+    victim: Victim = "greedy"
+    gc_thres_lines: int = 0            # line mode: background GC while free lines ≤ this
+    gc_thres_lines_high: int = 0       # line mode: forced GC before a write while free ≤ this
+    min_invalid_pages: int = 0         # line mode: background victim needs ≥ this many invalid
+    reserve_lines: int = 2             # block mode: GC before a host page while free ≤ this
+    separate_gc_line: bool = False     # GC copies to their own open line (else FEMU's shared one)
+    honor_trim: bool = True            # FEMU's bbssd ignored DSM in older releases: set False
+    interval_host_pages: int = 0       # per-interval counters every N host pages (0: none)
+    description: str = ""
+    femu_params: dict[str, int] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("page_bytes", "pages_per_block", "blocks_per_line", "lines", "exposed_pages"):
+            if getattr(self, name) <= 0:
+                raise KvwearError(f"FtlConfig.{name} must be > 0, got {getattr(self, name)}")
+        if self.gc_mode not in ("line", "block"):
+            raise KvwearError(f"FtlConfig.gc_mode must be 'line' or 'block', got {self.gc_mode!r}")
+        if self.victim not in VICTIMS:
+            raise KvwearError(f"FtlConfig.victim {self.victim!r}; valid: {', '.join(VICTIMS)}")
+        open_lines = 2 if self.separate_gc_line else 1
+        if self.exposed_pages > (self.lines - open_lines) * self.pages_per_line:
+            raise KvwearError(
+                f"exposed capacity {self.exposed_pages} pages does not fit in {self.lines} lines of "
+                f"{self.pages_per_line} pages minus {open_lines} open line(s)"
+            )
+        if self.gc_mode == "block" and self.reserve_lines < 1:
+            raise KvwearError("FtlConfig.reserve_lines must be ≥ 1 in block mode (GC needs a free line)")
+
+    @property
+    def pages_per_line(self) -> int:
+        return self.pages_per_block * self.blocks_per_line
+
+    @property
+    def raw_pages(self) -> int:
+        return self.lines * self.pages_per_line
+
+    @property
+    def raw_bytes(self) -> int:
+        return self.raw_pages * self.page_bytes
+
+    @property
+    def exposed_bytes(self) -> int:
+        return self.exposed_pages * self.page_bytes
+
+    @property
+    def blocks(self) -> int:
+        return self.lines * self.blocks_per_line
+
+    @classmethod
+    def femu(
+        cls,
+        devsz_mb: int,
+        secsz: int = 512,
+        secs_per_pg: int = 8,
+        pgs_per_blk: int = 256,
+        blks_per_pl: int = 256,
+        pls_per_lun: int = 1,
+        luns_per_ch: int = 8,
+        nchs: int = 8,
+        gc_thres_pcent: int = 75,
+        gc_thres_pcent_high: int = 95,
+        *,
+        victim: Victim = "greedy",
+        honor_trim: bool = True,
+        interval_host_pages: int = 0,
+    ) -> FtlConfig:
+        """FEMU's black-box SSD from its `-device femu,...` parameters.
+
+        A line is one block on every plane of every LUN (nchs·luns_per_ch·pls_per_lun blocks); there
+        are `blks_per_pl` lines. Thresholds are computed as FEMU does, in C doubles truncated to int:
+        lines·(1 − pcent/100)."""
+        page_bytes = secsz * secs_per_pg
+        blocks_per_line = nchs * luns_per_ch * pls_per_lun
+        lines = blks_per_pl
+        exposed = devsz_mb * 2**20
+        if exposed % page_bytes:
+            raise KvwearError(f"devsz_mb={devsz_mb} is not a whole number of {page_bytes}-byte pages")
+        ppl = pgs_per_blk * blocks_per_line
+        return cls(
+            page_bytes=page_bytes,
+            pages_per_block=pgs_per_blk,
+            blocks_per_line=blocks_per_line,
+            lines=lines,
+            exposed_pages=exposed // page_bytes,
+            gc_mode="line",
+            victim=victim,
+            gc_thres_lines=int((1 - gc_thres_pcent / 100.0) * lines),
+            gc_thres_lines_high=int((1 - gc_thres_pcent_high / 100.0) * lines),
+            min_invalid_pages=ppl // 8,
+            separate_gc_line=False,
+            honor_trim=honor_trim,
+            interval_host_pages=interval_host_pages,
+            description=(
+                f"femu devsz_mb={devsz_mb} {nchs}ch×{luns_per_ch}lun×{pls_per_lun}pl, {lines} lines of "
+                f"{ppl} pages, gc {gc_thres_pcent}/{gc_thres_pcent_high}%"
+            ),
+            femu_params=dict(
+                devsz_mb=devsz_mb, secsz=secsz, secs_per_pg=secs_per_pg, pgs_per_blk=pgs_per_blk,
+                blks_per_pl=blks_per_pl, pls_per_lun=pls_per_lun, luns_per_ch=luns_per_ch, nchs=nchs,
+                gc_thres_pcent=gc_thres_pcent, gc_thres_pcent_high=gc_thres_pcent_high,
+            ),
+        )
+
+    @classmethod
+    def block_level(
+        cls,
+        exposed_bytes: int,
+        op_ratio: float,
+        *,
+        page_bytes: int = 4096,
+        pages_per_block: int = 64,
+        reserve_lines: int = 2,
+        victim: Victim = "greedy",
+        separate_gc_line: bool = False,
+        honor_trim: bool = True,
+        interval_host_pages: int = 0,
+    ) -> FtlConfig:
+        """A plain block-level FTL with over-provisioning ρ = `op_ratio`.
+
+        The space GC can use is ⌈exposed·(1+ρ)⌉ rounded up to whole blocks; the GC reserve
+        (`reserve_lines` free blocks) and the open block(s) are added on top, so the analytical
+        model's α = 1 + ρ describes this drive (see harness.estimate.effective_alpha)."""
+        if op_ratio < 0:
+            raise KvwearError(f"op_ratio must be ≥ 0, got {op_ratio}")
+        exposed_pages = -(-exposed_bytes // page_bytes)
+        data_blocks = math.ceil(exposed_pages * (1.0 + op_ratio) / pages_per_block - 1e-9)
+        open_lines = 2 if separate_gc_line else 1
+        return cls(
+            page_bytes=page_bytes,
+            pages_per_block=pages_per_block,
+            blocks_per_line=1,
+            lines=data_blocks + reserve_lines + open_lines,
+            exposed_pages=exposed_pages,
+            gc_mode="block",
+            victim=victim,
+            reserve_lines=reserve_lines,
+            separate_gc_line=separate_gc_line,
+            honor_trim=honor_trim,
+            interval_host_pages=interval_host_pages,
+            description=f"block-level ρ={op_ratio:g}, {data_blocks} data blocks of {pages_per_block} pages",
+        )
+
+    def with_(self, **changes: object) -> FtlConfig:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class FtlCounters:
+    """Cumulative counters. WAF = (host + GC pages) / host pages (1.0 before any write)."""
+
+    page_bytes: int
+    host_pages: int
+    gc_pages: int
+    line_erases: int
+    block_erases: int
+    read_pages: int
+    unmapped_read_pages: int
+    trim_pages: int
+    gc_runs: int
+    forced_gc_runs: int
+    free_lines: int
+    valid_pages: int
+
+    @property
+    def nand_pages(self) -> int:
+        return self.host_pages + self.gc_pages
+
+    @property
+    def host_bytes(self) -> int:
+        return self.host_pages * self.page_bytes
+
+    @property
+    def nand_bytes(self) -> int:
+        return self.nand_pages * self.page_bytes
+
+    @property
+    def waf(self) -> float:
+        return self.nand_pages / self.host_pages if self.host_pages else 1.0
+
+    def minus(self, before: FtlCounters) -> FtlCounters:
+        """Delta between two snapshots (free_lines/valid_pages keep this snapshot's values)."""
+        return FtlCounters(
+            page_bytes=self.page_bytes,
+            host_pages=self.host_pages - before.host_pages,
+            gc_pages=self.gc_pages - before.gc_pages,
+            line_erases=self.line_erases - before.line_erases,
+            block_erases=self.block_erases - before.block_erases,
+            read_pages=self.read_pages - before.read_pages,
+            unmapped_read_pages=self.unmapped_read_pages - before.unmapped_read_pages,
+            trim_pages=self.trim_pages - before.trim_pages,
+            gc_runs=self.gc_runs - before.gc_runs,
+            forced_gc_runs=self.forced_gc_runs - before.forced_gc_runs,
+            free_lines=self.free_lines,
+            valid_pages=self.valid_pages,
+        )
+
+
+@dataclass(frozen=True)
+class FtlIntervals:
+    """Counter snapshots taken every `interval_host_pages` host pages (cumulative values)."""
+
+    host_pages: np.ndarray
+    gc_pages: np.ndarray
+    line_erases: np.ndarray
+
+    @property
+    def interval_waf(self) -> np.ndarray:
+        """WAF inside each interval (NaN where no host page was written)."""
+        dh = np.diff(self.host_pages, prepend=0).astype(np.float64)
+        dg = np.diff(self.gc_pages, prepend=0).astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(dh > 0, (dh + dg) / dh, np.nan)
+
+
+# ----------------------------------------------------------------------------------------------
+# the jitted kernel
+
+
+@numba.njit(cache=True, inline="always")
+def _bucket_remove(line, v, head, nxt, prv):
+    p = prv[line]
+    n = nxt[line]
+    if p >= 0:
+        nxt[p] = n
+    else:
+        head[v] = n
+    if n >= 0:
+        prv[n] = p
+
+
+@numba.njit(cache=True, inline="always")
+def _bucket_insert(line, v, head, nxt, prv):
+    h = head[v]
+    nxt[line] = h
+    prv[line] = -1
+    if h >= 0:
+        prv[h] = line
+    head[v] = line
+
+
+@numba.njit(cache=True)
+def _invalidate(ppn, p2l, vpc, lstate, head, nxt, prv, ppl):
+    line = ppn // ppl
+    p2l[ppn] = -1
+    v = vpc[line]
+    if lstate[line] == _CLOSED:
+        _bucket_remove(line, v, head, nxt, prv)
+        _bucket_insert(line, v - 1, head, nxt, prv)
+    vpc[line] = v - 1
+
+
+@numba.njit(cache=True)
+def _take_free(sc, free_ring, lstate, n_lines):
+    if sc[_FREE_CNT] == 0:
+        return -1
+    line = free_ring[sc[_FREE_HEAD]]
+    sc[_FREE_HEAD] = (sc[_FREE_HEAD] + 1) % (n_lines + 1)
+    sc[_FREE_CNT] -= 1
+    lstate[line] = _OPEN
+    return line
+
+
+@numba.njit(cache=True)
+def _place(lpn, is_gc, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring, pr):
+    """Program `lpn` at the write pointer; close the line when full. Returns False if no line."""
+    ppl = pr[_P_PPL]
+    n_lines = pr[_P_LINES]
+    li = _GC_LINE if (is_gc and pr[_P_SEPGC] == 1) else _HOST_LINE
+    oi = li + 1
+    line = sc[li]
+    if line < 0:
+        line = _take_free(sc, free_ring, lstate, n_lines)
+        if line < 0:
+            return False
+        sc[li] = line
+        sc[oi] = 0
+    old = l2p[lpn]
+    if old >= 0:
+        _invalidate(old, p2l, vpc, lstate, head, nxt, prv, ppl)
+    ppn = line * ppl + sc[oi]
+    p2l[ppn] = lpn
+    l2p[lpn] = ppn
+    vpc[line] += 1
+    sc[oi] += 1
+    if sc[oi] == ppl:
+        # line full: close it (FEMU: full line list if all valid, else victim queue) and take the
+        # next free line right away, as FEMU's write-pointer advance does
+        lstate[line] = _CLOSED
+        close_seq[line] = sc[_CLOSE_SEQ]
+        sc[_CLOSE_SEQ] += 1
+        _bucket_insert(line, vpc[line], head, nxt, prv)
+        sc[li] = _take_free(sc, free_ring, lstate, n_lines)
+        sc[oi] = 0
+    return True
+
+
+@numba.njit(cache=True)
+def _select_victim(sc, vpc, lstate, head, close_seq, pr):
+    ppl = pr[_P_PPL]
+    policy = pr[_P_VICTIM]
+    if policy == 0:
+        for v in range(ppl):  # a fully valid line (bucket ppl) is never a victim
+            if head[v] >= 0:
+                return head[v]
+        return -1
+    best = -1
+    n_lines = pr[_P_LINES]
+    if policy == 2:  # fifo: oldest close
+        best_seq = np.int64(1) << 62
+        for line in range(n_lines):
+            if lstate[line] == _CLOSED and vpc[line] < ppl and close_seq[line] < best_seq:
+                best_seq = close_seq[line]
+                best = line
+        return best
+    # cost-benefit: maximise age·(ppl−v)/(2v); compared cross-multiplied to stay in integers
+    now = sc[_CLOSE_SEQ]
+    b_age = 0
+    b_inv = 0
+    b_val = 1
+    for line in range(n_lines):
+        if lstate[line] != _CLOSED or vpc[line] >= ppl:
+            continue
+        val = vpc[line]
+        inv = ppl - val
+        age = now - close_seq[line]
+        if val == 0:
+            if best < 0 or b_val != 0:
+                best = line
+                b_age = age
+                b_inv = inv
+                b_val = 0
+            continue
+        if b_val == 0 and best >= 0:
+            continue
+        # age·inv/val > b_age·b_inv/b_val, in float to avoid overflow of the triple product
+        if best < 0 or float(age) * inv * b_val > float(b_age) * b_inv * val:
+            best = line
+            b_age = age
+            b_inv = inv
+            b_val = val
+    return best
+
+
+@numba.njit(cache=True)
+def _gc(force, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring, line_erases, pr):
+    """One GC run: relocate the victim's valid pages, erase it. 1 done, 0 no victim, -1 no space."""
+    ppl = pr[_P_PPL]
+    n_lines = pr[_P_LINES]
+    victim = _select_victim(sc, vpc, lstate, head, close_seq, pr)
+    if victim < 0:
+        return 0
+    if not force and ppl - vpc[victim] < pr[_P_MININV]:
+        return 0
+    _bucket_remove(victim, vpc[victim], head, nxt, prv)
+    lstate[victim] = _VICTIM
+    base = victim * ppl
+    for off in range(ppl):
+        lpn = p2l[base + off]
+        if lpn >= 0:
+            if not _place(lpn, True, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring, pr):
+                return -1
+            sc[_GC_PAGES] += 1
+    vpc[victim] = 0
+    lstate[victim] = _FREE
+    line_erases[victim] += 1
+    sc[_LINE_ERASES] += 1
+    free_ring[sc[_FREE_TAIL]] = victim
+    sc[_FREE_TAIL] = (sc[_FREE_TAIL] + 1) % (n_lines + 1)
+    sc[_FREE_CNT] += 1
+    sc[_GC_RUNS] += 1
+    if force:
+        sc[_FORCED_GC_RUNS] += 1
+    return 1
+
+
+@numba.njit(cache=True)
+def _run(ops, starts, npages, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring,
+         line_erases, pr):
+    """Play requests in order. Returns -1 when done, else the index of the request that found no
+    free line to write to (the device is out of space: GC could not reclaim anything)."""
+    line_mode = pr[_P_MODE] == 0
+    ppl = pr[_P_PPL]
+    for r in range(ops.shape[0]):
+        op = ops[r]
+        s = starts[r]
+        n = npages[r]
+        if op == 0:
+            if line_mode:
+                while sc[_FREE_CNT] <= pr[_P_HIGH]:
+                    if _gc(True, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring,
+                           line_erases, pr) != 1:
+                        break
+            for lpn in range(s, s + n):
+                if not line_mode:
+                    while sc[_FREE_CNT] <= pr[_P_RESERVE]:
+                        if _gc(True, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring,
+                               line_erases, pr) != 1:
+                            break
+                if not _place(lpn, False, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq,
+                              free_ring, pr):
+                    sc[_ERR_REQ] = r
+                    return r
+                sc[_HOST_PAGES] += 1
+        elif op == 1:
+            for lpn in range(s, s + n):
+                if l2p[lpn] >= 0:
+                    sc[_READ_PAGES] += 1
+                else:
+                    sc[_UNMAPPED_READS] += 1
+        else:
+            if pr[_P_TRIM] == 1:
+                for lpn in range(s, s + n):
+                    old = l2p[lpn]
+                    if old >= 0:
+                        _invalidate(old, p2l, vpc, lstate, head, nxt, prv, ppl)
+                        l2p[lpn] = -1
+                        sc[_TRIM_PAGES] += 1
+        # background GC: one run after each request (FEMU's ftl_thread)
+        if line_mode and sc[_FREE_CNT] <= pr[_P_BG] and _gc(
+                False, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring, line_erases,
+                pr) < 0:
+            sc[_ERR_REQ] = r
+            return r
+    return -1
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+class Ftl:
+    """One emulated drive. Entry points take numpy arrays of logical page numbers (LPNs)."""
+
+    def __init__(self, config: FtlConfig) -> None:
+        self.config = c = config
+        ppl = c.pages_per_line
+        self._l2p = np.full(c.exposed_pages, -1, dtype=np.int64)
+        self._p2l = np.full(c.raw_pages, -1, dtype=np.int64)
+        self._vpc = np.zeros(c.lines, dtype=np.int64)
+        self._lstate = np.zeros(c.lines, dtype=np.int8)
+        self._head = np.full(ppl + 1, -1, dtype=np.int64)
+        self._nxt = np.full(c.lines, -1, dtype=np.int64)
+        self._prv = np.full(c.lines, -1, dtype=np.int64)
+        self._close_seq = np.zeros(c.lines, dtype=np.int64)
+        self._line_erases = np.zeros(c.lines, dtype=np.int64)
+        # free lines as a FIFO ring (FEMU: take the head of the free list, append freed lines)
+        self._free_ring = np.zeros(c.lines + 1, dtype=np.int64)
+        self._free_ring[: c.lines] = np.arange(c.lines)
+        sc = np.zeros(_NSCALARS, dtype=np.int64)
+        sc[_FREE_HEAD], sc[_FREE_TAIL], sc[_FREE_CNT] = 0, c.lines, c.lines
+        sc[_HOST_LINE] = sc[_GC_LINE] = -1
+        sc[_ERR_REQ] = -1
+        self._sc = sc
+        pr = np.zeros(_NPARAMS, dtype=np.int64)
+        pr[_P_PPL] = ppl
+        pr[_P_LINES] = c.lines
+        pr[_P_NLPN] = c.exposed_pages
+        pr[_P_MODE] = 0 if c.gc_mode == "line" else 1
+        pr[_P_BG] = c.gc_thres_lines
+        pr[_P_HIGH] = c.gc_thres_lines_high
+        pr[_P_MININV] = c.min_invalid_pages
+        pr[_P_VICTIM] = VICTIMS.index(c.victim)
+        pr[_P_RESERVE] = c.reserve_lines
+        pr[_P_SEPGC] = 1 if c.separate_gc_line else 0
+        pr[_P_TRIM] = 1 if c.honor_trim else 0
+        self._pr = pr
+        # FEMU opens its first line at start-up (ssd_init_write_pointer): the free count starts
+        # at lines − 1, which matters for the GC thresholds
+        sc[_FREE_HEAD], sc[_FREE_CNT] = 1, c.lines - 1
+        self._lstate[0] = _OPEN
+        sc[_HOST_LINE], sc[_HOST_OFF] = 0, 0
+        self._iv_host: list[int] = []
+        self._iv_gc: list[int] = []
+        self._iv_erase: list[int] = []
+        self._next_mark = c.interval_host_pages if c.interval_host_pages > 0 else 0
+
+    # -- entry points --------------------------------------------------------------------------
+
+    def write(self, lpns: np.ndarray) -> None:
+        """Write each LPN as its own one-page request, in order."""
+        lpns = np.ascontiguousarray(lpns, dtype=np.int64)
+        self.apply_ops(np.zeros(len(lpns), np.int8), lpns, np.ones(len(lpns), np.int64))
+
+    def trim(self, lpns: np.ndarray) -> None:
+        lpns = np.ascontiguousarray(lpns, dtype=np.int64)
+        self.apply_ops(np.full(len(lpns), OP_TRIM, np.int8), lpns, np.ones(len(lpns), np.int64))
+
+    def read(self, lpns: np.ndarray) -> None:
+        lpns = np.ascontiguousarray(lpns, dtype=np.int64)
+        self.apply_ops(np.full(len(lpns), OP_READ, np.int8), lpns, np.ones(len(lpns), np.int64))
+
+    def apply_ops(self, op_codes: np.ndarray, start_lpn: np.ndarray, npages: np.ndarray) -> None:
+        """Play requests (OP_WRITE/OP_READ/OP_TRIM, first LPN, page count) in order.
+
+        Raises KvwearError on an LPN outside the exposed capacity or when the drive has no free
+        line left (every line full of valid data)."""
+        ops = np.ascontiguousarray(op_codes, dtype=np.int8)
+        starts = np.ascontiguousarray(start_lpn, dtype=np.int64)
+        n = np.ascontiguousarray(npages, dtype=np.int64)
+        if not (len(ops) == len(starts) == len(n)):
+            raise KvwearError("apply_ops: op_codes, start_lpn and npages differ in length")
+        if len(ops) == 0:
+            return
+        bad = (starts < 0) | (n < 0) | (starts + n > self.config.exposed_pages) | (ops < 0) | (ops > 2)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise KvwearError(
+                f"request {i}: op {int(ops[i])} pages [{int(starts[i])}, {int(starts[i] + n[i])}) "
+                f"outside the exposed capacity of {self.config.exposed_pages} pages (or bad op code)"
+            )
+        every = self.config.interval_host_pages
+        if every <= 0:
+            self._run(ops, starts, n)
+            return
+        # split at request boundaries where the cumulative host pages cross an interval mark
+        wpages = np.where(ops == OP_WRITE, n, 0)
+        cum = self._sc[_HOST_PAGES] + np.cumsum(wpages)
+        lo = 0
+        while lo < len(ops):
+            hi = int(np.searchsorted(cum, self._next_mark, side="left")) + 1
+            hi = max(hi, lo + 1)
+            if hi > len(ops):
+                self._run(ops[lo:], starts[lo:], n[lo:])
+                break
+            self._run(ops[lo:hi], starts[lo:hi], n[lo:hi])
+            lo = hi
+            while self._sc[_HOST_PAGES] >= self._next_mark:
+                self._iv_host.append(int(self._sc[_HOST_PAGES]))
+                self._iv_gc.append(int(self._sc[_GC_PAGES]))
+                self._iv_erase.append(int(self._sc[_LINE_ERASES]))
+                self._next_mark += every
+
+    def _run(self, ops: np.ndarray, starts: np.ndarray, n: np.ndarray) -> None:
+        r = _run(ops, starts, n, self._sc, self._l2p, self._p2l, self._vpc, self._lstate, self._head,
+                 self._nxt, self._prv, self._close_seq, self._free_ring, self._line_erases, self._pr)
+        if r >= 0:
+            c = self.counters()
+            raise KvwearError(
+                f"FTL out of space at request {r} of this call: no free line to write to "
+                f"({c.valid_pages} valid pages in {self.config.lines} lines of "
+                f"{self.config.pages_per_line} pages, {c.free_lines} free; GC found no reclaimable line)"
+            )
+
+    # -- state -----------------------------------------------------------------------------------
+
+    def counters(self) -> FtlCounters:
+        sc = self._sc
+        return FtlCounters(
+            page_bytes=self.config.page_bytes,
+            host_pages=int(sc[_HOST_PAGES]),
+            gc_pages=int(sc[_GC_PAGES]),
+            line_erases=int(sc[_LINE_ERASES]),
+            block_erases=int(sc[_LINE_ERASES]) * self.config.blocks_per_line,
+            read_pages=int(sc[_READ_PAGES]),
+            unmapped_read_pages=int(sc[_UNMAPPED_READS]),
+            trim_pages=int(sc[_TRIM_PAGES]),
+            gc_runs=int(sc[_GC_RUNS]),
+            forced_gc_runs=int(sc[_FORCED_GC_RUNS]),
+            free_lines=int(sc[_FREE_CNT]),
+            valid_pages=int(self._vpc.sum()),
+        )
+
+    def intervals(self) -> FtlIntervals:
+        return FtlIntervals(
+            host_pages=np.asarray(self._iv_host, dtype=np.int64),
+            gc_pages=np.asarray(self._iv_gc, dtype=np.int64),
+            line_erases=np.asarray(self._iv_erase, dtype=np.int64),
+        )
+
+    def erase_counts(self) -> np.ndarray:
+        """Erase count per block (a line's blocks are erased together)."""
+        return np.repeat(self._line_erases, self.config.blocks_per_line)
+
+    def mapped_pages(self) -> int:
+        return int((self._l2p >= 0).sum())
+
+    def check_invariants(self) -> None:
+        """Cross-check l2p, p2l and the per-line valid counts (for tests; O(capacity))."""
+        l2p, p2l = self._l2p, self._p2l
+        mapped = np.flatnonzero(l2p >= 0)
+        if not np.array_equal(p2l[l2p[mapped]], mapped):
+            raise AssertionError("l2p and p2l disagree")
+        if int((p2l >= 0).sum()) != len(mapped):
+            raise AssertionError("p2l holds pages no LPN maps to")
+        per_line = np.bincount(np.flatnonzero(p2l >= 0) // self.config.pages_per_line,
+                               minlength=self.config.lines)
+        if not np.array_equal(per_line, self._vpc):
+            raise AssertionError("per-line valid counts are wrong")
