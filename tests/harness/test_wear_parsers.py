@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -156,7 +158,9 @@ def test_json_truncated_names_line(fixtures_dir: Path) -> None:
         (lambda d: d.update(percent_used=True), "percent_used", "non-negative integer"),
     ],
 )
-def test_json_bad_fields(fixtures_dir: Path, edit, field: str, message: str) -> None:  # type: ignore[no-untyped-def]
+def test_json_bad_fields(
+    fixtures_dir: Path, edit: Callable[[dict[str, Any]], object], field: str, message: str
+) -> None:
     doc = json.loads((fixtures_dir / "qemu-7.2-nvme" / "smart_json_2.json").read_text())
     edit(doc)
     with pytest.raises(InputError, match=message) as ei:
@@ -175,7 +179,7 @@ def test_json_accepts_newer_key_spellings(fixtures_dir: Path) -> None:
 def test_smartctl_bad_inputs(fixtures_dir: Path) -> None:
     doc = json.loads((fixtures_dir / "femu-bbssd" / "smartctl_json_1.json").read_text())
     log = doc.pop("nvme_smart_health_information_log")
-    with pytest.raises(InputError, match="nvme_smart_health_information_log.*missing"):
+    with pytest.raises(InputError, match=r"nvme_smart_health_information_log.*missing"):
         parse_smartctl_json(json.dumps(doc), "sc.json")
     doc["nvme_smart_health_information_log"] = {**log, "temperature": "50 C"}
     with pytest.raises(InputError, match="field 'temperature'"):
