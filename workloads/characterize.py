@@ -24,7 +24,11 @@ block accesses in arrival order; there is no Python loop per block access):
   works on session-less traces such as Mooncake. **The exponential fits use request reuse times**:
   block reuse times are dominated by hot shared prefixes (a system prompt reused by almost every
   request yields thousands of near-zero gaps that measure the arrival rate, not reuse behaviour),
-  while the WA policy models when a request's KV is reused by a follow-up request.
+  while the WA policy models when a request's KV is reused by a follow-up request. When the trace
+  has session ids, the fit sample is the same-session reuses only (the time since the previous
+  request of the same session that it reuses — a single-turn request whose only hit is a shared
+  system prompt last used by another session is left out: that gap follows the arrival process);
+  without session ids every reusing request is in the sample. `request_reuse.in_fit` marks it.
   The fit is the exponential MLE (rate = 1/mean) with a one-sample Kolmogorov–Smirnov test
   (`scipy.stats.kstest`). Because the rate is estimated from the same sample, the KS p-value is
   conservative (Lilliefors); timestamps with coarse resolution produce ties, which the KS test
@@ -138,6 +142,7 @@ class Characterization:
     reuse_skew_block_share: dict[float, float]   # level → share of distinct blocks
     reused_blocks: int                           # distinct blocks accessed more than once
     request_reuse_fit: ExpFit                    # all categories together
+    reuse_fit_sample: str                        # "same-session" or "all" (module docstring)
     lifespan_median_s: float                     # over blocks accessed more than once
     lifespan_p90_s: float
     chunk_bytes: int                             # bytes of one block of the (first) block size
@@ -181,6 +186,7 @@ class Characterization:
                 f"{lvl:.2f}": clean(v) for lvl, v in self.reuse_skew_block_share.items()
             },
             "request_reuse_fit": {k: clean(v) for k, v in fit.__dict__.items()},
+            "reuse_fit_sample": self.reuse_fit_sample,
             "lifespan_median_s": clean(self.lifespan_median_s),
             "lifespan_p90_s": clean(self.lifespan_p90_s),
             "chunk_bytes": self.chunk_bytes,
@@ -294,8 +300,10 @@ def flatten(table: pa.Table) -> Accesses:
     last_w = hashed[has] - (n_blocks[has] - 1) * bt[has]
     tokens[last_idx] = np.clip(last_w, 0, bt[has])
 
-    cat_codes, cat_names = pd.factorize(np.asarray(table.column("category").to_pylist(), dtype=object))
-    sessions = np.asarray(table.column("session_id").to_pylist(), dtype=object)
+    cats = table.column("category").combine_chunks().dictionary_encode()
+    cat_codes, cat_names = pd.factorize(np.asarray(cats.indices.to_numpy(), dtype=np.int64))
+    cat_names = np.asarray(cats.dictionary.to_numpy(zero_copy_only=False), dtype=object)[cat_names]
+    sessions = np.asarray(table.column("session_id").to_numpy(zero_copy_only=False), dtype=object)
     key_ns = ns_req[req[first_pos]] if n else np.zeros(0, dtype=np.int32)
     return Accesses(
         request_id=np.asarray(table.column("request_id").to_numpy(), dtype=np.int64),
@@ -410,7 +418,7 @@ def request_reuse_times(acc: Accesses) -> pd.DataFrame:
     src = acc.req[acc.prev[deepest]]
     s_this = acc.session[reqs]
     s_src = acc.session[src]
-    known = np.array([a is not None and b is not None for a, b in zip(s_this, s_src, strict=True)])
+    known = ~(pd.isna(s_this) | pd.isna(s_src))
     same = pd.array(np.where(known, s_this == s_src, False), dtype="boolean")
     same[~known] = pd.NA
     return pd.DataFrame(
@@ -495,9 +503,9 @@ def capacity_needed(acc: Accesses, profile: ProfileLike) -> Capacity:
     if n == 0:
         z = np.zeros(0)
         return Capacity(z, z, z, -1, 0, 0, 0)
-    chunk_of_bt = {int(b): int(profile.chunk_bytes(int(b))) for b in np.unique(acc.req_block_tokens)}
-    key_bt = acc.req_block_tokens[acc.req[acc.first_pos]]
-    key_bytes = np.vectorize(chunk_of_bt.__getitem__, otypes=[np.float64])(key_bt)
+    # a block's size is that of the request that first accessed it (one size per table, usually)
+    sizes, size_of_key = np.unique(acc.req_block_tokens[acc.req[acc.first_pos]], return_inverse=True)
+    key_bytes = np.array([float(profile.chunk_bytes(int(b))) for b in sizes])[size_of_key]
     live_blocks = _live_counts(acc.first_pos, acc.last_pos, n)
     live_bytes = _live_counts(acc.first_pos, acc.last_pos, n, key_bytes)
     live_states = np.zeros(n, dtype=np.float64)
@@ -558,10 +566,13 @@ def analyze(table: pa.Table, profile: ProfileLike) -> Characterization:
 
     shares, curve = reuse_skew(acc)
     rr = request_reuse_times(acc)
+    sessions_known = bool(rr["same_session"].notna().any())
+    rr["in_fit"] = rr["same_session"].fillna(False).astype(bool) if sessions_known else True
+    sample = rr[rr["in_fit"]]
     fits: dict[str, ExpFit] = {}
     for cat in cats["category"]:
-        fits[cat] = fit_exponential(rr.loc[rr["category"] == cat, "reuse_time_s"].to_numpy())
-    all_fit = fit_exponential(rr["reuse_time_s"].to_numpy())
+        fits[cat] = fit_exponential(sample.loc[sample["category"] == cat, "reuse_time_s"].to_numpy())
+    all_fit = fit_exponential(sample["reuse_time_s"].to_numpy())
     cats["reuse_n"] = [fits[c].n for c in cats["category"]]
     cats["reuse_mean_s"] = [fits[c].mean_s for c in cats["category"]]
     cats["reuse_rate_per_s"] = [fits[c].rate_per_s for c in cats["category"]]
@@ -591,6 +602,7 @@ def analyze(table: pa.Table, profile: ProfileLike) -> Characterization:
         reuse_skew_block_share=shares,
         reused_blocks=int((acc.count > 1).sum()),
         request_reuse_fit=all_fit,
+        reuse_fit_sample="same-session" if sessions_known else "all",
         lifespan_median_s=float(np.median(reused_life)) if reused_life.size else math.nan,
         lifespan_p90_s=float(np.quantile(reused_life, 0.9)) if reused_life.size else math.nan,
         chunk_bytes=int(profile.chunk_bytes(bt0)),
@@ -632,7 +644,7 @@ SKEW_CURVE = _spec("characterization.reuse_skew", [("block_share", pa.float64())
 REQUEST_REUSE = _spec("characterization.request_reuse", [
     ("request_id", pa.int64()), ("category", pa.string()), ("arrival_s", pa.float64()),
     ("reuse_time_s", pa.float64()), ("reused_blocks", pa.int64()), ("source_request_id", pa.int64()),
-    ("same_session", pa.bool_()),
+    ("same_session", pa.bool_()), ("in_fit", pa.bool_()),
 ])
 BLOCK_REUSE_QUANTILES = _spec("characterization.block_reuse_quantiles", [
     ("category", pa.string()), ("n", pa.int64()), ("block_reuse_mean_s", pa.float64()),
@@ -730,7 +742,9 @@ def _ecdf(x: F64) -> tuple[F64, F64]:
 
 def _plot_reuse_cdf(res: Characterization, ax: Any) -> None:
     rr = res.request_reuse
-    ax.set_title("Request reuse time per category, with exponential (MLE) fit")
+    rr = rr[rr["in_fit"]] if "in_fit" in rr else rr
+    ax.set_title(f"Request reuse time per category ({res.reuse_fit_sample} reuses), exponential MLE fit",
+                 fontsize=10)
     ax.set_xlabel("reuse time (s): request arrival − arrival of the request it reuses")
     ax.set_ylabel("CDF (share of reusing requests)")
     if rr.empty:
@@ -760,7 +774,7 @@ def _plot_lifespan(res: Characterization, ax: Any) -> None:
     life = res.lifespans
     reused = life[life["accesses"] > 1]
     once = 1.0 - len(reused) / len(life) if len(life) else math.nan
-    ax.set_title(f"KV block lifespan (first → last access), reused blocks; {once:.0%} used only once")
+    ax.set_title(f"KV block lifespan (first → last access) of reused blocks; {once:.0%} of blocks used once")
     ax.set_xlabel("lifespan (s, symlog scale)")
     ax.set_ylabel("CDF (share of reused blocks)")
     if reused.empty:
@@ -770,8 +784,9 @@ def _plot_lifespan(res: Characterization, ax: Any) -> None:
         x = reused.loc[reused["category"] == cat, "lifespan_s"].to_numpy()
         xs, ys = _ecdf(x)
         ax.step(xs, ys, where="post", color=f"C{i % 10}", label=f"{cat} (n={x.size:,})")
-    xs, ys = _ecdf(reused["lifespan_s"].to_numpy())
-    ax.step(xs, ys, where="post", color="k", lw=2, alpha=0.6, label=f"all (n={len(reused):,})")
+    if reused["category"].nunique() > 1:
+        xs, ys = _ecdf(reused["lifespan_s"].to_numpy())
+        ax.step(xs, ys, where="post", color="k", lw=2, alpha=0.6, label=f"all (n={len(reused):,})")
     ax.set_xscale("symlog", linthresh=1.0)
     ax.set_ylim(0, 1.02)
     ax.legend(fontsize=8, loc="lower right")
@@ -827,16 +842,19 @@ def _plot_live(res: Characterization, ax: Any) -> None:
     gib = 2.0**30
     t = live["arrival_s"].to_numpy()
     total = live["live_bytes"].to_numpy() / gib
+    states = live["live_states"].to_numpy() * res.state_bytes / gib
+    if t.size > 4 * _CURVE_POINTS:  # thin to the max of each bucket: peaks stay visible
+        cut = np.unique(np.linspace(0, t.size, 4 * _CURVE_POINTS, endpoint=False).astype(np.int64))
+        t, total, states = t[cut], np.maximum.reduceat(total, cut), np.maximum.reduceat(states, cut)
     ax.plot(t, total, color="C0", lw=1, label="live chunks + states" if res.state_bytes else "live chunks")
     if res.state_bytes:
-        states = live["live_states"].to_numpy() * res.state_bytes / gib
         ax.plot(t, states, color="C2", lw=1, label="of which reuse-point states")
     ax.axhline(res.capacity_bytes / gib, color="C3", ls="--",
                label=f"capacity needed: {format_bytes(res.capacity_bytes)} "
                      f"({res.capacity_blocks:,} chunks, {res.capacity_states:,} states)")
     ax.plot([res.capacity_peak_s], [res.capacity_bytes / gib], "o", color="C3")
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="lower center")
     sec = ax.secondary_yaxis("right", functions=(lambda y: y * gib / max(res.chunk_bytes, 1),
                                                  lambda b: b * max(res.chunk_bytes, 1) / gib))
-    sec.set_ylabel("chunks of that size" if not res.state_bytes else "chunk-equivalents")
+    sec.set_ylabel(f"{res.block_tokens}-token KV chunks" + (" (equivalent)" if res.state_bytes else ""))

@@ -21,45 +21,62 @@ from kvwear.tables import read_table, table_kind
 from kvwear.units import format_bytes
 from workloads.schema import REQUESTS
 
-_HELP = """Characterize a KV-cache trace as in *KVCache Cache in the Wild* (ATC'25).
-
-INPUT is a `requests` Parquet table (kind "requests", e.g. from `kvwear trace generate`) or a raw
-trace in any format the loaders know (Mooncake, Qwen-Bailian, Claude-Code/Weka, AIPerf).
-
-Computes the ideal (infinite-cache) hit ratio, block- and token-weighted, per category; the
-reuse skew (share of blocks holding 50/77/90 % of reuses); request reuse-time CDFs per category
-with exponential fits and KS tests; the KV lifespan distribution; and the cache capacity needed
-to reach the ideal hit ratio for the model's KV (and state) sizes.
-
-Writes into OUTDIR: summary.json, Parquet tables (by_category, request_reuse,
-block_reuse_quantiles, lifespans, live, reuse_skew) and PNG + SVG figures.
-
-\b
-Examples:
-  kvwear trace characterize out/demo/requests.parquet --model kimi-k3 -o out/demo/characterization
-  kvwear trace characterize conversation_trace.jsonl --format mooncake -m llama3-70b -o out/mc
-  kvwear trace characterize conversation_trace.jsonl -m qwen3.5-27b --block-tokens 16 -o out/mc16
-"""
+_HELP = "\n\n".join([
+    "Characterize a KV-cache trace as in *KVCache Cache in the Wild* (ATC'25).",
+    "INPUT is a `requests` Parquet table (kind \"requests\", e.g. from `kvwear trace generate`) or a "
+    "raw trace in any format the loaders know (Mooncake, Qwen-Bailian, Claude-Code/Weka, AIPerf).",
+    "Computes the ideal (infinite-cache) hit ratio, block- and token-weighted, per category; the reuse "
+    "skew (share of blocks holding 50/77/90 % of reuses); request reuse-time CDFs per category with "
+    "exponential fits and KS tests; the KV lifespan distribution; and the cache capacity needed to reach "
+    "the ideal hit ratio for the model's KV (and state) sizes.",
+    "Writes into OUTDIR: summary.json, Parquet tables (by_category, request_reuse, block_reuse_quantiles, "
+    "lifespans, live, reuse_skew) and PNG + SVG figures (reuse_time_cdf, lifespan_cdf, reuse_skew, "
+    "hit_ratio_by_category, live_blocks).",
+    "Examples:\n\n"
+    "kvwear trace characterize out/demo/requests.parquet --model kimi-k3 -o out/demo/characterization\n\n"
+    "kvwear trace characterize conversation_trace.jsonl --format mooncake -m llama3-70b -o out/mc\n\n"
+    "kvwear trace characterize conversation_trace.jsonl -m qwen3.5-27b --block-tokens 16 -o out/mc16",
+])
 
 
-def _read_input(path: Path, fmt: str | None) -> tuple[pa.Table, str]:
-    """The requests table of `path` and a word on how it was read."""
+def _read_input(path: Path, fmt: str | None, block_tokens: int | None) -> tuple[pa.Table, str]:
+    """The requests table of `path` (converted to `block_tokens` if given) and how it was read."""
     if fmt is None and path.is_file() and path.suffix == ".parquet":
         kind, _ = table_kind(path)
-        if kind == REQUESTS.kind:
-            return read_table(REQUESTS, path), "requests table"
-        raise KvwearError(
-            f"{path}: holds a {kind or 'foreign'} Parquet table, not a requests table "
-            f"(pass a requests table or a raw trace)"
-        )
+        if kind != REQUESTS.kind:
+            raise KvwearError(
+                f"{path}: holds a {kind or 'foreign'} Parquet table, not a requests table "
+                f"(pass a requests table or a raw trace)"
+            )
+        table = read_table(REQUESTS, path)
+        if block_tokens is not None:
+            from workloads.blocks import convert_block_size
+
+            try:
+                table = convert_block_size(table, block_tokens)
+            except ValueError as exc:
+                raise KvwearError(f"--block-tokens {block_tokens}: {exc}") from None
+        return table, "requests table"
     from workloads.loaders import load_requests
 
-    result = load_requests(path, fmt)
-    return result.table, f"raw trace ({fmt or 'format detected'})"
+    try:
+        result = load_requests(path, fmt, block_tokens=block_tokens)
+    except ValueError as exc:
+        if isinstance(exc, KvwearError):
+            raise
+        raise KvwearError(f"{path}: {exc}") from None
+    how = f"{result.format} trace"
+    if result.keys_note:
+        how += f"; block keys derived from whole prefixes: {result.keys_note}"
+    return result.table, how
 
 
 def _pct(x: float) -> str:
     return "–" if not math.isfinite(x) else f"{x:.1%}"
+
+
+def _secs(x: float) -> str:
+    return "–" if not math.isfinite(x) else f"{x:,.3g} s" if x < 100 else f"{x:,.0f} s"
 
 
 @trace_app.command("characterize", help=_HELP)
@@ -80,17 +97,11 @@ def characterize_cmd(
         help="convert blocks to S tokens first (S must divide or be a multiple of the trace's block size)",
     ),
 ) -> None:
-    from workloads.blocks import convert_block_size
     from workloads.characterize import characterize
     from workloads.models import resolve_profile
 
     profile = resolve_profile(model)
-    table, how = _read_input(input_path, fmt)
-    if block_tokens is not None:
-        try:
-            table = convert_block_size(table, block_tokens)
-        except ValueError as exc:
-            raise KvwearError(f"--block-tokens {block_tokens}: {exc}") from None
+    table, how = _read_input(input_path, fmt, block_tokens)
     res, written = characterize(table, profile, out_dir)
 
     console = Console()
@@ -106,10 +117,10 @@ def characterize_cmd(
     for lvl, share in res.reuse_skew_block_share.items():
         t.add_row(f"blocks holding {lvl:.0%} of reuses", _pct(share))
     fit = res.request_reuse_fit
-    t.add_row("request reuse time: mean (n)", f"{fit.mean_s:.3g} s ({fit.n:,})")
+    t.add_row("request reuse time: mean (n)", f"{_secs(fit.mean_s)} ({fit.n:,})")
     t.add_row("  exponential fit: KS D (p)", f"{fit.ks_statistic:.3f} ({fit.ks_pvalue:.2g})")
     t.add_row("lifespan of reused blocks: median / p90",
-              f"{res.lifespan_median_s:.3g} s / {res.lifespan_p90_s:.3g} s")
+              f"{_secs(res.lifespan_median_s)} / {_secs(res.lifespan_p90_s)}")
     t.add_row("capacity for the ideal hit ratio", format_bytes(res.capacity_bytes))
     t.add_row("  live chunks / states at the peak", f"{res.capacity_blocks:,} / {res.capacity_states:,}")
     console.print(t)
@@ -120,7 +131,7 @@ def characterize_cmd(
     for row in res.by_category.to_dict("records"):
         c.add_row(str(row["category"]), f"{int(row['requests']):,}", _pct(float(row["block_hit_ratio"])),
                   _pct(float(row["token_hit_ratio"])), f"{int(row['reuse_n']):,}",
-                  f"{float(row['reuse_mean_s']):.3g} s", f"{float(row['ks_pvalue']):.2g}")
+                  _secs(float(row["reuse_mean_s"])), f"{float(row['ks_pvalue']):.2g}")
     console.print(c)
     # plain lines, one path each, so scripts (and tests) can read them
     typer.echo(f"wrote {len(written)} files to {out_dir}:")
