@@ -31,6 +31,8 @@ app.add_typer(models_app, name="models")
 COMMAND_MODULES: list[str] = [
     "harness.commands.characterize",
     "harness.commands.trace_io",
+    "harness.commands.models",
+    "harness.commands.generate",
 ]
 
 for _name in COMMAND_MODULES:
