@@ -1,0 +1,320 @@
+"""The placement-policy interface, its parameters, the spec-string parser and the registry.
+
+A policy decides, for the tiered KV cache the simulator (`policies.sim`) runs:
+1. **placement** of a newly computed object (`place`): DRAM, SSD, both (write-through) or none;
+2. **admission to SSD** of a DRAM victim that has no SSD copy (`admit_to_ssd`): write or drop
+   (the LRU write-back baseline always writes);
+3. **victim selection** per tier (`victim(tier, need_bytes)`) for DRAM and SSD (HBM, when
+   configured, is a plain LRU the simulator runs itself);
+and keeps whatever bookkeeping it needs from the notifications `added`, `removed`, `touched`,
+`split` and `begin_request`.
+
+Adding a policy = one module that subclasses `Policy`, declares `Params` (a frozen dataclass of
+`PolicyParams` with defaults, each field made with `param(default, sweep=(lo, hi), help=...)`),
+decorates the class with `@POLICIES.register("name")`, plus one line in
+`policies/registry.py` (`POLICY_MODULES`). Specs: `"gandalf:gamma=8,mu0=1"` →
+`parse_spec` → (name, params) with type checking; an unknown parameter is an error listing the
+valid ones.
+
+**What a policy sees** (all read-only for the policy):
+- Objects (`policies.tree`): `Segment` (a run of full-attention KV blocks sharing one fate —
+  residency, last access, access count) and `State` (a linear/sliding checkpoint at a segment's
+  end). Fields: `oid, kind (FULL/LINEAR), nbytes, tiers (bit mask HBM|DRAM|SSD), last_seq,
+  last_s, refs, created_s, ssd_hit, next_seq`; segments add `ns, keys, n (blocks), start (depth
+  in blocks), tokens, start_tokens, end_tokens, parent, children, state, is_leaf, is_root`;
+  states add `seg`. `obj.pdata` is the policy's own slot.
+- The simulator context `ctx` (`SimContext`): `config`, `capacity_bytes[tier]`,
+  `used_bytes[tier]`, `free_bytes(tier)`, `now_s` (arrival of the current request), `seq` (its
+  sequence number, the logical clock), `req` (`RequestInfo`: request_id, session_id, category,
+  turn, arrival_s, input_tokens, hashed_tokens — for per-workload statistics), `chunk_tokens`,
+  `state_bytes`, `hybrid`, `tokens_per_s` (recompute speed) and, for oracles (`needs_future =
+  True`), `obj.next_seq` (the next request that references the object's first block;
+  `tree.NEVER` if none), filled in by a pre-pass over the requests table.
+
+**Call order per request**: `begin_request(req)`; then, walking the request's path from the leaf
+(request end) to the root — the request's own state first, then the segments — for each object:
+`touched(obj)` if it was resident (after the simulator has updated `last_seq`, `last_s`, `refs`;
+SSD hits are first staged into DRAM with `added(obj, DRAM)`), or, if it is new (or a ghost being
+re-inserted), `place(obj)` followed by `added(obj, tier)` for each tier placed in. Then the
+simulator evicts until every tier fits: `victim(tier, need_bytes)`, and for a DRAM victim that
+has no SSD copy, `admit_to_ssd(victim)` right after; `removed(obj, tier)` follows each
+removal, `added(obj, SSD)` each SSD write (which may in turn evict from SSD). A victim is always
+resident in that tier; the victim of the cheapest action can be precomputed in `victim` and
+the matching decision returned by `admit_to_ssd`.
+
+**Splits**: a segment splits when a request ends or diverges inside it, or when only part of a
+victim is needed (`split_victims`: the simulator then evicts only the leaf-side blocks that free
+`need_bytes`, if the victim lives in that tier alone). The original object becomes the
+leaf-side *tail* (it keeps children, state and its place in the policy's structures); the
+root-side *head* is new, and `split(head, tail, evicting_tier)` lets the policy enter it
+(`evicting_tier` is 0 for splits during a request walk, after which the head is touched).
+
+Tie-break convention: leaf-side objects go first among objects touched by the same request
+(the path is visited leaf → root), so a prefix is never evicted before its own extension.
+
+Must not: do I/O, read the wall clock, keep global state (the `POLICIES` registry excepted),
+mutate simulator-owned fields of objects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from kvwear.errors import KvwearError
+from kvwear.registry import Registry
+from policies.tree import DRAM, HBM, SSD, TIER_NAMES, Obj, Segment
+
+if TYPE_CHECKING:
+    from policies.sim import SimConfig
+
+
+class PolicySpecError(KvwearError, ValueError):
+    """A policy spec string that does not parse or names an unknown parameter."""
+
+
+@dataclass(frozen=True)
+class PolicyParams:
+    """Base of every policy's parameters (a frozen dataclass; no fields = no parameters)."""
+
+
+def param(default: Any, sweep: tuple[float, float] | tuple[Any, ...] | None = None,
+          help: str = "") -> Any:
+    """A policy parameter with its default, its documented sweep range and a one-line help."""
+    return field(default=default, metadata={"sweep": sweep, "help": help})
+
+
+@dataclass(frozen=True)
+class ParamInfo:
+    """One parameter for listings: name, type name, default, sweep range, help."""
+
+    name: str
+    type_name: str
+    default: Any
+    sweep: tuple[Any, ...] | None
+    help: str
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def param_infos(params_cls: type[PolicyParams]) -> list[ParamInfo]:
+    hints = _field_types(params_cls)
+    out = []
+    for f in dataclasses.fields(params_cls):
+        t = hints[f.name]
+        out.append(ParamInfo(f.name, getattr(t, "__name__", str(t)), f.default,
+                             f.metadata.get("sweep"), f.metadata.get("help", "")))
+    return out
+
+
+def _convert(text: str, typ: Any, where: str) -> Any:
+    origin = typing.get_origin(typ)
+    if origin is typing.Literal:
+        choices = typing.get_args(typ)
+        if text not in choices:
+            raise PolicySpecError(f"{where}: {text!r} is not one of {', '.join(map(str, choices))}")
+        return text
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(typ) if a is not type(None)]
+        if text.lower() in ("none", "null", "") and len(args) < len(typing.get_args(typ)):
+            return None
+        typ = args[0]
+    try:
+        if typ is bool:
+            low = text.lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(text)
+        if typ is int:
+            return int(text)
+        if typ is float:
+            return float(text)
+        if typ is str:
+            return text
+    except ValueError:
+        raise PolicySpecError(f"{where}: {text!r} is not a valid {typ.__name__}") from None
+    raise PolicySpecError(f"{where}: unsupported parameter type {typ}")
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
+    """Split 'name:k=v,k2=v2' into ('name', {'k': 'v', 'k2': 'v2'}) (no type checking)."""
+    name, _, rest = spec.strip().partition(":")
+    name = name.strip()
+    if not name:
+        raise PolicySpecError(f"policy spec {spec!r}: empty policy name")
+    kv: dict[str, str] = {}
+    if rest.strip():
+        for item in rest.split(","):
+            k, eq, v = item.partition("=")
+            if not eq or not k.strip():
+                raise PolicySpecError(f"policy spec {spec!r}: {item!r} is not key=value")
+            if k.strip() in kv:
+                raise PolicySpecError(f"policy spec {spec!r}: parameter {k.strip()!r} given twice")
+            kv[k.strip()] = v.strip()
+    return name, kv
+
+
+def build_params(params_cls: type[PolicyParams], values: dict[str, str], policy: str) -> PolicyParams:
+    """Type-checked params instance from string values; unknown names list the valid ones."""
+    hints = _field_types(params_cls)
+    names = [f.name for f in dataclasses.fields(params_cls)]
+    kwargs: dict[str, Any] = {}
+    for k, v in values.items():
+        if k not in names:
+            valid = ", ".join(names) if names else "(none: this policy takes no parameters)"
+            raise PolicySpecError(f"policy {policy!r}: unknown parameter {k!r}; valid: {valid}")
+        kwargs[k] = _convert(v, hints[k], f"policy {policy!r} parameter {k!r}")
+    try:
+        p = params_cls(**kwargs)
+    except ValueError as exc:
+        raise PolicySpecError(f"policy {policy!r}: {exc}") from None
+    return p
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A resolved policy: registered name + typed params; `label` names its output folder."""
+
+    name: str
+    params: PolicyParams
+
+    @property
+    def label(self) -> str:
+        """'gandalf' or 'gandalf,gamma=8,mu0=1' (only parameters that differ from defaults)."""
+        parts = [self.name]
+        for f in dataclasses.fields(self.params):
+            v = getattr(self.params, f.name)
+            if v != f.default:
+                parts.append(f"{f.name}={v}")
+        return ",".join(parts)
+
+
+def resolve_spec(spec: str | PolicySpec) -> PolicySpec:
+    """'lru-k:k=3' → PolicySpec('lru-k', LruKParams(k=3)); unknown names list valid ones."""
+    if isinstance(spec, PolicySpec):
+        return spec
+    from policies.registry import load_all
+
+    load_all()
+    name, kv = parse_spec(spec)
+    cls = POLICIES.get(name)
+    return PolicySpec(name, build_params(cls.Params, kv, name))
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    """The request being simulated, as policies see it."""
+
+    seq: int
+    request_id: int
+    session_id: str | None
+    category: str
+    turn: int | None
+    arrival_s: float
+    input_tokens: int
+    hashed_tokens: int
+
+
+class SimContext(Protocol):
+    """What the simulator exposes to a policy (read-only)."""
+
+    config: SimConfig
+    capacity_bytes: dict[int, int]
+    used_bytes: dict[int, int]
+    now_s: float
+    seq: int
+    req: RequestInfo
+    chunk_tokens: int
+    state_bytes: int
+    hybrid: bool
+    tokens_per_s: float
+
+    def free_bytes(self, tier: int) -> int: ...
+
+
+class Policy:
+    """Base policy: LRU per tier (insertion or access moves an object to the MRU end), place
+    new objects in DRAM, write every DRAM victim to SSD — i.e. the `lru` write-back baseline.
+    Subclasses override what differs (see the module docstring for the contract)."""
+
+    name: ClassVar[str] = ""
+    Params: ClassVar[type[PolicyParams]] = PolicyParams
+    needs_future: ClassVar[bool] = False
+    split_victims: ClassVar[bool] = True
+    summary: ClassVar[str] = ""
+
+    def __init__(self, params: PolicyParams, ctx: SimContext) -> None:
+        self.params = params
+        self.ctx = ctx
+        # one LRU order per tier; an OrderedDict keyed by the object (identity hash)
+        self.lru: dict[int, OrderedDict[Obj, None]] = {DRAM: OrderedDict(), SSD: OrderedDict()}
+
+    # --- decisions --------------------------------------------------------------------------
+    def place(self, obj: Obj) -> int:
+        """Tier mask for a newly computed object: DRAM, SSD, DRAM|SSD, or 0 (not cached)."""
+        return DRAM
+
+    def admit_to_ssd(self, obj: Obj) -> bool:
+        """A DRAM victim without an SSD copy: True = write it to SSD, False = drop it."""
+        return True
+
+    def victim(self, tier: int, need_bytes: int) -> Obj:
+        """The object to evict next from `tier` (DRAM or SSD); must be resident there."""
+        return next(iter(self.lru[tier]))
+
+    # --- notifications ----------------------------------------------------------------------
+    def begin_request(self, req: RequestInfo) -> None:
+        """A new request starts (time-based decay goes here)."""
+
+    def added(self, obj: Obj, tier: int) -> None:
+        self.lru[tier][obj] = None
+
+    def removed(self, obj: Obj, tier: int) -> None:
+        del self.lru[tier][obj]
+
+    def touched(self, obj: Obj) -> None:
+        t = obj.tiers
+        if t & DRAM:
+            self.lru[DRAM].move_to_end(obj)
+        if t & SSD:
+            self.lru[SSD].move_to_end(obj)
+
+    def split(self, head: Segment, tail: Segment, evicting_tier: int) -> None:
+        """`head` (new, root side) was cut off `tail`; it is resident where `tail` is."""
+        for tier in (DRAM, SSD):
+            if head.tiers & tier:
+                od = self.lru[tier]
+                od[head] = None
+                if tier == evicting_tier:
+                    od.move_to_end(head, last=False)  # it inherits the victim's (oldest) place
+
+    # --- introspection ----------------------------------------------------------------------
+    @classmethod
+    def describe(cls) -> str:
+        doc = cls.summary or (cls.__doc__ or "").strip().split("\n")[0]
+        return doc
+
+
+POLICIES: Registry[type[Policy]] = Registry("policy")
+
+TierName = Callable[[int], str]
+
+
+def tier_name(tier: int) -> str:
+    return TIER_NAMES[tier]
+
+
+__all__ = [
+    "DRAM", "HBM", "POLICIES", "SSD", "ParamInfo", "Policy", "PolicyParams", "PolicySpec",
+    "PolicySpecError", "RequestInfo", "SimContext", "build_params", "param", "param_infos",
+    "parse_spec", "resolve_spec", "tier_name",
+]

@@ -1,0 +1,691 @@
+"""The tiered KV-cache simulator: streams a `requests` table through HBM/DRAM/SSD under a policy.
+
+`simulate(requests, config, policy) -> SimResult` is the library entry point (the CLI and the
+harness call it). It returns the `ssd_ops` table (policies/schema.py), per-request records, a
+summary and a timeline (policies/metrics.py).
+
+Semantics (DESIGN.md "Simulator semantics"), exactly:
+
+* **Objects.** Full-attention KV lives in a prefix tree per hash namespace, one block per key
+  `(hash_ns, hash_id)` of the trace's source block size B. The simulator's chunk is S tokens
+  (`chunk_tokens`, default 16): when B > S (Mooncake: 512 at 16), one source block is one cache
+  object of k = B/S chunks — hit ratios are then exact at granularity B, not S (a reused prefix
+  that ends inside a block is not seen); when B < S the batch is first regrouped with
+  `workloads.blocks.convert_block_size`. Block bytes = k·S·kv_bytes_per_token; a trace's partial
+  last block holds ⌈tokens/S⌉ chunks. The tree is kept as segments (runs of blocks with one fate,
+  `policies.tree`), and every operation works on segments, never one Python step per chunk.
+* **States** (hybrid models, `state_bytes > 0`): one checkpoint per request, at the end of the
+  request's hashed prefix (after its last hashed block), attached to the segment ending there.
+* **Hit rule.** A request hits up to the longest prefix p (on its own block boundaries) such that
+  every block up to p is resident in some tier and — hybrid models only — a resident state sits
+  at p. Hit tokens = tokens of those blocks (capped at `hashed_tokens`); everything else of the
+  input is recomputed. Blocks beyond p that are resident are *touched* (their recency updated,
+  the engine dedups them), not counted as hits.
+* **Tiers.** A hit is served by the fastest tier holding the object (HBM > DRAM > SSD). SSD hits
+  stage through DRAM: an ssd_ops `read` (cause `hit`), then the object is also placed in DRAM
+  (its SSD copy is kept, so evicting that DRAM copy later costs no write). New objects (missed
+  blocks, re-inserted ghosts, the request's new state) are placed where `policy.place` says;
+  an SSD placement is an ssd_ops `write` (cause `insert`). After the request is walked, tiers
+  are brought back within capacity: SSD writes first make room on the SSD (`evict` rows, cause
+  `capacity`, precede the write that needs the room — the replayer never sees an over-full
+  device); DRAM victims without an SSD copy are written (cause `dram_evict`) or dropped as
+  `policy.admit_to_ssd` decides; HBM (optional, `hbm_bytes > 0`) is an LRU the simulator runs
+  itself: every object a request uses or creates is placed there, and an HBM eviction only drops
+  the HBM copy. An object larger than a tier's capacity is never placed there.
+* **ssd_ops rows** are per SSD object — one row per block of a segment (`obj_id` = segment
+  base id + i; ids are contiguous in a segment) and one per state — in time order (`t_s` =
+  arrival of the request that caused it; within a request: reads, then for each write the
+  evictions that make room, then the write). An object re-inserted after leaving every tier
+  gets new ids.
+* **Latency and cost per request.** transfer = SSD bytes read / `ssd_read_bytes_per_s` +
+  (bytes served from DRAM or staged from SSD) / `dram_to_hbm_bytes_per_s`; recompute =
+  recomputed tokens / `recompute_tokens_per_s`; load latency = max(transfer, recompute).
+  Cost = recompute seconds · `gpu_usd_per_hour`/3600 + SSD bytes written · `ssd_usd_per_tb_written`
+  /10^12 (the drive price divided by its TBW).
+* **Clock.** `seq` (the request's index) is the logical clock policies use for recency;
+  `arrival_s` is simulated time (decay, windows). Requests must come sorted by arrival.
+
+Streaming: record batches are consumed one at a time; memory grows with what the tiers hold
+(ghost segments are pruned), plus the outputs. Oracle policies (`needs_future`) need the whole
+table for the next-access pre-pass.
+
+Must not: do I/O, read the wall clock, keep global state.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from kvwear.errors import KvwearError
+from policies.base import Policy, PolicySpec, RequestInfo, resolve_spec
+from policies.metrics import (
+    CAUSES,
+    OP_EVICT,
+    OP_READ,
+    OP_WRITE,
+    Accumulator,
+    SimSummary,
+)
+from policies.schema import SSD_OPS
+from policies.tree import DRAM, FULL, HBM, LINEAR, NEVER, SSD, Obj, Segment, State
+
+CAUSE_INSERT = CAUSES.index("insert")
+CAUSE_DRAM_EVICT = CAUSES.index("dram_evict")
+CAUSE_HIT = CAUSES.index("hit")
+CAUSE_CAPACITY = CAUSES.index("capacity")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Tier capacities, model sizes, speeds and prices of one simulation."""
+
+    dram_bytes: int
+    ssd_bytes: int
+    kv_bytes_per_token: int
+    state_bytes: int = 0                 # one linear/sliding checkpoint; 0 = dense model
+    hbm_bytes: int = 0                   # 0 = no HBM tier
+    chunk_tokens: int = 16               # S
+    ssd_read_bytes_per_s: float = 10e9
+    dram_to_hbm_bytes_per_s: float = 50e9
+    recompute_tokens_per_s: float = 60_000.0
+    gpu_usd_per_hour: float = 2.5        # one GPU doing the recompute
+    ssd_usd_per_tb_written: float = 0.05  # drive price / TBW: $700 / (7.68 TB·1 DWPD·365·5)
+    interval_s: float = 600.0            # timeline interval
+    record_requests: bool = True
+    model: str = ""                      # label only
+
+    def __post_init__(self) -> None:
+        for name in ("dram_bytes", "ssd_bytes", "hbm_bytes", "state_bytes"):
+            if getattr(self, name) < 0:
+                raise KvwearError(f"SimConfig.{name} must be >= 0, got {getattr(self, name)}")
+        if self.kv_bytes_per_token <= 0 or self.chunk_tokens <= 0:
+            raise KvwearError("SimConfig: kv_bytes_per_token and chunk_tokens must be > 0")
+        for name in ("ssd_read_bytes_per_s", "dram_to_hbm_bytes_per_s", "recompute_tokens_per_s",
+                     "interval_s"):
+            if not getattr(self, name) > 0:
+                raise KvwearError(f"SimConfig.{name} must be > 0")
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Outputs of one simulation: tables and the summary."""
+
+    label: str
+    config: SimConfig
+    ssd_ops: pa.Table
+    requests: pa.Table
+    timeline: pa.Table
+    summary: SimSummary
+
+
+class Simulator:
+    """One simulation run; implements `policies.base.SimContext` for its policy."""
+
+    def __init__(self, config: SimConfig, spec: str | PolicySpec) -> None:
+        from policies.registry import get_policy_class
+
+        self.spec = resolve_spec(spec)
+        self.config = config
+        self.capacity_bytes = {HBM: config.hbm_bytes, DRAM: config.dram_bytes, SSD: config.ssd_bytes}
+        self.used_bytes = {HBM: 0, DRAM: 0, SSD: 0}
+        self.chunk_tokens = config.chunk_tokens
+        self.state_bytes = config.state_bytes
+        self.hybrid = config.state_bytes > 0
+        self.tokens_per_s = config.recompute_tokens_per_s
+        self.now_s = 0.0
+        self.seq = -1
+        self.req = RequestInfo(-1, -1, None, "", None, 0.0, 0, 0)
+        self.roots: dict[int, Segment] = {}
+        self.hbm_lru: OrderedDict[Obj, None] = OrderedDict()
+        self._next_oid = 0
+        self.acc = Accumulator(config, self.used_bytes)
+        cls = get_policy_class(self.spec.name)
+        self.policy: Policy = cls(self.spec.params, self)
+        self._future: np.ndarray | None = None  # next-use seq per flat hash id (oracles)
+        self._fut_base = 0
+        # ssd op runs (expanded to per-object rows by _flush_ops)
+        self._op_t: list[float] = []
+        self._op_code: list[int] = []
+        self._op_oid: list[int] = []
+        self._op_n: list[int] = []
+        self._op_bb: list[int] = []
+        self._op_lb: list[int] = []
+        self._op_kind: list[int] = []
+        self._op_sess: list[int] = []
+        self._op_cause: list[int] = []
+        self._sessions: list[str | None] = [None]
+        self._sess_index: dict[str | None, int] = {None: 0}
+        self._cur_sess = 0
+        self._ops_tables: list[pa.Table] = []
+
+    # --- context helpers --------------------------------------------------------------------
+    def free_bytes(self, tier: int) -> int:
+        return self.capacity_bytes[tier] - self.used_bytes[tier]
+
+    def next_seqs(self, seg: Segment) -> list[int]:
+        """Per-block next-access request seq of `seg` (oracle policies only)."""
+        fut = getattr(seg, "_fut", None)
+        if fut is None:
+            return [seg.next_seq] * seg.n
+        arr, i = fut
+        return [int(x) for x in arr[i:i + seg.n]]
+
+    # --- ops --------------------------------------------------------------------------------
+    def _op(self, code: int, obj: Obj, cause: int) -> None:
+        self._op_t.append(self.now_s)
+        self._op_code.append(code)
+        self._op_oid.append(obj.oid)
+        self._op_cause.append(cause)
+        self._op_sess.append(self._cur_sess)
+        if obj.kind == FULL:
+            seg: Segment = obj  # type: ignore[assignment]
+            self._op_n.append(seg.n)
+            self._op_bb.append(seg.block_bytes)
+            self._op_lb.append(seg.last_bytes)
+            self._op_kind.append(FULL)
+        else:
+            self._op_n.append(1)
+            self._op_bb.append(obj.nbytes)
+            self._op_lb.append(obj.nbytes)
+            self._op_kind.append(LINEAR)
+
+    def _flush_ops(self) -> None:
+        if not self._op_n:
+            return
+        n = np.asarray(self._op_n, dtype=np.int64)
+        total = int(n.sum())
+        starts = np.cumsum(n) - n
+        obj_id = np.repeat(np.asarray(self._op_oid, dtype=np.int64) - starts, n) + np.arange(total)
+        nbytes = np.repeat(np.asarray(self._op_bb, dtype=np.int64), n)
+        nbytes[starts + n - 1] = np.asarray(self._op_lb, dtype=np.int64)
+
+        def dict_col(codes: list[int], names: list[str | None] | tuple[str, ...]) -> pa.Array:
+            idx = pa.array(np.repeat(np.asarray(codes, dtype=np.int32), n))
+            return pa.DictionaryArray.from_arrays(idx, pa.array(list(names), pa.string()))
+
+        from policies.metrics import KIND_NAMES, OP_NAMES
+
+        table = pa.table({
+            "t_s": pa.array(np.repeat(np.asarray(self._op_t, dtype=np.float64), n)),
+            "op": dict_col(self._op_code, OP_NAMES),
+            "obj_id": pa.array(obj_id),
+            "obj_kind": dict_col(self._op_kind, KIND_NAMES),
+            "bytes": pa.array(nbytes),
+            "session_id": dict_col(self._op_sess, self._sessions).cast(pa.string()),
+            "cause": dict_col(self._op_cause, CAUSES),
+        })
+        self._ops_tables.append(SSD_OPS.conform(table))
+        for lst in (self._op_t, self._op_code, self._op_oid, self._op_n, self._op_bb, self._op_lb,
+                    self._op_kind, self._op_sess, self._op_cause):
+            lst.clear()
+
+    # --- residency --------------------------------------------------------------------------
+    def _add(self, obj: Obj, tier: int) -> None:
+        obj.tiers |= tier
+        self.used_bytes[tier] += obj.nbytes
+        if tier == HBM:
+            self.hbm_lru[obj] = None
+        else:
+            self.policy.added(obj, tier)
+
+    def _remove(self, obj: Obj, tier: int, cause: int = CAUSE_CAPACITY) -> None:
+        obj.tiers &= ~tier
+        self.used_bytes[tier] -= obj.nbytes
+        if tier == HBM:
+            del self.hbm_lru[obj]
+        else:
+            self.policy.removed(obj, tier)
+            if tier == SSD:
+                self._op(OP_EVICT, obj, cause)
+                self.acc.ssd_evict(obj)
+        if not obj.tiers:
+            self._gone(obj)
+
+    def _gone(self, obj: Obj) -> None:
+        """`obj` left every tier: detach a state, prune ghost leaves."""
+        if obj.kind == LINEAR:
+            st: State = obj  # type: ignore[assignment]
+            if st.seg.state is st:
+                st.seg.state = None
+            self._prune(st.seg)
+        else:
+            self._prune(obj)  # type: ignore[arg-type]
+
+    def _prune(self, seg: Segment | None) -> None:
+        while (seg is not None and seg.parent is not None and not seg.tiers and not seg.children
+               and seg.state is None):
+            parent = seg.parent
+            if parent.children.get(seg.keys[0]) is seg:
+                del parent.children[seg.keys[0]]
+            seg.parent = None
+            seg = parent
+
+    def _split(self, seg: Segment, m: int, evicting_tier: int) -> Segment:
+        """Cut `seg` after m blocks; returns the new root-side head, `seg` becomes the tail."""
+        parent = seg.parent
+        assert parent is not None and 0 < m < seg.n
+        keys = seg.keys
+        head = Segment(seg.oid, seg.ns, keys[:m], seg.start, seg.block_tokens, seg.block_tokens,
+                       seg.block_bytes, seg.block_bytes, parent)
+        head.tiers = seg.tiers
+        head.last_seq = seg.last_seq
+        head.last_s = seg.last_s
+        head.refs = seg.refs
+        head.created_s = seg.created_s
+        head.ssd_hit = seg.ssd_hit
+        head.next_seq = seg.next_seq
+        head.pdata = seg.pdata
+        fut = seg._fut
+        if fut is not None:
+            head._fut = fut
+            seg._fut = (fut[0], fut[1] + m)
+            seg.next_seq = int(fut[0][fut[1] + m])
+        head.children = {keys[m]: seg}
+        parent.children[keys[0]] = head
+        seg.keys = keys[m:]
+        seg.oid += m
+        seg.n -= m
+        seg.start += m
+        seg.nbytes -= head.nbytes
+        seg.parent = head
+        if head.tiers & HBM:
+            self.hbm_lru[head] = None
+            if evicting_tier == HBM:
+                self.hbm_lru.move_to_end(head, last=False)
+        self.policy.split(head, seg, evicting_tier)
+        return head
+
+    def _evict_one(self, tier: int, need: int) -> None:
+        if tier == HBM:
+            v: Obj = next(iter(self.hbm_lru))
+        else:
+            v = self.policy.victim(tier, need)
+            if not v.tiers & tier:
+                raise KvwearError(f"policy {self.spec.name!r} chose a victim not resident in tier {tier}")
+        if (v.kind == FULL and v.tiers == tier and v.nbytes > need
+                and (tier == HBM or self.policy.split_victims)):
+            seg: Segment = v  # type: ignore[assignment]
+            if seg.n > 1:
+                k = 1 if need <= seg.last_bytes else 1 + -(-(need - seg.last_bytes) // seg.block_bytes)
+                if k < seg.n:
+                    self._split(seg, seg.n - k, tier)
+        if tier == DRAM and not v.tiers & SSD:
+            if self.policy.admit_to_ssd(v):
+                self._ssd_write(v, CAUSE_DRAM_EVICT)
+            else:
+                self.acc.dropped(v)
+        self._remove(v, tier)
+
+    def _ssd_write(self, obj: Obj, cause: int) -> bool:
+        cap = self.capacity_bytes[SSD]
+        if obj.nbytes > cap:
+            return False
+        used = self.used_bytes
+        while used[SSD] + obj.nbytes > cap:
+            self._evict_one(SSD, used[SSD] + obj.nbytes - cap)
+        self._op(OP_WRITE, obj, cause)
+        self.acc.ssd_write(obj)
+        obj.ssd_hit = False
+        self._add(obj, SSD)
+        return True
+
+    def _fit(self, tier: int) -> None:
+        used = self.used_bytes
+        cap = self.capacity_bytes[tier]
+        while used[tier] > cap:
+            self._evict_one(tier, used[tier] - cap)
+
+    # --- one request --------------------------------------------------------------------------
+    def _place_new(self, obj: Obj, pending_ssd: list[Obj]) -> None:
+        mask = self.policy.place(obj)
+        if mask & DRAM and obj.nbytes <= self.capacity_bytes[DRAM]:
+            self._add(obj, DRAM)
+        elif mask & DRAM and not mask & SSD and self.policy.admit_to_ssd(obj):
+            # cannot fit DRAM at all: it is a DRAM victim at once (written or dropped)
+            pending_ssd.append(obj)
+        if mask & SSD:
+            pending_ssd.append(obj)
+
+    def request(self, seq: int, request_id: int, session: str | None, category: str,
+                turn: int | None, t: float, input_tokens: int, block_tokens: int, ns: int,
+                keys: list[int], hashed_tokens: int, fut: np.ndarray | None = None) -> None:
+        """Simulate one request (keys: its hash ids, root first)."""
+        if t < self.now_s - 1e-9:
+            raise KvwearError(
+                f"request {request_id}: arrival_s {t} is before the previous request's "
+                f"{self.now_s}; the requests table must be sorted by arrival_s")
+        cfg = self.config
+        self.now_s = t
+        self.seq = seq
+        si = self._sess_index.get(session)
+        if si is None:
+            si = self._sess_index[session] = len(self._sessions)
+            self._sessions.append(session)
+        self._cur_sess = si
+        req = RequestInfo(seq, request_id, session, category, turn, t, input_tokens, hashed_tokens)
+        self.req = req
+        policy = self.policy
+        policy.begin_request(req)
+        acc = self.acc
+        before = acc.request_begin()
+        nk = len(keys)
+        if nk == 0:
+            acc.request_end(req, before, 0, 0, 0, 0, -1, 0, 0, 0, 0)
+            return
+        S = self.chunk_tokens
+        B = block_tokens
+        kv = cfg.kv_bytes_per_token
+        # ---- walk the tree
+        root = self.roots.get(ns)
+        if root is None:
+            root = self.roots[ns] = Segment(-1, ns, [], 0, B, B, 0, 0, None)
+        node = root
+        path: list[Segment] = []
+        i = 0
+        while i < nk:
+            child = node.children.get(keys[i])
+            if child is None:
+                break
+            L = child.n
+            rem = nk - i
+            ck = child.keys
+            if rem >= L and ck == keys[i:i + L]:
+                m = L
+            else:
+                end = min(L, rem)
+                m = 1
+                while m < end and ck[m] == keys[i + m]:
+                    m += 1
+            if m < L:
+                child = self._split(child, m, 0)
+            path.append(child)
+            i += m
+            node = child
+            if m < L:
+                break
+        if i < nk:
+            last_tokens = hashed_tokens - (nk - 1) * B
+            if not 0 < last_tokens <= B:
+                raise KvwearError(
+                    f"request {request_id}: hashed_tokens {hashed_tokens} does not fit {nk} blocks "
+                    f"of {B} tokens")
+            bb = B * kv
+            lb = -(-last_tokens // S) * S * kv
+            new = Segment(self._next_oid, ns, keys[i:], i, B, last_tokens, bb, lb, node)
+            self._next_oid += nk - i
+            new.created_s = t
+            node.children[keys[i]] = new
+            path.append(new)
+        # ---- the state's position: after the last *full* block (a partial last block's key
+        # never recurs on the next turn's path, so a checkpoint after it could never be hit)
+        state_seg: Segment | None = None
+        if self.hybrid:
+            last = path[-1]
+            if last.last_tokens < B:
+                pos = nk - 1
+                if last.start < pos:
+                    head = self._split(last, pos - last.start, 0)
+                    path.insert(len(path) - 1, head)
+                state_seg = path[-2] if len(path) >= 2 else None
+            else:
+                state_seg = last
+        # ---- hit point
+        r = 0
+        npath = len(path)  # a new segment is not resident, so it stops the scan
+        while r < npath and path[r].tiers:
+            r += 1
+        p = r
+        if self.hybrid:
+            while p > 0:
+                st = path[p - 1].state
+                if st is not None and st.tiers:
+                    break
+                p -= 1
+        hit_state = path[p - 1].state if (self.hybrid and p > 0) else None
+        # ---- visit leaf → root
+        pending_ssd: list[Obj] = []
+        hbm_on = self.capacity_bytes[HBM] > 0
+        used: list[Obj] = []
+        hit_tokens = 0
+        hit_chunks = 0
+        tok_tier = [0, 0, 0, 0, 0]  # index by tier bit: 1 hbm, 2 dram, 4 ssd (sparse)
+        dram_bytes = 0
+        ssd_bytes = 0
+        state_tier = -1
+        if state_seg is not None:
+            spos = state_seg.start + state_seg.n - 1
+            st = state_seg.state
+            if st is None:
+                st = State(self._next_oid, self.state_bytes, state_seg)
+                self._next_oid += 1
+                state_seg.state = st
+                st.created_s = t
+                st.last_seq = seq
+                st.last_s = t
+                st.refs = 1
+                if fut is not None:
+                    st.next_seq = int(fut[spos])
+                self._place_new(st, pending_ssd)
+                used.append(st)
+            elif st is not hit_state:
+                self._touch(st, fut, spos)
+                used.append(st)
+        k_chunks = B // S
+        for j in range(len(path) - 1, -1, -1):
+            seg = path[j]
+            if j == p - 1 and hit_state is not None:
+                tier, nb = self._hit(hit_state, fut, seg.start + seg.n - 1)
+                state_tier = tier
+                if tier == DRAM:
+                    dram_bytes += nb
+                elif tier == SSD:
+                    ssd_bytes += nb
+                used.append(hit_state)
+            if j < p:
+                tier, nb = self._hit(seg, fut, seg.start)
+                tokens = seg.tokens
+                hit_tokens += tokens
+                tok_tier[tier] += tokens
+                hit_chunks += (seg.n - 1) * k_chunks + -(-seg.last_tokens // S)
+                if tier == DRAM:
+                    dram_bytes += nb
+                elif tier == SSD:
+                    ssd_bytes += nb
+            elif seg.tiers:
+                self._touch(seg, fut, seg.start)
+            else:
+                if seg.last_seq >= 0:
+                    # a ghost coming back: new SSD identity
+                    seg.oid = self._next_oid
+                    self._next_oid += seg.n
+                    seg.created_s = t
+                    seg.refs = 0
+                seg.last_seq = seq
+                seg.last_s = t
+                seg.refs += 1
+                if fut is not None:
+                    seg._fut = (fut, seg.start)
+                    seg.next_seq = int(fut[seg.start])
+                self._place_new(seg, pending_ssd)
+            used.append(seg)
+        # ---- make room, write, evict
+        for obj in pending_ssd:
+            if not obj.tiers & SSD:
+                self._ssd_write(obj, CAUSE_INSERT)
+        self._fit(DRAM)
+        if hbm_on:
+            hl = self.hbm_lru
+            for obj in used:
+                if obj.tiers & HBM:
+                    hl.move_to_end(obj)
+                elif obj.nbytes <= self.capacity_bytes[HBM]:
+                    self._add(obj, HBM)
+            self._fit(HBM)
+        # ghosts left on the path (placed nowhere) go away
+        for obj in used:
+            if not obj.tiers:
+                self._gone(obj)
+        if hit_tokens > hashed_tokens:
+            hit_tokens = hashed_tokens
+        total_chunks = (nk - 1) * k_chunks + -(-(hashed_tokens - (nk - 1) * B) // S)
+        acc.request_end(req, before, hit_tokens, tok_tier[HBM], tok_tier[DRAM], tok_tier[SSD],
+                        state_tier, dram_bytes, ssd_bytes, hit_chunks, total_chunks)
+
+    def _touch(self, obj: Obj, fut: np.ndarray | None, pos: int) -> None:
+        obj.last_seq = self.seq
+        obj.last_s = self.now_s
+        obj.refs += 1
+        if fut is not None:
+            obj.next_seq = int(fut[pos])
+            if obj.kind == FULL:
+                obj._fut = (fut, pos)  # type: ignore[attr-defined]
+        self.policy.touched(obj)
+
+    def _hit(self, obj: Obj, fut: np.ndarray | None, pos: int) -> tuple[int, int]:
+        """Serve `obj` from its fastest tier; stage SSD hits into DRAM. Returns (tier, bytes)."""
+        t = obj.tiers
+        if t & HBM:
+            tier = HBM
+        elif t & DRAM:
+            tier = DRAM
+        else:
+            tier = SSD
+            self._op(OP_READ, obj, CAUSE_HIT)
+            self.acc.ssd_read(obj)
+            if obj.nbytes <= self.capacity_bytes[DRAM]:
+                self._add(obj, DRAM)
+        self._touch(obj, fut, pos)
+        return tier, obj.nbytes
+
+    # --- batches ------------------------------------------------------------------------------
+    def set_future(self, table: pa.Table) -> None:
+        """Pre-pass for oracle policies: next request seq using each (ns, hash id) again."""
+        self._future = next_use(table)
+        self._fut_base = 0
+
+    def run_batch(self, batch: pa.RecordBatch | pa.Table, first_seq: int) -> None:
+        if isinstance(batch, pa.RecordBatch):
+            batch = pa.Table.from_batches([batch])
+        if batch.num_rows == 0:
+            return
+        S = self.chunk_tokens
+        btok = np.asarray(batch.column("block_tokens").to_numpy(), dtype=np.int64)
+        if (btok < S).any():
+            from workloads.blocks import convert_block_size
+
+            batch = convert_block_size(batch, S)
+            btok = np.asarray(batch.column("block_tokens").to_numpy(), dtype=np.int64)
+        bad = np.flatnonzero(btok % S)
+        if len(bad):
+            raise KvwearError(
+                f"request {batch.column('request_id')[int(bad[0])].as_py()}: block_tokens "
+                f"{btok[bad[0]]} is not a multiple of the simulator chunk ({S} tokens)")
+        col = batch.column("hash_ids")
+        arr = pa.concat_arrays(col.chunks) if col.num_chunks != 1 else col.chunk(0)
+        offs = np.asarray(arr.offsets, dtype=np.int64)
+        values = arr.values.to_numpy(zero_copy_only=False)[offs[0]:offs[-1]].tolist()
+        offs = (offs - offs[0]).tolist()
+        rid = batch.column("request_id").to_pylist()
+        sess = batch.column("session_id").to_pylist()
+        cat = batch.column("category").to_pylist()
+        turn = batch.column("turn").to_pylist()
+        arr_s = batch.column("arrival_s").to_pylist()
+        inp = batch.column("input_tokens").to_pylist()
+        ns = batch.column("hash_ns").to_pylist()
+        hashed = batch.column("hashed_tokens").to_pylist()
+        bt = btok.tolist()
+        fut_all = self._future
+        base = self._fut_base
+        req = self.request
+        for r in range(batch.num_rows):
+            o0 = offs[r]
+            o1 = offs[r + 1]
+            fut = None if fut_all is None else fut_all[base + o0: base + o1]
+            req(first_seq + r, rid[r], sess[r], cat[r], turn[r], arr_s[r], inp[r], bt[r], ns[r],
+                values[o0:o1], hashed[r], fut)
+        self._fut_base = base + offs[-1]
+        self._flush_ops()
+
+    def finish(self) -> SimResult:
+        self._flush_ops()
+        ops = (pa.concat_tables(self._ops_tables) if self._ops_tables else SSD_OPS.empty())
+        return SimResult(
+            label=self.spec.label, config=self.config, ssd_ops=ops,
+            requests=self.acc.requests_table(), timeline=self.acc.timeline_table(),
+            summary=self.acc.summary(self.spec.label, self.used_bytes),
+        )
+
+
+def next_use(table: pa.Table) -> np.ndarray:
+    """For every flat hash id of `table` (row order), the row index of the next row holding the
+    same (hash_ns, hash_id), or `tree.NEVER`. Vectorized (one sort)."""
+    col = table.column("hash_ids")
+    arr = pa.concat_arrays(col.chunks) if col.num_chunks != 1 else col.chunk(0)
+    offs = np.asarray(arr.offsets, dtype=np.int64)
+    vals = np.asarray(arr.values.to_numpy(zero_copy_only=False), dtype=np.int64)[offs[0]:offs[-1]]
+    lengths = np.diff(offs)
+    rows = np.repeat(np.arange(table.num_rows, dtype=np.int64), lengths)
+    ns = np.repeat(np.asarray(table.column("hash_ns").to_numpy(), dtype=np.int64), lengths)
+    order = np.lexsort((rows, vals, ns))
+    out = np.full(len(vals), NEVER, dtype=np.int64)
+    if len(order) > 1:
+        a, b = order[:-1], order[1:]
+        same = (vals[a] == vals[b]) & (ns[a] == ns[b])
+        out[a[same]] = rows[b[same]]
+    return out
+
+
+def _batches(requests: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
+    if isinstance(requests, pa.Table):
+        return requests.to_batches(max_chunksize=65_536)
+    if isinstance(requests, pa.RecordBatch):
+        return [requests]
+    return requests
+
+
+def simulate(requests: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch], config: SimConfig,
+             policy: str | PolicySpec,
+             progress: Callable[[int], None] | None = None) -> SimResult:
+    """Run `requests` (a REQUESTS table or a stream of its record batches, sorted by arrival)
+    through the tiered cache under `policy` ('lru', 'lru-k:k=3', or a PolicySpec).
+
+    `progress(n)` is called after each batch with the number of requests it held.
+    """
+    sim = Simulator(config, policy)
+    if sim.policy.needs_future:
+        if not isinstance(requests, pa.Table):
+            batches = list(_batches(requests))
+            requests = pa.Table.from_batches(batches) if batches else pa.table({})
+        if requests.num_rows:
+            requests = _convert_if_needed(requests, config.chunk_tokens)
+            sim.set_future(requests)
+    seq = 0
+    for batch in _batches(requests):
+        sim.run_batch(batch, seq)
+        seq += batch.num_rows
+        if progress is not None:
+            progress(batch.num_rows)
+    return sim.finish()
+
+
+def _convert_if_needed(table: pa.Table, chunk_tokens: int) -> pa.Table:
+    btok = np.asarray(table.column("block_tokens").to_numpy(), dtype=np.int64)
+    if (btok < chunk_tokens).any():
+        from workloads.blocks import convert_block_size
+
+        return convert_block_size(table, chunk_tokens)
+    return table
+
+
+def chunks_of(hashed_tokens: np.ndarray, chunk_tokens: int) -> np.ndarray:
+    """Chunks of S tokens covering each request's hashed prefix (equivalent chunk accesses)."""
+    return -(-np.asarray(hashed_tokens, dtype=np.int64) // chunk_tokens)
+
+
+__all__ = ["SimConfig", "SimResult", "Simulator", "chunks_of", "math", "next_use", "simulate"]
