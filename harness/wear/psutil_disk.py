@@ -44,7 +44,10 @@ def disk_name_for(path: str | os.PathLike[str]) -> str:
     """Kernel disk name for a block device path (symlinks resolved), or for the disk under a
     regular file (via /sys/dev/block/MAJ:MIN)."""
     p = Path(path)
-    st = os.stat(p)
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise ReaderUnavailable(f"{p}: no such device or file") from None
     if stat.S_ISBLK(st.st_mode):
         dev = st.st_rdev
     elif stat.S_ISREG(st.st_mode):

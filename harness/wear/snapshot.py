@@ -132,7 +132,8 @@ def snapshot(device_path: str, readers: Sequence[str],
             sample = WearSample(source=name, supported=False,
                                 note=f"{argv}: exit status {exc.returncode}: {msg or 'no message'}")
         except FileNotFoundError as exc:
-            sample = WearSample(source=name, supported=False, note=f"tool not found: {exc.filename or exc}")
+            # subprocess's way of saying the executable is not installed
+            sample = WearSample(source=name, supported=False, note=f"not found: {exc.filename or exc}")
         out.append(sample)
     return out
 
