@@ -46,6 +46,14 @@ block accesses in arrival order; there is no Python loop per block access):
   until the last request that reuses up to exactly that block, and weighs `profile.state_bytes`.
   The capacity is the peak over time of live chunk bytes + live state bytes (the peak of the sum,
   not the sum of the peaks).
+- **LRU hit ratio vs capacity** (for comparison with that optimal capacity): block-weighted hit
+  ratio of an LRU cache of C blocks for every C at once, from LRU stack distances (number of
+  distinct other blocks accessed since the block's previous access; a hit iff distance < C),
+  computed with a Fenwick tree in one numba loop over accesses (O(N log N)). Within a request the
+  blocks are touched tail first, so that its prefix ends up most recently used — as in vLLM, whose
+  free queue evicts a request's tail blocks before its prefix; touching them head first would let
+  LRU evict a shared system prompt before the private tail that follows it. Chunks only: states
+  are not modelled there; bytes are C × the chunk size of the first request's block size.
 
 This module only analyses and draws; it must not load traces (workloads.loaders does) and must not
 import policies, harness, emulator or reports.
@@ -61,6 +69,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import numba
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
@@ -158,6 +167,8 @@ class Characterization:
     block_reuse_quantiles: pd.DataFrame = field(repr=False)
     lifespans: pd.DataFrame = field(repr=False)         # one row per distinct block
     live: pd.DataFrame = field(repr=False)              # one row per request with blocks
+    lru_curve: pd.DataFrame = field(repr=False)         # capacity_blocks, capacity_bytes, hit ratio
+    lru_blocks_for_ideal: int = 0                       # LRU size that reaches the ideal hit ratio
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready scalar results (NaN → None)."""
@@ -196,6 +207,8 @@ class Characterization:
             "capacity_bytes": self.capacity_bytes,
             "capacity_peak_s": clean(self.capacity_peak_s),
             "peak_live_blocks": self.peak_live_blocks,
+            "lru_blocks_for_ideal": self.lru_blocks_for_ideal,
+            "lru_bytes_for_ideal": self.lru_blocks_for_ideal * self.chunk_bytes,
             "categories": {
                 str(row["category"]): {k: clean(_py(v)) for k, v in row.items() if k != "category"}
                 for row in self.by_category.to_dict("records")
@@ -554,6 +567,75 @@ def _live_per_request(acc: Accesses, cap: Capacity) -> pd.DataFrame:
     )
 
 
+@numba.njit(cache=True, nogil=True)
+def _stack_distances(prev: I64) -> I64:  # pragma: no cover - compiled; tested through lru_curve
+    """LRU stack distance of every access (−1 for a first access).
+
+    A Fenwick tree over positions marks each key's most recent access; the distance of access i
+    is the number of marks strictly between its previous access p and i.
+    """
+    n = prev.size
+    tree = np.zeros(n + 1, dtype=np.int64)
+    out = np.full(n, -1, dtype=np.int64)
+    for i in range(n):
+        p = prev[i]
+        if p >= 0:
+            s = 0
+            j = i
+            while j > 0:
+                s += tree[j]
+                j -= j & -j
+            j = p + 1
+            while j > 0:
+                s -= tree[j]
+                j -= j & -j
+            out[i] = s
+            j = p + 1
+            while j <= n:
+                tree[j] -= 1
+                j += j & -j
+        j = i + 1
+        while j <= n:
+            tree[j] += 1
+            j += j & -j
+    return out
+
+
+def lru_curve(acc: Accesses, chunk_bytes: int) -> tuple[pd.DataFrame, int]:
+    """Block hit ratio of LRU for capacities 1 … (enough for every hit), and that capacity.
+
+    The curve keeps at most ~512 capacities (log-spaced, always including the largest).
+    """
+    n = int(acc.key.size)
+    # tail-first order within each request (module docstring), then previous access per position
+    pos_in_req = np.arange(n, dtype=np.int64) - acc.starts[acc.req]
+    keys = acc.key[acc.starts[acc.req] + acc.n_blocks[acc.req] - 1 - pos_in_req]
+    perm = np.argsort(keys, kind="stable")
+    same = keys[perm[1:]] == keys[perm[:-1]]
+    prev = np.full(n, -1, dtype=np.int64)
+    prev[perm[1:][same]] = perm[:-1][same]
+    d = _stack_distances(prev) if n else np.zeros(0, np.int64)
+    d = d[d >= 0]
+    if d.size == 0:
+        empty = pd.DataFrame({"capacity_blocks": pd.Series([], dtype="int64"),
+                              "capacity_bytes": pd.Series([], dtype="int64"),
+                              "block_hit_ratio": pd.Series([], dtype="float64")})
+        return empty, 0
+    hits_at = np.cumsum(np.bincount(d))  # hits_at[c−1] = hits with capacity c
+    c_max = int(hits_at.size)
+    caps = np.unique(np.geomspace(1, c_max, min(c_max, _CURVE_POINTS)).round().astype(np.int64))
+    return (
+        pd.DataFrame(
+            {
+                "capacity_blocks": caps,
+                "capacity_bytes": caps * int(chunk_bytes),
+                "block_hit_ratio": hits_at[caps - 1] / n,
+            }
+        ),
+        c_max,
+    )
+
+
 def analyze(table: pa.Table, profile: ProfileLike) -> Characterization:
     """Run every analysis over a requests table for a model profile (pure: writes nothing)."""
     acc = flatten(table)
@@ -586,6 +668,7 @@ def analyze(table: pa.Table, profile: ProfileLike) -> Characterization:
     cap = capacity_needed(acc, profile)
     peak_s = float(acc.arrival_s[acc.req[cap.peak_pos]]) if cap.peak_pos >= 0 else math.nan
     bt0 = int(acc.req_block_tokens[0])
+    lru, lru_for_ideal = lru_curve(acc, int(profile.chunk_bytes(bt0)))
     return Characterization(
         model=str(getattr(profile, "name", type(profile).__name__)),
         requests=int(acc.arrival_s.size),
@@ -618,6 +701,8 @@ def analyze(table: pa.Table, profile: ProfileLike) -> Characterization:
         block_reuse_quantiles=bq,
         lifespans=life,
         live=_live_per_request(acc, cap),
+        lru_curve=lru,
+        lru_blocks_for_ideal=lru_for_ideal,
     )
 
 
@@ -654,12 +739,16 @@ LIFESPANS = _spec("characterization.lifespans", [
     ("hash_ns", pa.int32()), ("hash_id", pa.int64()), ("category", pa.string()), ("first_s", pa.float64()),
     ("last_s", pa.float64()), ("lifespan_s", pa.float64()), ("accesses", pa.int64()),
 ])
+LRU_CURVE = _spec("characterization.lru_curve", [
+    ("capacity_blocks", pa.int64()), ("capacity_bytes", pa.int64()), ("block_hit_ratio", pa.float64()),
+])
 LIVE = _spec("characterization.live", [
     ("arrival_s", pa.float64()), ("live_blocks", pa.int64()), ("live_states", pa.int64()),
     ("live_bytes", pa.float64()),
 ])
 
-FIGURES = ("reuse_time_cdf", "lifespan_cdf", "reuse_skew", "hit_ratio_by_category", "live_blocks")
+FIGURES = ("reuse_time_cdf", "lifespan_cdf", "reuse_skew", "hit_ratio_by_category", "live_blocks",
+           "hit_ratio_vs_capacity")
 
 
 def _write_text(path: Path, text: str) -> Path:
@@ -690,6 +779,7 @@ def characterize(
         (BLOCK_REUSE_QUANTILES, res.block_reuse_quantiles, "block_reuse_quantiles"),
         (LIFESPANS, res.lifespans, "lifespans"),
         (LIVE, res.live, "live"),
+        (LRU_CURVE, res.lru_curve, "lru_curve"),
     ):
         t = pa.Table.from_pandas(df, preserve_index=False)
         written.append(write_table(spec, t, out / f"{name}.parquet"))
@@ -709,6 +799,7 @@ def plot_all(res: Characterization, out: Path) -> list[Path]:
         "reuse_skew": _plot_skew,
         "hit_ratio_by_category": _plot_hit_ratio,
         "live_blocks": _plot_live,
+        "hit_ratio_vs_capacity": _plot_lru,
     }
     for name in FIGURES:
         fig = Figure(figsize=(7.5, 4.8), layout="constrained")
@@ -858,3 +949,24 @@ def _plot_live(res: Characterization, ax: Any) -> None:
     sec = ax.secondary_yaxis("right", functions=(lambda y: y * gib / max(res.chunk_bytes, 1),
                                                  lambda b: b * max(res.chunk_bytes, 1) / gib))
     sec.set_ylabel(f"{res.block_tokens}-token KV chunks" + (" (equivalent)" if res.state_bytes else ""))
+
+
+def _plot_lru(res: Characterization, ax: Any) -> None:
+    c = res.lru_curve
+    ax.set_title("Block hit ratio vs cache capacity (KV chunks only)")
+    ax.set_xlabel(f"cache capacity (GiB of {res.block_tokens}-token chunks, log scale)")
+    ax.set_ylabel("block hit ratio")
+    if c.empty:
+        _empty(ax, "reuse")
+        return
+    gib = 2.0**30
+    ax.plot(c["capacity_bytes"] / gib, c["block_hit_ratio"], color="C0", label="LRU")
+    ax.axhline(res.block_hit_ratio, color="k", ls=":", label=f"ideal (infinite cache) {res.block_hit_ratio:.1%}")
+    opt = res.peak_live_blocks * res.chunk_bytes
+    ax.axvline(opt / gib, color="C3", ls="--",
+               label=f"optimal (Belady) capacity for the ideal: {format_bytes(opt)}")
+    lru = res.lru_blocks_for_ideal * res.chunk_bytes
+    ax.axvline(lru / gib, color="C0", ls="--", alpha=0.6, label=f"LRU capacity for the ideal: {format_bytes(lru)}")
+    ax.set_xscale("log")
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=8, loc="upper left")

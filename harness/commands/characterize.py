@@ -123,6 +123,8 @@ def characterize_cmd(
               f"{_secs(res.lifespan_median_s)} / {_secs(res.lifespan_p90_s)}")
     t.add_row("capacity for the ideal hit ratio", format_bytes(res.capacity_bytes))
     t.add_row("  live chunks / states at the peak", f"{res.capacity_blocks:,} / {res.capacity_states:,}")
+    t.add_row("LRU chunk capacity for the ideal hit ratio",
+              format_bytes(res.lru_blocks_for_ideal * res.chunk_bytes))
     console.print(t)
 
     c = Table(title="Per category")

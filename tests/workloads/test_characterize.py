@@ -20,6 +20,7 @@ from workloads.characterize import (
     characterize,
     fit_exponential,
     flatten,
+    lru_curve,
 )
 from workloads.models import get_profile
 from workloads.schema import REQUESTS
@@ -272,6 +273,42 @@ def test_capacity_equals_brute_force_and_is_the_belady_minimum() -> None:
             assert _belady_hits(keys, peak - 1) < ideal
 
 
+def _lru_hits(keys: list[int], capacity: int) -> int:
+    from collections import OrderedDict
+
+    cache: OrderedDict[int, None] = OrderedDict()
+    hits = 0
+    for k in keys:
+        if k in cache:
+            hits += 1
+            cache.move_to_end(k)
+        else:
+            cache[k] = None
+            if len(cache) > capacity:
+                cache.popitem(last=False)
+    return hits
+
+
+def test_lru_curve_equals_an_lru_simulation() -> None:
+    rng = np.random.default_rng(2)
+    for _ in range(30):
+        rows = [{"t": t, "ids": [int(v) for v in rng.integers(0, 15, int(rng.integers(0, 7)))]}
+                for t in range(int(rng.integers(1, 15)))]
+        acc = flatten(make_table(rows))
+        keys = [k for r in rows for k in reversed(r["ids"])]  # tail first within a request
+        curve, c_max = lru_curve(acc, 100)
+        ideal = len(keys) - len(set(keys))
+        if ideal == 0:
+            assert curve.empty and c_max == 0
+            continue
+        for c, ratio in zip(curve["capacity_blocks"], curve["block_hit_ratio"], strict=True):
+            assert ratio * len(keys) == pytest.approx(_lru_hits(keys, int(c)))
+        assert _lru_hits(keys, c_max) == ideal
+        assert c_max == 1 or _lru_hits(keys, c_max - 1) < ideal
+        assert list(curve["capacity_bytes"]) == [100 * c for c in curve["capacity_blocks"]]
+        assert curve["capacity_blocks"].iloc[-1] == c_max
+
+
 def test_hybrid_state_count_equals_brute_force() -> None:
     rng = np.random.default_rng(5)
     for _ in range(40):
@@ -386,7 +423,7 @@ def test_cli_on_requests_table_writes_every_announced_file(tmp_path: Path) -> No
     r = _run_cli(["trace", "characterize", str(src), "--model", "kimi-k3", "-o", str(out)])
     assert r.exit_code == 0, r.output
     announced = [Path(m) for m in re.findall(r"^  (\S+)$", r.output, flags=re.M)]
-    assert len(announced) == 6 + 1 + 2 * len(FIGURES)
+    assert len(announced) == 7 + 1 + 2 * len(FIGURES)
     assert all(p.is_file() and p.parent == out for p in announced)
     for p in announced:
         if p.suffix == ".png":
