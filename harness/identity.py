@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.devices.base import DeviceIdentity
-from harness.wear._decode import json_uint, load_json, need_object
+from harness.wear._decode import json_uint, json_uint_or, load_json, need_object
 from harness.wear.base import CommandRunner
 from kvwear.errors import InputError
 
@@ -87,12 +87,12 @@ def parse_id_ctrl_json(text: str | bytes, source: str = "nvme id-ctrl -o json") 
         model=_text(obj, "mn", source),
         serial=_text(obj, "sn", source),
         firmware=_text(obj, "fr", source),
-        vendor_id=json_uint(obj, "vid", source) or 0,
-        subsystem_vendor_id=json_uint(obj, "ssvid", source) or 0,
-        total_capacity_bytes=json_uint(obj, "tnvmcap", source, required=False) or 0,
+        vendor_id=json_uint(obj, "vid", source),
+        subsystem_vendor_id=json_uint(obj, "ssvid", source),
+        total_capacity_bytes=json_uint_or(obj, "tnvmcap", source, 0),
         subnqn=str(obj.get("subnqn", "")).strip(),
-        version=json_uint(obj, "ver", source, required=False) or 0,
-        namespaces=json_uint(obj, "nn", source, required=False) or 0,
+        version=json_uint_or(obj, "ver", source, 0),
+        namespaces=json_uint_or(obj, "nn", source, 0),
     )
 
 
@@ -100,7 +100,7 @@ def parse_id_ns_json(text: str | bytes, source: str = "nvme id-ns -o json") -> N
     """FLBAS bits 0-3 (and, when more than 16 formats exist, bits 5-6 as the high part) index
     `lbafs`; `ds` is log2 of the logical block size."""
     obj = need_object(load_json(text, source), source)
-    flbas = json_uint(obj, "flbas", source) or 0
+    flbas = json_uint(obj, "flbas", source)
     index = (flbas & 0x0F) | (((flbas >> 5) & 0x03) << 4)
     lbafs = obj.get("lbafs")
     if not isinstance(lbafs, list) or not lbafs:
@@ -108,16 +108,16 @@ def parse_id_ns_json(text: str | bytes, source: str = "nvme id-ns -o json") -> N
     if index >= len(lbafs):
         raise InputError(source, None, "flbas", f"selects LBA format {index}, only {len(lbafs)} listed")
     fmt = need_object(lbafs[index], source, f"lbafs[{index}]")
-    ds = json_uint(fmt, "ds", source) or 0
+    ds = json_uint(fmt, "ds", source)
     if not 9 <= ds <= 16:
         raise InputError(source, None, f"lbafs[{index}].ds", f"log2 block size {ds} outside 9..16")
     return NamespaceId(
-        size_blocks=json_uint(obj, "nsze", source) or 0,
-        capacity_blocks=json_uint(obj, "ncap", source) or 0,
+        size_blocks=json_uint(obj, "nsze", source),
+        capacity_blocks=json_uint(obj, "ncap", source),
         formatted_lba_index=index,
         logical_block_bytes=1 << ds,
-        metadata_bytes=json_uint(fmt, "ms", source, required=False) or 0,
-        endurance_group=json_uint(obj, "endgid", source, required=False) or 0,
+        metadata_bytes=json_uint_or(fmt, "ms", source, 0),
+        endurance_group=json_uint_or(obj, "endgid", source, 0),
     )
 
 
@@ -132,12 +132,12 @@ def parse_nvme_list_json(text: str | bytes, source: str = "nvme list -o json") -
         d = need_object(d, src)
         out.append(ListedDevice(
             device_path=_text(d, "DevicePath", src),
-            namespace=json_uint(d, "NameSpace", src) or 0,
+            namespace=json_uint(d, "NameSpace", src),
             model=_text(d, "ModelNumber", src),
             serial=_text(d, "SerialNumber", src),
             firmware=_text(d, "Firmware", src),
-            size_bytes=json_uint(d, "PhysicalSize", src) or 0,
-            sector_bytes=json_uint(d, "SectorSize", src) or 0,
+            size_bytes=json_uint(d, "PhysicalSize", src),
+            sector_bytes=json_uint(d, "SectorSize", src),
             extra={k: v for k, v in d.items() if k in ("UsedBytes", "MaximumLBA", "GenericPath")},
         ))
     return out
@@ -180,11 +180,17 @@ def identity_from_smartctl(text: str | bytes, path: str, source: str = "smartctl
     obj = need_object(load_json(text, source), source)
     cap = obj.get("user_capacity")
     capacity = json_uint(cap, "bytes", source) if isinstance(cap, Mapping) else None
-    lbs = json_uint(obj, "logical_block_size", source, required=False)
+    lbs = json_uint_or(obj, "logical_block_size", source, None)
     return DeviceIdentity(kind=kind, path=path, model=_text(obj, "model_name", source),
                           serial=_text(obj, "serial_number", source),
                           firmware=_text(obj, "firmware_version", source),
                           capacity_bytes=capacity, logical_block_bytes=lbs)
+
+
+def list_nvme_devices(runner: CommandRunner) -> list[ListedDevice]:
+    """Run `nvme list -o json` (every NVMe namespace the host sees)."""
+    argv = ["nvme", "list", "-o", "json"]
+    return parse_nvme_list_json(runner(argv), " ".join(argv))
 
 
 _CTRL_PATH = re.compile(r"^/dev/nvme\d+$")

@@ -13,9 +13,11 @@ import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kvwear.errors import InputError, KvwearError
+
+T = TypeVar("T")
 
 
 class ReaderUnavailable(KvwearError):
@@ -144,18 +146,24 @@ def need_object(obj: Any, source: str, field: str | None = None) -> Mapping[str,
     return obj
 
 
-def json_uint(obj: Mapping[str, Any], keys: str | Sequence[str], source: str,
-              required: bool = True) -> int | None:
-    """A non-negative integer field, given as a JSON number or a decimal string (nvme-cli prints
-    128-bit counters as strings). `keys` may list alternative spellings across tool versions."""
+def json_uint(obj: Mapping[str, Any], keys: str | Sequence[str], source: str) -> int:
+    """A required non-negative integer field, given as a JSON number or a decimal string
+    (nvme-cli prints 128-bit counters as strings). `keys` may list alternative spellings across
+    tool versions; the first present wins."""
     names = [keys] if isinstance(keys, str) else list(keys)
     for name in names:
         if name in obj:
             return to_uint(obj[name], source, name)
-    if required:
-        alt = " or ".join(repr(n) for n in names)
-        raise InputError(source, None, names[0], f"missing (looked for {alt})")
-    return None
+    alt = " or ".join(repr(n) for n in names)
+    raise InputError(source, None, names[0], f"missing (looked for {alt})")
+
+
+def json_uint_or(obj: Mapping[str, Any], keys: str | Sequence[str], source: str, default: T) -> int | T:
+    """Like `json_uint`, but `default` when no spelling is present (a present bad value still fails)."""
+    names = [keys] if isinstance(keys, str) else list(keys)
+    if not any(n in obj for n in names):
+        return default
+    return json_uint(obj, names, source)
 
 
 def to_uint(value: Any, source: str, field: str) -> int:

@@ -53,8 +53,8 @@ def parse_fdp_stats_binary(data: bytes, source: str = "nvme fdp stats -o binary"
 
 def parse_fdp_stats_json(text: str | bytes, source: str = "nvme fdp stats -o json") -> FdpStats:
     obj = need_object(load_json(text, source), source)
-    return FdpStats(json_uint(obj, "hbmw", source) or 0, json_uint(obj, "mbmw", source) or 0,
-                    json_uint(obj, "mbe", source) or 0)
+    return FdpStats(json_uint(obj, "hbmw", source), json_uint(obj, "mbmw", source),
+                    json_uint(obj, "mbe", source))
 
 
 def sample_from_fdp(stats: FdpStats, raw: str) -> WearSample:

@@ -27,6 +27,7 @@ from harness.wear._decode import (
     ReaderUnavailable,
     hexdump,
     json_uint,
+    json_uint_or,
     le_uint,
     load_json,
     need_length,
@@ -96,8 +97,8 @@ def femu_counters_from_nvme_json(text: str | bytes, source: str = "nvme smart-lo
     """Reassemble the counters from nvme-cli's mislabelled JSON: `warning_temp_time` is the WAF
     word, `temperature_sensor_1..4` / `_5..8` the u16 words of host / GC pages (absent = 0)."""
     obj = need_object(load_json(text, source), source)
-    waf = json_uint(obj, "warning_temp_time", source) or 0
-    words = [json_uint(obj, f"temperature_sensor_{i}", source, required=False) or 0 for i in range(1, 9)]
+    waf = json_uint(obj, "warning_temp_time", source)
+    words = [json_uint_or(obj, f"temperature_sensor_{i}", source, 0) for i in range(1, 9)]
     for i, w in enumerate(words, 1):
         if w > 0xFFFF:
             raise InputError(source, None, f"temperature_sensor_{i}", f"{w} does not fit a u16 word")
@@ -109,13 +110,18 @@ def femu_counters_from_smartctl_json(text: str | bytes, source: str = "smartctl 
     for a zero word."""
     obj = need_object(load_json(text, source), source)
     log = need_object(obj.get(HEALTH_KEY), source, HEALTH_KEY)
-    waf = json_uint(log, "warning_temp_time", source) or 0
+    waf = json_uint(log, "warning_temp_time", source)
     sensors = log.get("temperature_sensors", [])
     if not isinstance(sensors, list) or len(sensors) > 8:
         raise InputError(source, None, "temperature_sensors", f"expected a list of ≤ 8, got {sensors!r}")
     words: list[int] = []
     for i, c in enumerate(sensors):
-        w = 0 if c is None else c + KELVIN_OFFSET if isinstance(c, int) and not isinstance(c, bool) else -1
+        if c is None:
+            w = 0
+        elif isinstance(c, int) and not isinstance(c, bool):
+            w = c + KELVIN_OFFSET
+        else:
+            w = -1
         if not 0 <= w <= 0xFFFF:
             raise InputError(source, None, f"temperature_sensors[{i}]", f"not a u16 word − 273: {c!r}")
         words.append(w)

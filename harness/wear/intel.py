@@ -22,6 +22,7 @@ from harness.wear._decode import (
     ReaderUnavailable,
     hexdump,
     json_uint,
+    json_uint_or,
     le_uint,
     load_json,
     need_object,
@@ -77,10 +78,10 @@ def parse_intel_ca_json(text: str | bytes, source: str = "nvme intel smart-log-a
     host = stats.get("host_bytes_written")
     host_obj = need_object(host, source, "host_bytes_written") if host is not None else None
     return IntelCaLog(
-        nand_bytes_written_raw=json_uint(nand, "raw", source) or 0,
+        nand_bytes_written_raw=json_uint(nand, "raw", source),
         host_bytes_written_raw=json_uint(host_obj, "raw", source) if host_obj is not None else None,
-        nand_normalized=json_uint(nand, "normalized", source, required=False),
-        host_normalized=json_uint(host_obj, "normalized", source, required=False) if host_obj else None,
+        nand_normalized=json_uint_or(nand, "normalized", source, None),
+        host_normalized=json_uint_or(host_obj, "normalized", source, None) if host_obj else None,
     )
 
 

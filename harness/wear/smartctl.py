@@ -16,7 +16,7 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any
 
-from harness.wear._decode import ReaderUnavailable, json_uint, load_json, need_object, to_uint
+from harness.wear._decode import ReaderUnavailable, json_uint, json_uint_or, load_json, need_object, to_uint
 from harness.wear.base import READERS, CommandRunner, WearSample
 from harness.wear.nvme_smart import SmartLog, sample_from_smart_log
 from kvwear.errors import InputError
@@ -45,12 +45,13 @@ HEALTH_KEY = "nvme_smart_health_information_log"
 def smartctl_document(text: str | bytes, source: str) -> Mapping[str, Any]:
     """The parsed document, after checking smartctl itself ran (exit bits 0-1 clear)."""
     doc = need_object(load_json(text, source), source)
-    status = doc.get("smartctl", {}).get("exit_status", 0) if isinstance(doc.get("smartctl"), dict) else 0
+    meta = doc.get("smartctl")
+    meta = meta if isinstance(meta, Mapping) else {}
+    status = meta.get("exit_status", 0)
     if isinstance(status, int) and status & 0b11:
-        msgs = doc.get("smartctl", {}).get("messages", [])
-        text_msgs = "; ".join(str(m.get("string", m)) for m in msgs if isinstance(m, dict)) or "no message"
+        msgs = [str(m.get("string", m)) for m in meta.get("messages", []) if isinstance(m, Mapping)]
         raise ReaderUnavailable(f"{source}: smartctl could not read the device "
-                                f"(exit status {status}): {text_msgs}")
+                                f"(exit status {status}): {'; '.join(msgs) or 'no message'}")
     return doc
 
 
@@ -69,8 +70,8 @@ def parse_smartctl_json(text: str | bytes, source: str = "smartctl -j -a") -> Sm
     fields["composite_temperature_k"] = temp_c + KELVIN_OFFSET
     # smartctl 7.3 omits the endurance-group summary; the spec's value for 'none' is 0.
     fields["endurance_group_critical_warning"] = 0
-    fields["warning_temp_time_min"] = json_uint(log, "warning_temp_time", source, required=False) or 0
-    fields["critical_temp_time_min"] = json_uint(log, "critical_comp_time", source, required=False) or 0
+    fields["warning_temp_time_min"] = json_uint_or(log, "warning_temp_time", source, 0)
+    fields["critical_temp_time_min"] = json_uint_or(log, "critical_comp_time", source, 0)
     sensors = log.get("temperature_sensors", [])
     if not isinstance(sensors, list) or len(sensors) > 8:
         raise InputError(source, None, "temperature_sensors", f"expected a list of ≤ 8, got {sensors!r}")

@@ -14,6 +14,7 @@ from harness.identity import (
     identity_from_nvme,
     identity_from_nvme_list,
     identity_from_smartctl,
+    list_nvme_devices,
     nvme_identity,
     parse_id_ctrl_json,
     parse_id_ns_json,
@@ -106,3 +107,18 @@ def test_plain_file_identity(tmp_path: Path) -> None:
     assert ident.logical_block_bytes in (None, 512, 1024, 2048, 4096)
     with pytest.raises(InputError, match="neither a regular file nor a block device"):
         path_identity("/dev/null")
+
+
+def test_list_nvme_devices(fixtures_dir: Path) -> None:
+    calls: list[list[str]] = []
+
+    def runner(argv: Sequence[str]) -> bytes:
+        calls.append(list(argv))
+        return (fixtures_dir / "qemu-7.2-nvme" / "nvme_list_json.json").read_bytes()
+
+    (dev,) = list_nvme_devices(runner)
+    assert calls == [["nvme", "list", "-o", "json"]]
+    assert (dev.device_path, dev.namespace, dev.size_bytes, dev.sector_bytes) == ("/dev/nvme0n1", 1, 268_435_456, 512)
+    assert dev.extra["MaximumLBA"] == 524_288
+    with pytest.raises(InputError, match=r"field 'Devices'"):
+        parse_nvme_list_json(b'{"devices": []}', "list.json")
