@@ -27,9 +27,12 @@ valid ones.
   `used_bytes[tier]`, `free_bytes(tier)`, `now_s` (arrival of the current request), `seq` (its
   sequence number, the logical clock), `req` (`RequestInfo`: request_id, session_id, category,
   turn, arrival_s, input_tokens, hashed_tokens — for per-workload statistics), `chunk_tokens`,
-  `state_bytes`, `hybrid`, `tokens_per_s` (recompute speed) and, for oracles (`needs_future =
+  `state_bytes`, `hybrid`, `tokens_per_s` (recompute speed), `write_to_ssd(obj)` (queue a
+  write of a resident object without SSD copy, e.g. a frequency filter passing on a re-use;
+  it happens with the request's other SSD writes, cause `promote`) and, for oracles (`needs_future =
   True`), `obj.next_seq` (the next request that references the object's first block;
-  `tree.NEVER` if none), filled in by a pre-pass over the requests table.
+  `tree.NEVER` if none; for a state, the next request whose prefix reaches its position) and
+  `ctx.next_seqs(seg)` (per block), filled in by a pre-pass over the requests table.
 
 **Call order per request**: `begin_request(req)`; then, walking the request's path from the leaf
 (request end) to the root — the request's own state first, then the segments — for each object:
@@ -240,6 +243,10 @@ class SimContext(Protocol):
 
     def free_bytes(self, tier: int) -> int: ...
 
+    def write_to_ssd(self, obj: Obj) -> None: ...
+
+    def next_seqs(self, seg: Segment) -> list[int]: ...
+
 
 class Policy:
     """Base policy: LRU per tier (insertion or access moves an object to the MRU end), place
@@ -313,8 +320,19 @@ def tier_name(tier: int) -> str:
     return TIER_NAMES[tier]
 
 
+def obj_keys(obj: Obj) -> list[tuple[int, int]]:
+    """Stable identities that survive eviction, for policies keeping history: one
+    `(hash_ns, hash_id)` per block of a segment; `(hash_ns, ~hash_id of its last block)` for a
+    state (the bitwise complement keeps state keys apart from block keys)."""
+    if isinstance(obj, Segment):
+        ns = obj.ns
+        return [(ns, k) for k in obj.keys]
+    seg: Segment = obj.seg  # type: ignore[attr-defined]
+    return [(seg.ns, ~seg.keys[-1])]
+
+
 __all__ = [
     "DRAM", "HBM", "POLICIES", "SSD", "ParamInfo", "Policy", "PolicyParams", "PolicySpec",
-    "PolicySpecError", "RequestInfo", "SimContext", "build_params", "param", "param_infos",
+    "PolicySpecError", "RequestInfo", "SimContext", "build_params", "obj_keys", "param", "param_infos",
     "parse_spec", "resolve_spec", "tier_name",
 ]

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 OP_WRITE, OP_READ, OP_EVICT = 0, 1, 2
 OP_NAMES = ("write", "read", "evict")
 KIND_NAMES = ("full", "linear")
-CAUSES = ("insert", "dram_evict", "hit", "capacity")
+CAUSES = ("insert", "dram_evict", "hit", "capacity", "promote")
 STATE_TIER_NAMES = {-1: "none", HBM: "hbm", DRAM: "dram", SSD: "ssd"}
 
 SIM_REQUESTS = TableSpec(

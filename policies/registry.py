@@ -12,6 +12,12 @@ from policies.base import POLICIES, Policy
 
 POLICY_MODULES: list[str] = [
     "policies.lru",
+    "policies.write_through",
+    "policies.fifo",
+    "policies.type_aware",
+    "policies.lru_k",
+    "policies.dynamo",
+    "policies.hotprefix",
 ]
 
 _loaded: set[str] = set()

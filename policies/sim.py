@@ -79,6 +79,7 @@ CAUSE_INSERT = CAUSES.index("insert")
 CAUSE_DRAM_EVICT = CAUSES.index("dram_evict")
 CAUSE_HIT = CAUSES.index("hit")
 CAUSE_CAPACITY = CAUSES.index("capacity")
+CAUSE_PROMOTE = CAUSES.index("promote")
 
 
 @dataclass(frozen=True)
@@ -163,10 +164,17 @@ class Simulator:
         self._sess_index: dict[str | None, int] = {None: 0}
         self._cur_sess = 0
         self._ops_tables: list[pa.Table] = []
+        self._promote: list[Obj] = []
 
     # --- context helpers --------------------------------------------------------------------
     def free_bytes(self, tier: int) -> int:
         return self.capacity_bytes[tier] - self.used_bytes[tier]
+
+    def write_to_ssd(self, obj: Obj) -> None:
+        """Queue an SSD write (cause `promote`) of a resident object that has no SSD copy; it
+        happens with this request's other SSD writes, before DRAM is brought within capacity."""
+        if not obj.tiers & SSD and obj not in self._promote:
+            self._promote.append(obj)
 
     def next_seqs(self, seg: Segment) -> list[int]:
         """Per-block next-access request seq of `seg` (oracle policies only)."""
@@ -518,6 +526,11 @@ class Simulator:
         for obj in pending_ssd:
             if not obj.tiers & SSD:
                 self._ssd_write(obj, CAUSE_INSERT)
+        if self._promote:
+            for obj in self._promote:
+                if obj.tiers and not obj.tiers & SSD:
+                    self._ssd_write(obj, CAUSE_PROMOTE)
+            self._promote.clear()
         self._fit(DRAM)
         if hbm_on:
             hl = self.hbm_lru
