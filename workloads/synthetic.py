@@ -25,6 +25,14 @@ its prompt's ids followed by the first ones of its segment's range. Only full bl
 `hashed_tokens = (input_tokens // block_tokens)·block_tokens` (the partial last block is not
 keyed — like the Weka traces, unlike Mooncake's).
 
+Columns: `turn` is the 1-based position of a call in its stream (the chat turn for multi-round and
+trace-a, the LLM-call number for an agent or subagent stream, 1 for api); `parent_id` is the
+previous call of the same stream, or for a subagent's first call the main-stream call that spawned
+it (null for first turns and api); `session_id` is "mr-N" / "ag-N" / "ta-N" (null for api);
+`stream_id` is "main" or "subK"; `category` is "chat" (multi-round), "agent"/"subagent",
+"api", or the trace-a category. In trace-a the reuse time is arrival to arrival of consecutive
+turns (the previous answer's decode time is inside it).
+
 Generators must be deterministic (same config → identical table), must not read the clock or
 touch files, and must not know about tiers, devices or policies. The per-row work is vectorized
 with numpy except the agentic step loop (sequential by nature), which draws its randomness in

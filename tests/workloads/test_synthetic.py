@@ -9,6 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from harness.cli import app
@@ -275,3 +277,33 @@ def test_chain_check_catches_two_predecessors() -> None:
     first_elsewhere = pa.table({"hash_ids": pa.array([[7, 8], [8]], pa.list_(pa.int64()))})
     with pytest.raises(AssertionError):
         _assert_prefix_chained(first_elsewhere)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    kind=st.sampled_from(["multi-round", "agentic", "trace-a", "api"]),
+    block_tokens=st.sampled_from([1, 7, 16, 64, 512]),
+    prompt_tokens=st.integers(0, 3000),
+    seed=st.integers(0, 2**31),
+)
+def test_property_chaining_any_block_size_and_prompt(
+    kind: str, block_tokens: int, prompt_tokens: int, seed: int
+) -> None:
+    params: dict[str, Any] = {"seed": seed, "block_tokens": block_tokens}
+    if kind == "multi-round":
+        params |= {"sessions": 5, "turns": 6, "system_prompt_tokens": prompt_tokens,
+                   "system_prompts": 2}
+    elif kind == "agentic":
+        params |= {"sessions": 2, "system_prompt_tokens": prompt_tokens, "subagent_prob": 0.5,
+                   "max_context_tokens": prompt_tokens + 20000, "compact_summary_tokens": 500}
+    elif kind == "trace-a":
+        params |= {"sessions": 60,
+                   "system_prompt_tokens": f"text={prompt_tokens},file=0,image=16,search=17"}
+    else:
+        params |= {"requests": 200, "system_prompt_tokens_mean": prompt_tokens + 1}
+    t = generate(kind, **params)
+    lengths = np.asarray(pc.list_value_length(t.column("hash_ids")).to_numpy(), dtype=np.int64)
+    inputs = t.column("input_tokens").to_numpy()
+    assert (lengths == inputs // block_tokens).all()
+    assert (t.column("hashed_tokens").to_numpy() == lengths * block_tokens).all()
+    _assert_prefix_chained(t)
