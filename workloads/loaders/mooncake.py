@@ -25,11 +25,13 @@ MOONCAKE_BLOCK_TOKENS = 512
 def ceil_blocks_check(raw: pa.Table, block: int, field_len: str = "input_length") -> Check | None:
     """Rows whose hash_ids count differs from ceil(input_length/block)."""
     ids = raw.column("hash_ids")
-    n_ids = np.asarray(
-        pc.list_value_length(ids).to_numpy(zero_copy_only=False), dtype=np.int64)
-    inp = np.asarray(raw.column(field_len).to_numpy(zero_copy_only=False), dtype=np.int64)
+    # rows with a null field are already bad (required check); fill so the arithmetic is defined
+    n_ids = np.asarray(pc.fill_null(pc.list_value_length(ids), 0).to_numpy(), dtype=np.int64)
+    inp = np.asarray(pc.fill_null(raw.column(field_len), 0).to_numpy(), dtype=np.int64)
     want = -(-inp // block)
-    bad = n_ids != want
+    ok = np.asarray(pc.is_valid(ids).to_numpy(zero_copy_only=False)) & np.asarray(
+        pc.is_valid(raw.column(field_len)).to_numpy(zero_copy_only=False))
+    bad = (n_ids != want) & ok
     if not bad.any():
         return None
     return ("hash_ids", bad,
