@@ -21,7 +21,9 @@ block accesses in arrival order; there is no Python loop per block access):
   *source*: the request that last accessed this request's deepest hit block, i.e. the most recent
   request that held the whole prefix this one reuses. In multi-turn traces that is the previous turn
   of the same session (`same_session` records whether it is); it needs no session ids, so it also
-  works on session-less traces such as Mooncake. **The exponential fits use request reuse times**:
+  works on session-less traces such as Mooncake. (A block repeated inside one request, impossible
+  in a prefix-chained trace, would make the request its own source, with reuse time 0.)
+  **The exponential fits use request reuse times**:
   block reuse times are dominated by hot shared prefixes (a system prompt reused by almost every
   request yields thousands of near-zero gaps that measure the arrival rate, not reuse behaviour),
   while the WA policy models when a request's KV is reused by a follow-up request. When the trace

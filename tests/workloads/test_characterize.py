@@ -292,10 +292,10 @@ def _lru_hits(keys: list[int], capacity: int) -> int:
 def test_lru_curve_equals_an_lru_simulation() -> None:
     rng = np.random.default_rng(2)
     for _ in range(30):
-        rows = [{"t": t, "ids": [int(v) for v in rng.integers(0, 15, int(rng.integers(0, 7)))]}
-                for t in range(int(rng.integers(1, 15)))]
-        acc = flatten(make_table(rows))
-        keys = [k for r in rows for k in reversed(r["ids"])]  # tail first within a request
+        id_lists = [[int(v) for v in rng.integers(0, 15, int(rng.integers(0, 7)))]
+                    for _ in range(int(rng.integers(1, 15)))]
+        acc = flatten(make_table([{"t": t, "ids": ids} for t, ids in enumerate(id_lists)]))
+        keys = [k for ids in id_lists for k in reversed(ids)]  # tail first within a request
         curve, c_max = lru_curve(acc, 100)
         ideal = len(keys) - len(set(keys))
         if ideal == 0:
@@ -349,7 +349,9 @@ def test_mooncake_trace_loads_completely_and_ideal_hit_ratio_matches_raw(mooncak
     from workloads.loaders import load_requests
 
     lines = [json.loads(x) for x in mooncake_path.read_text().splitlines() if x.strip()]
-    table = load_requests(mooncake_path).table
+    loaded = load_requests(mooncake_path)
+    table = loaded.table
+    assert loaded.skipped_lines == 0
     assert table.num_rows == len(lines) == 12031
     # independent: replay the raw JSON in timestamp order (stable) with a set
     lines.sort(key=lambda d: d["timestamp"])
@@ -465,3 +467,13 @@ def test_trace_a_generator_reuse_means_are_recovered_per_category() -> None:
         assert cats[cat]["ks_pvalue"] > 0.01
     rr = res.request_reuse
     assert rr["in_fit"].equals(rr["same_session"].astype(bool))
+
+
+def test_cli_names_an_impossible_block_size(tmp_path: Path, mooncake_path: Path) -> None:
+    from kvwear.tables import write_table
+
+    with pytest.raises(KvwearError, match="300"):
+        _run_cli(["trace", "characterize", str(mooncake_path), "-b", "300", "-o", str(tmp_path / "x")])
+    src = write_table(REQUESTS, make_table(HAND), tmp_path / "requests.parquet")
+    with pytest.raises(KvwearError, match="--block-tokens 3"):
+        _run_cli(["trace", "characterize", str(src), "-b", "3", "-o", str(tmp_path / "y")])
