@@ -33,6 +33,7 @@ COMMAND_MODULES: list[str] = [
     "harness.commands.trace_io",
     "harness.commands.models",
     "harness.commands.generate",
+    "harness.commands.simulate",
 ]
 
 for _name in COMMAND_MODULES:

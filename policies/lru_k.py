@@ -28,4 +28,4 @@ class LruKPolicy(Policy):
     Params = LruKParams
 
     def admit_to_ssd(self, obj: Obj) -> bool:
-        return obj.refs >= self.params.k  # type: ignore[attr-defined, no-any-return]
+        return obj.refs >= self.params.k  # type: ignore[attr-defined]

@@ -124,8 +124,18 @@ class SimSummary:
         return dataclasses.asdict(self)
 
     def table(self) -> pa.Table:
-        """One-row table (for Parquet)."""
-        return pa.Table.from_pylist([self.as_dict()])
+        """One-row table conforming to `SIM_SUMMARY` (for Parquet)."""
+        return SIM_SUMMARY.conform(pa.Table.from_pylist([self.as_dict()]))
+
+
+_ARROW = {"str": pa.string(), "int": pa.int64(), "float": pa.float64()}
+
+SIM_SUMMARY = TableSpec(
+    kind="sim_summary",
+    version=1,
+    schema=pa.schema([pa.field(f.name, _ARROW[str(f.type)], nullable=False)
+                      for f in dataclasses.fields(SimSummary)]),
+)
 
 
 def _r(a: float, b: float) -> float:
