@@ -17,6 +17,7 @@ setup: $(BIN)/kvwear
 
 system-deps:
 	bash scripts/install-system-deps.sh
+	bash scripts/setup-bcc.sh $(VENV)
 
 demo: setup
 	$(BIN)/kvwear trace generate multi-round --sessions 40 --turns 20 --seed 1 -o $(OUT)/requests.parquet
