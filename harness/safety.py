@@ -1,0 +1,315 @@
+"""Device safety: decide whether kvwear may write raw I/O to a block device.
+
+A device is refused when it is mounted (itself, a partition, or anything stacked on it: dm, md,
+a loop over it), has partitions, carries a filesystem / RAID / partition-table signature
+(`blkid -p`), or backs the running system (root filesystem, swap, any holder chain) — unless the
+caller passes `confirm_serial` equal to the device's serial. For a loop device the serial is the
+identity of its backing file: `loop:<major>:<minor>:<inode>` (the filesystem device holding the
+file and the file's inode, from LOOP_GET_STATUS64), so the confirmation names one file, not a
+reusable /dev/loopN slot.
+
+Pure parts: `parse_mountinfo`, `parse_swaps`, `parse_blkid_export`, `assess`. `inspect_block_device`
+gathers the facts from /proc, /sys, an ioctl and `blkid -p` (through an injected runner). This
+module only reads: it never opens a device for writing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import stat
+import struct
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kvwear.errors import InputError, SafetyError
+
+# A probe runner returns (exit code, stdout, stderr); blkid -p exits 2 both when it finds nothing
+# and when it cannot open the device (then it says so on stderr).
+ProbeRunner = Callable[[Sequence[str]], tuple[int, bytes, bytes]]
+
+LOOP_GET_STATUS64 = 0x4C05
+SYS_BLOCK = Path("/sys/class/block")
+
+
+def run_probe(argv: Sequence[str]) -> tuple[int, bytes, bytes]:
+    try:
+        proc = subprocess.run(list(argv), capture_output=True, timeout=60, check=False)
+    except FileNotFoundError:
+        raise SafetyError(f"{argv[0]} not found (install util-linux); cannot check the device") from None
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# pure parsers
+
+
+@dataclass(frozen=True)
+class MountEntry:
+    dev: tuple[int, int]       # major, minor of the mounted filesystem
+    mount_point: str
+    fstype: str
+    source: str
+
+
+def _unescape(s: str) -> str:
+    """mountinfo escapes space, tab, newline and backslash as octal (\\040 ...)."""
+    out, i = [], 0
+    while i < len(s):
+        if s[i] == "\\" and i + 3 < len(s) and s[i + 1:i + 4].isdigit():
+            out.append(chr(int(s[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(s[i])
+            i += 1
+    return "".join(out)
+
+
+def parse_mountinfo(text: str, source: str = "/proc/self/mountinfo") -> list[MountEntry]:
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        try:
+            sep = parts.index("-")
+            major, minor = (int(x) for x in parts[2].split(":"))
+            out.append(MountEntry((major, minor), _unescape(parts[4]), parts[sep + 1], _unescape(parts[sep + 2])))
+        except (ValueError, IndexError):
+            raise InputError(source, n, None, f"not a mountinfo line: {line[:100]!r}") from None
+    return out
+
+
+def parse_swaps(text: str) -> list[str]:
+    """/proc/swaps: the swap device or file paths (first column after the header)."""
+    lines = text.splitlines()
+    return [_unescape(line.split()[0]) for line in lines[1:] if line.strip()]
+
+
+def parse_blkid_export(text: str) -> dict[str, str]:
+    """`blkid -p -o export DEV`: KEY=VALUE lines (TYPE, USAGE, PTTYPE, UUID, ...)."""
+    out = {}
+    for line in text.splitlines():
+        key, eq, val = line.partition("=")
+        if eq:
+            out[key.strip()] = val.strip()
+    return out
+
+
+def signatures_from_blkid(probe: dict[str, str]) -> list[str]:
+    sigs = []
+    if probe.get("PTTYPE"):
+        sigs.append(f"{probe['PTTYPE']} partition table")
+    if probe.get("TYPE"):
+        sigs.append(f"{probe['TYPE']} {probe.get('USAGE') or 'signature'}")
+    return sigs
+
+
+# ---------------------------------------------------------------------------------------------
+# facts and verdict
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What kvwear found about a block device before writing to it."""
+
+    path: str
+    name: str                                # kernel name, e.g. loop3, nvme0n1
+    dev: tuple[int, int]
+    serial: str | None
+    partitions: tuple[str, ...] = ()
+    mounted: tuple[str, ...] = ()            # "loop3p1 on /mnt (ext4)"
+    signatures: tuple[str, ...] = ()         # "ext4 filesystem", "dos partition table"
+    system_use: tuple[str, ...] = ()         # "root filesystem", "swap", "holder dm-0", ...
+
+    @property
+    def problems(self) -> list[str]:
+        out = []
+        if self.mounted:
+            out.append("mounted: " + "; ".join(self.mounted))
+        if self.partitions:
+            out.append("has partitions: " + ", ".join(self.partitions))
+        if self.signatures:
+            out.append("carries a signature: " + ", ".join(self.signatures))
+        if self.system_use:
+            out.append("backs the running system: " + "; ".join(self.system_use))
+        return out
+
+
+def assess(facts: DeviceFacts, confirm_serial: str | None = None) -> DeviceFacts:
+    """Raise SafetyError unless the device is blank and unused, or `confirm_serial` names it."""
+    problems = facts.problems
+    if confirm_serial is not None and (facts.serial is None or confirm_serial != facts.serial):
+        found = repr(facts.serial) if facts.serial else "no serial (cannot be confirmed)"
+        raise SafetyError(f"{facts.path}: --confirm-serial {confirm_serial!r} does not match the "
+                          f"device's serial: it reports {found}")
+    if not problems or confirm_serial is not None:
+        return facts
+    how = (f"if you really mean to destroy its contents, pass --confirm-serial {facts.serial}"
+           if facts.serial else "the device reports no serial, so kvwear cannot be told to override")
+    raise SafetyError(f"refusing to write to {facts.path} ({facts.name}, {facts.dev[0]}:{facts.dev[1]}): "
+                      + "; ".join(problems) + f". {how}")
+
+
+# ---------------------------------------------------------------------------------------------
+# gathering facts
+
+
+def _read(p: Path) -> str | None:
+    try:
+        return p.read_text().strip()
+    except OSError:
+        return None
+
+
+def _name_of(dev: tuple[int, int]) -> str | None:
+    p = Path(f"/sys/dev/block/{dev[0]}:{dev[1]}")
+    return p.resolve().name if p.exists() else None
+
+
+def _dev_of(name: str) -> tuple[int, int] | None:
+    text = _read(SYS_BLOCK / name / "dev")
+    if not text:
+        return None
+    major, minor = text.split(":")
+    return int(major), int(minor)
+
+
+def _partitions(name: str) -> list[str]:
+    base = SYS_BLOCK / name
+    if not base.is_dir():
+        return []
+    return sorted(p.name for p in base.iterdir() if (p / "partition").exists())
+
+
+def _holders(name: str) -> list[str]:
+    d = SYS_BLOCK / name / "holders"
+    return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
+
+
+def _loops_backed_by(dev: tuple[int, int]) -> list[str]:
+    """Loop devices whose backing file is the block device `dev` itself (losetup /dev/loopX /dev/sdb)."""
+    out = []
+    for p in SYS_BLOCK.glob("loop*"):
+        back = _read(p / "loop" / "backing_file")
+        if not back:
+            continue
+        try:
+            st = os.stat(back)
+        except OSError:
+            continue
+        if stat.S_ISBLK(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == dev:
+            out.append(p.name)
+    return out
+
+
+def stacked_on(name: str) -> list[str]:
+    """The device, its partitions and everything stacked on any of them (holders: dm, md, bcache;
+    loops over the raw device), transitively."""
+    seen: list[str] = []
+    todo = [name]
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.append(n)
+        todo += _partitions(n) + _holders(n)
+        d = _dev_of(n)
+        if d is not None:
+            todo += _loops_backed_by(d)
+    return seen
+
+
+def loop_serial(path: str) -> str | None:
+    """`loop:<major>:<minor>:<inode>` of a loop device's backing file, None if not a bound loop."""
+    try:
+        with open(path, "rb") as fh:
+            buf = fcntl.ioctl(fh.fileno(), LOOP_GET_STATUS64, b"\0" * 232)
+    except OSError:
+        return None
+    lo_device, lo_inode = struct.unpack_from("<QQ", buf, 0)
+    return f"loop:{os.major(lo_device)}:{os.minor(lo_device)}:{lo_inode}"
+
+
+def device_serial(path: str, name: str) -> str | None:
+    """The serial the kernel reports (NVMe/SCSI `device/serial`, else `device/wwid`); for a loop
+    device, its backing file's identity (see the module docstring)."""
+    if name.startswith("loop"):
+        return loop_serial(path)
+    base = SYS_BLOCK / name
+    parent = base.resolve().parent   # a partition: its disk holds device/
+    for d in (base, parent):
+        for f in ("device/serial", "device/wwid", "serial"):
+            v = _read(d / f)
+            if v:
+                return v
+    return None
+
+
+def inspect_block_device(path: str, runner: ProbeRunner = run_probe) -> DeviceFacts:
+    """Gather the facts `assess` judges. Raises SafetyError if `path` is not a block device."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise SafetyError(f"{path}: cannot stat: {exc.strerror}") from None
+    if not stat.S_ISBLK(st.st_mode):
+        raise SafetyError(f"{path}: not a block device (use the file: backend for regular files)")
+    dev = (os.major(st.st_rdev), os.minor(st.st_rdev))
+    name = _name_of(dev) or Path(path).name
+    family = stacked_on(name)
+    fam_devs: dict[tuple[int, int], str] = {}
+    for n in family:
+        d = _dev_of(n)
+        if d is not None:
+            fam_devs[d] = n
+
+    mounted, system = [], []
+    for m in parse_mountinfo(Path("/proc/self/mountinfo").read_text()):
+        owner = fam_devs.get(m.dev)
+        if owner is None and m.source.startswith("/dev/"):
+            try:
+                sst = os.stat(m.source)
+                if stat.S_ISBLK(sst.st_mode):
+                    owner = fam_devs.get((os.major(sst.st_rdev), os.minor(sst.st_rdev)))
+            except OSError:
+                pass
+        if owner is not None:
+            mounted.append(f"{owner} on {m.mount_point} ({m.fstype})")
+            if m.mount_point == "/":
+                system.append(f"root filesystem is on {owner}")
+    for sw in parse_swaps(_read(Path("/proc/swaps")) or ""):
+        try:
+            sst = os.stat(sw)
+        except OSError:
+            continue
+        d = (os.major(sst.st_rdev), os.minor(sst.st_rdev)) if stat.S_ISBLK(sst.st_mode) else (
+            os.major(sst.st_dev), os.minor(sst.st_dev))
+        if d in fam_devs:
+            system.append(f"swap {sw} on {fam_devs[d]}")
+    root = os.stat("/").st_dev
+    owner = fam_devs.get((os.major(root), os.minor(root)))
+    if owner is not None and not any(s.startswith("root filesystem") for s in system):
+        system.append(f"root filesystem is on {owner}")
+    system += [f"holder {n}" for n in family if n != name and n not in _partitions(name)]
+
+    rc, out, err = runner(["blkid", "-p", "-o", "export", path])
+    if rc not in (0, 2) or err.strip():   # 2 with a silent stderr: nothing found
+        # Not knowing is treated like finding one: kvwear does not write blind.
+        msg = err.decode(errors="replace").strip() or f"exit {rc}"
+        sigs = [f"unknown (blkid -p could not probe it: {msg})"]
+    else:
+        sigs = signatures_from_blkid(parse_blkid_export(out.decode(errors="replace"))) if rc == 0 else []
+
+    return DeviceFacts(
+        path=path, name=name, dev=dev, serial=device_serial(path, name),
+        partitions=tuple(_partitions(name)), mounted=tuple(mounted), signatures=tuple(sigs),
+        system_use=tuple(system),
+    )
+
+
+def check_block_device(path: str, confirm_serial: str | None = None,
+                       runner: ProbeRunner = run_probe) -> DeviceFacts:
+    """Inspect and assess `path`; returns the facts when writing is allowed, else SafetyError."""
+    return assess(inspect_block_device(path, runner), confirm_serial)
