@@ -1,0 +1,191 @@
+"""The `sim` device backend: plays a BLOCK_OPS plan through the embedded FTL emulator.
+
+No root, no hardware. The drive is built from `DeviceSpec.options`:
+- `geometry="block"` (default): a block-level FTL (`FtlConfig.block_level`) of exposed capacity
+  `spec.capacity_bytes` (or option `capacity_bytes`), options `op_ratio` (default 0.07),
+  `pages_per_block` (64), `page_bytes` (4096), `victim` (greedy), `reserve_lines` (2);
+- `geometry="femu"`: FEMU's black-box FTL from its -device parameters given as options (`devsz_mb`,
+  `pgs_per_blk`, `blks_per_pl`, `pls_per_lun`, `luns_per_ch`, `nchs`, `gc_thres_pcent`,
+  `gc_thres_pcent_high`, `secsz`, `secs_per_pg`); capacity is devsz_mb MiB.
+`interval_host_pages` (default: about 1/200 of the plan's written pages) sets the WAF-over-time
+resolution. Each block op becomes one request on pages ⌊offset/page⌋ … ⌈(offset+length)/page⌉ − 1
+(a partially covered page counts as a whole page, as in FEMU). The FTL persists across replays of
+one opened device, like a real drive. `timed` is ignored: the emulator has no clock.
+
+ReplayResult: write_bytes = host pages × page size (the FTL's own count), nand_write_bytes =
+(host + GC pages) × page size, waf, and in `extra` the FTL counters and the per-interval series
+(also written to `ftl_intervals.parquet` in the work directory).
+
+Must not: touch files other than its own outputs in the work directory.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from emulator.ftl import OP_READ, OP_TRIM, OP_WRITE, Ftl, FtlConfig
+from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayResult
+from kvwear.errors import InputError, KvwearError
+from kvwear.tables import TableSpec, write_table
+
+FTL_INTERVALS = TableSpec(
+    kind="ftl_intervals",
+    version=1,
+    schema=pa.schema([
+        pa.field("host_pages", pa.int64(), nullable=False),
+        pa.field("gc_pages", pa.int64(), nullable=False),
+        pa.field("line_erases", pa.int64(), nullable=False),
+        pa.field("host_bytes", pa.int64(), nullable=False),
+        pa.field("nand_bytes", pa.int64(), nullable=False),
+        pa.field("interval_waf", pa.float64()),
+        pa.field("cumulative_waf", pa.float64(), nullable=False),
+    ]),
+)
+
+_FEMU_KEYS = ("devsz_mb", "secsz", "secs_per_pg", "pgs_per_blk", "blks_per_pl", "pls_per_lun",
+              "luns_per_ch", "nchs", "gc_thres_pcent", "gc_thres_pcent_high")
+_OPS = {"write": OP_WRITE, "read": OP_READ, "trim": OP_TRIM}
+
+
+def ftl_config_from_spec(spec: DeviceSpec) -> FtlConfig:
+    """The emulated drive a `sim` DeviceSpec describes (see the module docstring)."""
+    o = dict(spec.options)
+    geometry = o.get("geometry", "block")
+    interval = int(o.get("interval_host_pages", 0))
+    if geometry == "femu":
+        femu = {k: int(o[k]) for k in _FEMU_KEYS if k in o}
+        if "devsz_mb" not in femu:
+            raise KvwearError("sim geometry=femu needs option devsz_mb (FEMU's exposed size in MiB)")
+        cfg = FtlConfig.femu(**femu, victim=o.get("victim", "greedy"),
+                             honor_trim=bool(o.get("honor_trim", True)), interval_host_pages=interval)
+        if spec.capacity_bytes not in (None, cfg.exposed_bytes):
+            raise KvwearError(f"sim femu: capacity {spec.capacity_bytes} ≠ devsz_mb {femu['devsz_mb']} MiB")
+        return cfg
+    if geometry != "block":
+        raise KvwearError(f"sim geometry {geometry!r}; valid: block, femu")
+    cap = spec.capacity_bytes if spec.capacity_bytes is not None else o.get("capacity_bytes")
+    if cap is None:
+        raise KvwearError("sim device needs a capacity (DeviceSpec.capacity_bytes or option capacity_bytes)")
+    return FtlConfig.block_level(
+        int(cap), float(o.get("op_ratio", 0.07)),
+        page_bytes=int(o.get("page_bytes", 4096)),
+        pages_per_block=int(o.get("pages_per_block", 64)),
+        reserve_lines=int(o.get("reserve_lines", 2)),
+        victim=o.get("victim", "greedy"),
+        separate_gc_line=bool(o.get("separate_gc_line", False)),
+        honor_trim=bool(o.get("honor_trim", True)),
+        interval_host_pages=interval,
+    )
+
+
+def plan_to_requests(plan: pa.Table, page_bytes: int, capacity_bytes: int,
+                     source: str = "block_ops") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """BLOCK_OPS rows → (op codes, first page, page count); refuses I/O outside [0, capacity)."""
+    ops_s = pc.cast(plan.column("op"), pa.string())
+    idx = pc.index_in(ops_s, value_set=pa.array(list(_OPS)))
+    if idx.null_count:
+        i = int(np.flatnonzero(pc.is_null(idx).to_numpy(zero_copy_only=False))[0])
+        raise InputError(source, i + 1, "op", f"unknown op {ops_s[i].as_py()!r}; valid: {', '.join(_OPS)}")
+    codes = np.asarray(idx.to_numpy(zero_copy_only=False), dtype=np.int8)
+    off = plan.column("offset_bytes").to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    ln = plan.column("length_bytes").to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    bad = np.flatnonzero((off < 0) | (ln <= 0) | (off + ln > capacity_bytes))
+    if bad.size:
+        i = int(bad[0])
+        raise InputError(source, i + 1, "offset_bytes",
+                         f"I/O [{off[i]}, {off[i] + ln[i]}) is outside the device [0, {capacity_bytes})")
+    first = off // page_bytes
+    last = (off + ln + page_bytes - 1) // page_bytes
+    return codes, first, last - first
+
+
+class SimDevice:
+    """The embedded FTL emulator as a DeviceBackend."""
+
+    def __init__(self, spec: DeviceSpec, workdir: Path) -> None:
+        self.spec = spec
+        self.workdir = Path(workdir)
+        self.config = ftl_config_from_spec(spec)
+        self.ftl: Ftl | None = None
+
+    def identity(self) -> DeviceIdentity:
+        c = self.config
+        return DeviceIdentity(
+            kind="sim", path="", model="kvwear-ftl", capacity_bytes=c.exposed_bytes,
+            logical_block_bytes=c.page_bytes,
+            extra={"description": c.description, "raw_bytes": c.raw_bytes, "lines": c.lines,
+                   "pages_per_line": c.pages_per_line, "gc_mode": c.gc_mode, "victim": c.victim,
+                   **({"femu": dict(c.femu_params)} if c.femu_params else {})},
+        )
+
+    def capacity_bytes(self) -> int:
+        return self.config.exposed_bytes
+
+    def replay(self, plan: pa.Table, workdir: Path, *, timed: bool = False) -> ReplayResult:
+        c = self.config
+        codes, first, npages = plan_to_requests(plan, c.page_bytes, c.exposed_bytes)
+        if self.ftl is None:
+            if c.interval_host_pages <= 0:
+                wpages = int(npages[codes == OP_WRITE].sum())
+                c = c.with_(interval_host_pages=max(1, wpages // 200))
+                self.config = c
+            self.ftl = Ftl(c)
+        ftl = self.ftl
+        before = ftl.counters()
+        n_iv = len(ftl.intervals().host_pages)
+        t = time.perf_counter()
+        ftl.apply_ops(codes, first, npages)
+        wall = time.perf_counter() - t
+        d = ftl.counters().minus(before)
+        iv = ftl.intervals()
+        host, gc, er = iv.host_pages[n_iv:], iv.gc_pages[n_iv:], iv.line_erases[n_iv:]
+        waf_iv = iv.interval_waf[n_iv:]
+        workdir = Path(workdir)
+        out = write_table(FTL_INTERVALS, pa.table({
+            "host_pages": host, "gc_pages": gc, "line_erases": er,
+            "host_bytes": host * c.page_bytes, "nand_bytes": (host + gc) * c.page_bytes,
+            "interval_waf": waf_iv,
+            "cumulative_waf": np.where(host > 0, (host + gc) / np.maximum(host, 1), 1.0),
+        }), workdir / "ftl_intervals.parquet")
+        counters: dict[str, Any] = asdict(d)
+        counters["waf"] = d.waf
+        erases = ftl.erase_counts()
+        return ReplayResult(
+            device="sim",
+            write_bytes=d.host_bytes,
+            read_bytes=d.read_pages * c.page_bytes,
+            trim_bytes=d.trim_pages * c.page_bytes,
+            write_ios=int((codes == OP_WRITE).sum()),
+            read_ios=int((codes == OP_READ).sum()),
+            wall_s=wall,
+            nand_write_bytes=d.nand_bytes,
+            waf=d.waf,
+            tool="kvwear-ftl",
+            tool_output_path=str(out),
+            extra={
+                "counters": counters,
+                "interval_host_pages": c.interval_host_pages,
+                "intervals": {"host_pages": host.tolist(), "gc_pages": gc.tolist(),
+                              "line_erases": er.tolist(), "interval_waf": waf_iv.tolist()},
+                "erase_count_max": int(erases.max()) if erases.size else 0,
+                "erase_count_mean": float(erases.mean()) if erases.size else 0.0,
+                "trim_requested_bytes": int(npages[codes == OP_TRIM].sum()) * c.page_bytes,
+            },
+        )
+
+    def close(self) -> None:
+        self.ftl = None
+
+
+def _open_sim(spec: DeviceSpec, workdir: Path) -> SimDevice:
+    return SimDevice(spec, workdir)
+
+
+DEVICES.add("sim", _open_sim)

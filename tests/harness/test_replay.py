@@ -1,0 +1,232 @@
+"""The replayer: placement properties, byte identities, splitting, time modes, errors; end to end
+through the `sim` device."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from harness.devices.base import DeviceSpec, open_device
+from harness.devices.sim import SimDevice
+from harness.replay import BlockPlan, ReplayConfig, plan_block_ops
+from harness.schema import BLOCK_OPS
+from kvwear.errors import InputError
+from policies.schema import SSD_OPS
+
+PAGE = 4096
+
+
+def ssd_ops(rows: list[tuple[str, int, int]], t: list[float] | None = None) -> pa.Table:
+    n = len(rows)
+    return SSD_OPS.conform(pa.table({
+        "t_s": t if t is not None else [float(i) for i in range(n)],
+        "op": [r[0] for r in rows],
+        "obj_id": pa.array([r[1] for r in rows], pa.int64()),
+        "obj_kind": ["full" if r[1] % 2 else "linear" for r in rows],
+        "bytes": pa.array([r[2] for r in rows], pa.int64()),
+        "session_id": pa.nulls(n, pa.string()),
+        "cause": ["test"] * n,
+    }))
+
+
+def replay_pages(plan: BlockPlan, capacity: int, layout: str) -> None:
+    """Walk block_ops page by page: writes land only on free pages (log: a live object the head
+    overwrites dies and is never read or trimmed again), reads and trims touch only their own
+    object's pages, nothing leaves [0, capacity)."""
+    owner = np.full(capacity // PAGE, -1, np.int64)
+    pages_of: dict[int, set[int]] = {}
+    dead: set[int] = set()
+    t = plan.table
+    ops = t.column("op").to_pylist()
+    offs = t.column("offset_bytes").to_pylist()
+    lens = t.column("length_bytes").to_pylist()
+    oids = t.column("obj_id").to_pylist()
+    for op, off, ln, o in zip(ops, offs, lens, oids, strict=True):
+        assert off >= 0 and off + ln <= capacity and ln > 0
+        assert off % PAGE == 0 and ln % PAGE == 0
+        pages = range(off // PAGE, (off + ln) // PAGE)
+        if op == "write":
+            for p in pages:
+                v = owner[p]
+                if v >= 0 and v != o:
+                    assert layout == "log", f"{layout}: write of {o} overlaps live object {v}"
+                    for q in pages_of.pop(int(v)):
+                        owner[q] = -1
+                    dead.add(int(v))
+            dead.discard(o)
+            for p in pages:
+                owner[p] = o
+            pages_of.setdefault(o, set()).update(pages)
+        else:
+            assert o not in dead, f"{op} of object {o} the log head already overwrote"
+            for p in pages:
+                assert owner[p] == o, f"{op} of {o} touches page {p} owned by {owner[p]}"
+            if op == "trim":
+                for p in pages:
+                    owner[p] = -1
+                pages_of[o] -= set(pages)
+
+
+op_rows = st.lists(
+    st.tuples(st.sampled_from(["write", "write", "read", "evict"]), st.integers(0, 9),
+              st.integers(1, 5 * PAGE)),
+    min_size=1, max_size=60)
+
+
+@pytest.mark.parametrize("layout", ["log", "slab", "extent"])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=op_rows, cap_pages=st.integers(8, 40), max_io_pages=st.integers(1, 3))
+def test_layouts_never_overlap_live_objects(layout: str, rows: list[tuple[str, int, int]],
+                                            cap_pages: int, max_io_pages: int) -> None:
+    # an object keeps one size, as the simulator's objects do
+    size = {o: b for _, o, b in reversed(rows)}
+    rows = [(op, o, size[o]) for op, o, _ in rows]
+    cap = cap_pages * PAGE
+    cfg = ReplayConfig(capacity_bytes=cap, layout=layout, max_io_bytes=max_io_pages * PAGE,  # type: ignore[arg-type]
+                       slab_bytes=4 * PAGE)
+    try:
+        plan = plan_block_ops(ssd_ops(rows), cfg)
+    except InputError as e:
+        assert layout in ("slab", "extent") and ("full" in str(e) or "no free extent" in str(e)), e
+        return
+    replay_pages(plan, cap, layout)
+    aligned = sum(-(-b // PAGE) * PAGE for op, _, b in rows if op == "write")
+    assert plan.aligned_write_bytes == aligned
+    assert plan.object_write_bytes == sum(b for op, _, b in rows if op == "write")
+    lens = plan.table.column("length_bytes").to_numpy()
+    assert all(lens <= max_io_pages * PAGE)
+
+
+def test_log_wraps_and_evicts_or_errors() -> None:
+    cap = 10 * PAGE
+    rows = [("write", 1, 4 * PAGE), ("write", 2, 4 * PAGE), ("write", 3, 4 * PAGE), ("read", 1, 4 * PAGE),
+            ("read", 2, 4 * PAGE), ("evict", 1, 4 * PAGE)]
+    plan = plan_block_ops(ssd_ops(rows), ReplayConfig(capacity_bytes=cap, layout="log"))
+    t = plan.table.to_pydict()
+    # object 3 wraps: [8, 10) and [0, 2) pages; it overwrote object 1, which is then a miss
+    assert [(o, off // PAGE, ln // PAGE) for o, off, ln, op in
+            zip(t["obj_id"], t["offset_bytes"], t["length_bytes"], t["op"], strict=True) if op == "write"] == [
+        (1, 0, 4), (2, 4, 4), (3, 8, 2), (3, 0, 2)]
+    assert plan.forced_evictions == 1 and plan.forced_evict_bytes == 4 * PAGE
+    assert plan.read_misses == 1 and plan.evict_misses == 1 and plan.read_ios == 1
+    with pytest.raises(InputError, match=r"ssd_ops:3: field 'bytes': log layout full.*head offset 32768"):
+        plan_block_ops(ssd_ops(rows), ReplayConfig(capacity_bytes=cap, layout="log", log_full="error"))
+
+
+def test_extent_first_fit_merges_free_neighbours() -> None:
+    cap = 8 * PAGE
+    rows = [("write", 1, 2 * PAGE), ("write", 2, 2 * PAGE), ("write", 3, 2 * PAGE),
+            ("evict", 1, 0), ("evict", 2, 0), ("write", 4, 4 * PAGE), ("write", 5, PAGE)]
+    plan = plan_block_ops(ssd_ops(rows), ReplayConfig(capacity_bytes=cap, layout="extent"))
+    t = plan.table.to_pydict()
+    w = {o: off // PAGE for o, off, op in zip(t["obj_id"], t["offset_bytes"], t["op"], strict=True)
+         if op == "write"}
+    assert w == {1: 0, 2: 2, 3: 4, 4: 0, 5: 6}   # 1+2 merged into a 4-page hole at 0
+    assert plan.trim_bytes == 4 * PAGE
+    with pytest.raises(InputError, match=r"no free extent of 8192 bytes \(largest hole 4096 bytes, 8192 bytes free"):
+        # holes left: [5, 6) and [7, 8) pages — 8 KiB free, but not in one piece
+        plan_block_ops(ssd_ops([*rows, ("evict", 3, 0), ("write", 6, PAGE), ("write", 7, 2 * PAGE)]),
+                       ReplayConfig(capacity_bytes=cap, layout="extent"))
+
+
+def test_slab_reuses_slots_in_place() -> None:
+    rows = [("write", 1, 3000), ("write", 2, 5000), ("evict", 1, 3000), ("write", 3, 100),
+            ("write", 2, 5000)]
+    plan = plan_block_ops(ssd_ops(rows), ReplayConfig(capacity_bytes=64 * PAGE, layout="slab",
+                                                      slab_bytes=4 * PAGE, trim_on_evict=False))
+    t = plan.table.to_pydict()
+    writes = [(o, off) for o, off, op in zip(t["obj_id"], t["offset_bytes"], t["op"], strict=True)
+              if op == "write"]
+    assert writes[2] == (3, writes[0][1])        # object 3 took object 1's 4 KiB slot
+    assert writes[3] == (2, writes[1][1])        # the rewrite of 2 stays in place
+    assert plan.trim_ios == 0 and plan.rewrites == 1
+    assert plan.object_write_bytes == 3000 + 5000 + 100 + 5000
+    assert plan.aligned_write_bytes == PAGE + 2 * PAGE + PAGE + 2 * PAGE
+
+
+def test_split_and_time_modes() -> None:
+    rows = [("write", 7, 3 * (1 << 20) + 5), ("read", 7, 0)]
+    t = [100.0, 102.0]
+    for mode, expect in [("original", [0.0, 2.0]), ("compressed", [0.0, 0.5])]:
+        plan = plan_block_ops(ssd_ops(rows, t), ReplayConfig(capacity_bytes=1 << 30, time_mode=mode,  # type: ignore[arg-type]
+                                                             time_compression=4.0))
+        ts = plan.table.column("t_s").to_pylist()
+        assert ts[0] == expect[0] and ts[-1] == expect[1]
+        assert plan.write_ios == 4 and plan.read_ios == 4     # 3 MiB + 4 KiB in 1 MiB pieces
+        assert plan.table.column("length_bytes").to_pylist()[:4] == [1 << 20] * 3 + [PAGE]
+    plan = plan_block_ops(ssd_ops(rows, t), ReplayConfig(capacity_bytes=1 << 30, time_mode="afap",
+                                                         max_io_bytes=1 << 21))
+    assert plan.table.column("t_s").to_pylist() == [0.0, 1.0, 2.0, 3.0]
+    assert plan.table.schema.equals(BLOCK_OPS.with_metadata(), check_metadata=False)
+
+
+def test_bad_input_names_row_and_field() -> None:
+    with pytest.raises(InputError, match=r"ssd_ops:2: field 'op': unknown op 'delete'"):
+        plan_block_ops(ssd_ops([("write", 1, 10), ("delete", 1, 10)]), ReplayConfig(capacity_bytes=1 << 20))
+    with pytest.raises(InputError, match=r"ssd_ops:1: field 'bytes': negative"):
+        plan_block_ops(ssd_ops([("write", 1, -1)]), ReplayConfig(capacity_bytes=1 << 20))
+    with pytest.raises(InputError, match=r"ssd_ops:2: field 't_s': time goes backwards"):
+        plan_block_ops(ssd_ops([("write", 1, 1), ("write", 2, 1)], [2.0, 1.0]),
+                       ReplayConfig(capacity_bytes=1 << 20))
+    with pytest.raises(InputError, match=r"ssd_ops:1: field 'bytes': .*exceeds the device"):
+        plan_block_ops(ssd_ops([("write", 1, 2 << 20)]), ReplayConfig(capacity_bytes=1 << 20))
+
+
+def test_large_plan_vectorized_and_bounded() -> None:
+    rng = np.random.default_rng(0)
+    n = 300_000
+    objs = rng.integers(0, 20_000, n)
+    sizes = rng.choice(np.array([16 * 16 * 1024, 150_000, 40_000_000]), 20_000)[objs]
+    op = rng.choice(np.array(["write", "read", "evict"]), n, p=[0.5, 0.3, 0.2])
+    table = SSD_OPS.conform(pa.table({
+        "t_s": np.arange(n) * 1e-3, "op": op, "obj_id": objs, "obj_kind": np.full(n, "full"),
+        "bytes": sizes, "session_id": pa.nulls(n, pa.string()), "cause": np.full(n, "x")}))
+    cap = 1 << 40
+    for layout in ("log", "slab"):
+        plan = plan_block_ops(table, ReplayConfig(capacity_bytes=cap, layout=layout))  # type: ignore[arg-type]
+        off = plan.table.column("offset_bytes").to_numpy()
+        ln = plan.table.column("length_bytes").to_numpy()
+        assert off.min() >= 0 and (off + ln).max() <= cap
+        w = op == "write"
+        assert plan.object_write_bytes == int(sizes[w].sum())
+        assert plan.aligned_write_bytes == int((-(-sizes[w] // PAGE) * PAGE).sum())
+
+
+@pytest.mark.parametrize("layout", ["log", "slab", "extent"])
+def test_end_to_end_bytes_through_sim(layout: str, tmp_path: Path) -> None:
+    """ssd_ops write bytes = block_ops write bytes (after 4 KiB rounding) = host bytes the FTL got."""
+    rng = np.random.default_rng(11)
+    rows: list[tuple[str, int, int]] = []
+    live: list[int] = []
+    sizes = {o: int(rng.integers(1, 300_000)) for o in range(400)}
+    for _ in range(4000):
+        r = rng.random()
+        if r < 0.5 or not live:
+            o = int(rng.integers(0, 400))
+            rows.append(("write", o, sizes[o]))
+            live.append(o)
+        elif r < 0.8:
+            rows.append(("read", live[int(rng.integers(0, len(live)))], 0))
+        else:
+            o = live.pop(int(rng.integers(0, len(live))))
+            rows.append(("evict", o, sizes[o]))
+    cap = 256 << 20
+    plan = plan_block_ops(ssd_ops(rows), ReplayConfig(capacity_bytes=cap, layout=layout))  # type: ignore[arg-type]
+    obj_bytes = sum(b for op, _, b in rows if op == "write")
+    assert plan.object_write_bytes == obj_bytes
+    assert plan.aligned_write_bytes == sum(-(-b // PAGE) * PAGE for op, _, b in rows if op == "write")
+    dev = open_device(DeviceSpec("sim", capacity_bytes=cap, options={"op_ratio": 0.1}), tmp_path)
+    assert isinstance(dev, SimDevice)
+    res = dev.replay(plan.table, tmp_path)
+    assert res.write_bytes == plan.aligned_write_bytes
+    assert res.read_bytes == plan.read_bytes
+    assert res.write_ios == plan.write_ios and res.read_ios == plan.read_ios
+    assert res.waf is not None and res.waf >= 1.0
+    assert res.nand_write_bytes == res.write_bytes + res.extra["counters"]["gc_pages"] * PAGE
+    assert Path(res.tool_output_path or "").exists()
+    assert res.extra["intervals"]["host_pages"][-1] <= plan.aligned_write_bytes // PAGE
