@@ -34,6 +34,8 @@ COMMAND_MODULES: list[str] = [
     "harness.commands.models",
     "harness.commands.generate",
     "harness.commands.simulate",
+    "harness.commands.run",
+    "harness.commands.sweep",
 ]
 
 for _name in COMMAND_MODULES:

@@ -44,13 +44,16 @@ class TierConfig:
 
 
 @dataclass(frozen=True)
-class ReplayConfig:
+class ReplaySettings:
+    """How SSD operations become block I/O (see harness.replay.ReplayConfig for each field)."""
+
     layout: str = "log"                   # log | slab | extent
     trim_on_evict: bool = True
     align_bytes: int = 4096
     max_io_bytes: int = 1 << 20
-    timing: str = "afap"                  # afap (as fast as possible) | timed
+    time_mode: str = "afap"               # afap (as fast as possible) | original | compressed
     time_compression: float = 1.0
+    log_full: str = "evict"               # log layout, head reaches a live object: evict | error
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ class RunConfig:
     policies: tuple[str, ...] = ("lru", "gandalf")
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     tiers: TierConfig = field(default_factory=TierConfig)
-    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    replay: ReplaySettings = field(default_factory=ReplaySettings)
     device: DeviceConfig = field(default_factory=DeviceConfig)
     capture: CaptureConfig = field(default_factory=CaptureConfig)
     estimate: EstimateConfig = field(default_factory=EstimateConfig)
@@ -106,7 +109,7 @@ _SIZE_FIELDS = {"hbm_bytes", "dram_bytes", "ssd_bytes", "capacity_bytes", "align
 _SECTIONS: dict[str, type] = {
     "workload": WorkloadConfig,
     "tiers": TierConfig,
-    "replay": ReplayConfig,
+    "replay": ReplaySettings,
     "device": DeviceConfig,
     "capture": CaptureConfig,
     "estimate": EstimateConfig,

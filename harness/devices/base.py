@@ -8,6 +8,7 @@ issued; it can snapshot the device's wear counters. Backends: `sim` (the embedde
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,7 +90,20 @@ class DeviceFactory(Protocol):
 
 DEVICES: Registry[DeviceFactory] = Registry("device")
 
+# Modules that register backends in DEVICES. Adding a backend = its module + one line here.
+DEVICE_MODULES: list[str] = [
+    "harness.devices.sim",
+    "harness.devices.fio",
+]
+
+
+def load_backends() -> None:
+    """Import every module of DEVICE_MODULES (idempotent; a failing import is an error)."""
+    for name in DEVICE_MODULES:
+        importlib.import_module(name)
+
 
 def open_device(spec: DeviceSpec, workdir: Path) -> DeviceBackend:
     """Open the backend named by `spec.kind` (unknown kinds list the valid ones)."""
+    load_backends()
     return DEVICES.get(spec.kind)(spec, workdir)

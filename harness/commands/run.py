@@ -1,0 +1,157 @@
+"""`kvwear run` and `kvwear report`: the main job from a config file and/or flags."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from harness.cli import app
+from harness.config import RunConfig, load_config, with_overrides
+from kvwear.units import format_bytes
+
+console = Console(stderr=True)
+
+
+def _kv(items: list[str], flag: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        k, eq, v = item.partition("=")
+        if not eq:
+            raise typer.BadParameter(f"{flag} takes KEY=VALUE, got {item!r}")
+        out[k.strip()] = _scalar(v.strip())
+    return out
+
+
+def _scalar(v: str) -> Any:
+    for conv in (int, float):
+        try:
+            return conv(v)
+        except ValueError:
+            continue
+    return {"true": True, "false": False}.get(v.lower(), v)
+
+
+@app.command("run", epilog="""Examples:
+
+  kvwear run -o runs/demo                       # the embedded default: synthetic workload, sim FTL
+
+  kvwear run cfg.toml -o runs/x --resume        # continue an interrupted run
+
+  kvwear run --trace ../shared/traces/mooncake/conversation_trace.jsonl --model qwen3.5-27b \\
+      --dram 64GB --ssd 1TB --sample-fraction 0.05 --policy lru --policy gandalf:gamma=8 -o runs/mc
+
+  kvwear run --device block:/dev/loop7 --tracer auto --policy lru -o runs/loop
+""")
+def run_cmd(
+    config: Path | None = typer.Argument(None, help="Run config TOML; flags override its settings."),
+    out: Path = typer.Option(Path("runs/run"), "--out", "-o", help="Run directory."),
+    resume: bool = typer.Option(False, "--resume", help="Continue a run: skip the stages already finished."),
+    policy: list[str] = typer.Option([], "--policy", "-p", help="Policy spec, repeatable (lru, gandalf:gamma=8)."),
+    model: str | None = typer.Option(None, "--model", "-m", help="Model profile name or config.json/TOML path."),
+    dram: str | None = typer.Option(None, "--dram", help="DRAM tier capacity (e.g. 64GB, 48GiB)."),
+    ssd: str | None = typer.Option(None, "--ssd", help="SSD tier capacity (e.g. 1TB)."),
+    hbm: str | None = typer.Option(None, "--hbm", help="GPU HBM tier capacity (0 = none)."),
+    trace: str | None = typer.Option(None, "--trace", "-t", help="Trace file (else the synthetic generator)."),
+    fmt: str | None = typer.Option(None, "--format", "-f", help="Trace format (default: detect)."),
+    generator: str | None = typer.Option(None, "--generator", help="Synthetic generator (multi-round, agentic…)."),
+    param: list[str] = typer.Option([], "--param", help="Generator option KEY=VALUE, repeatable."),
+    sample_fraction: float | None = typer.Option(None, "--sample-fraction",
+                                                 help="Keep this share of sessions; tiers scale with it."),
+    block_tokens: int | None = typer.Option(None, "--block-tokens", help="Simulator chunk size in tokens."),
+    seed: int | None = typer.Option(None, "--seed", help="Workload seed."),
+    device: str | None = typer.Option(None, "--device", "-d",
+                                      help="sim | file:PATH | block:/dev/X | qemu | femu."),
+    capacity: str | None = typer.Option(None, "--capacity", help="Device capacity to use (default: SSD tier)."),
+    device_option: list[str] = typer.Option([], "--device-option", help="Backend option KEY=VALUE, repeatable."),
+    confirm_serial: str | None = typer.Option(None, "--confirm-serial",
+                                              help="Serial of a device that holds data, to write to it anyway."),
+    tracer: str | None = typer.Option(None, "--tracer", help="eBPF capture: none | auto | bcc | bpftrace."),
+    layout: str | None = typer.Option(None, "--layout", help="Block layout: log | slab | extent."),
+    trim: bool | None = typer.Option(None, "--trim/--no-trim", help="TRIM evicted objects."),
+    time_mode: str | None = typer.Option(None, "--time-mode", help="afap | original | compressed."),
+    dwpd: float | None = typer.Option(None, "--dwpd", help="Drive writes per day rating."),
+    warranty_years: float | None = typer.Option(None, "--warranty-years", help="Warranty years."),
+    no_report: bool = typer.Option(False, "--no-report", help="Skip the report."),
+) -> None:
+    """Simulate each policy, replay its SSD traffic on a device, measure wear, project lifetime,
+    cross-check the projection, and write a report."""
+    from harness.run import run
+
+    cfg = load_config(config) if config else RunConfig()
+    ov: dict[str, Any] = {}
+    if config is None or out != Path("runs/run"):
+        ov["name"] = out.name
+    if policy:
+        ov["policies"] = policy
+    for key, val in (("model", model), ("tiers.dram", dram), ("tiers.ssd", ssd), ("tiers.hbm", hbm),
+                     ("workload.trace", trace), ("workload.format", fmt), ("workload.generator", generator),
+                     ("workload.sample_fraction", sample_fraction), ("workload.block_tokens", block_tokens),
+                     ("workload.seed", seed), ("device.capacity", capacity),
+                     ("device.confirm_serial", confirm_serial), ("capture.tracer", tracer),
+                     ("replay.layout", layout), ("replay.trim_on_evict", trim), ("replay.time_mode", time_mode),
+                     ("estimate.dwpd", dwpd), ("estimate.warranty_years", warranty_years)):
+        if val is not None:
+            ov[key] = val
+    if param:
+        ov["workload.params"] = {**dict(cfg.workload.params), **_kv(param, "--param")}
+    if device is not None:
+        kind, _, target = device.partition(":")
+        ov["device.kind"], ov["device.target"] = kind, target
+    if device_option:
+        ov["device.options"] = {**dict(cfg.device.options), **_kv(device_option, "--device-option")}
+    cfg = with_overrides(cfg, ov) if ov else cfg
+
+    t0 = time.monotonic()
+    with Progress(TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=False) as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(stage: str, done: int, total: int | None) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(stage, total=total)
+            bar.update(tasks[stage], completed=done, total=total)
+
+        outcome = run(cfg, out, resume=resume, report=not no_report, progress=progress)
+    _summary(outcome.results.to_pylist(), time.monotonic() - t0)
+    console.print(f"run directory: {outcome.run_dir}")
+    if outcome.report_html:
+        console.print(f"report: {outcome.report_html}")
+
+
+def _summary(rows: list[dict[str, Any]], wall_s: float) -> None:
+    t = Table(title=f"kvwear run — {len(rows)} policies in {wall_s:.1f} s")
+    for col in ("policy", "miss ratio", "SSD writes", "linear share", "device WAF", "lifetime WAF=1",
+                "lifetime measured", "checks"):
+        t.add_column(col, justify="left" if col == "policy" else "right")
+
+    def years(days: float | None) -> str:
+        if days is None:
+            return "—"
+        return "∞" if days == float("inf") else f"{days / 365:.2f} y"
+
+    for r in rows:
+        t.add_row(r["policy"], f"{r['miss_ratio_tokens']:.4f}", format_bytes(r["ssd_write_bytes"]),
+                  f"{r.get('linear_share_of_ssd_write_bytes', 0):.0%}",
+                  "—" if r.get("waf_measured") is None else f"{r['waf_measured']:.2f}",
+                  years(r.get("lifetime_days_waf1")), years(r.get("lifetime_days_measured")),
+                  f"{r.get('checks_passed', 0)}/{r.get('checks_total', 0)}")
+    Console(width=max(Console().width, 140)).print(t)
+
+
+@app.command("report", epilog="Example:\n\n  kvwear report runs/demo")
+def report_cmd(run_dir: Path = typer.Argument(..., help="A run directory (or a sweep directory).")) -> None:
+    """Rebuild the report of a finished run or sweep from its files."""
+    if (run_dir / "sweep.json").exists():
+        from reports.sweep_report import build_sweep_report
+
+        console.print(f"report: {build_sweep_report(run_dir).html}")
+        return
+    from reports.run_report import build_run_report
+
+    console.print(f"report: {build_run_report(run_dir).html}")

@@ -1,0 +1,55 @@
+"""`kvwear sweep`: a grid of runs on a local process pool or a Dask cluster, resumable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from harness.cli import app
+from harness.sweep import SweepProgress, load_sweep, run_sweep
+
+console = Console(stderr=True)
+
+
+@app.command("sweep", epilog="""Examples:
+
+  kvwear sweep sweep.toml -o sweeps/fig7 --jobs 2
+
+  kvwear sweep sweep.toml -o sweeps/fig7 --scheduler tcp://10.0.0.5:8786   # on a Dask cluster
+
+A point that finished is never run again: rerunning the same command resumes the sweep.
+""")
+def sweep_cmd(
+    config: Path = typer.Argument(..., help="Sweep TOML: [base] run config, [grid] axes, [sweep] options."),
+    out: Path = typer.Option(Path("sweeps/sweep"), "--out", "-o", help="Sweep directory (results store)."),
+    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Local worker processes."),
+    scheduler: str | None = typer.Option(None, "--scheduler", help="Dask scheduler address tcp://HOST:PORT."),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="Run points that failed before again."),
+    no_report: bool = typer.Option(False, "--no-report", help="Skip the sweep report."),
+) -> None:
+    """Run every point of a sweep that is not in the results store yet, then report."""
+    plan = load_sweep(config)
+    console.print(f"{len(plan.points)} points; store: {out}")
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[counts]}"),
+                  TimeElapsedColumn(), TextColumn("ETA {task.fields[eta]}"), console=console) as bar:
+        task = bar.add_task("sweep", total=len(plan.points), counts="", eta="—")
+
+        def show(p: SweepProgress) -> None:
+            eta = p.eta_s()
+            bar.update(task, completed=p.skipped + p.done + p.failed,
+                       counts=f"done {p.done} · running {p.running} · failed {p.failed} · skipped {p.skipped}",
+                       eta="—" if eta is None else f"{eta:,.0f} s")
+
+        final = run_sweep(plan, out, jobs=jobs, scheduler=scheduler, on_progress=show, retry_failed=retry_failed)
+    console.print(f"done {final.done}, failed {final.failed}, already finished {final.skipped}")
+    if final.failed:
+        console.print(f"failed points are recorded in {out / 'errors'}; rerun with --retry-failed")
+    if not no_report:
+        from reports.sweep_report import build_sweep_report
+
+        console.print(f"report: {build_sweep_report(out).html}")
+    if final.failed:
+        raise typer.Exit(1)

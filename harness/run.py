@@ -1,0 +1,434 @@
+"""`kvwear run`: the whole pipeline for one config, stage by stage, into a run directory.
+
+Stages (each writes its files atomically, then a stage marker; `resume` skips marked stages):
+  workload                 generate or load the requests (sampled if asked) → workload/requests.parquet
+  simulate/LABEL           tiered-cache simulation under one policy → policies/LABEL/
+  plan/LABEL               ssd_ops → block_ops on the device's capacity → replay/LABEL/
+  device/LABEL             play the plan on the device (wear snapshots, eBPF capture) → device/LABEL/
+  estimate/LABEL           lifetime projections and predicted-vs-measured checks → estimate/LABEL/
+  results, report          results.parquet and report/
+
+Scaling: `workload.sample_fraction` f keeps whole sessions (or, without sessions, whole
+root-prefix groups) with probability f and scales the DRAM and SSD tiers by f; lifetime
+projections scale the sampled SSD writes back by 1/f against the full-size drive.
+This module orchestrates; it must not hold policy logic, parse tool output or lay out reports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from harness.config import RunConfig
+from harness.devices.base import DeviceSpec, ReplayResult, open_device
+from harness.estimate import (
+    HOST_BYTES_REL_TOL,
+    LIFETIME_REL_TOL,
+    SMART_HOST_BYTES_REL_TOL,
+    WAF_REL_TOL,
+    Check,
+    host_bytes_per_day,
+    projected_lifetime_days,
+    tbw_from_dwpd,
+    tbw_from_pe_cycles,
+)
+from harness.replay import BlockPlan, ReplayConfig, plan_block_ops
+from harness.rundir import RunDir, build_manifest, write_json
+from harness.schema import BLOCK_OPS
+from kvwear.errors import KvwearError
+from kvwear.tables import read_table, write_table
+from workloads.models import ModelProfile, resolve_profile
+from workloads.schema import REQUESTS
+
+# Stage progress: (stage name, units done, units total or None). The CLI draws bars from it.
+Progress = Callable[[str, int, int | None], None]
+
+
+def _no_progress(_stage: str, _done: int, _total: int | None) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class PolicyOutcome:
+    label: str
+    row: dict[str, Any]
+    checks: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    run_dir: Path
+    results: pa.Table
+    outcomes: tuple[PolicyOutcome, ...]
+    report_html: Path | None
+
+
+# -- workload -----------------------------------------------------------------------------------
+
+def sample_groups(table: pa.Table, fraction: float, seed: int) -> pa.Table:
+    """Keep whole sessions (or whole root-prefix groups when a row has no session) with
+    probability `fraction`, deterministically for a seed."""
+    if fraction >= 1.0:
+        return table
+    if not 0.0 < fraction < 1.0:
+        raise KvwearError(f"workload.sample_fraction must be in (0, 1], got {fraction}")
+    sess = table.column("session_id").to_pylist()
+    first = pc.list_element(pc.fill_null(table.column("hash_ids"), pa.scalar([-1], pa.list_(pa.int64()))), 0)
+    first_ids = first.to_numpy(zero_copy_only=False)
+    ns = table.column("hash_ns").to_numpy()
+    keys = np.array([hash((seed, s)) if s is not None else hash((seed, int(n), int(f)))
+                     for s, n, f in zip(sess, ns, first_ids, strict=True)], dtype=np.int64)
+    u = (keys.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(11)
+    keep = (u.astype(np.float64) / float(1 << 53)) < fraction
+    return table.filter(pa.array(keep))
+
+
+def _load_workload(cfg: RunConfig) -> tuple[pa.Table, dict[str, Path]]:
+    w = cfg.workload
+    if w.trace:
+        from workloads.loaders import load_requests
+
+        res = load_requests(w.trace, w.format or None)
+        return res.table, {"trace": Path(w.trace)}
+    from workloads.synthetic import generate
+
+    params = {"seed": w.seed, **dict(w.params)}
+    return generate(w.generator, **params), {}
+
+
+def workload_stage(cfg: RunConfig, rd: RunDir) -> tuple[pa.Table, dict[str, Path]]:
+    path = rd.stage_dir("workload") / "requests.parquet"
+    inputs = {"trace": Path(cfg.workload.trace)} if cfg.workload.trace else {}
+    if rd.is_done("workload"):
+        return read_table(REQUESTS, path), inputs
+    table, inputs = _load_workload(cfg)
+    table = sample_groups(table, cfg.workload.sample_fraction, cfg.workload.seed)
+    if table.num_rows == 0:
+        raise KvwearError("the workload has no requests (after sampling)")
+    write_table(REQUESTS, table, path)
+    rd.mark_done("workload", {"rows": table.num_rows})
+    return read_table(REQUESTS, path), inputs
+
+
+# -- per policy ---------------------------------------------------------------------------------
+
+def policy_label(spec: str) -> str:
+    from policies.base import resolve_spec
+
+    return resolve_spec(spec).label
+
+
+def sim_config(cfg: RunConfig, profile: ModelProfile) -> Any:
+    from policies.sim import SimConfig
+
+    f = cfg.workload.sample_fraction
+    return SimConfig(
+        dram_bytes=int(cfg.tiers.dram_bytes * f), ssd_bytes=int(cfg.tiers.ssd_bytes * f),
+        hbm_bytes=int(cfg.tiers.hbm_bytes * f), kv_bytes_per_token=profile.kv_bytes_per_token,
+        state_bytes=profile.state_bytes, chunk_tokens=cfg.workload.block_tokens, model=profile.name,
+    )
+
+
+def simulate_stage(cfg: RunConfig, rd: RunDir, spec: str, label: str, requests: pa.Table,
+                   profile: ModelProfile, progress: Progress) -> dict[str, Any]:
+    from policies.metrics import SIM_REQUESTS, SIM_TIMELINE
+    from policies.schema import SSD_OPS
+    from policies.sim import simulate
+
+    d = rd.stage_dir("policies", label)
+    stage = f"simulate/{label}"
+    if not rd.is_done(stage):
+        total = requests.num_rows
+        done = [0]
+
+        def tick(n: int) -> None:
+            done[0] += n
+            progress(stage, done[0], total)
+
+        res = simulate(requests.to_batches(max_chunksize=2048), sim_config(cfg, profile), spec, progress=tick)
+        write_table(SSD_OPS, res.ssd_ops, d / "ssd_ops.parquet")
+        write_table(SIM_REQUESTS, res.requests, d / "per_request.parquet")
+        write_table(SIM_TIMELINE, res.timeline, d / "timeline.parquet")
+        write_json(d / "summary.json", res.summary.as_dict())
+        rd.mark_done(stage, {"ssd_ops": res.ssd_ops.num_rows})
+    import json
+
+    return dict(json.loads((d / "summary.json").read_text()))
+
+
+def device_capacity(cfg: RunConfig) -> int:
+    """The exposed capacity the plan is laid out on: the configured one, else the (scaled) SSD
+    tier plus 5% for the 4 KiB rounding of objects, rounded up to the alignment."""
+    a = cfg.replay.align_bytes
+    cap = cfg.device.capacity_bytes or int(cfg.tiers.ssd_bytes * cfg.workload.sample_fraction * 1.05)
+    return max(a, -(-cap // a) * a)
+
+
+def plan_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int) -> BlockPlan | dict[str, Any]:
+    from policies.schema import SSD_OPS
+
+    d = rd.stage_dir("replay", label)
+    stage = f"plan/{label}"
+    if rd.is_done(stage):
+        import json
+
+        return dict(json.loads((d / "plan.json").read_text()))
+    ops = read_table(SSD_OPS, rd.stage_dir("policies", label) / "ssd_ops.parquet")
+    r = cfg.replay
+    rc = ReplayConfig(capacity_bytes=capacity, layout=r.layout, align_bytes=r.align_bytes,  # type: ignore[arg-type]
+                      trim_on_evict=r.trim_on_evict, max_io_bytes=r.max_io_bytes,
+                      time_mode=r.time_mode, time_compression=r.time_compression,  # type: ignore[arg-type]
+                      log_full=r.log_full)  # type: ignore[arg-type]
+    plan = plan_block_ops(ops, rc, source=str(rd.stage_dir("policies", label) / "ssd_ops.parquet"))
+    write_table(BLOCK_OPS, plan.table, d / "block_ops.parquet")
+    write_json(d / "plan.json", plan.accounting())
+    rd.mark_done(stage, {"write_ios": plan.write_ios})
+    return plan
+
+
+@contextmanager
+def _capture(cfg: RunConfig, device_path: str, out_dir: Path) -> Iterator[dict[str, Any]]:
+    """eBPF capture around the replay when configured; yields a dict filled on exit."""
+    info: dict[str, Any] = {}
+    if cfg.capture.tracer == "none" or cfg.device.kind not in {"file", "block"}:
+        yield info
+        return
+    from harness.capture import kernel_dev_t, open_tracer
+
+    tracer = open_tracer(cfg.capture.tracer)
+    tracer.start(kernel_dev_t(device_path), out_dir / "block_trace.parquet")
+    try:
+        yield info
+    finally:
+        res = tracer.stop()
+        info.update({"tracer": res.tracer, "events": res.events, "lost_events": res.lost_events,
+                     "write_bytes": res.write_bytes, "write_requests": res.write_requests,
+                     "bytes_by_op": dict(res.bytes_by_op), "requests_by_op": dict(res.requests_by_op),
+                     "unmatched_completions": res.unmatched_completions, "no_completion": res.no_completion,
+                     "parquet_path": str(res.parquet_path)})
+        write_json(out_dir / "capture.json", info)
+
+
+def device_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int) -> dict[str, Any]:
+    import json
+
+    d = rd.stage_dir("device", label)
+    stage = f"device/{label}"
+    if rd.is_done(stage):
+        return dict(json.loads((d / "result.json").read_text()))
+    plan = read_table(BLOCK_OPS, rd.stage_dir("replay", label) / "block_ops.parquet")
+    spec = DeviceSpec(kind=cfg.device.kind, target=cfg.device.target, capacity_bytes=capacity,
+                      options={**dict(cfg.device.options), "confirm_serial": cfg.device.confirm_serial,
+                               "wear_readers": list(cfg.capture.wear_readers)})
+    dev = open_device(spec, d)
+    try:
+        with _capture(cfg, cfg.device.target, d) as cap:
+            res: ReplayResult = dev.replay(plan, d, timed=cfg.replay.time_mode != "afap")
+        ident = dev.identity()
+    finally:
+        dev.close()
+    out = {**dataclasses.asdict(res), "identity": dataclasses.asdict(ident), "capture": cap}
+    out["extra"].pop("intervals", None)           # kept as a table below, not in the JSON
+    if res.tool_output_path and Path(res.tool_output_path).name == "ftl_intervals.parquet":
+        iv = pq.read_table(res.tool_output_path)
+        host = np.cumsum(iv.column("host_bytes").to_numpy())
+        nand = np.cumsum(iv.column("nand_bytes").to_numpy())
+        pq.write_table(pa.table({"host_bytes": host, "nand_bytes": nand,
+                                 "waf_cumulative": nand / np.maximum(host, 1)}), d / "timeline.parquet")
+    write_json(d / "result.json", out)
+    rd.mark_done(stage, {"write_bytes": res.write_bytes})
+    return dict(json.loads((d / "result.json").read_text()))
+
+
+# -- estimate -----------------------------------------------------------------------------------
+
+def _model_waf(cfg: RunConfig, capacity: int) -> tuple[float, str]:
+    """The analytical WAF for the device: from the emulator's geometry for `sim`, else 1."""
+    if cfg.device.kind == "sim":
+        from harness.devices.sim import ftl_config_from_spec
+        from harness.estimate import ftl_predicted_waf
+
+        spec = DeviceSpec("sim", "", capacity, dict(cfg.device.options))
+        return ftl_predicted_waf(ftl_config_from_spec(spec)), "analytical"
+    return 1.0, "assumed-1"
+
+
+def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, Any], plan: dict[str, Any],
+                   device: dict[str, Any], capacity: int) -> PolicyOutcome:
+    f = cfg.workload.sample_fraction
+    e = cfg.estimate
+    full_capacity = cfg.tiers.ssd_bytes
+    tbw = (tbw_from_pe_cycles(full_capacity, e.rated_pe_cycles) if e.rated_pe_cycles
+           else tbw_from_dwpd(full_capacity, e.dwpd, e.warranty_years))
+    duration = e.trace_day_fraction * 86_400.0 if e.trace_day_fraction else float(summary["span_s"])
+    duration = duration if duration > 0 else 1.0
+    plan_bytes = int(plan["aligned_write_bytes"])
+    per_day = host_bytes_per_day(plan_bytes / f, duration)
+    waf_model, waf_model_src = _model_waf(cfg, capacity)
+    measured_waf = device.get("waf")
+    dev_bytes = int(device["write_bytes"])
+    checks: list[Check] = []
+    notes: dict[str, str] = {}
+    checks.append(Check.of("ssd_ops write bytes → plan", summary["ssd_write_bytes"], plan["object_write_bytes"],
+                           "plan", 0.0))
+    checks.append(Check.of("host bytes", plan_bytes, dev_bytes, device.get("tool") or cfg.device.kind,
+                           HOST_BYTES_REL_TOL))
+    cap = device.get("capture") or {}
+    if cap.get("write_bytes") is not None:
+        checks.append(Check.of("host bytes", plan_bytes, cap["write_bytes"], f"ebpf:{cap.get('tracer')}",
+                               HOST_BYTES_REL_TOL))
+    extra = device.get("extra") or {}
+    if extra.get("smart_host_bytes") is not None:
+        checks.append(Check.of("host bytes", plan_bytes, extra["smart_host_bytes"], "smart-duw",
+                               SMART_HOST_BYTES_REL_TOL))
+    if measured_waf is not None:
+        checks.append(Check.of("WAF", waf_model, measured_waf, device.get("tool") or cfg.device.kind, WAF_REL_TOL))
+        notes["WAF"] = notes["lifetime days (model WAF)"] = ("the analytical model assumes uniform random overwrites of the whole exposed space; "
+                        f"the {cfg.replay.layout} layout's write pattern is not that")
+    life_waf1 = projected_lifetime_days(tbw, per_day, 1.0)
+    life_model = projected_lifetime_days(tbw, per_day, waf_model)
+    life_measured = (projected_lifetime_days(tbw, host_bytes_per_day(dev_bytes / f, duration), measured_waf)
+                     if measured_waf is not None else None)
+    if life_measured is not None:
+        # Both projections against the measurement: Gandalf's WAF 1 and the analytical model.
+        checks.append(Check.of("lifetime days (WAF 1)", life_waf1, life_measured, "measured host bytes × WAF",
+                               LIFETIME_REL_TOL))
+        checks.append(Check.of("lifetime days (model WAF)", life_model, life_measured,
+                               "measured host bytes × WAF", LIFETIME_REL_TOL))
+    check_rows = [{"quantity": c.name, "source": c.source, "predicted": c.predicted, "measured": c.measured,
+                   "rel_error": None if math.isinf(c.rel_error) else c.rel_error, "tolerance": c.tolerance,
+                   "passed": c.passed, "note": notes.get(c.name, "")} for c in checks]
+    write_json(rd.stage_dir("estimate", label) / "crossval.json", {"policy": label, "checks": check_rows,
+                                                                    "tbw_bytes": tbw, "duration_s": duration})
+    n = max(int(summary["requests"]), 1)
+    row: dict[str, Any] = {
+        "policy": label,
+        "model": cfg.model,
+        "device": cfg.device.kind,
+        "dram_bytes": cfg.tiers.dram_bytes,
+        "ssd_bytes": cfg.tiers.ssd_bytes,
+        "sample_fraction": f,
+        "requests": int(summary["requests"]),
+        "span_s": float(summary["span_s"]),
+        "miss_ratio_tokens": summary["token_miss_ratio"],
+        "miss_ratio_chunks": summary["chunk_miss_ratio"],
+        "ssd_write_bytes": summary["ssd_write_bytes"],
+        "ssd_write_bytes_full": summary["ssd_write_bytes_full"],
+        "ssd_write_bytes_linear": summary["ssd_write_bytes_linear"],
+        "ssd_read_bytes": summary["ssd_read_bytes"],
+        "linear_share_of_ssd_write_bytes": summary["linear_share_of_ssd_write_bytes"],
+        "hits_per_ssd_write": summary["ssd_hits_per_write"],
+        "frac_ssd_writes_hit": summary["ssd_written_fraction_hit"],
+        "plan_write_bytes": plan_bytes,
+        "device_write_bytes": dev_bytes,
+        "nand_write_bytes": device.get("nand_write_bytes"),
+        "ebpf_write_bytes": cap.get("write_bytes"),
+        "smart_write_bytes": extra.get("smart_host_bytes"),
+        "waf_measured": measured_waf,
+        "waf_model": waf_model,
+        "waf_model_source": waf_model_src,
+        "tbw_bytes": tbw,
+        "host_bytes_per_day": per_day,
+        "lifetime_days_waf1": life_waf1,
+        "lifetime_days_model": life_model,
+        "lifetime_days_measured": life_measured,
+        "load_latency_mean_s": summary["mean_load_latency_s"],
+        "cost_recompute_per_1k": summary["gpu_usd"] / n * 1000.0,
+        "cost_wear_per_1k": summary["ssd_wear_usd"] / n * 1000.0,
+        "cost_per_1k": summary["cost_per_1k_requests_usd"],
+        "checks_passed": sum(c.passed for c in checks),
+        "checks_total": len(checks),
+    }
+    rd.mark_done(f"estimate/{label}")
+    return PolicyOutcome(label=label, row=row, checks=check_rows)
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+def run(cfg: RunConfig, out: str | Path, *, resume: bool = False, replay: bool = True,
+        report: bool = True, progress: Progress = _no_progress) -> RunOutcome:
+    """Run every stage of `cfg` into `out` (see the module docstring)."""
+    rd = RunDir(out)
+    rd.prepare(cfg.to_toml(), resume)
+    profile = resolve_profile(cfg.model)
+    requests, inputs = workload_stage(cfg, rd)
+    progress("workload", 1, 1)
+    capacity = device_capacity(cfg)
+    labels = [policy_label(s) for s in cfg.policies]
+    if len(set(labels)) != len(labels):
+        raise KvwearError(f"two policies resolve to the same label: {labels}")
+    write_json(rd.manifest_path, build_manifest(
+        config=cfg.to_dict(), inputs=inputs, seeds={"workload": cfg.workload.seed},
+        devices={"kind": cfg.device.kind, "target": cfg.device.target, "capacity_bytes": capacity}))
+    outcomes = []
+    for spec, label in zip(cfg.policies, labels, strict=True):
+        summary = simulate_stage(cfg, rd, spec, label, requests, profile, progress)
+        if not replay:
+            outcomes.append(PolicyOutcome(label, {"policy": label, **_sim_only_row(summary)}, []))
+            continue
+        plan_obj = plan_stage(cfg, rd, label, capacity)
+        plan = plan_obj.accounting() if isinstance(plan_obj, BlockPlan) else plan_obj
+        progress(f"plan/{label}", 1, 1)
+        device = device_stage(cfg, rd, label, capacity)
+        progress(f"device/{label}", 1, 1)
+        outcomes.append(estimate_stage(cfg, rd, label, summary, plan, device, capacity))
+    results = pa.Table.from_pylist([o.row for o in outcomes])
+    pq.write_table(results, rd.results_path)
+    rd.mark_done("results")
+    html = None
+    if report:
+        from reports.run_report import build_run_report
+
+        html = build_run_report(rd.root).html
+        rd.mark_done("report")
+    return RunOutcome(rd.root, results, tuple(outcomes), html)
+
+
+def _sim_only_row(summary: dict[str, Any]) -> dict[str, Any]:
+    n = max(int(summary["requests"]), 1)
+    return {
+        "miss_ratio_tokens": summary["token_miss_ratio"], "miss_ratio_chunks": summary["chunk_miss_ratio"],
+        "ssd_write_bytes": summary["ssd_write_bytes"], "ssd_write_bytes_full": summary["ssd_write_bytes_full"],
+        "ssd_write_bytes_linear": summary["ssd_write_bytes_linear"],
+        "hits_per_ssd_write": summary["ssd_hits_per_write"],
+        "frac_ssd_writes_hit": summary["ssd_written_fraction_hit"],
+        "load_latency_mean_s": summary["mean_load_latency_s"],
+        "cost_recompute_per_1k": summary["gpu_usd"] / n * 1000.0,
+        "cost_wear_per_1k": summary["ssd_wear_usd"] / n * 1000.0, "cost_per_1k": summary["cost_per_1k_requests_usd"],
+        "span_s": float(summary["span_s"]), "requests": int(summary["requests"]),
+    }
+
+
+def run_point(cfg: RunConfig, out: Path, *, replay: bool) -> dict[str, Any]:
+    """One sweep point (one policy): run it (resuming whatever a dead worker finished) and return
+    its results row. Without `replay`, lifetime uses the WAF-1 and analytical projections only."""
+    if len(cfg.policies) != 1:
+        raise KvwearError(f"a sweep point has exactly one policy, got {list(cfg.policies)}")
+    outcome = run(cfg, out, resume=True, replay=replay, report=False)
+    row = dict(outcome.outcomes[0].row)
+    if not replay:
+        row.update(_projections_without_device(cfg, row))
+    return row
+
+
+def _projections_without_device(cfg: RunConfig, row: dict[str, Any]) -> dict[str, Any]:
+    f = cfg.workload.sample_fraction
+    e = cfg.estimate
+    tbw = (tbw_from_pe_cycles(cfg.tiers.ssd_bytes, e.rated_pe_cycles) if e.rated_pe_cycles
+           else tbw_from_dwpd(cfg.tiers.ssd_bytes, e.dwpd, e.warranty_years))
+    duration = e.trace_day_fraction * 86_400.0 if e.trace_day_fraction else max(float(row["span_s"]), 1.0)
+    per_day = host_bytes_per_day(row["ssd_write_bytes"] / f, duration)
+    waf_model, _ = _model_waf(cfg, device_capacity(cfg))
+    return {"tbw_bytes": tbw, "host_bytes_per_day": per_day, "waf_model": waf_model,
+            "lifetime_days_waf1": projected_lifetime_days(tbw, per_day, 1.0),
+            "lifetime_days_model": projected_lifetime_days(tbw, per_day, waf_model)}
