@@ -293,8 +293,9 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, An
                                SMART_HOST_BYTES_REL_TOL))
     if measured_waf is not None:
         checks.append(Check.of("WAF", waf_model, measured_waf, device.get("tool") or cfg.device.kind, WAF_REL_TOL))
-        notes["WAF"] = notes["lifetime days (model WAF)"] = ("the analytical model assumes uniform random overwrites of the whole exposed space; "
-                        f"the {cfg.replay.layout} layout's write pattern is not that")
+        notes["WAF"] = notes["lifetime days (model WAF)"] = (
+            "the analytical model assumes uniform random overwrites of the whole exposed space; "
+            f"the {cfg.replay.layout} layout's write pattern is not that")
     life_waf1 = projected_lifetime_days(tbw, per_day, 1.0)
     life_model = projected_lifetime_days(tbw, per_day, waf_model)
     life_measured = (projected_lifetime_days(tbw, host_bytes_per_day(dev_bytes / f, duration), measured_waf)
