@@ -1,0 +1,232 @@
+"""The `file` and `block` device backends: play a block_ops plan with fio, direct I/O.
+
+`file:PATH` writes into a regular file (created at `capacity_bytes` if absent); `block:/dev/X`
+writes to a block device (a loop device, a raw NVMe namespace) after `harness.safety` has
+accepted it. Both turn the plan into a fio iolog v3 file, replay it with `replay_redirect` to the
+target (libaio or io_uring, `iodepth`, as fast as possible or timed), keep fio's job file and
+JSON in the work directory, and report what fio issued. Optional SNIA-style preconditioning:
+sequential fill of 2× the range, then random 4 KiB writes until fio's steady-state detector is
+satisfied.
+
+Never issues I/O outside [0, capacity_bytes): the plan is validated before fio starts, and
+preconditioning jobs are bounded by `size=capacity_bytes`. This module does not parse fio's
+output (harness.fio does) or decide what is safe (harness.safety does).
+
+Device options (DeviceSpec.options): ioengine (libaio), iodepth (16), confirm_serial,
+precondition (False), ss_criterion ("iops_slope:10%"), ss_dur_s (60), ss_ramp_s (10),
+ss_max_runtime_s (3600), skip_trims (False: a plan with trims fails on a fio that drops them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from harness import fio as fiolib
+from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayResult
+from harness.fio_iolog import export_iolog_v3
+from harness.identity import path_identity
+from harness.safety import DeviceFacts, check_block_device, loop_serial
+from kvwear.errors import KvwearError
+from kvwear.units import parse_size
+
+CHUNKED_IOLOG_ROWS = 1_000_000   # above this, fio reads the iolog in pieces
+
+
+@dataclass(frozen=True)
+class PreconditionResult:
+    """What preconditioning wrote and whether fio judged the device steady."""
+
+    seq_fill_bytes: int
+    random_bytes: int
+    steady_state_attained: bool
+    criterion: str
+    random_runtime_ms: int
+    json_paths: tuple[str, ...]
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+class FioDevice:
+    """A file or block device played with fio. Construct through `open_device(DeviceSpec)`."""
+
+    def __init__(self, spec: DeviceSpec, workdir: Path, runner: fiolib.FioRunner = fiolib.run_fio) -> None:
+        if not spec.target:
+            raise KvwearError(f"device {spec.kind!r} needs a path: {spec.kind}:/path")
+        self.spec = spec
+        self.workdir = Path(workdir)
+        self.runner = runner
+        self.path = spec.target
+        opts = dict(spec.options)
+        self.ioengine = str(opts.get("ioengine", "libaio"))
+        self.iodepth = int(opts.get("iodepth", 16))
+        self.skip_trims = bool(opts.get("skip_trims", False))
+        self.safety: DeviceFacts | None = None
+        if spec.kind == "block":
+            self.safety = check_block_device(self.path, opts.get("confirm_serial"))
+        else:
+            self._prepare_file()
+        self._identity = path_identity(self.path)
+        size = int(self._identity.capacity_bytes or 0)
+        cap = int(spec.capacity_bytes) if spec.capacity_bytes is not None else size
+        if cap <= 0 or cap > size:
+            raise KvwearError(f"{self.path}: capacity {cap} bytes outside the device's {size} bytes")
+        self.block_bytes = int(self._identity.logical_block_bytes or 512)
+        self._capacity = cap - cap % self.block_bytes
+        self.fio_version = fiolib.fio_version(runner)
+        self.precondition_result: PreconditionResult | None = None
+        if opts.get("precondition"):
+            self.precondition_result = self.precondition(self.workdir)
+
+    def _prepare_file(self) -> None:
+        p = Path(self.path)
+        if p.exists():
+            if not stat.S_ISREG(p.stat().st_mode):
+                raise KvwearError(f"{p}: file: backend needs a regular file (use block: for devices)")
+            cap = self.spec.capacity_bytes
+            if cap is not None and p.stat().st_size < cap:
+                os.truncate(p, cap)   # grow (sparse) to the configured size; never shrink
+            return
+        if self.spec.capacity_bytes is None:
+            raise KvwearError(f"{p} does not exist: give a capacity to create it")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with open(p, "wb") as fh:
+            fh.truncate(int(self.spec.capacity_bytes))
+
+    # -- DeviceBackend ----------------------------------------------------------------------
+
+    def identity(self) -> DeviceIdentity:
+        ident = self._identity
+        extra = dict(ident.extra)
+        serial = ident.serial
+        if self.spec.kind == "block" and serial is None:
+            serial = loop_serial(self.path)
+        if self.safety is not None:
+            extra["safety_problems_overridden"] = self.safety.problems
+        extra["configured_capacity_bytes"] = self._capacity
+        return DeviceIdentity(kind=self.spec.kind, path=ident.path, model=ident.model, serial=serial,
+                              firmware=ident.firmware, capacity_bytes=ident.capacity_bytes,
+                              logical_block_bytes=ident.logical_block_bytes, extra=extra)
+
+    def capacity_bytes(self) -> int:
+        return self._capacity
+
+    def replay(self, plan: pa.Table, workdir: Path, *, timed: bool = False) -> ReplayResult:
+        """Validate `plan` against [0, capacity), write it as an iolog, replay it with fio."""
+        workdir = Path(workdir)
+        fiolib.validate_plan(plan, self._capacity, block_bytes=self.block_bytes)
+        trims = fiolib.plan_lengths(plan, "trim")
+        can_trim = fiolib.fio_replays_trim(self.fio_version)
+        if trims.size and not can_trim and not self.skip_trims:
+            raise KvwearError(
+                f"the plan holds {trims.size} trims but {self.fio_version} drops trims from an iolog "
+                "('bad ddir: 2'); replay without TRIM or set the device option skip_trims")
+        log = export_iolog_v3(plan, workdir / "replay.iolog", include_trims=can_trim)
+        job = fiolib.replay_job(log.path, self.path, ioengine=self.ioengine, iodepth=self.iodepth,
+                                timed=timed, chunked=plan.num_rows > CHUNKED_IOLOG_ROWS)
+        t0 = time.perf_counter()
+        run = fiolib.run_jobs([job], workdir, "replay", runner=self.runner)
+        wall = time.perf_counter() - t0
+        s = run.summary
+        expected = {"write": log.write_ios, "read": log.read_ios, "trim": log.trim_ios}
+        issued = {"write": s.write.total_ios, "read": s.read.total_ios, "trim": s.trim.total_ios}
+        if issued != expected:
+            raise fiolib.FioError(f"fio issued {issued} I/Os for an iolog holding {expected} "
+                                  f"(report {run.json_path})")
+        # fio 3.33 leaves the last iodepth-1 completions out of io_bytes (module doc of harness.fio);
+        # its issued counts are exact and it replays the log in order, so these are its issued bytes.
+        write_bytes = fiolib.issued_bytes_from_log(fiolib.plan_lengths(plan, "write"), s.write.total_ios)
+        read_bytes = fiolib.issued_bytes_from_log(fiolib.plan_lengths(plan, "read"), s.read.total_ios)
+        trim_bytes = fiolib.issued_bytes_from_log(trims, s.trim.total_ios) if can_trim else 0
+        return ReplayResult(
+            device=f"{self.spec.kind}:{self.path}",
+            write_bytes=write_bytes, read_bytes=read_bytes, trim_bytes=trim_bytes,
+            write_ios=s.write.total_ios, read_ios=s.read.total_ios, wall_s=wall,
+            tool=s.fio_version, tool_output_path=str(run.json_path),
+            extra={
+                "fio_io_bytes": {"write": s.write.io_bytes, "read": s.read.io_bytes, "trim": s.trim.io_bytes},
+                "fio_runtime_ms": s.runtime_ms,
+                "write_iops": s.write.iops, "read_iops": s.read.iops,
+                "write_bw_bytes_per_s": s.write.bw_bytes_per_s,
+                "write_clat_percentiles_ns": dict(s.write.clat_percentiles_ns),
+                "trims_skipped": int(trims.size) if not can_trim else 0,
+                "ioengine": self.ioengine, "iodepth": self.iodepth, "timed": timed,
+                "iolog": str(log.path), "job_file": str(run.job_path),
+            },
+        )
+
+    def precondition(self, workdir: Path) -> PreconditionResult:
+        """SNIA-style: sequential fill of 2× the range, then random 4 KiB writes until fio's
+        steady-state detector (`ss=`) is satisfied or the time cap passes."""
+        o = self.spec.options
+        cap = self._capacity
+        fill = fiolib.seq_fill_job(self.path, cap, loops=int(o.get("fill_loops", 2)),
+                                   ioengine=self.ioengine, iodepth=self.iodepth)
+        rand = fiolib.steady_state_job(
+            self.path, cap, criterion=str(o.get("ss_criterion", "iops_slope:10%")),
+            ss_dur_s=int(o.get("ss_dur_s", 60)), ss_ramp_s=int(o.get("ss_ramp_s", 10)),
+            max_runtime_s=int(o.get("ss_max_runtime_s", 3600)),
+            ioengine=self.ioengine, iodepth=self.iodepth)
+        a = fiolib.run_jobs([fill], workdir, "precondition-fill", runner=self.runner)
+        b = fiolib.run_jobs([rand], workdir, "precondition-steady", runner=self.runner)
+        ss = b.summary.jobs[0].steady_state
+        return PreconditionResult(
+            seq_fill_bytes=a.summary.write.io_bytes, random_bytes=b.summary.write.io_bytes,
+            steady_state_attained=bool(ss and ss.attained), criterion=ss.criterion if ss else "",
+            random_runtime_ms=b.summary.runtime_ms, json_paths=(str(a.json_path), str(b.json_path)),
+            extra={"ss_measured": ss.measured if ss else "", "ss_iops_mean": ss.iops_mean if ss else 0.0},
+        )
+
+    def close(self) -> None:
+        pass
+
+
+def _open_file(spec: DeviceSpec, workdir: Path) -> FioDevice:
+    return FioDevice(spec, workdir)
+
+
+def _open_block(spec: DeviceSpec, workdir: Path) -> FioDevice:
+    return FioDevice(spec, workdir)
+
+
+DEVICES.add("file", _open_file)
+DEVICES.add("block", _open_block)
+
+
+# ---------------------------------------------------------------------------------------------
+# loop devices over files (tests, benchmarks, and users who want a block-layer path for a file)
+
+
+@contextlib.contextmanager
+def loop_device(backing: Path, size_bytes: int | str | None = None, *, direct_io: bool = False,
+                nomerges: bool = False, partscan: bool = False) -> Iterator[str]:
+    """Attach a loop device over `backing` (created or grown to `size_bytes`), yield its path,
+    detach it on exit. `nomerges` stops the block layer merging adjacent requests, so request
+    counts at the device equal the I/Os issued; `partscan` makes the kernel read a partition table.
+    Needs root."""
+    backing = Path(backing)
+    if size_bytes is not None:
+        size = parse_size(size_bytes)
+        with open(backing, "ab") as fh:
+            if fh.tell() < size:
+                fh.truncate(size)
+    argv = ["losetup", "--find", "--show", *(["--direct-io=on"] if direct_io else []),
+            *(["--partscan"] if partscan else []), str(backing)]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise KvwearError(f"losetup failed: {proc.stderr.strip()} (loop devices need root)")
+    dev = proc.stdout.strip()
+    try:
+        if nomerges:
+            Path(f"/sys/block/{Path(dev).name}/queue/nomerges").write_text("2")
+        yield dev
+    finally:
+        subprocess.run(["losetup", "--detach", dev], capture_output=True, check=False)
