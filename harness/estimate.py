@@ -217,8 +217,8 @@ def cross_validate(
         m_host = predicted_host_bytes if measured_host_bytes is None else measured_host_bytes
         m_waf = predicted_waf if measured_waf is None else measured_waf
         measured = projected_lifetime_days(tbw_bytes, host_bytes_per_day(m_host, trace_duration_s), m_waf)
-        srcs = "+".join(s for s, m in ((host_source, measured_host_bytes), (waf_source, measured_waf))
-                        if m is not None)
+        srcs = "+".join(dict.fromkeys(s for s, m in ((host_source, measured_host_bytes),
+                                                     (waf_source, measured_waf)) if m is not None))
         lifetime = Check.of("lifetime_days", projected, measured, srcs, lifetime_tolerance)
     return CrossValidation(policy, host, waf, lifetime)
 
