@@ -1,0 +1,166 @@
+"""The block-tracer plugin family: capture what the block layer issued to one device.
+
+A `Tracer` attaches to the `block:block_rq_issue` / `block:block_rq_complete` tracepoints for one
+device (`start(dev_t, out_path)`), streams every request to a BLOCK_TRACE Parquet file, and on
+`stop()` reports a `CaptureResult` (events, lost events, which tracer ran, byte and request totals
+per op). Tracers: `bcc` (compiled BPF, perf buffer, in-kernel device filter and latency),
+`bpftrace` (BTF only, no headers), `auto` (bcc, falling back to bpftrace and saying why).
+
+Pure helpers live here: `kernel_dev_t`, `classify_rwbs`, `totals_by_op`. This module must not
+run fio or judge device safety.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import stat
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kvwear.errors import KvwearError
+from kvwear.registry import Registry
+
+TRACEFS = Path("/sys/kernel/tracing")
+OPS = ("write", "read", "discard", "flush", "other")
+
+
+class TracerUnavailable(KvwearError):
+    """This tracer cannot run here; the message says what is missing and how to fix it."""
+
+
+@dataclass(frozen=True)
+class CaptureResult:
+    tracer: str                       # the tracer that actually ran: "bcc" or "bpftrace"
+    parquet_path: Path
+    events: int                       # requests recorded (rows in the Parquet file)
+    lost_events: int                  # samples the kernel dropped (perf buffer full)
+    bytes_by_op: Mapping[str, int]
+    requests_by_op: Mapping[str, int]
+    unmatched_completions: int = 0    # completions with no issue seen (e.g. issued before start)
+    no_completion: int = 0            # issues with no completion seen (latency null)
+    extra: Mapping[str, object] = field(default_factory=dict)
+
+    @property
+    def write_bytes(self) -> int:
+        return int(self.bytes_by_op.get("write", 0))
+
+    @property
+    def write_requests(self) -> int:
+        return int(self.requests_by_op.get("write", 0))
+
+
+class Tracer(Protocol):
+    name: str
+
+    def start(self, dev: int, out_path: Path) -> None:
+        """Attach to the tracepoints for kernel dev_t `dev`; returns once probes are live."""
+        ...
+
+    def stop(self) -> CaptureResult:
+        """Detach, flush everything to the Parquet file and report."""
+        ...
+
+
+TracerFactory = Callable[[], Tracer]
+TRACERS: Registry[TracerFactory] = Registry("tracer")
+
+
+def kernel_dev_t(path_or_rdev: str | os.PathLike[str] | int) -> int:
+    """The kernel's dev_t (major << 20 | minor) as block tracepoints report it, from a block device
+    path or a user-space st_rdev."""
+    if isinstance(path_or_rdev, int):
+        rdev = path_or_rdev
+    else:
+        st = os.stat(path_or_rdev)
+        if not stat.S_ISBLK(st.st_mode):
+            raise KvwearError(f"{path_or_rdev}: not a block device; block tracing needs one "
+                              "(a file target can be traced through a loop device)")
+        rdev = st.st_rdev
+    return (os.major(rdev) << 20) | os.minor(rdev)
+
+
+def classify_rwbs(rwbs: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """blk_fill_rwbs strings → op: 'W' anywhere is a write (a leading 'F' is a preflush, a later
+    one FUA), 'D' discard/secure erase, 'R' read, a lone flush 'F...' flush, else other."""
+    s = pc.cast(rwbs, pa.string())
+    if isinstance(s, pa.ChunkedArray):
+        s = s.combine_chunks()
+    has = {c: pc.match_substring(s, c).to_numpy(zero_copy_only=False) for c in "WDR"}
+    flush = pc.starts_with(s, "F").to_numpy(zero_copy_only=False)
+    out = np.select([has["W"], has["D"], has["R"], flush], ["write", "discard", "read", "flush"],
+                    default="other")
+    return pa.array(out, pa.string())
+
+
+def totals_by_op(ops: pa.Array, nbytes: np.ndarray) -> tuple[dict[str, int], dict[str, int]]:
+    op_np = ops.to_numpy(zero_copy_only=False)
+    by_bytes = {o: int(nbytes[op_np == o].sum()) for o in OPS}
+    by_count = {o: int((op_np == o).sum()) for o in OPS}
+    return by_bytes, by_count
+
+
+def parse_fdinfo_misses(text: str) -> int | None:
+    """`recursion_misses` of a BPF program's /proc/PID/fdinfo/FD (None if the fd is not a program).
+    A tracepoint program is skipped when another BPF program already runs on that CPU (e.g. a
+    completion interrupting an issue probe); the kernel counts those skips here (Linux ≥ 5.12)."""
+    if "prog_type:" not in text:
+        return None
+    for line in text.splitlines():
+        key, _, val = line.partition(":")
+        if key.strip() == "recursion_misses":
+            return int(val.strip())
+    return 0
+
+
+def bpf_prog_misses(pid: int | str = "self", fds: list[int] | None = None) -> int:
+    """Sum of recursion_misses over the BPF program fds of process `pid` (all of them, or `fds`)."""
+    base = Path(f"/proc/{pid}/fdinfo")
+    total = 0
+    names = [str(f) for f in fds] if fds is not None else [p.name for p in base.iterdir()]
+    for name in names:
+        try:
+            n = parse_fdinfo_misses((base / name).read_text())
+        except OSError:
+            continue
+        total += n or 0
+    return total
+
+
+def require_root(tool: str) -> None:
+    if os.geteuid() != 0:
+        raise TracerUnavailable(f"{tool}: eBPF tracing needs root (running as uid {os.geteuid()})")
+
+
+def require_tracefs(tool: str) -> None:
+    if not (TRACEFS / "events" / "block" / "block_rq_issue").exists():
+        raise TracerUnavailable(
+            f"{tool}: tracefs is not mounted at {TRACEFS} (or the kernel lacks block tracepoints); "
+            "run `sudo scripts/setup-bcc.sh` or `mount -t tracefs nodev /sys/kernel/tracing`")
+
+
+def require_headers(tool: str) -> None:
+    build = Path(f"/lib/modules/{platform.release()}/build")
+    if not (build / "include").exists():
+        raise TracerUnavailable(
+            f"{tool}: no kernel headers at {build} (bcc compiles at run time); install "
+            "linux-headers-amd64 and run `sudo scripts/setup-bcc.sh` to link them")
+
+
+def require_program(tool: str, program: str) -> str:
+    path = shutil.which(program)
+    if not path:
+        raise TracerUnavailable(f"{tool}: `{program}` not found (Debian package {program})")
+    return path
+
+
+def open_tracer(name: str = "auto") -> Tracer:
+    """The tracer registered as `name` (auto, bcc, bpftrace)."""
+    return TRACERS.get(name)()

@@ -1,0 +1,240 @@
+"""The `bcc` block tracer: a BPF C program on block:block_rq_issue / block_rq_complete.
+
+The device filter runs in the kernel (`args->dev == KVWEAR_DEV`); issue time, bytes and rwbs wait
+in a hash keyed by (dev, sector) until the completion arrives, and one 40-byte record per request
+(issue time, sector, latency, bytes, dev, rwbs) goes to user space through a perf buffer. A
+requeued request is forgotten (it will be issued again); an issue that finds an older request at
+the same sector still in flight emits the older one without latency, so no request's bytes are
+lost; on stop, requests still in flight are emitted without latency. A poll thread copies raw
+records and converts them in batches with numpy into BLOCK_TRACE Parquet (kvwear.tables). Lost
+samples are counted by the perf buffer's lost callback, plus the kernel's count of probe runs it
+skipped because another BPF program was running on that CPU (fdinfo `recursion_misses`).
+
+Needs root, tracefs and kernel headers (bcc compiles at run time; scripts/setup-bcc.sh links
+Debian's headers) and Debian's python3-bpfcc made importable from the venv. It must not run fio.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from harness.capture.base import (
+    TRACERS,
+    CaptureResult,
+    TracerUnavailable,
+    bpf_prog_misses,
+    classify_rwbs,
+    require_headers,
+    require_root,
+    require_tracefs,
+)
+from harness.schema import BLOCK_TRACE
+from kvwear.tables import TableWriter
+
+NO_LATENCY = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+PROGRAM = r"""
+struct key_t { u32 dev; u32 pad; u64 sector; };
+struct val_t { u64 ts; u32 bytes; u32 pad; char rwbs[8]; };
+struct event_t { u64 ts; u64 sector; u64 lat; u32 bytes; u32 dev; char rwbs[8]; };
+
+BPF_HASH(inflight, struct key_t, struct val_t, 262144);
+BPF_PERF_OUTPUT(events);
+BPF_ARRAY(counters, u64, 4);   /* 0 unmatched completions, 1 collisions, 2 requeues, 3 hash full */
+
+static inline void bump(int i) {
+    u64 *c = counters.lookup(&i);
+    if (c) __sync_fetch_and_add(c, 1);
+}
+
+TRACEPOINT_PROBE(block, block_rq_issue) {
+    if (args->dev != KVWEAR_DEV) return 0;
+    struct key_t k = {};
+    k.dev = args->dev;
+    k.sector = args->sector;
+    struct val_t *old = inflight.lookup(&k);
+    if (old) {
+        struct event_t e = {};
+        e.ts = old->ts; e.sector = k.sector; e.lat = ~0ULL; e.bytes = old->bytes; e.dev = k.dev;
+        __builtin_memcpy(e.rwbs, old->rwbs, 8);
+        events.perf_submit(args, &e, sizeof(e));
+        bump(1);
+    }
+    struct val_t v = {};
+    v.ts = bpf_ktime_get_ns();
+    v.bytes = args->bytes;
+    bpf_probe_read_kernel(&v.rwbs, 8, args->rwbs);
+    if (inflight.update(&k, &v) != 0) bump(3);
+    return 0;
+}
+
+TRACEPOINT_PROBE(block, block_rq_requeue) {
+    if (args->dev != KVWEAR_DEV) return 0;
+    struct key_t k = {};
+    k.dev = args->dev;
+    k.sector = args->sector;
+    inflight.delete(&k);
+    bump(2);
+    return 0;
+}
+
+TRACEPOINT_PROBE(block, block_rq_complete) {
+    if (args->dev != KVWEAR_DEV) return 0;
+    u64 now = bpf_ktime_get_ns();
+    struct key_t k = {};
+    k.dev = args->dev;
+    k.sector = args->sector;
+    struct val_t *v = inflight.lookup(&k);
+    if (!v) { bump(0); return 0; }
+    struct event_t e = {};
+    e.ts = v->ts; e.sector = k.sector; e.lat = now - v->ts; e.bytes = v->bytes; e.dev = k.dev;
+    __builtin_memcpy(e.rwbs, v->rwbs, 8);
+    inflight.delete(&k);
+    events.perf_submit(args, &e, sizeof(e));
+    return 0;
+}
+"""
+
+EVENT_DTYPE = np.dtype([("t_ns", "<u8"), ("sector", "<u8"), ("lat", "<u8"), ("bytes", "<u4"),
+                        ("dev", "<u4"), ("rwbs", "S8")])
+VAL_DTYPE = np.dtype([("ts", "<u8"), ("bytes", "<u4"), ("pad", "<u4"), ("rwbs", "S8")])
+
+
+def events_to_table(raw: bytes) -> pa.Table:
+    """Packed 40-byte event records → a BLOCK_TRACE table (pure; latency null when unknown)."""
+    ev = np.frombuffer(raw, dtype=EVENT_DTYPE)
+    lat = ev["lat"]
+    lat_arr = pa.array(lat.astype(np.int64), mask=(lat == NO_LATENCY))
+    rwbs = pa.array(np.char.decode(ev["rwbs"], "ascii"))
+    return pa.table({
+        "t_ns": pa.array(ev["t_ns"].astype(np.int64)),
+        "dev": pa.array(ev["dev"].astype(np.int64)),
+        "op": classify_rwbs(rwbs),
+        "sector": pa.array(ev["sector"].astype(np.int64)),
+        "bytes": pa.array(ev["bytes"].astype(np.int64)),
+        "latency_ns": lat_arr,
+    })
+
+
+class BccTracer:
+    """See the module docstring. `program` can be replaced (tests prove the fallback on a real
+    compile failure)."""
+
+    name = "bcc"
+
+    def __init__(self, *, batch_events: int = 65536, perf_pages: int = 1024, program: str = PROGRAM) -> None:
+        self.batch_events = batch_events
+        self.perf_pages = perf_pages
+        self.program = program
+        self._bpf: Any = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._chunks: list[bytes] = []
+        self._pending = 0
+        self.lost = 0
+        self._writer: TableWriter | None = None
+        self._bytes: dict[str, int] = {}
+        self._reqs: dict[str, int] = {}
+        self._no_completion = 0
+        self._error: BaseException | None = None
+
+    def start(self, dev: int, out_path: Path) -> None:
+        require_root("bcc")
+        require_tracefs("bcc")
+        require_headers("bcc")
+        try:
+            from bcc import BPF  # Debian's python3-bpfcc, linked into the venv by setup-bcc.sh
+        except ImportError as exc:
+            raise TracerUnavailable(
+                f"bcc: cannot import the bcc Python module ({exc}); install python3-bpfcc and run "
+                "`sudo scripts/setup-bcc.sh .venv` to make it importable from the venv") from None
+        try:
+            self._bpf = BPF(text=self.program.encode(), cflags=[f"-DKVWEAR_DEV={int(dev)}u", "-Wno-macro-redefined"])
+        except Exception as exc:   # bcc raises plain Exception on compile/load failure
+            raise TracerUnavailable(f"bcc: the BPF program did not compile or load: {exc}") from None
+        self._writer = TableWriter(BLOCK_TRACE, out_path)
+        self._bpf[b"events"].open_perf_buffer(self._on_event, page_cnt=self.perf_pages, lost_cb=self._on_lost)
+        self._thread = threading.Thread(target=self._poll, name="kvwear-bcc-poll", daemon=True)
+        self._thread.start()
+
+    # The callbacks run on the poll thread; they only copy bytes (tight path), batches convert later.
+    def _on_event(self, cpu: int, data: Any, size: int) -> None:
+        self._chunks.append(ctypes.string_at(data, EVENT_DTYPE.itemsize))
+        self._pending += 1
+        if self._pending >= self.batch_events:
+            self._flush()
+
+    def _on_lost(self, count: int) -> None:
+        self.lost += int(count)
+
+    def _poll(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._bpf.perf_buffer_poll(timeout=100)
+        except BaseException as exc:   # surfaced by stop()
+            self._error = exc
+
+    def _write(self, table: pa.Table) -> None:
+        assert self._writer is not None
+        if table.num_rows == 0:
+            return
+        self._writer.write(table)
+        ops = table.column("op").to_numpy(zero_copy_only=False)
+        nbytes = table.column("bytes").to_numpy()
+        for o in np.unique(ops):
+            sel = ops == o
+            self._bytes[o] = self._bytes.get(o, 0) + int(nbytes[sel].sum())
+            self._reqs[o] = self._reqs.get(o, 0) + int(sel.sum())
+        self._no_completion += table.column("latency_ns").null_count
+
+    def _flush(self) -> None:
+        raw = b"".join(self._chunks)
+        self._chunks.clear()
+        self._pending = 0
+        self._write(events_to_table(raw))
+
+    def stop(self) -> CaptureResult:
+        assert self._bpf is not None and self._writer is not None, "stop() before start()"
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        try:
+            if self._error is not None:
+                raise self._error
+            # Drain what is still in the buffers, then the requests still in flight.
+            for _ in range(3):
+                self._bpf.perf_buffer_poll(timeout=10)
+            self._flush()
+            left = [(k.sector, k.dev, bytes(v)) for k, v in self._bpf[b"inflight"].items()]
+            if left:
+                vals = np.frombuffer(b"".join(v[2] for v in left), dtype=VAL_DTYPE)
+                ev = np.zeros(len(left), dtype=EVENT_DTYPE)
+                ev["t_ns"], ev["bytes"], ev["rwbs"] = vals["ts"], vals["bytes"], vals["rwbs"]
+                ev["sector"] = [s for s, _, _ in left]
+                ev["dev"] = [d for _, d, _ in left]
+                ev["lat"] = NO_LATENCY
+                self._write(events_to_table(ev.tobytes()))
+            counters = [int(self._bpf[b"counters"][ctypes.c_int(i)].value) for i in range(4)]
+            misses = bpf_prog_misses("self", [f.fd for f in self._bpf.funcs.values()])
+            path = self._writer.close()
+        except BaseException:
+            self._writer.abort()
+            raise
+        finally:
+            self._bpf.cleanup()
+        return CaptureResult(
+            tracer=self.name, parquet_path=path, events=self._writer.rows, lost_events=self.lost + misses,
+            bytes_by_op=dict(self._bytes), requests_by_op=dict(self._reqs),
+            unmatched_completions=counters[0], no_completion=self._no_completion,
+            extra={"collisions": counters[1], "requeues": counters[2], "hash_full": counters[3],
+                   "perf_buffer_lost": self.lost, "bpf_recursion_misses": misses},
+        )
+
+
+TRACERS.add("bcc", BccTracer)

@@ -1,0 +1,199 @@
+"""The `bpftrace` block tracer: the fallback when bcc cannot import or compile (needs BTF only).
+
+A bpftrace script on block:block_rq_issue / block_rq_requeue / block_rq_complete, filtered by
+dev_t in the kernel, prints one compact line per event to a file in the work directory:
+`I <t_ns> <sector> <bytes> <rwbs>`, `Q <t_ns> <sector> 0 -`, `C <t_ns> <sector> 0 -`.
+bpftrace's own `Lost N events` lines count dropped samples, and the kernel's per-program
+`recursion_misses` (read from bpftrace's fdinfo before it exits) count skipped probe runs. On
+stop the file is parsed by the pure `parse_bpftrace_output`, which matches each issue with the
+next event at the same sector (time-ordered: per-CPU buffers interleave lines), and written as
+BLOCK_TRACE Parquet.
+
+It must not run fio, and it never writes anything but its own output file and Parquet file.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from harness.capture.base import (
+    TRACERS,
+    CaptureResult,
+    TracerUnavailable,
+    bpf_prog_misses,
+    classify_rwbs,
+    require_program,
+    require_root,
+    require_tracefs,
+    totals_by_op,
+)
+from harness.schema import BLOCK_TRACE
+from kvwear.errors import InputError
+from kvwear.tables import write_table
+
+SCRIPT = r"""
+tracepoint:block:block_rq_issue /args->dev == $1/ {
+  printf("I %llu %llu %u %s\n", nsecs, args->sector, args->bytes, args->rwbs);
+}
+tracepoint:block:block_rq_requeue /args->dev == $1/ {
+  printf("Q %llu %llu 0 -\n", nsecs, args->sector);
+}
+tracepoint:block:block_rq_complete /args->dev == $1/ {
+  printf("C %llu %llu 0 -\n", nsecs, args->sector);
+}
+"""
+
+_LOST = re.compile(rb"^Lost (\d+) events", re.MULTILINE)
+_EVENT = re.compile(rb"^[IQC] \d+ \d+ \d+ \S+$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class ParsedTrace:
+    table: pa.Table                 # BLOCK_TRACE columns, one row per issued request
+    lost_events: int
+    unmatched_completions: int
+    requeues: int
+
+
+def parse_bpftrace_output(text: bytes, dev: int, source: str = "bpftrace output") -> ParsedTrace:
+    """Turn the script's lines into one row per issue (pure). An issue's latency is the time to
+    the next event at its sector when that event is a completion; an issue followed by a requeue
+    is dropped (the request is issued again); an issue followed by another issue or by nothing
+    keeps a null latency; a completion not preceded by an issue is counted as unmatched."""
+    lost = sum(int(m) for m in _LOST.findall(text))
+    lines = _EVENT.findall(text)
+    junk = [ln for ln in text.splitlines() if ln.strip() and not _EVENT.match(ln) and not _LOST.match(ln)
+            and not ln.startswith(b"Attaching ")]
+    if junk:
+        raise InputError(source, None, None, f"unexpected line {junk[0][:80]!r}")
+    if not lines:
+        empty = BLOCK_TRACE.empty()
+        return ParsedTrace(empty, lost, 0, 0)
+    t = pacsv.read_csv(
+        io.BytesIO(b"\n".join(lines)),
+        read_options=pacsv.ReadOptions(column_names=["kind", "t_ns", "sector", "bytes", "rwbs"]),
+        parse_options=pacsv.ParseOptions(delimiter=" "),
+        convert_options=pacsv.ConvertOptions(column_types={
+            "kind": pa.string(), "t_ns": pa.int64(), "sector": pa.int64(), "bytes": pa.int64(),
+            "rwbs": pa.string()}),
+    )
+    kind = t.column("kind").to_numpy(zero_copy_only=False)
+    ts = t.column("t_ns").to_numpy()
+    sector = t.column("sector").to_numpy()
+    # Order events by (sector, time); on a tie an issue sorts before its own completion.
+    rank = np.select([kind == "I", kind == "Q"], [0, 1], 2)
+    order = np.lexsort((rank, ts, sector))
+    k, s, tt = kind[order], sector[order], ts[order]
+    same_next = np.zeros(len(k), dtype=bool)
+    same_next[:-1] = s[1:] == s[:-1]
+    nxt = np.empty(len(k), dtype=object)
+    nxt[:-1] = k[1:]
+    nxt[-1] = ""
+    nxt[~same_next] = ""
+    is_issue = k == "I"
+    completed = is_issue & (nxt == "C")
+    requeued = is_issue & (nxt == "Q")
+    prev_issue = np.zeros(len(k), dtype=bool)
+    prev_issue[1:] = is_issue[:-1] & same_next[:-1]
+    unmatched = int(((k == "C") & ~prev_issue).sum())
+    keep = is_issue & ~requeued
+    lat = np.zeros(len(k), dtype=np.int64)
+    lat[:-1] = tt[1:] - tt[:-1]
+    rows = order[keep]
+    back = np.argsort(rows, kind="stable")       # back to time/issue order
+    rows = rows[back]
+    lat_k = lat[keep][back]
+    has_lat = completed[keep][back]
+    rwbs = t.column("rwbs").take(pa.array(rows))
+    table = pa.table({
+        "t_ns": pa.array(ts[rows]),
+        "dev": pa.array(np.full(len(rows), dev, dtype=np.int64)),
+        "op": classify_rwbs(rwbs),
+        "sector": pa.array(sector[rows]),
+        "bytes": pa.array(t.column("bytes").to_numpy()[rows]),
+        "latency_ns": pa.array(lat_k, mask=~has_lat),
+    })
+    return ParsedTrace(table, lost, unmatched, int(requeued.sum()))
+
+
+class BpftraceTracer:
+    name = "bpftrace"
+
+    def __init__(self, *, perf_rb_pages: int = 4096, attach_timeout_s: float = 60.0) -> None:
+        self.perf_rb_pages = perf_rb_pages
+        self.attach_timeout_s = attach_timeout_s
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._out: Path | None = None
+        self._err: Path | None = None
+        self._dev = 0
+        self._parquet: Path | None = None
+
+    def start(self, dev: int, out_path: Path) -> None:
+        require_root("bpftrace")
+        require_tracefs("bpftrace")
+        exe = require_program("bpftrace", "bpftrace")
+        if not Path("/sys/kernel/btf/vmlinux").exists():
+            raise TracerUnavailable("bpftrace: the kernel exposes no BTF (/sys/kernel/btf/vmlinux)")
+        self._dev = int(dev)
+        self._parquet = Path(out_path)
+        self._parquet.parent.mkdir(parents=True, exist_ok=True)
+        self._out = self._parquet.with_suffix(".bpftrace.txt")
+        self._err = self._parquet.with_suffix(".bpftrace.err")
+        script = self._parquet.with_suffix(".bt")
+        script.write_text(SCRIPT)
+        env = dict(os.environ, BPFTRACE_PERF_RB_PAGES=str(self.perf_rb_pages))
+        with open(self._err, "wb") as err:
+            self._proc = subprocess.Popen([exe, "-o", str(self._out), str(script), str(self._dev)],
+                                          stdout=subprocess.DEVNULL, stderr=err, env=env)
+        # bpftrace writes "Attaching N probes..." once the probes are live.
+        deadline = time.monotonic() + self.attach_timeout_s
+        while time.monotonic() < deadline:
+            if self._out.exists() and b"Attaching" in self._out.read_bytes()[:200]:
+                return
+            if self._proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        msg = self._err.read_text(errors="replace").strip()[-1500:]
+        self._kill()
+        raise TracerUnavailable(f"bpftrace did not attach its probes: {msg or 'timed out'}")
+
+    def _kill(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+
+    def stop(self) -> CaptureResult:
+        assert self._proc is not None and self._out is not None and self._parquet is not None
+        misses = bpf_prog_misses(self._proc.pid)   # read before bpftrace exits and closes them
+        self._proc.send_signal(signal.SIGINT)
+        try:
+            self._proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self._kill()
+        parsed = parse_bpftrace_output(self._out.read_bytes(), self._dev, str(self._out))
+        path = write_table(BLOCK_TRACE, parsed.table, self._parquet)
+        nb, nr = totals_by_op(parsed.table.column("op").combine_chunks(), parsed.table.column("bytes").to_numpy())
+        return CaptureResult(
+            tracer=self.name, parquet_path=path, events=parsed.table.num_rows,
+            lost_events=parsed.lost_events + misses,
+            bytes_by_op={k: v for k, v in nb.items() if v or nr[k]},
+            requests_by_op={k: v for k, v in nr.items() if v},
+            unmatched_completions=parsed.unmatched_completions,
+            no_completion=parsed.table.column("latency_ns").null_count,
+            extra={"requeues": parsed.requeues, "raw_output": str(self._out),
+                   "perf_buffer_lost": parsed.lost_events, "bpf_recursion_misses": misses},
+        )
+
+
+TRACERS.add("bpftrace", BpftraceTracer)

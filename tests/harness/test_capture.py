@@ -1,0 +1,202 @@
+"""harness.capture: pure parts (rwbs classes, dev_t, bpftrace line matching, bcc record decoding,
+fdinfo misses) and, as root, the real thing: a BLOCK_OPS plan replayed by the block backend on a
+loop device this test creates, with bcc and with bpftrace capturing; plan write bytes = fio-issued
+write bytes = eBPF-observed write bytes, and the same for request counts."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from harness import fio as fiolib
+from harness.capture import TRACERS, TracerUnavailable, kernel_dev_t, open_tracer
+from harness.capture.auto import AutoTracer
+from harness.capture.base import CaptureResult, classify_rwbs, parse_fdinfo_misses
+from harness.capture.bcc import EVENT_DTYPE, NO_LATENCY, BccTracer, events_to_table
+from harness.capture.bpftrace import parse_bpftrace_output
+from harness.devices.base import DeviceSpec
+from harness.devices.fio import FioDevice, loop_device
+from harness.schema import BLOCK_OPS, BLOCK_TRACE
+from kvwear.errors import InputError
+from kvwear.tables import read_table
+
+DEV = (7 << 20) | 3
+
+
+def test_registry_lists_the_tracers() -> None:
+    assert {"auto", "bcc", "bpftrace"} <= set(TRACERS)
+    with pytest.raises(Exception, match="valid: auto, bcc, bpftrace"):
+        open_tracer("blktrace")
+
+
+def test_classify_rwbs() -> None:
+    got = classify_rwbs(pa.array(["W", "WS", "FWS", "WFS", "R", "RA", "RM", "D", "DE", "F", "FF", "N", "FN"]))
+    assert got.to_pylist() == ["write", "write", "write", "write", "read", "read", "read", "discard",
+                               "discard", "flush", "flush", "other", "flush"]
+
+
+def test_kernel_dev_t(tmp_path: Path) -> None:
+    assert kernel_dev_t(os.makedev(7, 3)) == DEV
+    assert kernel_dev_t(os.makedev(259, 1)) == (259 << 20) | 1
+    (tmp_path / "f").write_bytes(b"")
+    with pytest.raises(Exception, match="not a block device"):
+        kernel_dev_t(tmp_path / "f")
+
+
+def test_parse_bpftrace_output_matches_issues_and_completions() -> None:
+    text = b"\n".join([
+        b"Attaching 3 probes...",
+        b"I 100 8 4096 WS",
+        b"I 105 16 8192 W",
+        b"C 160 16 0 -",          # completion lines of different CPUs may come out of order
+        b"C 150 8 0 -",
+        b"C 170 999 0 -",         # issued before the capture started: unmatched
+        b"I 200 24 4096 R",
+        b"Q 210 24 0 -",          # requeued: dropped, the re-issue counts
+        b"I 220 24 4096 R",
+        b"C 300 24 0 -",
+        b"I 400 8 4096 FWS",
+        b"I 410 8 4096 W",        # same sector still in flight: the first keeps no latency
+        b"C 450 8 0 -",
+        b"Lost 5 events",
+        b"I 500 32 0 FN",         # empty flush, never completed in this capture
+        b"",
+    ])
+    p = parse_bpftrace_output(text, DEV)
+    t = p.table
+    assert t.schema.equals(BLOCK_TRACE.schema, check_metadata=False) or set(t.column_names) == set(
+        BLOCK_TRACE.schema.names)
+    assert t.column("t_ns").to_pylist() == [100, 105, 220, 400, 410, 500]
+    assert t.column("sector").to_pylist() == [8, 16, 24, 8, 8, 32]
+    assert t.column("bytes").to_pylist() == [4096, 8192, 4096, 4096, 4096, 0]
+    assert t.column("op").to_pylist() == ["write", "write", "read", "write", "write", "flush"]
+    assert t.column("latency_ns").to_pylist() == [50, 55, 80, None, 40, None]
+    assert set(t.column("dev").to_pylist()) == {DEV}
+    assert (p.lost_events, p.unmatched_completions, p.requeues) == (5, 1, 1)
+    BLOCK_TRACE.conform(t)
+
+
+def test_parse_bpftrace_output_rejects_garbage() -> None:
+    with pytest.raises(InputError, match="unexpected line"):
+        parse_bpftrace_output(b"I 1 2 3 W\nsegfault\n", DEV, "out.txt")
+    assert parse_bpftrace_output(b"Attaching 3 probes...\n", DEV).table.num_rows == 0
+
+
+def test_bcc_event_records_decode() -> None:
+    ev = np.zeros(2, dtype=EVENT_DTYPE)
+    ev["t_ns"], ev["sector"], ev["bytes"], ev["dev"] = [10, 20], [8, 16], [4096, 512], DEV
+    ev["lat"] = [1234, NO_LATENCY]
+    ev["rwbs"] = [b"WS", b"R"]
+    t = events_to_table(ev.tobytes())
+    assert EVENT_DTYPE.itemsize == 40
+    assert t.column("latency_ns").to_pylist() == [1234, None]
+    assert t.column("op").to_pylist() == ["write", "read"]
+    assert t.column("dev").to_pylist() == [DEV, DEV]
+
+
+def test_fdinfo_misses() -> None:
+    assert parse_fdinfo_misses("pos:\t0\nflags:\t02000002\nprog_type:\t5\nrecursion_misses:\t7\n") == 7
+    assert parse_fdinfo_misses("pos:\t0\nflags:\t02\n") is None
+
+
+# -- real capture -----------------------------------------------------------------------------
+
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="eBPF capture and loop devices need root")
+needs_fio = pytest.mark.skipif(shutil.which("fio") is None, reason="fio not installed")
+
+
+def plan_for(capacity: int, n: int, seed: int) -> pa.Table:
+    """Writes and reads on distinct 16 KiB slots (4–16 KiB each) so no two requests share a
+    sector: the block layer sees exactly one request per plan row (merges are off)."""
+    rng = np.random.default_rng(seed)
+    slots = rng.permutation(capacity // 16384)[:n]
+    ops = np.where(rng.random(n) < 0.85, "write", "read")
+    return BLOCK_OPS.conform(pa.table({
+        "t_s": np.arange(n) * 1e-5, "op": ops, "offset_bytes": slots * 16384,
+        "length_bytes": rng.choice([4096, 8192, 16384], n), "obj_kind": ["full"] * n,
+        "obj_id": np.arange(n)}))
+
+
+def replay_with_capture(tmp_path: Path, tracer_name: str, plan: pa.Table) -> tuple[object, CaptureResult]:
+    cap = 64 << 20
+    with loop_device(tmp_path / "loop.img", cap, nomerges=True) as devpath:
+        dev = FioDevice(DeviceSpec("block", devpath, options={"iodepth": 16}), tmp_path)
+        tracer = open_tracer(tracer_name)
+        try:
+            tracer.start(kernel_dev_t(devpath), tmp_path / "trace.parquet")
+        except TracerUnavailable as exc:
+            pytest.fail(f"{tracer_name} cannot run as root here: {exc}")
+        try:
+            res = dev.replay(plan, tmp_path / "run")
+        finally:
+            cap_res = tracer.stop()
+    return res, cap_res
+
+
+def assert_three_way(plan: pa.Table, res: object, c: CaptureResult) -> None:
+    wlens = fiolib.plan_lengths(plan, "write")
+    rlens = fiolib.plan_lengths(plan, "read")
+    assert res.write_bytes == int(wlens.sum()) == c.bytes_by_op["write"]          # type: ignore[attr-defined]
+    assert res.write_ios == wlens.size == c.requests_by_op["write"]                # type: ignore[attr-defined]
+    assert res.read_bytes == int(rlens.sum()) == c.bytes_by_op["read"]            # type: ignore[attr-defined]
+    assert res.read_ios == rlens.size == c.requests_by_op["read"]                  # type: ignore[attr-defined]
+    # No issue was lost (every completion found its issue). A lost event can only be a skipped
+    # completion probe (the kernel skips a BPF program that would nest in another on that CPU):
+    # its request is still counted, only its latency is unknown.
+    assert c.unmatched_completions == 0
+    assert c.lost_events == c.no_completion
+    t = read_table(BLOCK_TRACE, c.parquet_path)
+    assert t.num_rows == c.events == plan.num_rows
+    lat = t.column("latency_ns").drop_null().to_numpy()
+    assert lat.size >= 0.95 * plan.num_rows and (lat > 0).all()
+    # The trace's sectors are exactly the plan's offsets.
+    assert sorted(np.asarray(t.column("sector")) * 512) == sorted(plan.column("offset_bytes").to_pylist())
+
+
+@root_only
+@needs_fio
+@pytest.mark.parametrize("tracer_name", ["bcc", "bpftrace"])
+def test_capture_counts_exactly_what_fio_issued(tmp_path: Path, tracer_name: str) -> None:
+    plan = plan_for(64 << 20, 3000, seed=11)
+    res, c = replay_with_capture(tmp_path, tracer_name, plan)
+    assert c.tracer == tracer_name
+    assert_three_way(plan, res, c)
+
+
+@root_only
+@needs_fio
+def test_auto_falls_back_to_bpftrace_when_bcc_cannot_compile(tmp_path: Path) -> None:
+    broken = BccTracer(program="this is not C;")
+    auto = AutoTracer(tracers={"bcc": broken})
+    plan = plan_for(64 << 20, 500, seed=2)
+    with loop_device(tmp_path / "loop.img", 64 << 20, nomerges=True) as devpath:
+        dev = FioDevice(DeviceSpec("block", devpath), tmp_path)
+        auto.start(kernel_dev_t(devpath), tmp_path / "trace.parquet")
+        try:
+            res = dev.replay(plan, tmp_path / "run")
+        finally:
+            c = auto.stop()
+    assert c.tracer == "bpftrace"
+    assert "bcc: the BPF program did not compile" in str(c.extra["fallback_reason"])
+    assert_three_way(plan, res, c)
+
+
+@root_only
+def test_auto_says_what_is_missing_when_no_tracer_can_run(tmp_path: Path) -> None:
+    class Missing:
+        name = "bpftrace"
+
+        def start(self, dev: int, out_path: Path) -> None:
+            raise TracerUnavailable("bpftrace: `bpftrace` not found (Debian package bpftrace)")
+
+        def stop(self) -> CaptureResult:
+            raise AssertionError
+
+    auto = AutoTracer(tracers={"bcc": BccTracer(program="nope"), "bpftrace": Missing()})
+    with pytest.raises(TracerUnavailable, match=r"(?s)no block tracer can run.*bcc: .*bpftrace: `bpftrace` not"):
+        auto.start(DEV, tmp_path / "t.parquet")
