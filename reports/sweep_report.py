@@ -108,6 +108,8 @@ def _best_per_family(df: pd.DataFrame, lt: str) -> pd.DataFrame:
 
 
 def fig_capacity_ratio(df: pd.DataFrame, path: Path) -> Path | None:
+    """One row of panels per (trace, model): lifetime and miss ratio against the DRAM share of the
+    most common total capacity, one line per policy family (its best configuration)."""
     if df.empty or df["axis_dram_bytes"].nunique() < 2:
         return None
     lt = _lifetime_col(df)
@@ -116,20 +118,23 @@ def fig_capacity_ratio(df: pd.DataFrame, path: Path) -> Path | None:
                  dram_share=d["axis_dram_bytes"] / (d["axis_dram_bytes"] + d["axis_ssd_bytes"]))
     total = d["total"].value_counts().idxmax()      # the most common total capacity
     d = d[d["total"] == total]
-    if d["dram_share"].nunique() < 2:
+    groups = [(k, g) for k, g in d.groupby(["axis_trace", "axis_model"], sort=True) if g["dram_share"].nunique() > 1]
+    if not groups:
         return None
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for fam, g in d.groupby("family", sort=True):
-        g = g.sort_values("dram_share")
-        a1.plot(g["dram_share"], g[lt] / 365.0, marker="o", label=fam)
-        a2.plot(g["dram_share"], g["miss_ratio_tokens"], marker="o", label=fam)
-    a1.set_yscale("log")
-    a1.set_ylabel("SSD lifetime (years, log)")
-    a2.set_ylabel("miss ratio (token-weighted)")
-    for a in (a1, a2):
-        a.set_xlabel(f"DRAM share of {float(str(total)) / 1e9:g} GB total cache")
-        a.grid(alpha=0.3)
-        a.legend(fontsize=7)
+    fig, axes = plt.subplots(len(groups), 2, figsize=(11, 4.0 * len(groups)), squeeze=False)
+    for (a1, a2), ((trace, model), g) in zip(axes, groups, strict=True):
+        for fam, gg in g.groupby("family", sort=True):
+            gg = gg.sort_values("dram_share")
+            a1.plot(gg["dram_share"], gg[lt] / 365.0, marker="o", label=fam)
+            a2.plot(gg["dram_share"], gg["miss_ratio_tokens"], marker="o", label=fam)
+        a1.set_yscale("log")
+        a1.set_ylabel("SSD lifetime (years, log)")
+        a2.set_ylabel("miss ratio (token-weighted)")
+        for a in (a1, a2):
+            a.set_title(f"{_short(trace)} · {model}", fontsize=9)
+            a.set_xlabel(f"DRAM share of {float(str(total)) / 1e9:g} GB total cache")
+            a.grid(alpha=0.3)
+            a.legend(fontsize=7)
     fig.suptitle("DRAM/SSD ratio sensitivity at fixed total capacity")
     return _save(fig, path)
 
