@@ -202,6 +202,10 @@ def test_chain_checker_across_batches_and_namespaces() -> None:
     c2 = ChainChecker()
     with pytest.raises(ChainViolation):
         c2.feed(batch([[10, 11], [12, 11]], 0))  # conflict inside one batch
+    c4 = ChainChecker()  # small ids first (dense), then a huge one: knowledge carries over
+    c4.feed(batch([[1, 2]], 0))
+    with pytest.raises(ChainViolation):
+        c4.feed(batch([[2**40, 2]], 0))
     c3 = ChainChecker()  # huge ids take the sparse path
     c3.feed(batch([[2**60, 2**61], [2**60, 5]], 0))
     with pytest.raises(ChainViolation):

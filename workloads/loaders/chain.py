@@ -15,7 +15,10 @@ from workloads.loaders.base import list_parts
 
 _ROOT = np.iinfo(np.int64).min  # predecessor of a first block
 _UNSET = np.iinfo(np.int64).min + 1
-_DENSE_LIMIT = 1 << 26  # ids below this use a direct-index array (8 bytes per slot)
+# Dense mode: a direct-index uint32 array holding predecessor + 2 (0 = unset, 1 = first block):
+# exact for ids below 2^32 - 2, 4 bytes per slot. Used while ids are small and fairly dense.
+_DENSE_MAX_ID = (1 << 32) - 3
+_DENSE_FREE_SLOTS = 1 << 24  # always allowed; beyond, slots must stay within 4x the ids seen
 
 
 class ChainViolation(Exception):
@@ -39,45 +42,58 @@ class _NsState:
     """Predecessor of every id seen in one namespace."""
 
     def __init__(self) -> None:
-        self.dense = np.full(0, _UNSET, dtype=np.int64)  # direct index while ids are small
+        self.dense = np.zeros(0, dtype=np.uint32)  # direct index: predecessor + 2, 0 = unset
+        self.seen = 0  # ids recorded (an over-count is harmless: it only sizes the dense array)
         self.keys = np.zeros(0, dtype=np.int64)   # sorted ids (sparse mode)
         self.preds = np.zeros(0, dtype=np.int64)
         self.sparse = False
 
-    def known_pred(self, hid: int) -> int:
-        if self.sparse:
-            return int(self.preds[np.searchsorted(self.keys, hid)])
-        return int(self.dense[hid])
+    @staticmethod
+    def _enc(preds: np.ndarray) -> np.ndarray:
+        return np.where(preds == _ROOT, 1, preds + 2).astype(np.uint32)
+
+    @staticmethod
+    def _dec(codes: np.ndarray) -> np.ndarray:
+        c = codes.astype(np.int64)
+        return np.where(c == 1, _ROOT, np.where(c == 0, _UNSET, c - 2))
+
+    def _dense_ok(self, ids: np.ndarray, preds: np.ndarray) -> bool:
+        if ids.min() < 0 or ids.max() > _DENSE_MAX_ID:
+            return False
+        top = int(ids.max()) + 1
+        return top <= max(_DENSE_FREE_SLOTS, 4 * (self.seen + len(ids)), len(self.dense))
 
     def check_and_add(self, ids: np.ndarray, preds: np.ndarray) -> tuple[int, int] | None:
         """Record (id, predecessor) occurrences; on a conflict return (occurrence index, the
         predecessor it conflicts with)."""
         if len(ids) == 0:
             return None
-        if not self.sparse and ids.min() >= 0 and ids.max() < _DENSE_LIMIT:
+        if not self.sparse and self._dense_ok(ids, preds):
             return self._dense(ids, preds)
         if not self.sparse:  # switch to sparse mode once, keeping what is known
-            have = np.flatnonzero(self.dense != _UNSET)
-            self.keys, self.preds, self.sparse = have.astype(np.int64), self.dense[have], True
-            self.dense = np.full(0, _UNSET, dtype=np.int64)
+            have = np.flatnonzero(self.dense != 0)
+            self.keys, self.preds, self.sparse = have.astype(np.int64), self._dec(self.dense[have]), True
+            self.dense = np.zeros(0, dtype=np.uint32)
         return self._sparse(ids, preds)
 
     def _dense(self, ids: np.ndarray, preds: np.ndarray) -> tuple[int, int] | None:
         top = int(ids.max()) + 1
         if top > len(self.dense):
-            grown = np.full(max(top, 2 * len(self.dense)), _UNSET, dtype=np.int64)
+            grown = np.zeros(max(top, len(self.dense) + len(self.dense) // 4), dtype=np.uint32)
             grown[: len(self.dense)] = self.dense
             self.dense = grown
+        codes = self._enc(preds)
         known = self.dense[ids]
-        old = np.flatnonzero((known != _UNSET) & (known != preds))
+        old = np.flatnonzero((known != 0) & (known != codes))
         if len(old):
-            return int(old[0]), int(known[old[0]])
+            return int(old[0]), int(self._dec(known[old[0] : old[0] + 1])[0])
+        self.seen += int(np.count_nonzero(known == 0))
         # scatter (last write wins), then every occurrence must read back its own predecessor
-        self.dense[ids] = preds
-        new = np.flatnonzero(self.dense[ids] != preds)
+        self.dense[ids] = codes
+        new = np.flatnonzero(self.dense[ids] != codes)
         if len(new):  # two occurrences in this batch disagree (state is abandoned after this)
             j = int(new[0])
-            return j, int(self.dense[ids[j]])
+            return j, int(self._dec(self.dense[ids[j : j + 1]])[0])
         return None
 
     def _sparse(self, ids: np.ndarray, preds: np.ndarray) -> tuple[int, int] | None:

@@ -208,6 +208,8 @@ def convert_trace(
         in_order, last = True, -np.inf
         try:
             with TableWriter(REQUESTS, out) as writer:
+                pending: list[pa.RecordBatch] = []
+                n_pending = 0
                 for batch in _stream(cls(), p, derive=derive, skip_bad=skip_bad, batch_rows=batch_rows,
                                      log=log, progress=counter, block_tokens=block_tokens):
                     arr = np.asarray(batch.column("arrival_s").to_numpy(), dtype=np.float64)
@@ -215,7 +217,14 @@ def convert_trace(
                         if arr[0] < last or not bool(np.all(arr[1:] >= arr[:-1])):
                             in_order = False
                         last = max(last, float(arr.max()))
-                    writer.write(batch)
+                    # small input chunks are gathered into row groups of about batch_rows rows
+                    pending.append(batch)
+                    n_pending += batch.num_rows
+                    if n_pending >= batch_rows:
+                        writer.write(pa.Table.from_batches(pending))
+                        pending, n_pending = [], 0
+                if pending:
+                    writer.write(pa.Table.from_batches(pending))
                 rows = writer.rows
         except ChainViolation as v:
             derive, note = True, f"chaining broken: {v}"
