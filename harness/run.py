@@ -110,7 +110,9 @@ def workload_stage(cfg: RunConfig, rd: RunDir) -> tuple[pa.Table, dict[str, Path
     path = rd.stage_dir("workload") / "requests.parquet"
     inputs = {"trace": Path(cfg.workload.trace)} if cfg.workload.trace else {}
     if rd.is_done("workload"):
-        return read_table(REQUESTS, path), inputs
+        table = read_table(REQUESTS, path)
+        rd.skip()
+        return table, inputs
     table, inputs = _load_workload(cfg)
     table = sample_groups(table, cfg.workload.sample_fraction, cfg.workload.seed)
     if table.num_rows == 0:
@@ -161,6 +163,8 @@ def simulate_stage(cfg: RunConfig, rd: RunDir, spec: str, label: str, requests: 
         write_table(SIM_TIMELINE, res.timeline, d / "timeline.parquet")
         write_json(d / "summary.json", res.summary.as_dict())
         rd.mark_done(stage, {"ssd_ops": res.ssd_ops.num_rows})
+    else:
+        rd.skip()
     import json
 
     return dict(json.loads((d / "summary.json").read_text()))
@@ -182,6 +186,7 @@ def plan_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int) -> BlockPl
     if rd.is_done(stage):
         import json
 
+        rd.skip()
         return dict(json.loads((d / "plan.json").read_text()))
     ops = read_table(SSD_OPS, rd.stage_dir("policies", label) / "ssd_ops.parquet")
     r = cfg.replay
@@ -225,6 +230,7 @@ def device_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int) -> dict[
     d = rd.stage_dir("device", label)
     stage = f"device/{label}"
     if rd.is_done(stage):
+        rd.skip()
         return dict(json.loads((d / "result.json").read_text()))
     plan = read_table(BLOCK_OPS, rd.stage_dir("replay", label) / "block_ops.parquet")
     spec = DeviceSpec(kind=cfg.device.kind, target=cfg.device.target, capacity_bytes=capacity,

@@ -71,6 +71,9 @@ class RunDir:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
+        # Stages run one after another, so a stage's wall time is the time since the previous
+        # marker (or since `prepare`) in this process; recorded as elapsed_s in its marker.
+        self._last_mark = time.monotonic()
 
     # -- paths -------------------------------------------------------------------------
     def stage_dir(self, stage: str, label: str | None = None) -> Path:
@@ -102,7 +105,14 @@ class RunDir:
         return self._marker(stage).exists()
 
     def mark_done(self, stage: str, info: Mapping[str, Any] | None = None) -> None:
-        write_json(self._marker(stage), {"stage": stage, "finished_unix_s": time.time(), **(info or {})})
+        now = time.monotonic()
+        write_json(self._marker(stage), {"stage": stage, "finished_unix_s": time.time(),
+                                         "elapsed_s": now - self._last_mark, **(info or {})})
+        self._last_mark = now
+
+    def skip(self) -> None:
+        """A finished stage was skipped: its time does not belong to the next stage."""
+        self._last_mark = time.monotonic()
 
     def done_info(self, stage: str) -> dict[str, Any]:
         return dict(json.loads(self._marker(stage).read_text()))
@@ -128,6 +138,7 @@ class RunDir:
                 )
         self.root.mkdir(parents=True, exist_ok=True)
         write_text(self.config_path, config_toml)
+        self._last_mark = time.monotonic()
 
 
 def _git_revision() -> str | None:
