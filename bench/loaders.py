@@ -108,7 +108,8 @@ def run(which: str, src: Path, warm: Path) -> dict[str, float]:
                           capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"{which} failed:\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    result: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
 
 
 def main() -> None:

@@ -135,6 +135,38 @@ def test_weka_mistyped_and_truncated(data: bytes) -> None:
     check_only_input_error(data, "weka", ".json")
 
 
+@pytest.mark.parametrize("fmt", list(JSONL_FIELDS))
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_fast_and_exact_paths_agree(fmt: str, data: st.DataObject) -> None:
+    # A blank line sends a chunk to the line-by-line path; both paths must build the same rows
+    # and report the same line numbers.
+    n = data.draw(st.integers(1, 8))
+    rows = [json.dumps(valid_row(fmt, i, data.draw(st.integers(0, 5)))) for i in range(n)]
+    bad_at = data.draw(st.one_of(st.none(), st.integers(0, n - 1)))
+    if bad_at is not None:
+        rows[bad_at] = rows[bad_at].replace('"input_length": ', '"input_length": -1')
+    with tempfile.TemporaryDirectory() as d:
+        fast, slow = Path(d) / "fast.jsonl", Path(d) / "slow.jsonl"
+        fast.write_text("\n".join(rows) + "\n")
+        slow.write_text("\n".join(rows) + "\n\n")  # trailing blank line: same line numbers
+        results = []
+        for p in (fast, slow):
+            try:
+                results.append(load_requests(p, fmt).table)
+            except InputError as exc:
+                results.append((exc.line, exc.field))  # type: ignore[arg-type]
+        a, b = results
+        assert a == b if isinstance(a, tuple) else a.equals(b)
+        if bad_at is not None:
+            assert a == (bad_at + 1, "input_length")
+
+
+def test_jsonl_loader_refuses_a_directory(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="is a directory"):
+        load_requests(tmp_path, "mooncake")
+
+
 def test_valid_generated_rows_load(tmp_path: Path) -> None:
     # the generators above start from valid rows: make sure those really are valid
     for fmt in JSONL_FIELDS:

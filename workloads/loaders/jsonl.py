@@ -136,6 +136,9 @@ class JsonlLoader(TraceLoader):
         progress: ProgressFn | None = None,
     ) -> Iterator[pa.RecordBatch]:
         path = Path(path)
+        if path.is_dir():
+            raise InputError(str(path), None, None,
+                             f"is a directory; {self.name} reads one JSONL file (only weka reads directories)")
         log = skipped if skipped is not None else SkipLog()
         self._skip_bad, self._log = skip_bad, log
         self.reset(path)
