@@ -165,6 +165,7 @@ class Simulator:
         self._cur_sess = 0
         self._ops_tables: list[pa.Table] = []
         self._promote: list[Obj] = []
+        self._ghosts: list[Obj] = []
 
     # --- context helpers --------------------------------------------------------------------
     def free_bytes(self, tier: int) -> int:
@@ -256,7 +257,18 @@ class Simulator:
             self._gone(obj)
 
     def _gone(self, obj: Obj) -> None:
-        """`obj` left every tier: detach a state, prune ghost leaves."""
+        """`obj` left every tier: queue it for `_bury` at the end of the request (not now: an
+        object waiting for its SSD write has no tier yet and must not leave the tree)."""
+        self._ghosts.append(obj)
+
+    def _bury(self) -> None:
+        """Detach states and prune ghost leaves among the objects that left every tier."""
+        for obj in self._ghosts:
+            if not obj.tiers:
+                self._bury_one(obj)
+        self._ghosts.clear()
+
+    def _bury_one(self, obj: Obj) -> None:
         if obj.kind == LINEAR:
             st: State = obj  # type: ignore[assignment]
             if st.seg.state is st:
@@ -323,11 +335,9 @@ class Simulator:
                 k = 1 if need <= seg.last_bytes else 1 + -(-(need - seg.last_bytes) // seg.block_bytes)
                 if k < seg.n:
                     self._split(seg, seg.n - k, tier)
-        if tier == DRAM and not v.tiers & SSD:
-            if self.policy.admit_to_ssd(v):
-                self._ssd_write(v, CAUSE_DRAM_EVICT)
-            else:
-                self.acc.dropped(v)
+        if tier == DRAM and not v.tiers & SSD and not (
+                self.policy.admit_to_ssd(v) and self._ssd_write(v, CAUSE_DRAM_EVICT)):
+            self.acc.dropped(v)
         self._remove(v, tier)
 
     def _ssd_write(self, obj: Obj, cause: int) -> bool:
@@ -531,8 +541,8 @@ class Simulator:
                 if obj.tiers and not obj.tiers & SSD:
                     self._ssd_write(obj, CAUSE_PROMOTE)
             self._promote.clear()
-        self._fit(DRAM)
         if hbm_on:
+            # the GPU holds everything this request used or computed (MRU order: root last)
             hl = self.hbm_lru
             for obj in used:
                 if obj.tiers & HBM:
@@ -540,10 +550,10 @@ class Simulator:
                 elif obj.nbytes <= self.capacity_bytes[HBM]:
                     self._add(obj, HBM)
             self._fit(HBM)
-        # ghosts left on the path (placed nowhere) go away
-        for obj in used:
-            if not obj.tiers:
-                self._gone(obj)
+        self._fit(DRAM)
+        # ghosts left on the path (placed nowhere) and evicted objects go away
+        self._ghosts.extend(used)
+        self._bury()
         if hit_tokens > hashed_tokens:
             hit_tokens = hashed_tokens
         total_chunks = (nk - 1) * k_chunks + -(-(hashed_tokens - (nk - 1) * B) // S)
@@ -563,6 +573,8 @@ class Simulator:
     def _hit(self, obj: Obj, fut: np.ndarray | None, pos: int) -> tuple[int, int]:
         """Serve `obj` from its fastest tier; stage SSD hits into DRAM. Returns (tier, bytes)."""
         t = obj.tiers
+        if not t:
+            raise KvwearError(f"internal error: hit on non-resident {obj!r}")
         if t & HBM:
             tier = HBM
         elif t & DRAM:
