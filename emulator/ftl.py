@@ -292,82 +292,49 @@ class FtlIntervals:
 # ----------------------------------------------------------------------------------------------
 # the jitted kernel
 
-
-@numba.njit(cache=True, inline="always")
-def _bucket_remove(line, v, head, nxt, prv):
-    p = prv[line]
-    n = nxt[line]
-    if p >= 0:
-        nxt[p] = n
-    else:
-        head[v] = n
-    if n >= 0:
-        prv[n] = p
+# Why one flat kernel: a numba call that is not inlined marshals every array argument and
+# adjusts its reference count, ~100 ns for a dozen arrays — 20× the cost of programming a page.
+# So the per-page paths (host write, GC copy, invalidation) are written inline; only rare events
+# (closing a line, one GC run, picking a victim) are calls.
 
 
-@numba.njit(cache=True, inline="always")
-def _bucket_insert(line, v, head, nxt, prv):
+@numba.njit(cache=True)
+def _close_line(line, li, sc, vpc, lstate, head, nxt, prv, close_seq, free_ring, n_lines):
+    """The line at pointer slot `li` is full: close it (into its valid-count bucket; FEMU: the full
+    list if all valid, else the victim queue) and take the next free line right away, as FEMU's
+    write-pointer advance does (-1 when none is left)."""
+    lstate[line] = _CLOSED
+    close_seq[line] = sc[_CLOSE_SEQ]
+    sc[_CLOSE_SEQ] += 1
+    v = vpc[line]
     h = head[v]
     nxt[line] = h
     prv[line] = -1
     if h >= 0:
         prv[h] = line
     head[v] = line
-
-
-@numba.njit(cache=True)
-def _invalidate(ppn, p2l, vpc, lstate, head, nxt, prv, ppl):
-    line = ppn // ppl
-    p2l[ppn] = -1
-    v = vpc[line]
-    if lstate[line] == _CLOSED:
-        _bucket_remove(line, v, head, nxt, prv)
-        _bucket_insert(line, v - 1, head, nxt, prv)
-    vpc[line] = v - 1
-
-
-@numba.njit(cache=True)
-def _take_free(sc, free_ring, lstate, n_lines):
+    sc[li + 1] = 0
     if sc[_FREE_CNT] == 0:
-        return -1
-    line = free_ring[sc[_FREE_HEAD]]
+        sc[li] = -1
+        return
+    nl = free_ring[sc[_FREE_HEAD]]
     sc[_FREE_HEAD] = (sc[_FREE_HEAD] + 1) % (n_lines + 1)
     sc[_FREE_CNT] -= 1
-    lstate[line] = _OPEN
-    return line
+    lstate[nl] = _OPEN
+    sc[li] = nl
 
 
 @numba.njit(cache=True)
-def _place(lpn, is_gc, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring, pr):
-    """Program `lpn` at the write pointer; close the line when full. Returns False if no line."""
-    ppl = pr[_P_PPL]
-    n_lines = pr[_P_LINES]
-    li = _GC_LINE if (is_gc and pr[_P_SEPGC] == 1) else _HOST_LINE
-    oi = li + 1
-    line = sc[li]
-    if line < 0:
-        line = _take_free(sc, free_ring, lstate, n_lines)
-        if line < 0:
-            return False
-        sc[li] = line
-        sc[oi] = 0
-    old = l2p[lpn]
-    if old >= 0:
-        _invalidate(old, p2l, vpc, lstate, head, nxt, prv, ppl)
-    ppn = line * ppl + sc[oi]
-    p2l[ppn] = lpn
-    l2p[lpn] = ppn
-    vpc[line] += 1
-    sc[oi] += 1
-    if sc[oi] == ppl:
-        # line full: close it (FEMU: full line list if all valid, else victim queue) and take the
-        # next free line right away, as FEMU's write-pointer advance does
-        lstate[line] = _CLOSED
-        close_seq[line] = sc[_CLOSE_SEQ]
-        sc[_CLOSE_SEQ] += 1
-        _bucket_insert(line, vpc[line], head, nxt, prv)
-        sc[li] = _take_free(sc, free_ring, lstate, n_lines)
-        sc[oi] = 0
+def _open_line(li, sc, lstate, free_ring, n_lines):
+    """Give pointer slot `li` a free line; False when none is left."""
+    if sc[_FREE_CNT] == 0:
+        return False
+    nl = free_ring[sc[_FREE_HEAD]]
+    sc[_FREE_HEAD] = (sc[_FREE_HEAD] + 1) % (n_lines + 1)
+    sc[_FREE_CNT] -= 1
+    lstate[nl] = _OPEN
+    sc[li] = nl
+    sc[li + 1] = 0
     return True
 
 
@@ -389,7 +356,7 @@ def _select_victim(sc, vpc, lstate, head, close_seq, pr):
                 best_seq = close_seq[line]
                 best = line
         return best
-    # cost-benefit: maximise age·(ppl−v)/(2v); compared cross-multiplied to stay in integers
+    # cost-benefit: maximise age·(ppl−v)/(2v), age in line closes (a logical clock)
     now = sc[_CLOSE_SEQ]
     b_age = 0
     b_inv = 0
@@ -428,15 +395,38 @@ def _gc(force, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring, 
         return 0
     if not force and ppl - vpc[victim] < pr[_P_MININV]:
         return 0
-    _bucket_remove(victim, vpc[victim], head, nxt, prv)
+    v = vpc[victim]
+    p = prv[victim]
+    n = nxt[victim]
+    if p >= 0:
+        nxt[p] = n
+    else:
+        head[v] = n
+    if n >= 0:
+        prv[n] = p
     lstate[victim] = _VICTIM
+    li = _GC_LINE if pr[_P_SEPGC] == 1 else _HOST_LINE
     base = victim * ppl
     for off in range(ppl):
         lpn = p2l[base + off]
-        if lpn >= 0:
-            if not _place(lpn, True, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring, pr):
+        if lpn < 0:
+            continue
+        line = sc[li]
+        if line < 0:
+            if not _open_line(li, sc, lstate, free_ring, n_lines):
                 return -1
-            sc[_GC_PAGES] += 1
+            line = sc[li]
+        # the old copy is in the victim (not in a bucket): plain decrement
+        p2l[base + off] = -1
+        vpc[victim] -= 1
+        ppn = line * ppl + sc[li + 1]
+        p2l[ppn] = lpn
+        l2p[lpn] = ppn
+        vpc[line] += 1
+        sc[li + 1] += 1
+        sc[_GC_PAGES] += 1
+        if sc[li + 1] == ppl:
+            _close_line(line, li, sc, vpc, lstate, head, nxt, prv, close_seq, free_ring, n_lines)
     vpc[victim] = 0
     lstate[victim] = _FREE
     line_erases[victim] += 1
@@ -457,43 +447,98 @@ def _run(ops, starts, npages, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_s
     free line to write to (the device is out of space: GC could not reclaim anything)."""
     line_mode = pr[_P_MODE] == 0
     ppl = pr[_P_PPL]
+    n_lines = pr[_P_LINES]
+    high = pr[_P_HIGH]
+    bg = pr[_P_BG]
+    reserve = pr[_P_RESERVE]
+    do_trim = pr[_P_TRIM] == 1
     for r in range(ops.shape[0]):
         op = ops[r]
         s = starts[r]
         n = npages[r]
         if op == 0:
             if line_mode:
-                while sc[_FREE_CNT] <= pr[_P_HIGH]:
+                while sc[_FREE_CNT] <= high:
                     if _gc(True, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring,
                            line_erases, pr) != 1:
                         break
             for lpn in range(s, s + n):
                 if not line_mode:
-                    while sc[_FREE_CNT] <= pr[_P_RESERVE]:
+                    while sc[_FREE_CNT] <= reserve:
                         if _gc(True, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring,
                                line_erases, pr) != 1:
                             break
-                if not _place(lpn, False, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq,
-                              free_ring, pr):
-                    sc[_ERR_REQ] = r
-                    return r
+                line = sc[_HOST_LINE]
+                if line < 0:
+                    if not _open_line(_HOST_LINE, sc, lstate, free_ring, n_lines):
+                        sc[_ERR_REQ] = r
+                        return r
+                    line = sc[_HOST_LINE]
+                old = l2p[lpn]
+                if old >= 0:
+                    # invalidate the old copy; a closed line moves down one valid-count bucket
+                    ol = old // ppl
+                    p2l[old] = -1
+                    v = vpc[ol]
+                    if lstate[ol] == _CLOSED:
+                        p = prv[ol]
+                        nx = nxt[ol]
+                        if p >= 0:
+                            nxt[p] = nx
+                        else:
+                            head[v] = nx
+                        if nx >= 0:
+                            prv[nx] = p
+                        h = head[v - 1]
+                        nxt[ol] = h
+                        prv[ol] = -1
+                        if h >= 0:
+                            prv[h] = ol
+                        head[v - 1] = ol
+                    vpc[ol] = v - 1
+                ppn = line * ppl + sc[_HOST_OFF]
+                p2l[ppn] = lpn
+                l2p[lpn] = ppn
+                vpc[line] += 1
+                sc[_HOST_OFF] += 1
                 sc[_HOST_PAGES] += 1
+                if sc[_HOST_OFF] == ppl:
+                    _close_line(line, _HOST_LINE, sc, vpc, lstate, head, nxt, prv, close_seq, free_ring,
+                                n_lines)
         elif op == 1:
             for lpn in range(s, s + n):
                 if l2p[lpn] >= 0:
                     sc[_READ_PAGES] += 1
                 else:
                     sc[_UNMAPPED_READS] += 1
-        else:
-            if pr[_P_TRIM] == 1:
-                for lpn in range(s, s + n):
-                    old = l2p[lpn]
-                    if old >= 0:
-                        _invalidate(old, p2l, vpc, lstate, head, nxt, prv, ppl)
-                        l2p[lpn] = -1
-                        sc[_TRIM_PAGES] += 1
+        elif do_trim:
+            for lpn in range(s, s + n):
+                old = l2p[lpn]
+                if old < 0:
+                    continue
+                l2p[lpn] = -1
+                sc[_TRIM_PAGES] += 1
+                ol = old // ppl
+                p2l[old] = -1
+                v = vpc[ol]
+                if lstate[ol] == _CLOSED:
+                    p = prv[ol]
+                    nx = nxt[ol]
+                    if p >= 0:
+                        nxt[p] = nx
+                    else:
+                        head[v] = nx
+                    if nx >= 0:
+                        prv[nx] = p
+                    h = head[v - 1]
+                    nxt[ol] = h
+                    prv[ol] = -1
+                    if h >= 0:
+                        prv[h] = ol
+                    head[v - 1] = ol
+                vpc[ol] = v - 1
         # background GC: one run after each request (FEMU's ftl_thread)
-        if line_mode and sc[_FREE_CNT] <= pr[_P_BG] and _gc(
+        if line_mode and sc[_FREE_CNT] <= bg and _gc(
                 False, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring, line_erases,
                 pr) < 0:
             sc[_ERR_REQ] = r
