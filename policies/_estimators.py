@@ -4,8 +4,8 @@ Pure functions and small O(1)-per-event online estimators, each tested on its ow
 - `SlidingExpFit`: exponential rate MLE over a sliding time window (WA's per-workload reuse-time
   CDF over the last hour; Gandalf's idle-time survival).
 - `reuse_prob` / `log_reuse_prob`: WA's ReuseProb = F(t + life) − F(t) for an exponential F.
-- `drop_cost_per_byte`, `move_cost`, `WriteBudget`: Gandalf's drop/move costs and the μ(t)
-  write-budget controller.
+- `ReuseHistogram`, `drop_cost_per_byte`, `move_cost`, `WriteBudget`: Gandalf's P(idle ≥ w)
+  estimator, drop/move costs and the μ(t) write-budget controller.
 - `FlopModel`, `BranchPredictor`: Marconi's FLOPs-saved model and branch-point prediction.
 - `merit_score`: MeritKV's admission score.
 - `LazyMinHeap`: the O(log n) priority queue with lazy invalidation every policy here uses.
@@ -181,6 +181,70 @@ class WriteBudget:
         if ratio <= 0.0:
             return self.mu_min
         return min(self.mu_max, max(self.mu_min, ratio**self.gain))
+
+
+class ReuseHistogram:
+    """P(reuse | idle ≥ w) for one class of objects, from what the class did recently.
+
+    Counts (all decayed with time constant `tau_s`): E objects that entered the class (each
+    access is one entry), R of them reused, and the reuse gaps in log₂ bins from `min_gap_s`.
+    An object idle for w is either one of the G(≥w) reuses with a gap ≥ w or one of the E − R
+    never reused, so P(reuse | idle ≥ w) = G(≥w) / (G(≥w) + E − R): R/E at w = 0, non-increasing
+    in w. Objects still waiting count as never reused (a bias towards dropping that fades as
+    they are reused). Suffix sums are cached until the next update; O(bins) per update burst.
+    """
+
+    __slots__ = ("_suffix", "bins", "entries", "gaps", "min_gap_s", "reuses", "tau_s")
+
+    def __init__(self, tau_s: float = 3600.0, min_gap_s: float = 1.0 / 16, bins: int = 32,
+                 prior_entries: float = 2.0, prior_reuses: float = 1.0) -> None:
+        if tau_s <= 0 or min_gap_s <= 0 or bins < 2 or not 0 <= prior_reuses <= prior_entries:
+            raise ValueError("need tau_s > 0, min_gap_s > 0, bins >= 2, 0 <= prior_reuses <= prior_entries")
+        self.tau_s = float(tau_s)
+        self.min_gap_s = float(min_gap_s)
+        self.bins = int(bins)
+        self.entries = float(prior_entries)
+        self.reuses = float(prior_reuses)
+        self.gaps = [0.0] * self.bins
+        # the prior's reuses get a gap of one bin below the top: "reused, eventually"
+        self.gaps[self.bins // 2] = float(prior_reuses)
+        self._suffix: list[float] | None = None
+
+    def bin_of(self, gap_s: float) -> int:
+        if gap_s < self.min_gap_s:
+            return 0
+        return min(int(math.log2(gap_s / self.min_gap_s)) + 1, self.bins - 1)
+
+    def decay(self, factor: float) -> None:
+        """Multiply every count by `factor` (e^(−Δt/τ) for Δt of simulated time)."""
+        self.entries *= factor
+        self.reuses *= factor
+        g = self.gaps
+        for i in range(len(g)):
+            g[i] *= factor
+        self._suffix = None
+
+    def entered(self) -> None:
+        self.entries += 1.0
+
+    def reused(self, gap_s: float) -> None:
+        self.reuses += 1.0
+        self.gaps[self.bin_of(gap_s)] += 1.0
+        self._suffix = None
+
+    def p_reuse(self, idle_s: float) -> float:
+        suf = self._suffix
+        if suf is None:
+            suf = [0.0] * (self.bins + 1)
+            acc = 0.0
+            for i in range(self.bins - 1, -1, -1):
+                acc += self.gaps[i]
+                suf[i] = acc
+            self._suffix = suf
+        g = suf[self.bin_of(idle_s)]
+        never = max(self.entries - self.reuses, 0.0)
+        tot = g + never
+        return g / tot if tot > 0 else 0.0
 
 
 # ---------------------------------------------------------------------------------------------

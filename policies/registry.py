@@ -18,6 +18,7 @@ POLICY_MODULES: list[str] = [
     "policies.lru_k",
     "policies.dynamo",
     "policies.hotprefix",
+    "policies.marconi", "policies.wa", "policies.meritkv", "policies.gandalf", "policies.belady",
 ]
 
 _loaded: set[str] = set()

@@ -142,3 +142,28 @@ def test_lazy_heap_matches_a_dict(ops: list[tuple[str, int, int]]) -> None:
         assert (top is None) == (not ref)
         if top is not None:
             assert top[0] == min(ref.values())
+
+
+def test_reuse_histogram() -> None:
+    from policies._estimators import ReuseHistogram
+
+    h = ReuseHistogram(prior_entries=0.0, prior_reuses=0.0)
+    assert h.p_reuse(0.0) == 0.0
+    # 100 objects: 30 reused after ~10 s, 10 after ~1000 s, 60 never
+    for _ in range(100):
+        h.entered()
+    for _ in range(30):
+        h.reused(10.0)
+    for _ in range(10):
+        h.reused(1000.0)
+    assert h.p_reuse(0.0) == pytest.approx(0.4)
+    assert h.p_reuse(100.0) == pytest.approx(10 / 70)
+    assert h.p_reuse(1e6) == 0.0
+    ws = [0.0, 0.01, 1.0, 9.0, 10.0, 11.0, 500.0, 1000.0, 2000.0, 1e9]
+    ps = [h.p_reuse(w) for w in ws]
+    assert ps == sorted(ps, reverse=True)
+    h.decay(0.5)
+    assert h.p_reuse(0.0) == pytest.approx(0.4)  # decay keeps ratios
+    assert h.entries == pytest.approx(50.0)
+    with pytest.raises(ValueError):
+        ReuseHistogram(prior_entries=1.0, prior_reuses=2.0)

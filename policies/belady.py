@@ -1,0 +1,109 @@
+"""`belady`: offline oracles that know every object's next access (the simulator's pre-pass).
+
+Two modes:
+- `mode=wear` (default), the Gandalf paper's oracle: each tier evicts the object whose next
+  access is furthest (MIN); a DRAM victim is written to SSD only when its future hit is worth
+  more than its write and the hits of the SSD victims it displaces — i.e. iff it is accessed
+  again, its hit value n·c exceeds γ·p_w·s, and either the SSD has room or the SSD's furthest
+  object is needed later than this one (otherwise MIN would bypass it: every SSD object it would
+  displace is needed sooner). Objects never accessed again are not cached at all (`bypass`).
+- `mode=min`: plain MIN per tier with LRU's write-back (every DRAM victim is written), which
+  isolates the value of the eviction order from the value of the admission filter.
+
+"Next access" is the simulator's `next_seq` (request index of the next request that references
+the object's first block, or `tree.NEVER`); the displaced-hit test looks only at the SSD's
+furthest object (an O(log n) peek), not the whole victim set a large write displaces. MIN is not
+optimal for variable sizes nor for the prefix-tree hit rule (a block counts as a hit only if all
+of its prefix does), so this is an oracle heuristic, not an upper bound proven for every trace.
+
+Must not: do I/O, read the wall clock, keep global state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from policies._estimators import LazyMinHeap
+from policies.base import POLICIES, Policy, PolicyParams, SimContext, param
+from policies.tree import DRAM, FULL, NEVER, SSD, Obj, Segment
+
+
+@dataclass(frozen=True)
+class BeladyParams(PolicyParams):
+    mode: Literal["wear", "min"] = param("wear", sweep=("wear", "min"),
+                                         help="wear: the write-filtering oracle; min: MIN + write-back")
+    gamma: float = param(1.0, sweep=(0.0, 64.0), help="weight of the SSD write cost (wear mode)")
+    bypass: bool = param(True, sweep=(True, False), help="do not cache objects never accessed again (wear)")
+
+    def __post_init__(self) -> None:
+        if self.gamma < 0:
+            raise ValueError("gamma must be >= 0")
+
+
+def _key(obj: Obj) -> tuple[int, int]:
+    # furthest next access first; among equals the deeper (leaf-side) object first
+    depth = obj.start if obj.kind == FULL else obj.seg.start + obj.seg.n  # type: ignore[attr-defined]
+    return (-obj.next_seq, -depth)
+
+
+@POLICIES.register("belady")
+class BeladyPolicy(Policy):
+    """Offline oracle: MIN eviction per tier; writes to SSD only what pays for its wear."""
+
+    Params = BeladyParams
+    needs_future = True
+    summary = "offline oracle: MIN per tier, SSD writes only when future hits beat wear (mode=min: write-back)"
+
+    def __init__(self, params: PolicyParams, ctx: SimContext) -> None:
+        super().__init__(params, ctx)
+        p: BeladyParams = params  # type: ignore[assignment]
+        self.p = p
+        cfg = ctx.config
+        self.c_token = cfg.gpu_usd_per_hour / 3600.0 / cfg.recompute_tokens_per_s
+        self.p_w = cfg.ssd_usd_per_tb_written / 1e12
+        self.heaps = {DRAM: LazyMinHeap(), SSD: LazyMinHeap()}
+
+    def place(self, obj: Obj) -> int:
+        if self.p.mode == "wear" and self.p.bypass and obj.next_seq >= NEVER:
+            return 0
+        return DRAM
+
+    def added(self, obj: Obj, tier: int) -> None:
+        self.heaps[tier].set(obj, _key(obj))
+
+    def removed(self, obj: Obj, tier: int) -> None:
+        self.heaps[tier].discard(obj)
+
+    def touched(self, obj: Obj) -> None:
+        k = _key(obj)
+        for h in self.heaps.values():
+            if obj in h:
+                h.set(obj, k)
+
+    def split(self, head: Segment, tail: Segment, evicting_tier: int) -> None:
+        for tier, h in self.heaps.items():
+            if tail in h:
+                h.set(tail, _key(tail))
+            if head.tiers & tier:
+                h.set(head, _key(head))
+
+    def victim(self, tier: int, need_bytes: int) -> Obj:
+        top = self.heaps[tier].peek()
+        assert top is not None, "victim() called on an empty tier"
+        return top[1]  # type: ignore[return-value]
+
+    def admit_to_ssd(self, obj: Obj) -> bool:
+        if self.p.mode == "min":
+            return True
+        nxt = obj.next_seq
+        if nxt >= NEVER or obj.nbytes > self.ctx.capacity_bytes[SSD]:
+            return False
+        tokens = obj.tokens if obj.kind == FULL else obj.end_tokens  # type: ignore[attr-defined]
+        if tokens * self.c_token <= self.p.gamma * self.p_w * obj.nbytes:
+            return False
+        if self.ctx.free_bytes(SSD) >= obj.nbytes:
+            return True
+        top = self.heaps[SSD].peek()
+        # MIN bypass: the SSD's furthest object is needed sooner than this one
+        return top is None or top[1].next_seq > nxt  # type: ignore[attr-defined]
