@@ -407,26 +407,35 @@ def _gc(force, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring, 
     lstate[victim] = _VICTIM
     li = _GC_LINE if pr[_P_SEPGC] == 1 else _HOST_LINE
     base = victim * ppl
+    line = sc[li]
+    woff = sc[li + 1]
+    copied = 0
     for off in range(ppl):
         lpn = p2l[base + off]
         if lpn < 0:
             continue
-        line = sc[li]
         if line < 0:
             if not _open_line(li, sc, lstate, free_ring, n_lines):
+                sc[_GC_PAGES] += copied
                 return -1
             line = sc[li]
+            woff = 0
         # the old copy is in the victim (not in a bucket): plain decrement
         p2l[base + off] = -1
         vpc[victim] -= 1
-        ppn = line * ppl + sc[li + 1]
+        ppn = line * ppl + woff
         p2l[ppn] = lpn
         l2p[lpn] = ppn
         vpc[line] += 1
-        sc[li + 1] += 1
-        sc[_GC_PAGES] += 1
-        if sc[li + 1] == ppl:
+        woff += 1
+        copied += 1
+        if woff == ppl:
             _close_line(line, li, sc, vpc, lstate, head, nxt, prv, close_seq, free_ring, n_lines)
+            line = sc[li]
+            woff = 0
+    sc[li] = line
+    sc[li + 1] = woff
+    sc[_GC_PAGES] += copied
     vpc[victim] = 0
     lstate[victim] = _FREE
     line_erases[victim] += 1
@@ -462,18 +471,29 @@ def _run(ops, starts, npages, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_s
                     if _gc(True, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring,
                            line_erases, pr) != 1:
                         break
+            # hot scalars live in locals; sc is synced around the calls that use them
+            line = sc[_HOST_LINE]
+            off = sc[_HOST_OFF]
+            fc = sc[_FREE_CNT]
             for lpn in range(s, s + n):
-                if not line_mode:
+                if not line_mode and fc <= reserve:
+                    sc[_HOST_LINE] = line
+                    sc[_HOST_OFF] = off
                     while sc[_FREE_CNT] <= reserve:
                         if _gc(True, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring,
                                line_erases, pr) != 1:
                             break
-                line = sc[_HOST_LINE]
+                    line = sc[_HOST_LINE]
+                    off = sc[_HOST_OFF]
+                    fc = sc[_FREE_CNT]
                 if line < 0:
                     if not _open_line(_HOST_LINE, sc, lstate, free_ring, n_lines):
+                        sc[_HOST_PAGES] += lpn - s
                         sc[_ERR_REQ] = r
                         return r
                     line = sc[_HOST_LINE]
+                    off = 0
+                    fc = sc[_FREE_CNT]
                 old = l2p[lpn]
                 if old >= 0:
                     # invalidate the old copy; a closed line moves down one valid-count bucket
@@ -496,15 +516,20 @@ def _run(ops, starts, npages, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_s
                             prv[h] = ol
                         head[v - 1] = ol
                     vpc[ol] = v - 1
-                ppn = line * ppl + sc[_HOST_OFF]
+                ppn = line * ppl + off
                 p2l[ppn] = lpn
                 l2p[lpn] = ppn
                 vpc[line] += 1
-                sc[_HOST_OFF] += 1
-                sc[_HOST_PAGES] += 1
-                if sc[_HOST_OFF] == ppl:
+                off += 1
+                if off == ppl:
                     _close_line(line, _HOST_LINE, sc, vpc, lstate, head, nxt, prv, close_seq, free_ring,
                                 n_lines)
+                    line = sc[_HOST_LINE]
+                    off = 0
+                    fc = sc[_FREE_CNT]
+            sc[_HOST_LINE] = line
+            sc[_HOST_OFF] = off
+            sc[_HOST_PAGES] += n
         elif op == 1:
             for lpn in range(s, s + n):
                 if l2p[lpn] >= 0:
