@@ -1,0 +1,199 @@
+"""Benchmark: kvwear's block replay against plain fio, and the cost of eBPF capture, in one run.
+
+On a loop device it creates over a file in a temporary directory (detached and deleted after),
+or on a plain file when not root (then without capture), it measures:
+
+  fio iolog       fio itself replaying the same plan's iolog (exported once, untimed): the peer
+  fio randwrite   fio randwrite job, same op count, block size, ioengine and iodepth, no iolog
+  kvwear replay   the `block`/`file` backend replaying a generated plan of the same shape
+                  (validate → iolog export → fio replay → JSON parse), capture off
+  + bcc           the same replay with the bcc tracer streaming the block trace to Parquet
+  + bpftrace      the same with the bpftrace tracer
+
+Every configuration runs `--reps` times, interleaved, and the median wall-clock rate counts
+(ops / seconds, including fio start-up for kvwear and the fio peers). Prints rates, the ratio
+kvwear / fio iolog replay (target ≥ 0.95), the capture loss 1 − on/off (target ≤ 5%), lost events
+(target 0) at the measured IOPS, and whether capture counted exactly the plan's bytes.
+
+Run: .venv/bin/python bench/replay.py [--ops 200000] [--reps 3] [--iodepth 16] [--capacity 256MiB]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from harness import fio as fiolib
+from harness.capture import TracerUnavailable, kernel_dev_t, open_tracer
+from harness.devices.base import DeviceSpec
+from harness.devices.fio import FioDevice, loop_device
+from harness.fio_iolog import export_iolog_v3
+from harness.schema import BLOCK_OPS
+from kvwear.units import format_bytes, parse_size
+
+
+def make_plan(ops: int, capacity: int, bs: int, seed: int = 1) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    off = rng.integers(0, capacity // bs, ops) * bs
+    return BLOCK_OPS.conform(pa.table({
+        "t_s": np.arange(ops) * 1e-6, "op": np.full(ops, "write"), "offset_bytes": off,
+        "length_bytes": np.full(ops, bs), "obj_kind": np.full(ops, "full"), "obj_id": np.arange(ops)}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ops", type=int, default=200_000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--iodepth", type=int, default=16)
+    ap.add_argument("--ioengine", default="libaio")
+    ap.add_argument("--bs", default="4KiB")
+    ap.add_argument("--capacity", default="256MiB")
+    args = ap.parse_args()
+    bs, cap = parse_size(args.bs), parse_size(args.capacity)
+    root = os.geteuid() == 0
+    plan = make_plan(args.ops, cap, bs)
+    plan_bytes = args.ops * bs
+    print(f"fio {fiolib.fio_version()}, {args.ops} random {format_bytes(bs)} writes over "
+          f"{format_bytes(cap)}, {args.ioengine} iodepth {args.iodepth}, {args.reps} reps (median)")
+
+    with tempfile.TemporaryDirectory(prefix="kvwear-bench-") as tmp:
+        tmpd = Path(tmp)
+        backing = tmpd / "disk.img"
+        # Written in full first: a sparse backing file would make the first runs allocate blocks.
+        with open(backing, "wb") as fh:
+            chunk = bytes(1 << 20)
+            for _ in range(cap >> 20):
+                fh.write(chunk)
+        if root:
+            ctx = loop_device(backing, cap)
+        else:
+            with open(backing, "wb") as fh:
+                fh.truncate(cap)
+            ctx = _nullctx(str(backing))
+        with ctx as target:
+            kind = "block" if root else "file"
+            print(f"target: {kind}:{target}" + ("" if root else " (not root: no loop device, no capture)"))
+            dev = FioDevice(DeviceSpec(kind, target, options={"ioengine": args.ioengine,
+                                                              "iodepth": args.iodepth}), tmpd)
+            plain = fiolib.FioJob("plain", {
+                "filename": target, "rw": "randwrite", "bs": bs, "size": cap, "number_ios": args.ops,
+                "io_size": plan_bytes, "norandommap": True, "randrepeat": 0, "direct": 1,
+                "ioengine": args.ioengine, "iodepth": args.iodepth})
+
+            iolog = export_iolog_v3(plan, tmpd / "plan.iolog")
+            fio_replay = fiolib.replay_job(iolog.path, target, ioengine=args.ioengine, iodepth=args.iodepth)
+
+            def run_fio_iolog(i: int) -> float:
+                t0 = time.perf_counter()
+                r = fiolib.run_jobs([fio_replay], tmpd / f"fioiolog{i}", "replay")
+                wall = time.perf_counter() - t0
+                assert r.summary.write.total_ios == args.ops, r.summary.write.total_ios
+                return wall
+
+            def run_plain(i: int) -> float:
+                t0 = time.perf_counter()
+                r = fiolib.run_jobs([plain], tmpd / f"plain{i}", "plain")
+                wall = time.perf_counter() - t0
+                assert r.summary.write.total_ios == args.ops, r.summary.write.total_ios
+                return wall
+
+            lost: dict[str, list[int]] = {}
+            setup: dict[str, list[float]] = {}
+            detail: list[str] = []
+            exact: dict[str, bool] = {}
+
+            def run_kvwear(tracer: str | None) -> Callable[[int], float]:
+                def go(i: int) -> float:
+                    work = tmpd / f"kv-{tracer}-{i}"
+                    t = open_tracer(tracer) if tracer else None
+                    if t is not None:
+                        s0 = time.perf_counter()
+                        t.start(kernel_dev_t(target), work / "trace.parquet")
+                        setup.setdefault(tracer or "", []).append(time.perf_counter() - s0)
+                    # Timed: the replay while the probes are live (attach/compile and the final
+                    # Parquet flush are reported apart, as fixed costs).
+                    t0 = time.perf_counter()
+                    res = dev.replay(plan, work)
+                    wall = time.perf_counter() - t0
+                    if t is not None:
+                        s1 = time.perf_counter()
+                        c = t.stop()
+                        setup[tracer or ""][-1] += time.perf_counter() - s1
+                    assert res.write_bytes == plan_bytes and res.write_ios == args.ops
+                    if t is not None:
+                        lost.setdefault(tracer or "", []).append(c.lost_events)
+                        detail.append(f"{tracer} rep {i}: {c.events} events, lost {c.lost_events} "
+                                      f"{dict((k, v) for k, v in c.extra.items() if 'lost' in k or 'miss' in k)}")
+                        ok = c.write_bytes == plan_bytes and c.write_requests <= args.ops
+                        exact[tracer or ""] = exact.get(tracer or "", True) and ok
+                    return wall
+                return go
+
+            configs: dict[str, Callable[[int], float]] = {
+                "fio iolog replay": run_fio_iolog, "fio randwrite": run_plain, "kvwear replay": run_kvwear(None)}
+            if root:
+                for name in ("bcc", "bpftrace"):
+                    try:
+                        probe = open_tracer(name)
+                        probe.start(kernel_dev_t(target), tmpd / f"probe-{name}.parquet")
+                        probe.stop()
+                        configs[f"kvwear + {name}"] = run_kvwear(name)
+                    except TracerUnavailable as exc:
+                        print(f"skipping {name}: {exc}")
+            walls: dict[str, list[float]] = {k: [] for k in configs}
+            names = list(configs)
+            for name in names:                     # warm-up, untimed
+                configs[name](-1)
+            lost.clear()
+            detail.clear()
+            for i in range(args.reps):
+                # Rotate the order each rep so no configuration always runs first on a busy host.
+                for name in names[i % len(names):] + names[: i % len(names)]:
+                    walls[name].append(configs[name](i))
+
+    rate = {k: args.ops / statistics.median(v) for k, v in walls.items()}
+    for line in detail:
+        print("  " + line)
+    peer = rate["fio iolog replay"]
+    print(f"\n{'configuration':<20}{'IOPS (median)':>15}{'MB/s':>9}{'vs fio iolog':>14}{'vs replay':>11}"
+          f"{'lost':>8}")
+    for k, r in rate.items():
+        lost_s = str(max(lost[k.split(' + ')[1]])) if " + " in k else "-"
+        print(f"{k:<20}{r:>15,.0f}{r * bs / 1e6:>9.1f}{r / peer:>14.3f}"
+              f"{r / rate['kvwear replay']:>11.3f}{lost_s:>8}")
+    ratio = rate["kvwear replay"] / peer
+    print(f"\nkvwear replay / fio replaying the same iolog: {ratio:.3f} "
+          f"(target ≥ 0.95: {'PASS' if ratio >= 0.95 else 'FAIL'}); "
+          f"/ fio randwrite job: {rate['kvwear replay'] / rate['fio randwrite']:.3f}")
+    for name in ("bcc", "bpftrace"):
+        key = f"kvwear + {name}"
+        if key not in rate:
+            continue
+        loss = 1 - rate[key] / rate["kvwear replay"]
+        n_lost = max(lost[name])
+        print(f"capture {name}: throughput loss {loss:+.1%} (target ≤ 5%: {'PASS' if loss <= 0.05 else 'FAIL'}); "
+              f"lost events {n_lost} at {rate[key]:,.0f} IOPS (target 0: {'PASS' if n_lost == 0 else 'FAIL'}); "
+              f"write bytes counted exactly: {exact[name]}; start+stop {statistics.median(setup[name]):.2f} s")
+
+
+class _nullctx:
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+    def __enter__(self) -> str:
+        return self.value
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+if __name__ == "__main__":
+    main()
