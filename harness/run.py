@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -44,7 +45,9 @@ from harness.estimate import (
 )
 from harness.replay import BlockPlan, ReplayConfig, plan_block_ops
 from harness.rundir import RunDir, build_manifest, write_json
-from harness.schema import BLOCK_OPS
+from harness.schema import BLOCK_OPS, WEAR
+from harness.wear.snapshot import delta as wear_delta
+from harness.wear.snapshot import snapshot, wear_rows, wear_table
 from kvwear.errors import KvwearError
 from kvwear.tables import read_table, write_table
 from workloads.models import ModelProfile, resolve_profile
@@ -205,7 +208,8 @@ def plan_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int) -> BlockPl
 def _capture(cfg: RunConfig, device_path: str, out_dir: Path) -> Iterator[dict[str, Any]]:
     """eBPF capture around the replay when configured; yields a dict filled on exit."""
     info: dict[str, Any] = {}
-    if cfg.capture.tracer == "none" or cfg.device.kind not in {"file", "block"}:
+    # Only a block device has a dev_t of its own; a file's dev_t is its whole filesystem.
+    if cfg.capture.tracer == "none" or cfg.device.kind != "block":
         yield info
         return
     from harness.capture import kernel_dev_t, open_tracer
@@ -234,16 +238,29 @@ def device_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int) -> dict[
         return dict(json.loads((d / "result.json").read_text()))
     plan = read_table(BLOCK_OPS, rd.stage_dir("replay", label) / "block_ops.parquet")
     spec = DeviceSpec(kind=cfg.device.kind, target=cfg.device.target, capacity_bytes=capacity,
-                      options={**dict(cfg.device.options), "confirm_serial": cfg.device.confirm_serial,
-                               "wear_readers": list(cfg.capture.wear_readers)})
+                      options={**dict(cfg.device.options),
+                               **({"confirm_serial": cfg.device.confirm_serial} if cfg.device.confirm_serial else {})})
+    readers = wear_readers(cfg)
     dev = open_device(spec, d)
     try:
+        before = snapshot(cfg.device.target, readers) if readers else []
+        t0 = time.monotonic()
         with _capture(cfg, cfg.device.target, d) as cap:
             res: ReplayResult = dev.replay(plan, d, timed=cfg.replay.time_mode != "afap")
+        after = snapshot(cfg.device.target, readers) if readers else []
         ident = dev.identity()
     finally:
         dev.close()
-    out = {**dataclasses.asdict(res), "identity": dataclasses.asdict(ident), "capture": cap}
+    wear: dict[str, Any] = {}
+    if readers:
+        rows = wear_rows(before, 0.0, "before", label) + wear_rows(after, time.monotonic() - t0, "after", label)
+        write_table(WEAR, wear_table(rows), d / "wear.parquet")
+        for b, a in zip(before, after, strict=True):
+            if b.supported and a.supported:
+                wear[b.source] = dataclasses.asdict(wear_delta(b, a))
+            else:
+                wear[b.source] = {"unsupported": (b.note or a.note)}
+    out = {**dataclasses.asdict(res), "identity": dataclasses.asdict(ident), "capture": cap, "wear": wear}
     out["extra"].pop("intervals", None)           # kept as a table below, not in the JSON
     if res.tool_output_path and Path(res.tool_output_path).name == "ftl_intervals.parquet":
         iv = pq.read_table(res.tool_output_path)
@@ -254,6 +271,18 @@ def device_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int) -> dict[
     write_json(d / "result.json", out)
     rd.mark_done(stage, {"write_bytes": res.write_bytes})
     return dict(json.loads((d / "result.json").read_text()))
+
+
+def wear_readers(cfg: RunConfig) -> list[str]:
+    """Wear readers to snapshot around a replay: the configured ones, else for a block device
+    psutil's disk counters plus the NVMe logs when it is an NVMe namespace."""
+    if cfg.capture.wear_readers:
+        return list(cfg.capture.wear_readers)
+    if cfg.device.kind != "block":
+        return []
+    name = Path(cfg.device.target).name
+    nvme = ["nvme-smart-binary", "smartctl", "ocp-c0", "intel-ca", "fdp"] if name.startswith("nvme") else []
+    return ["psutil", *nvme]
 
 
 # -- estimate -----------------------------------------------------------------------------------
@@ -297,6 +326,15 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, An
     if extra.get("smart_host_bytes") is not None:
         checks.append(Check.of("host bytes", plan_bytes, extra["smart_host_bytes"], "smart-duw",
                                SMART_HOST_BYTES_REL_TOL))
+    for src, w in sorted((device.get("wear") or {}).items()):
+        if w.get("host_bytes") is None:
+            continue
+        quantised = w.get("data_units") is not None
+        checks.append(Check.of("host bytes", plan_bytes, w["host_bytes"], f"wear:{src}",
+                               SMART_HOST_BYTES_REL_TOL if quantised else HOST_BYTES_REL_TOL))
+        if measured_waf is None and w.get("nand_bytes") and w["host_bytes"]:
+            measured_waf = w["nand_bytes"] / w["host_bytes"]
+            device = {**device, "nand_write_bytes": w["nand_bytes"]}
     if measured_waf is not None:
         checks.append(Check.of("WAF", waf_model, measured_waf, device.get("tool") or cfg.device.kind, WAF_REL_TOL))
         notes["WAF"] = notes["lifetime days (model WAF)"] = (
