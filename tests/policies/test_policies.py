@@ -1,0 +1,182 @@
+"""Each simple policy's defining behaviour, and the simulator's staging, on hand-made traces.
+
+Bytes: kv_bytes_per_token = 1 and 16-token blocks, so one block = 16 bytes.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from policies.base import PolicySpecError, resolve_spec
+from policies.sim import SimConfig, Simulator, next_use, simulate
+from policies.tree import DRAM, SSD, Segment
+from tests.policies.helpers import requests_table, segments
+
+
+def cfg(dram: int, ssd: int, state: int = 0, hbm: int = 0) -> SimConfig:
+    return SimConfig(dram_bytes=dram, ssd_bytes=ssd, hbm_bytes=hbm, kv_bytes_per_token=1,
+                     state_bytes=state, chunk_tokens=16)
+
+
+def ops_list(res, col: str = "op") -> list:
+    return res.ssd_ops.column(col).cast(pa.string() if col in ("op", "cause", "obj_kind")
+                                        else res.ssd_ops.schema.field(col).type).to_pylist()
+
+
+def seg_of(sim: Simulator, key: int) -> Segment:
+    for s in segments(sim):
+        if key in s.keys:
+            return s
+    raise AssertionError(f"key {key} not in the tree")
+
+
+def run(sim: Simulator, table: pa.Table) -> None:
+    for i in range(table.num_rows):
+        sim.run_batch(table.slice(i, 1), i)
+
+
+def test_ssd_hit_is_read_and_staged_through_dram() -> None:
+    table = requests_table([(0, [1, 2, 3]), (1, [9]), (2, [1, 2, 3])])
+    sim = Simulator(cfg(dram=48, ssd=1000), "lru")
+    run(sim, table.slice(0, 2))
+    # LRU evicted only the leaf-side block of the oldest segment, and wrote it (write-back)
+    assert seg_of(sim, 3).tiers == SSD and seg_of(sim, 1).tiers == DRAM
+    run_one = table.slice(2, 1)
+    sim.run_batch(run_one, 2)
+    assert seg_of(sim, 3).tiers == DRAM | SSD  # staged, SSD copy kept
+    res = sim.finish()
+    assert ops_list(res) == ["write", "read", "write"]
+    assert ops_list(res, "cause") == ["dram_evict", "hit", "dram_evict"]
+    r = res.requests
+    assert r.column("dram_hit_tokens").to_pylist()[2] == 32
+    assert r.column("ssd_hit_tokens").to_pylist()[2] == 16
+    assert r.column("ssd_read_bytes").to_pylist()[2] == 16
+    # evicting the staged copy later costs no write: it is clean
+    assert res.summary.ssd_write_bytes == 32
+
+
+def test_lru_writes_every_dram_victim_and_lru_k_only_rereferenced_ones() -> None:
+    once = requests_table([(i, [10 * i + 1, 10 * i + 2]) for i in range(20)])
+    lru = simulate(once, cfg(dram=64, ssd=10_000), "lru").summary
+    assert lru.ssd_write_bytes == 20 * 32 - 64  # all but what DRAM still holds
+    lruk = simulate(once, cfg(dram=64, ssd=10_000), "lru-k").summary
+    assert lruk.ssd_write_bytes == 0 and lruk.dropped_bytes_full == 20 * 32 - 64
+    twice = requests_table([(i, [10 * (i // 2) + 1, 10 * (i // 2) + 2]) for i in range(20)])
+    lruk2 = simulate(twice, cfg(dram=64, ssd=10_000), "lru-k:k=2").summary
+    assert lruk2.ssd_write_bytes == 10 * 32 - 64
+    assert simulate(twice, cfg(dram=64, ssd=10_000), "lru-k:k=3").summary.ssd_write_bytes == 0
+
+
+def test_write_through_writes_every_insert() -> None:
+    rows = [(i, [1, 2, 100 + i]) for i in range(10)]
+    res = simulate(requests_table(rows), cfg(dram=1000, ssd=100_000, state=7), "write-through")
+    # inserted: blocks 1, 2 once, one new block per request, one state per request
+    assert res.summary.ssd_write_bytes == 16 * (2 + 10) + 7 * 10
+    assert set(ops_list(res, "cause")) == {"insert"}
+
+
+def test_type_aware_places_full_on_ssd_and_never_writes_states() -> None:
+    rows = [(i, [1, 2, 100 + i]) for i in range(30)]
+    res = simulate(requests_table(rows), cfg(dram=40, ssd=100_000, state=20), "type-aware")
+    s = res.summary
+    assert s.ssd_write_bytes_linear == 0 and s.dropped_bytes_linear > 0
+    assert s.ssd_write_bytes_full == 16 * (2 + 30)
+    assert set(ops_list(res, "cause")) <= {"insert", "hit"}
+
+
+def test_fifo_does_not_refresh_on_hit_lru_does() -> None:
+    table = requests_table([(0, [1]), (1, [2]), (2, [1]), (3, [3])])
+    fifo = simulate(table, cfg(dram=32, ssd=1000), "fifo")
+    lru = simulate(table, cfg(dram=32, ssd=1000), "lru")
+    # object ids: key 1 → 0, key 2 → 1; FIFO evicts the first in (1), LRU the least recent (2)
+    assert ops_list(fifo, "obj_id") == [0]
+    assert ops_list(lru, "obj_id") == [1]
+
+
+def test_dynamo_frequency_filter_and_decay() -> None:
+    big = cfg(dram=10_000, ssd=10_000)
+    soon = simulate(requests_table([(0, [1]), (100, [1])]), big, "dynamo")
+    assert ops_list(soon) == ["write"] and ops_list(soon, "cause") == ["promote"]
+    # after 600 s the count 1 decays to 0 (forgotten): the re-use counts as a first request
+    late = Simulator(big, "dynamo")
+    run(late, requests_table([(0, [1]), (700, [1])]))
+    assert late.finish().summary.ssd_write_bytes == 0
+    assert late.policy.count((0, 1)) == 1  # type: ignore[attr-defined]
+    # 1 then doubled to 2 (written); once on SSD a re-use is no offload request; decay: 2 → 1
+    sim = Simulator(big, "dynamo:decay_s=600")
+    run(sim, requests_table([(0, [1]), (1, [1]), (2, [1]), (650, [1])]))
+    assert sim.policy.count((0, 1)) == 1  # type: ignore[attr-defined]
+    assert sim.finish().summary.ssd_write_objects_full == 1
+    # three offload requests in a row (DRAM too small to keep it, SSD refusing nothing): 1, 2, 4
+    tiny = Simulator(cfg(dram=0, ssd=0), "dynamo")
+    run(tiny, requests_table([(0, [1]), (1, [1]), (2, [1])]))
+    assert tiny.policy.count((0, 1)) == 4  # type: ignore[attr-defined]
+
+
+def test_hotprefix_drops_refused_prefixes() -> None:
+    sim = Simulator(cfg(dram=1000, ssd=10_000), "hotprefix:theta=2")
+    run(sim, requests_table([(0, [1, 2])]))
+    assert sim.used_bytes[DRAM] == 0 and sim.used_bytes[SSD] == 0  # freq 1 < θ: refused
+    assert sim.policy.refused == 1  # type: ignore[attr-defined]
+    run(sim, requests_table([(1, [1, 2])]))
+    assert seg_of(sim, 1).tiers == DRAM  # second reference: admitted
+    # many once-referenced prefixes through a small DRAM: nothing is ever written
+    once = requests_table([(i, [10 * i + 1, 10 * i + 2]) for i in range(30)])
+    res = simulate(once, cfg(dram=64, ssd=10_000), "hotprefix:theta=2")
+    assert res.summary.ssd_write_bytes == 0 and res.ssd_ops.num_rows == 0
+
+
+def test_hybrid_hit_needs_a_state_at_the_prefix_end() -> None:
+    big = cfg(dram=10_000, ssd=10_000, state=5)
+    # request 2 shares [1, 2] with request 1 but request 1's state sits after block 3
+    res = simulate(requests_table([(0, [1, 2, 3]), (1, [1, 2, 7]), (2, [1, 2, 3, 8])]), big, "lru")
+    assert res.requests.column("hit_tokens").to_pylist() == [0, 0, 48]
+    dense = simulate(requests_table([(0, [1, 2, 3]), (1, [1, 2, 7]), (2, [1, 2, 3, 8])]),
+                     cfg(dram=10_000, ssd=10_000), "lru")
+    assert dense.requests.column("hit_tokens").to_pylist() == [0, 32, 48]
+
+
+def test_state_sits_after_the_last_full_block() -> None:
+    big = cfg(dram=10_000, ssd=10_000, state=5)
+    # request 0's last block is partial (6 tokens short): its state is after block 2
+    table = requests_table([(0, [1, 2, 3]), (1, [1, 2, 4, 5])], partial=[6, 0])
+    res = simulate(table, big, "lru")
+    assert res.requests.column("hit_tokens").to_pylist() == [0, 32]
+
+
+def test_streamed_batches_equal_whole_table(mooncake_path) -> None:
+    from workloads.loaders import load_requests
+
+    table = load_requests(mooncake_path).table.slice(0, 600)
+    c = SimConfig(dram_bytes=20 * 10**9, ssd_bytes=200 * 10**9, kv_bytes_per_token=27_648,
+                  state_bytes=449_445_888)
+    whole = simulate(table, c, "lru")
+    streamed = simulate(iter(table.to_batches(max_chunksize=77)), c, "lru")
+    assert whole.summary == streamed.summary
+    assert whole.ssd_ops.equals(streamed.ssd_ops)
+    # one 512-token block = one object of 32 chunks: chunk counts follow the hashed tokens
+    hashed = table.column("hashed_tokens").to_pylist()
+    assert whole.summary.chunks == sum(-(-h // 16) for h in hashed)
+
+
+def test_next_use_prepass() -> None:
+    t = requests_table([(0, [1, 2]), (1, [1, 3]), (2, [2]), (3, [1])])
+    assert next_use(t).tolist() == [1, 2, 3, 1 << 62, 1 << 62, 1 << 62]
+
+
+def test_policy_specs() -> None:
+    spec = resolve_spec("lru-k:k=3")
+    assert spec.params.k == 3 and spec.label == "lru-k,k=3"  # type: ignore[attr-defined]
+    assert resolve_spec("lru-k").label == "lru-k"
+    assert resolve_spec("dynamo:decay_s=60").params.decay_s == 60.0  # type: ignore[attr-defined]
+    with pytest.raises(PolicySpecError, match="unknown parameter 'q'; valid: k"):
+        resolve_spec("lru-k:q=3")
+    with pytest.raises(PolicySpecError, match="not a valid int"):
+        resolve_spec("lru-k:k=2.5")
+    with pytest.raises(PolicySpecError, match="k must be >= 1"):
+        resolve_spec("lru-k:k=0")
+    with pytest.raises(PolicySpecError, match="not key=value"):
+        resolve_spec("lru-k:k")
+    with pytest.raises(KeyError, match="valid: .*lru-k"):
+        resolve_spec("nosuch")
