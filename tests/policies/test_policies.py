@@ -178,5 +178,5 @@ def test_policy_specs() -> None:
         resolve_spec("lru-k:k=0")
     with pytest.raises(PolicySpecError, match="not key=value"):
         resolve_spec("lru-k:k")
-    with pytest.raises(KeyError, match="valid: .*lru-k"):
+    with pytest.raises(KeyError, match=r"valid: .*lru-k"):
         resolve_spec("nosuch")
