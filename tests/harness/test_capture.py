@@ -153,7 +153,9 @@ def assert_three_way(plan: pa.Table, res: object, c: CaptureResult) -> None:
     t = read_table(BLOCK_TRACE, c.parquet_path)
     assert t.num_rows == c.events == plan.num_rows
     lat = t.column("latency_ns").drop_null().to_numpy()
-    assert lat.size >= 0.95 * plan.num_rows and (lat > 0).all()
+    # How many completions get skipped depends on the host's load (bpftrace's probes are long);
+    # every missing latency is a counted lost event, checked above.
+    assert lat.size == plan.num_rows - c.lost_events and lat.size > plan.num_rows // 2 and (lat > 0).all()
     # The trace's sectors are exactly the plan's offsets.
     assert sorted(np.asarray(t.column("sector")) * 512) == sorted(plan.column("offset_bytes").to_pylist())
 
