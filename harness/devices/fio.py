@@ -68,7 +68,7 @@ class FioDevice:
         opts = dict(spec.options)
         self.ioengine = str(opts.get("ioengine", "libaio"))
         self.iodepth = int(opts.get("iodepth", 16))
-        self.skip_trims = bool(opts.get("skip_trims", False))
+        self.skip_trims = _flag(opts.get("skip_trims", False))
         self.safety: DeviceFacts | None = None
         if spec.kind == "block":
             self.safety = check_block_device(self.path, opts.get("confirm_serial"))
@@ -83,7 +83,7 @@ class FioDevice:
         self._capacity = cap - cap % self.block_bytes
         self.fio_version = fiolib.fio_version(runner)
         self.precondition_result: PreconditionResult | None = None
-        if opts.get("precondition"):
+        if _flag(opts.get("precondition", False)):
             self.precondition_result = self.precondition(self.workdir)
 
     def _prepare_file(self) -> None:
@@ -128,7 +128,8 @@ class FioDevice:
         if trims.size and not can_trim and not self.skip_trims:
             raise KvwearError(
                 f"the plan holds {trims.size} trims but {self.fio_version} drops trims from an iolog "
-                "('bad ddir: 2'); replay without TRIM or set the device option skip_trims")
+                "('bad ddir: 2'); plan without TRIM (kvwear run --no-trim) or drop them knowingly "
+                "(--device-option skip_trims=true; they are then reported as trims_skipped)")
         log = export_iolog_v3(plan, workdir / "replay.iolog", include_trims=can_trim)
         job = fiolib.replay_job(log.path, self.path, ioengine=self.ioengine, iodepth=self.iodepth,
                                 timed=timed, chunked=plan.num_rows > CHUNKED_IOLOG_ROWS)
@@ -187,6 +188,17 @@ class FioDevice:
 
     def close(self) -> None:
         pass
+
+
+def _flag(v: object) -> bool:
+    """A boolean option that may arrive as text from the command line (--device-option k=v)."""
+    if isinstance(v, str):
+        if v.strip().lower() in ("1", "true", "yes", "on"):
+            return True
+        if v.strip().lower() in ("0", "false", "no", "off", ""):
+            return False
+        raise KvwearError(f"not a boolean device option value: {v!r} (use true/false)")
+    return bool(v)
 
 
 def _open_file(spec: DeviceSpec, workdir: Path) -> FioDevice:
