@@ -19,9 +19,10 @@ system-deps:
 	bash scripts/install-system-deps.sh
 	bash scripts/setup-bcc.sh $(VENV)
 
+# The main job: a synthetic multi-round workload on Kimi-K3 through five policies, replayed on the
+# embedded FTL emulator; the report is $(OUT)/report/report.html. Rerunning resumes.
 demo: setup
-	$(BIN)/kvwear trace generate multi-round --sessions 40 --turns 20 --seed 1 -o $(OUT)/requests.parquet
-	$(BIN)/kvwear trace characterize $(OUT)/requests.parquet --model kimi-k3 -o $(OUT)/characterization
+	$(BIN)/kvwear run -o $(OUT) --resume
 
 test: setup system-deps
 	$(BIN)/ruff check .
