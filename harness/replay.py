@@ -11,9 +11,11 @@ Placement on a device of `capacity_bytes` (ReplayConfig.layout):
   classes: powers of two from the alignment up to the largest object). Slabs of
   max(`slab_bytes`, class size) are carved from the device on demand and never returned; a freed
   slot is reused by the next object of its class. No slab left → error naming the numbers.
-- `extent`: first fit over a free list kept in address order; freed extents merge with their
-  neighbours. Each object is one contiguous extent; no hole large enough → error naming the
-  request, the largest hole and the free total.
+- `extent`: first fit (lowest-addressed hole that is large enough) over a free list kept in
+  address order; freed extents merge with their neighbours. A segment tree over address chunks
+  finds the first fit and a freed extent's neighbours in O(log chunks). Each object is one
+  contiguous extent; no hole large enough → error naming the request, the largest hole and the
+  free total.
 
 Byte accounting and rounding: each object occupies ceil(bytes / align)·align (align = 4 KiB by
 default) and that is what is written, read and trimmed; the plan reports the logical object bytes
@@ -331,46 +333,60 @@ def _plan_slab(ops, oid, alen, cls, n_obj, cls_size, slab_size, cap, trim, out_r
     return k
 
 
+# Extent layout. Holes (free extents) form a doubly linked list in address order. To find the
+# first fit and a freed extent's neighbours without walking that list, the address space is cut
+# into M chunks (a power of two): chunk_head[c] is the first hole starting in chunk c and a max
+# segment tree over chunks holds the longest hole starting in each. First fit = leftmost chunk
+# whose max ≥ the size (O(log M)), then a scan of that chunk's few holes.
+
+
 @numba.njit(cache=True)
-def _extent_free(off, ln, head, h_off, h_len, h_next, h_prev, pool):
-    """Return [off, off+ln) to the address-ordered hole list, merging with its neighbours.
-    pool[0] is the top of the stack of unused hole records (pool[1:])."""
-    p = -1
-    h = head
-    while h >= 0 and h_off[h] < off:
-        p = h
+def _seg_set(seg, m, c, val):
+    i = m + c
+    seg[i] = val
+    i //= 2
+    while i >= 1:
+        a = seg[2 * i]
+        b = seg[2 * i + 1]
+        seg[i] = a if a > b else b
+        i //= 2
+
+
+@numba.njit(cache=True)
+def _chunk_refresh(c, chunk_head, h_off, h_len, h_next, cb, seg, m):
+    best = 0
+    h = chunk_head[c]
+    while h >= 0 and h_off[h] // cb == c:
+        if h_len[h] > best:
+            best = h_len[h]
         h = h_next[h]
-    if p >= 0 and h_off[p] + h_len[p] == off:
-        h_len[p] += ln
-        if h >= 0 and off + ln == h_off[h]:
-            h_len[p] += h_len[h]
-            nx = h_next[h]
-            h_next[p] = nx
-            if nx >= 0:
-                h_prev[nx] = p
-            pool[0] += 1
-            pool[pool[0]] = h
-        return head
-    if h >= 0 and off + ln == h_off[h]:
-        h_off[h] = off
-        h_len[h] += ln
-        return head
-    n = pool[pool[0]]
-    pool[0] -= 1
-    h_off[n] = off
-    h_len[n] = ln
-    h_prev[n] = p
-    h_next[n] = h
-    if h >= 0:
-        h_prev[h] = n
-    if p >= 0:
-        h_next[p] = n
-        return head
-    return n
+    _seg_set(seg, m, c, best)
 
 
 @numba.njit(cache=True)
-def _plan_extent(ops, oid, alen, n_obj, cap, trim, out_row, out_op, out_off, out_len, stats, info):
+def _chunk_unhead(h, c, chunk_head, h_off, h_next, cb):
+    """Hole h leaves chunk c (removed or moved): its successor in c, if any, heads c."""
+    if chunk_head[c] == h:
+        nx = h_next[h]
+        chunk_head[c] = nx if nx >= 0 and h_off[nx] // cb == c else -1
+
+
+@numba.njit(cache=True)
+def _prev_nonempty(seg, m, c):
+    """Rightmost chunk < c holding a hole, or -1."""
+    i = m + c
+    while i > 1:
+        if i & 1 and seg[i - 1] > 0:
+            i -= 1
+            while i < m:
+                i = 2 * i + 1 if seg[2 * i + 1] > 0 else 2 * i
+            return i - m
+        i //= 2
+    return -1
+
+
+@numba.njit(cache=True)
+def _plan_extent(ops, oid, alen, n_obj, cap, trim, m, out_row, out_op, out_off, out_len, stats, info):
     live = np.zeros(n_obj, np.bool_)
     ooff = np.zeros(n_obj, np.int64)
     olen = np.zeros(n_obj, np.int64)
@@ -387,15 +403,21 @@ def _plan_extent(ops, oid, alen, n_obj, cap, trim, out_row, out_op, out_off, out
     pool[0] = nh - 1
     for j in range(1, nh):
         pool[j] = j
+    cb = (cap + m - 1) // m                     # chunk bytes
+    seg = np.zeros(2 * m, np.int64)
+    chunk_head = np.full(m, -1, np.int64)
     head = 0
     h_off[0] = 0
     h_len[0] = cap
+    chunk_head[0] = 0
+    _seg_set(seg, m, 0, cap)
     k = 0
     live_bytes = 0
     for i in range(ops.shape[0]):
         o = oid[i]
         a = alen[i]
         op = ops[i]
+        free_it = False
         if op == 0:
             if a == 0:
                 stats[_S_EMPTY] += 1
@@ -405,60 +427,126 @@ def _plan_extent(ops, oid, alen, n_obj, cap, trim, out_row, out_op, out_off, out
                 stats[_S_REWRITES] += 1
                 if trim:
                     k = _emit(out_row, out_op, out_off, out_len, k, i, 2, ooff[o], olen[o])
-                head = _extent_free(ooff[o], olen[o], head, h_off, h_len, h_next, h_prev, pool)
-                live[o] = False
-                live_bytes -= olen[o]
-            h = head
-            while h >= 0 and h_len[h] < a:      # first fit
-                h = h_next[h]
-            if h < 0:
-                biggest = 0
-                g = head
-                while g >= 0:
-                    if h_len[g] > biggest:
-                        biggest = h_len[g]
-                    g = h_next[g]
-                info[0] = _ERR_NO_HOLE
-                info[1] = i
-                info[2] = a
-                info[3] = biggest
-                info[4] = cap - live_bytes
-                return k
-            off = h_off[h]
-            h_off[h] += a
-            h_len[h] -= a
-            if h_len[h] == 0:
-                p = h_prev[h]
-                nx = h_next[h]
-                if p >= 0:
-                    h_next[p] = nx
-                else:
-                    head = nx
-                if nx >= 0:
-                    h_prev[nx] = p
-                pool[0] += 1
-                pool[pool[0]] = h
-            k = _emit(out_row, out_op, out_off, out_len, k, i, 0, off, a)
-            live[o] = True
-            ooff[o] = off
-            olen[o] = a
-            live_bytes += a
-            if live_bytes > stats[_S_PEAK]:
-                stats[_S_PEAK] = live_bytes
+                free_it = True
         elif op == 1:
             if live[o]:
                 k = _emit(out_row, out_op, out_off, out_len, k, i, 1, ooff[o], olen[o])
             else:
                 stats[_S_READ_MISS] += 1
+            continue
         else:
-            if live[o]:
-                if trim:
-                    k = _emit(out_row, out_op, out_off, out_len, k, i, 2, ooff[o], olen[o])
-                head = _extent_free(ooff[o], olen[o], head, h_off, h_len, h_next, h_prev, pool)
-                live[o] = False
-                live_bytes -= olen[o]
-            else:
+            if not live[o]:
                 stats[_S_EVICT_MISS] += 1
+                continue
+            if trim:
+                k = _emit(out_row, out_op, out_off, out_len, k, i, 2, ooff[o], olen[o])
+            free_it = True
+        if free_it:
+            # return [off, off+ln) to the hole list, merging with its neighbours
+            off = ooff[o]
+            ln = olen[o]
+            live[o] = False
+            live_bytes -= ln
+            c = off // cb
+            p = -1
+            h = chunk_head[c]
+            while h >= 0 and h_off[h] // cb == c and h_off[h] < off:
+                p = h
+                h = h_next[h]
+            if p < 0:
+                cp = _prev_nonempty(seg, m, c)
+                if cp >= 0:
+                    p = chunk_head[cp]
+                    while h_next[p] >= 0 and h_off[h_next[p]] // cb == cp:
+                        p = h_next[p]
+            nx = h_next[p] if p >= 0 else head
+            if p >= 0 and h_off[p] + h_len[p] == off:
+                h_len[p] += ln
+                if nx >= 0 and off + ln == h_off[nx]:
+                    cn = h_off[nx] // cb
+                    _chunk_unhead(nx, cn, chunk_head, h_off, h_next, cb)
+                    h_len[p] += h_len[nx]
+                    nn = h_next[nx]
+                    h_next[p] = nn
+                    if nn >= 0:
+                        h_prev[nn] = p
+                    pool[0] += 1
+                    pool[pool[0]] = nx
+                    _chunk_refresh(cn, chunk_head, h_off, h_len, h_next, cb, seg, m)
+                _chunk_refresh(h_off[p] // cb, chunk_head, h_off, h_len, h_next, cb, seg, m)
+            elif nx >= 0 and off + ln == h_off[nx]:
+                c_old = h_off[nx] // cb
+                h_off[nx] = off
+                h_len[nx] += ln
+                if c != c_old:
+                    _chunk_unhead(nx, c_old, chunk_head, h_off, h_next, cb)
+                    _chunk_refresh(c_old, chunk_head, h_off, h_len, h_next, cb, seg, m)
+                if chunk_head[c] < 0 or off < h_off[chunk_head[c]]:
+                    chunk_head[c] = nx
+                _chunk_refresh(c, chunk_head, h_off, h_len, h_next, cb, seg, m)
+            else:
+                n = pool[pool[0]]
+                pool[0] -= 1
+                h_off[n] = off
+                h_len[n] = ln
+                h_prev[n] = p
+                h_next[n] = nx
+                if nx >= 0:
+                    h_prev[nx] = n
+                if p >= 0:
+                    h_next[p] = n
+                else:
+                    head = n
+                if chunk_head[c] < 0 or off < h_off[chunk_head[c]]:
+                    chunk_head[c] = n
+                _chunk_refresh(c, chunk_head, h_off, h_len, h_next, cb, seg, m)
+        if op != 0:
+            continue
+        # first fit
+        if seg[1] < a:
+            info[0] = _ERR_NO_HOLE
+            info[1] = i
+            info[2] = a
+            info[3] = seg[1]
+            info[4] = cap - live_bytes
+            return k
+        j = 1
+        while j < m:
+            j = 2 * j if seg[2 * j] >= a else 2 * j + 1
+        c = j - m
+        h = chunk_head[c]
+        while h_len[h] < a:
+            h = h_next[h]
+        off = h_off[h]
+        h_off[h] += a
+        h_len[h] -= a
+        if h_len[h] == 0:
+            _chunk_unhead(h, c, chunk_head, h_off, h_next, cb)
+            hp = h_prev[h]
+            hn = h_next[h]
+            if hp >= 0:
+                h_next[hp] = hn
+            else:
+                head = hn
+            if hn >= 0:
+                h_prev[hn] = hp
+            pool[0] += 1
+            pool[pool[0]] = h
+        else:
+            c2 = h_off[h] // cb
+            if c2 != c:
+                if chunk_head[c] == h:
+                    chunk_head[c] = -1
+                chunk_head[c2] = h          # h precedes every later hole, so it heads c2
+                _chunk_refresh(c2, chunk_head, h_off, h_len, h_next, cb, seg, m)
+        _chunk_refresh(c, chunk_head, h_off, h_len, h_next, cb, seg, m)
+        k = _emit(out_row, out_op, out_off, out_len, k, i, 0, off, a)
+        live[o] = True
+        ooff[o] = off
+        olen[o] = a
+        live_bytes += a
+        if live_bytes > stats[_S_PEAK]:
+            stats[_S_PEAK] = live_bytes
     return k
 
 
@@ -552,7 +640,11 @@ def plan_block_ops(ssd_ops: pa.Table, config: ReplayConfig, *, source: str = "ss
             k = _plan_slab(ops, oid, aligned, cls, n_obj, classes, slab_size, cap, trim,
                            out_row, out_op, out_off, out_len, stats, info)
         else:
-            k = _plan_extent(ops, oid, aligned, n_obj, cap, trim, out_row, out_op, out_off, out_len,
+            units = cap // al
+            m = 1
+            while m < min(units, 1 << 18):
+                m *= 2
+            k = _plan_extent(ops, oid, aligned, n_obj, cap, trim, m, out_row, out_op, out_off, out_len,
                              stats, info)
         if info[0] == 0 and k > out_size:
             out_size = int(k)             # the kernel counted what it could not store: rerun

@@ -230,3 +230,63 @@ def test_end_to_end_bytes_through_sim(layout: str, tmp_path: Path) -> None:
     assert res.nand_write_bytes == res.write_bytes + res.extra["counters"]["gc_pages"] * PAGE
     assert Path(res.tool_output_path or "").exists()
     assert res.extra["intervals"]["host_pages"][-1] <= plan.aligned_write_bytes // PAGE
+
+
+def first_fit_reference(rows: list[tuple[str, int, int]], cap: int) -> list[tuple[int, int]] | None:
+    """Plain first fit over a sorted hole list with merging: (obj, offset) of each write."""
+    holes = [(0, cap)]
+    where: dict[int, tuple[int, int]] = {}
+    out = []
+
+    def free(off: int, ln: int) -> None:
+        holes.append((off, ln))
+        holes.sort()
+        merged: list[tuple[int, int]] = []
+        for o, n in holes:
+            if merged and merged[-1][0] + merged[-1][1] == o:
+                merged[-1] = (merged[-1][0], merged[-1][1] + n)
+            else:
+                merged.append((o, n))
+        holes[:] = merged
+
+    for op, o, b in rows:
+        a = -(-b // PAGE) * PAGE
+        if op == "write":
+            if o in where:
+                free(*where.pop(o))
+            for i, (ho, hn) in enumerate(holes):
+                if hn >= a:
+                    holes[i] = (ho + a, hn - a)
+                    if hn == a:
+                        holes.pop(i)
+                    where[o] = (ho, a)
+                    out.append((o, ho))
+                    break
+            else:
+                return None
+        elif op == "evict" and o in where:
+            free(*where.pop(o))
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.tuples(st.sampled_from(["write", "write", "evict"]), st.integers(0, 15),
+                               st.integers(1, 6 * PAGE)), min_size=1, max_size=80),
+       cap_pages=st.integers(4, 300))
+def test_extent_layout_is_first_fit(rows: list[tuple[str, int, int]], cap_pages: int) -> None:
+    size = {o: b for _, o, b in reversed(rows)}
+    rows = [(op, o, size[o]) for op, o, _ in rows]
+    cap = cap_pages * PAGE
+    expect = first_fit_reference(rows, cap)
+    try:
+        plan = plan_block_ops(ssd_ops(rows), ReplayConfig(capacity_bytes=cap, layout="extent",
+                                                          max_io_bytes=8 * PAGE))
+    except InputError:
+        assert expect is None
+        return
+    assert expect is not None
+    t = plan.table.to_pydict()
+    got = [(o, off) for o, off, op, ln in zip(t["obj_id"], t["offset_bytes"], t["op"], t["length_bytes"],
+                                             strict=True) if op == "write"]
+    # an object's first I/O carries its offset (≤ 6 pages: one I/O each here)
+    assert got == expect
