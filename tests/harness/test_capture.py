@@ -202,3 +202,26 @@ def test_auto_says_what_is_missing_when_no_tracer_can_run(tmp_path: Path) -> Non
     auto = AutoTracer(tracers={"bcc": BccTracer(program="nope"), "bpftrace": Missing()})
     with pytest.raises(TracerUnavailable, match=r"(?s)no block tracer can run.*bcc: .*bpftrace: `bpftrace` not"):
         auto.start(DEV, tmp_path / "t.parquet")
+
+
+@root_only
+def test_not_root_is_explained(tmp_path: Path) -> None:
+    """Run as `nobody` (setpriv): every tracer refuses with what is missing, auto lists them all."""
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv not installed")
+    os.chmod(tmp_path, 0o777)
+    code = (
+        "from pathlib import Path\n"
+        "from harness.capture import open_tracer, TracerUnavailable\n"
+        "try:\n"
+        f"    open_tracer('auto').start({DEV}, Path({str(tmp_path / 't.parquet')!r}))\n"
+        "except TracerUnavailable as e:\n"
+        "    print(e)\n"
+    )
+    import subprocess
+    import sys
+    out = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code],
+                         capture_output=True, text=True, cwd=str(Path(__file__).resolve().parents[2]), timeout=60)
+    assert "no block tracer can run here" in out.stdout, out.stderr
+    assert "bcc: eBPF tracing needs root" in out.stdout
+    assert "bpftrace: eBPF tracing needs root" in out.stdout
