@@ -20,6 +20,7 @@ ss_max_runtime_s (3600), skip_trims (False: a plan with trims fails on a fio tha
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import stat
 import subprocess
@@ -133,9 +134,11 @@ class FioDevice:
         log = export_iolog_v3(plan, workdir / "replay.iolog", include_trims=can_trim)
         job = fiolib.replay_job(log.path, self.path, ioengine=self.ioengine, iodepth=self.iodepth,
                                 timed=timed, chunked=plan.num_rows > CHUNKED_IOLOG_ROWS)
+        stat_before = self._diskstats()
         t0 = time.perf_counter()
         run = fiolib.run_jobs([job], workdir, "replay", runner=self.runner)
         wall = time.perf_counter() - t0
+        stat_after = self._diskstats()
         s = run.summary
         expected = {"write": log.write_ios, "read": log.read_ios, "trim": log.trim_ios}
         issued = {"write": s.write.total_ios, "read": s.read.total_ios, "trim": s.trim.total_ios}
@@ -161,8 +164,25 @@ class FioDevice:
                 "trims_skipped": int(trims.size) if not can_trim else 0,
                 "ioengine": self.ioengine, "iodepth": self.iodepth, "timed": timed,
                 "iolog": str(log.path), "job_file": str(run.job_path),
+                # The kernel's own count for the device over the replay (any other writer included).
+                **({"diskstats_write_bytes": stat_after[1] - stat_before[1],
+                    "diskstats_write_ios": stat_after[0] - stat_before[0]}
+                   if stat_before and stat_after else {}),
+                **({"precondition": dataclasses.asdict(self.precondition_result)}
+                   if self.precondition_result else {}),
             },
         )
+
+    def _diskstats(self) -> tuple[int, int] | None:
+        """(writes completed, bytes written) from /sys/class/block/<dev>/stat; None for a file."""
+        if self.spec.kind != "block":
+            return None
+        dev = self._identity.extra.get("dev")
+        try:
+            fields = Path(f"/sys/dev/block/{dev}/stat").read_text().split()
+        except OSError:
+            return None
+        return int(fields[4]), int(fields[6]) * 512   # write I/Os, write sectors (512 B units)
 
     def precondition(self, workdir: Path) -> PreconditionResult:
         """SNIA-style: sequential fill of 2× the range, then random 4 KiB writes until fio's

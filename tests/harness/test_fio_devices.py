@@ -135,6 +135,7 @@ def test_block_replay_on_a_loop_device(tmp_path: Path) -> None:
         res = dev.replay(plan, tmp_path / "run")
         assert (res.write_bytes, res.write_ios) == op_bytes(plan, "write")
         assert (res.read_bytes, res.read_ios) == op_bytes(plan, "read")
+        assert res.extra["diskstats_write_bytes"] == res.write_bytes   # the kernel agrees
         ident = dev.identity()
         assert ident.kind == "block" and ident.serial and ident.serial.startswith("loop:")
 
