@@ -15,8 +15,9 @@ child) can never be part of a hit, so it is keyed as never used again, and when 
 segment leaves every tier the chain above it is re-keyed that way (O(depth) of that chain).
 Likewise an object whose next reference went by without touching it (a state passed over
 because a deeper state served that request) is re-keyed as never used again when the victim is
-chosen (`_expire`, O(1) amortized per key). Without these, per-object MIN keeps the KV of paths whose states it evicted and evicts states
-(measured on multi-round Kimi-K3: MIN 0.86 token miss vs LRU 0.50 in 32 GiB of DRAM).
+chosen (`_expire`, O(1) amortized per key). Without these, per-object MIN keeps the KV of
+paths whose states it evicted, and dead states, and evicts live states (measured on
+multi-round Kimi-K3, 32 GiB DRAM, no SSD: MIN 0.86 token miss vs LRU 0.50; with them 0.27).
 
 "Next access" is the simulator's `next_seq` (request index of the next request that references
 the object's first block, or `tree.NEVER`); the displaced-hit test looks only at the SSD's
