@@ -12,8 +12,9 @@ resolution. Each block op becomes one request on pages ⌊offset/page⌋ … ⌈
 (a partially covered page counts as a whole page, as in FEMU). The FTL persists across replays of
 one opened device, like a real drive. `timed` is ignored: the emulator has no clock.
 
-ReplayResult: write_bytes = host pages × page size (the FTL's own count), nand_write_bytes =
-(host + GC pages) × page size, waf, and in `extra` the FTL counters and the per-interval series
+ReplayResult: write_bytes = host pages × page size (the FTL's own count), read_bytes and trim_bytes
+= pages the requests covered × page size, nand_write_bytes = (host + GC pages) × page size, waf,
+and in `extra` the FTL counters (incl. trimmed pages that were mapped) and the per-interval series
 (also written to `ftl_intervals.parquet` in the work directory).
 
 Must not: touch files other than its own outputs in the work directory.
@@ -160,8 +161,8 @@ class SimDevice:
         return ReplayResult(
             device="sim",
             write_bytes=d.host_bytes,
-            read_bytes=d.read_pages * c.page_bytes,
-            trim_bytes=d.trim_pages * c.page_bytes,
+            read_bytes=(d.read_pages + d.unmapped_read_pages) * c.page_bytes,
+            trim_bytes=int(npages[codes == OP_TRIM].sum()) * c.page_bytes,
             write_ios=int((codes == OP_WRITE).sum()),
             read_ios=int((codes == OP_READ).sum()),
             wall_s=wall,
@@ -176,7 +177,8 @@ class SimDevice:
                               "line_erases": er.tolist(), "interval_waf": waf_iv.tolist()},
                 "erase_count_max": int(erases.max()) if erases.size else 0,
                 "erase_count_mean": float(erases.mean()) if erases.size else 0.0,
-                "trim_requested_bytes": int(npages[codes == OP_TRIM].sum()) * c.page_bytes,
+                "trimmed_mapped_bytes": d.trim_pages * c.page_bytes,
+                "unmapped_read_bytes": d.unmapped_read_pages * c.page_bytes,
             },
         )
 

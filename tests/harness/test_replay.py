@@ -290,3 +290,30 @@ def test_extent_layout_is_first_fit(rows: list[tuple[str, int, int]], cap_pages:
                                              strict=True) if op == "write"]
     # an object's first I/O carries its offset (≤ 6 pages: one I/O each here)
     assert got == expect
+
+
+def test_sim_device_femu_geometry_persists_across_replays(tmp_path: Path) -> None:
+    femu = {"geometry": "femu", "devsz_mb": 192, "pgs_per_blk": 256, "blks_per_pl": 64, "pls_per_lun": 1,
+            "luns_per_ch": 2, "nchs": 2, "gc_thres_pcent": 75, "gc_thres_pcent_high": 95}
+    dev = open_device(DeviceSpec("sim", options=femu), tmp_path)
+    cap = dev.capacity_bytes()
+    assert cap == 192 << 20 and dev.identity().extra["femu"]["nchs"] == 2
+    n = cap // PAGE
+    fill = BLOCK_OPS.conform(pa.table({
+        "t_s": np.zeros(n // 32), "op": np.full(n // 32, "write"),
+        "offset_bytes": np.arange(0, cap, 32 * PAGE), "length_bytes": np.full(n // 32, 32 * PAGE),
+        "obj_kind": np.full(n // 32, "full"), "obj_id": np.arange(n // 32)}))
+    r1 = dev.replay(fill, tmp_path)
+    assert (r1.write_bytes, r1.waf, r1.write_ios) == (cap, 1.0, n // 32)
+    lpn = np.random.default_rng(3).integers(0, n, n)
+    rand = BLOCK_OPS.conform(pa.table({
+        "t_s": np.zeros(n), "op": np.full(n, "write"), "offset_bytes": lpn * PAGE,
+        "length_bytes": np.full(n, PAGE), "obj_kind": np.full(n, "full"), "obj_id": lpn}))
+    r2 = dev.replay(rand, tmp_path)                 # the drive keeps its state: GC is now busy
+    assert r2.write_bytes == cap and r2.waf is not None and r2.waf > 3.0
+    assert r2.nand_write_bytes == cap + r2.extra["counters"]["gc_pages"] * PAGE
+    bad = BLOCK_OPS.conform(pa.table({
+        "t_s": [0.0], "op": ["write"], "offset_bytes": [cap - PAGE], "length_bytes": [2 * PAGE],
+        "obj_kind": ["full"], "obj_id": [1]}))
+    with pytest.raises(InputError, match=r"block_ops:1: field 'offset_bytes': .*outside the device"):
+        dev.replay(bad, tmp_path)
