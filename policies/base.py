@@ -34,16 +34,21 @@ valid ones.
   `tree.NEVER` if none; for a state, the next request whose prefix reaches its position) and
   `ctx.next_seqs(seg)` (per block), filled in by a pre-pass over the requests table.
 
-**Call order per request**: `begin_request(req)`; then, walking the request's path from the leaf
-(request end) to the root — the request's own state first, then the segments — for each object:
-`touched(obj)` if it was resident (after the simulator has updated `last_seq`, `last_s`, `refs`;
-SSD hits are first staged into DRAM with `added(obj, DRAM)`), or, if it is new (or a ghost being
-re-inserted), `place(obj)` followed by `added(obj, tier)` for each tier placed in. Then the
-simulator evicts until every tier fits: `victim(tier, need_bytes)`, and for a DRAM victim that
-has no SSD copy, `admit_to_ssd(victim)` right after; `removed(obj, tier)` follows each
-removal, `added(obj, SSD)` each SSD write (which may in turn evict from SSD). A victim is always
-resident in that tier; the victim of the cheapest action can be precomputed in `victim` and
-the matching decision returned by `admit_to_ssd`.
+**Call order per request**: `begin_request(req)`; then the request's path is visited from the
+leaf (request end) to the root — the request's new or re-used state first, the state used for
+the hit just before the segment it ends — and for each object: `touched(obj)` if it was
+resident (after the simulator has updated `last_seq`, `last_s`, `refs`; an SSD hit is first
+staged into DRAM with `added(obj, DRAM)`), or, if it is new (or a ghost being re-inserted),
+`place(obj)` followed by `added(obj, DRAM)` if placed there. Then, in this order: the SSD writes that
+`place` asked for (cause `insert`) and those queued with `ctx.write_to_ssd` (cause `promote`),
+each preceded by SSD evictions that make room (`victim(SSD, need_bytes)`, `removed`) and
+followed by `added(obj, SSD)`; HBM
+bookkeeping (simulator-run LRU); and DRAM evictions until DRAM fits: `victim(DRAM, need_bytes)`,
+then for a victim without an SSD copy `admit_to_ssd(victim)` right after (write, possibly
+evicting from SSD, or drop), then `removed(victim, DRAM)`. A victim must be resident in that
+tier; a policy arbitrating drop vs move can decide both in `victim` and return the decision from
+the `admit_to_ssd` call that follows. Objects placed nowhere stay ghosts and are pruned at the
+end of the request.
 
 **Splits**: a segment splits when a request ends or diverges inside it, or when only part of a
 victim is needed (`split_victims`: the simulator then evicts only the leaf-side blocks that free
@@ -65,7 +70,6 @@ import dataclasses
 import types
 import typing
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -312,9 +316,6 @@ class Policy:
 
 
 POLICIES: Registry[type[Policy]] = Registry("policy")
-
-TierName = Callable[[int], str]
-
 
 def tier_name(tier: int) -> str:
     return TIER_NAMES[tier]

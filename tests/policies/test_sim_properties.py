@@ -124,6 +124,11 @@ def test_invariants(wl, policy, state, dram, ssd, hbm) -> None:
     assert s.ssd_write_bytes_full + s.ssd_write_bytes_linear == s.ssd_write_bytes
     assert s.hit_tokens == sum(res.requests.column("hit_tokens").to_pylist())
     assert s.hit_tokens == s.hbm_hit_tokens + s.dram_hit_tokens + s.ssd_hit_tokens
+    tl = res.timeline
+    assert sum(tl.column("requests").to_pylist()) == s.requests == table.num_rows
+    assert sum(tl.column("hit_tokens").to_pylist()) == s.hit_tokens
+    assert (sum(tl.column("ssd_write_bytes_full").to_pylist())
+            + sum(tl.column("ssd_write_bytes_linear").to_pylist())) == s.ssd_write_bytes
     if policy == "type-aware":
         assert s.ssd_write_bytes_linear == 0
     if policy in ("write-through", "dynamo", "dynamo:decay_s=5"):  # never write on eviction
