@@ -317,3 +317,23 @@ def test_sim_device_femu_geometry_persists_across_replays(tmp_path: Path) -> Non
         "obj_kind": ["full"], "obj_id": [1]}))
     with pytest.raises(InputError, match=r"block_ops:1: field 'offset_bytes': .*outside the device"):
         dev.replay(bad, tmp_path)
+
+
+def test_log_layout_with_trim_is_waf_one_on_sim(tmp_path: Path) -> None:
+    """A FIFO cache on the log layout: the oldest object is evicted (trimmed) before the head comes
+    back to it, so every erased block is empty — WAF exactly 1 after many laps."""
+    cap = 32 << 20
+    obj = 256 * 1024
+    resident = cap // obj - 8
+    rows: list[tuple[str, int, int]] = []
+    for i in range(6 * cap // obj):
+        if i >= resident:
+            rows.append(("evict", i - resident, obj))
+        rows.append(("write", i, obj))
+    plan = plan_block_ops(ssd_ops(rows), ReplayConfig(capacity_bytes=cap, layout="log"))
+    assert plan.forced_evictions == 0
+    dev = open_device(DeviceSpec("sim", capacity_bytes=cap, options={"op_ratio": 0.07, "pages_per_block": 64}),
+                      tmp_path)
+    res = dev.replay(plan.table, tmp_path)
+    assert res.write_bytes == plan.aligned_write_bytes == 6 * cap
+    assert res.waf == 1.0 and res.extra["counters"]["line_erases"] > 0
