@@ -36,19 +36,19 @@ valid ones.
 
 **Call order per request**: `begin_request(req)`; then the request's path is visited from the
 leaf (request end) to the root — the request's new or re-used state first, the state used for
-the hit just before the segment it ends — and for each object: `touched(obj)` if it was
-resident (after the simulator has updated `last_seq`, `last_s`, `refs`; an SSD hit is first
-staged into DRAM with `added(obj, DRAM)`), or, if it is new (or a ghost being re-inserted),
-`place(obj)` followed by `added(obj, DRAM)` if placed there. Then, in this order: the SSD writes that
-`place` asked for (cause `insert`) and those queued with `ctx.write_to_ssd` (cause `promote`),
-each preceded by SSD evictions that make room (`victim(SSD, need_bytes)`, `removed`) and
-followed by `added(obj, SSD)`; HBM
-bookkeeping (simulator-run LRU); and DRAM evictions until DRAM fits: `victim(DRAM, need_bytes)`,
-then for a victim without an SSD copy `admit_to_ssd(victim)` right after (write, possibly
-evicting from SSD, or drop), then `removed(victim, DRAM)`. A victim must be resident in that
-tier; a policy arbitrating drop vs move can decide both in `victim` and return the decision from
-the `admit_to_ssd` call that follows. Objects placed nowhere stay ghosts and are pruned at the
-end of the request.
+the hit just before the segment it ends — and for each object: `touched(obj)` if it is resident
+in DRAM or SSD (HBM-only objects are not the policy's), after the simulator has updated
+`last_seq`, `last_s`, `refs` (an SSD hit is first staged into DRAM with `added(obj, DRAM)`);
+or, if it is new (or a ghost being re-inserted), `place(obj)`, then `added(obj, DRAM)` if placed
+there. Then, in this order: the SSD writes that `place` asked for (cause `insert`) and those
+queued with `ctx.write_to_ssd` (cause `promote`), each preceded by the SSD evictions that make
+room (`victim(SSD, need_bytes)`, `removed`) and followed by `added(obj, SSD)`; HBM bookkeeping
+(a simulator-run LRU); and DRAM evictions until DRAM fits: `victim(DRAM, need_bytes)`, then for
+a victim without an SSD copy `admit_to_ssd(victim)` right after (write, possibly evicting from
+SSD, or drop), then `removed(victim, DRAM)`. A victim must be resident in that tier; a policy
+arbitrating drop vs move can decide both in `victim` and return the decision from the
+`admit_to_ssd` call that follows. Objects placed nowhere stay ghosts and are pruned at the end
+of the request.
 
 **Splits**: a segment splits when a request ends or diverges inside it, or when only part of a
 victim is needed (`split_victims`: the simulator then evicts only the leaf-side blocks that free

@@ -80,6 +80,7 @@ CAUSE_DRAM_EVICT = CAUSES.index("dram_evict")
 CAUSE_HIT = CAUSES.index("hit")
 CAUSE_CAPACITY = CAUSES.index("capacity")
 CAUSE_PROMOTE = CAUSES.index("promote")
+_POLICY_TIERS = DRAM | SSD
 
 
 @dataclass(frozen=True)
@@ -568,7 +569,8 @@ class Simulator:
             obj.next_seq = int(fut[pos])
             if obj.kind == FULL:
                 obj._fut = (fut, pos)  # type: ignore[attr-defined]
-        self.policy.touched(obj)
+        if obj.tiers & _POLICY_TIERS:  # an HBM-only object is not in any policy structure
+            self.policy.touched(obj)
 
     def _hit(self, obj: Obj, fut: np.ndarray | None, pos: int) -> tuple[int, int]:
         """Serve `obj` from its fastest tier; stage SSD hits into DRAM. Returns (tier, bytes)."""
