@@ -94,6 +94,7 @@ DEVICES: Registry[DeviceFactory] = Registry("device")
 DEVICE_MODULES: list[str] = [
     "harness.devices.sim",
     "harness.devices.fio",
+    "harness.devices.qemu",
 ]
 
 

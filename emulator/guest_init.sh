@@ -1,0 +1,80 @@
+#!/bin/sh
+# kvwear guest /init (busybox sh). Packed into the initramfs by scripts/build-guest.sh.
+#
+# Protocol (host side: emulator/guest.py). IN: the host appends a cpio archive with /job/job.env
+# (shell variables), /job/job.fio (a fio job file) and the files it names (the iolog). OUT: on the
+# second serial port (/dev/ttyS1, a file on the host), lines
+#   KVWEAR-EVENT <name> <value>
+#   KVWEAR-BEGIN <name> <byte length> <sha256>   / base64 lines /   KVWEAR-END <name>
+# so the host can tell a complete result from a truncated or garbled one. The console (ttyS0)
+# only carries the kernel's messages and this script's progress, for people reading logs.
+# This script must not decide anything about the results: it runs the commands, records their
+# exit codes and hands every output back verbatim.
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev 2>/dev/null
+mkdir -p /out /tmp
+
+R=/dev/ttyS1
+stty -F "$R" raw -echo 2>/dev/null
+exec 3>"$R"
+event() { echo "KVWEAR-EVENT $1 $2" >&3; }
+emit() {  # emit NAME FILE
+  len=$(wc -c < "$2")
+  sum=$(sha256sum "$2" | cut -d' ' -f1)
+  echo "KVWEAR-BEGIN $1 $len $sum" >&3
+  base64 "$2" >&3
+  echo "KVWEAR-END $1" >&3
+}
+finish() {
+  for f in /out/*; do [ -f "$f" ] && emit "$(basename "$f")" "$f"; done
+  event done "$(cut -d' ' -f1 /proc/uptime)"
+  exec 3>&-
+  sync
+  poweroff -f
+}
+rc() { echo "$1 $2" >> /out/rc.txt; }   # rc NAME STATUS
+
+event init "$(cut -d' ' -f1 /proc/uptime)"
+while read -r m; do
+  insmod "/lib/modules/$m.ko" 2>>/out/insmod.txt
+  rc "insmod:$m" $?
+done < /lib/modules/load-order
+
+# The emulated drive: the only NVMe controller in the guest.
+i=0
+while [ ! -b /dev/nvme0n1 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
+if [ ! -b /dev/nvme0n1 ]; then
+  event error "no-nvme-namespace"
+  dmesg > /out/dmesg.txt
+  finish
+fi
+event serial "$(tr -d ' \n' < /sys/class/nvme/nvme0/serial)"
+event ready "$(cut -d' ' -f1 /proc/uptime)"
+
+[ -f /job/job.env ] && . /job/job.env
+
+snapshot() {  # snapshot PHASE
+  nvme smart-log /dev/nvme0 -o json > "/out/smart-$1.json" 2>>/out/stderr.txt; rc "smart-json-$1" $?
+  nvme smart-log /dev/nvme0 -o binary > "/out/smart-$1.bin" 2>>/out/stderr.txt; rc "smart-binary-$1" $?
+  smartctl -j -a /dev/nvme0 > "/out/smartctl-$1.json" 2>>/out/stderr.txt; rc "smartctl-$1" $?
+}
+
+nvme id-ctrl /dev/nvme0 -o json > /out/id-ctrl.json 2>>/out/stderr.txt; rc id-ctrl $?
+nvme id-ns /dev/nvme0n1 -o json > /out/id-ns.json 2>>/out/stderr.txt; rc id-ns $?
+if [ -f /job/precondition.fio ]; then
+  (cd /job && fio --output-format=json --output=/out/precondition.json precondition.fio) 2>>/out/fio-stderr.txt
+  rc precondition $?
+fi
+snapshot before
+if [ -f /job/job.fio ]; then
+  event fio-start "$(cut -d' ' -f1 /proc/uptime)"
+  (cd /job && fio --output-format=json --output=/out/fio.json job.fio) 2>>/out/fio-stderr.txt
+  rc fio $?
+  event fio-end "$(cut -d' ' -f1 /proc/uptime)"
+fi
+snapshot after
+dmesg > /out/dmesg.txt
+finish

@@ -1,0 +1,344 @@
+"""The `qemu` and `femu` device backends: play a block_ops plan inside a QEMU guest on an emulated
+NVMe drive, with fio at iodepth 1, and read the drive's SMART log before and after.
+
+`qemu`: Debian's QEMU with `-device nvme` backed by a raw file this backend creates (`spec.target`,
+or `qemu-nvme.img` in the work directory). Stock QEMU counts host writes (SMART Data Units
+Written, host write commands; both start at zero in every QEMU process and ignore Write Zeroes
+and Deallocate) but has no FTL: its WAF is 1 by construction, so `nand_write_bytes`/`waf` stay None.
+
+`femu`: a FEMU binary the user supplies (option `femu_binary`, else $KVWEAR_FEMU_BINARY) in
+black-box mode with a `FemuGeometry` (option `femu`, a table of its fields). FEMU keeps the data in
+its own memory, so every replay starts on an empty FTL (one FEMU process per replay); its vendor
+SMART counters (host / GC-relocated 4 KiB pages) give `nand_write_bytes` and `waf` exactly.
+
+Each replay boots one guest (emulator.guest.run_guest): the plan becomes a fio iolog v3
+(harness.fio.write_iolog_v3), fio replays it on /dev/nvme0n1 with direct I/O. iodepth defaults to
+1 because Debian's QEMU 7.2 NVMe controller can stall at iodepth > 1; a run whose guest kernel
+logged NVMe timeouts raises (emulator.guest.GuestIOTimeoutError) and is never reported. Every
+guest output (fio JSON, SMART json/binary/smartctl, dmesg, exit codes) is kept under
+`<workdir>/guest/`.
+
+Options (DeviceSpec.options): serial, cache (none|writeback), accel (tcg|kvm|auto), cpus,
+memory_mib, boot_timeout_s, job_timeout_s, io_timeout_s, iodepth (1), ioengine (libaio),
+skip_trims (False: fio 3.33 drops iolog trims, so a plan with trims is refused), precondition
+(none|fill: one sequential pass over the drive before the first snapshot), guest_dir,
+qemu_binary, femu_binary, femu (a table of FemuGeometry fields, or flat `femu.<field>` keys as
+`--device-option femu.nchs=4` gives them). Text values from the command line are accepted.
+
+This module never writes outside the drive image it created (or was pointed at as a regular
+file) and never parses tool output itself (harness.fio, harness.wear, harness.identity do).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from emulator.guest import (
+    GUEST_DEVICE,
+    DriveConfig,
+    FemuGeometry,
+    GuestConfig,
+    GuestJob,
+    GuestRun,
+    find_guest,
+    run_guest,
+)
+from harness import fio as fiolib
+from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayResult
+from harness.identity import identity_from_nvme, parse_id_ctrl_json, parse_id_ns_json
+from harness.wear._decode import hexdump
+from harness.wear.femu import FEMU_PAGE_BYTES, is_femu, parse_femu_counters, sample_from_femu
+from harness.wear.nvme_smart import parse_smart_log_binary, parse_smart_log_json, sample_from_smart_log
+from harness.wear.snapshot import delta
+from kvwear.errors import KvwearError
+
+DEFAULT_QEMU_BYTES = 256 * 2**20
+BLOCK_BYTES = 512
+FEMU_BINARY_ENV = "KVWEAR_FEMU_BINARY"
+OPTIONS = ("serial", "cache", "accel", "cpus", "memory_mib", "boot_timeout_s", "job_timeout_s", "io_timeout_s",
+           "iodepth", "ioengine", "skip_trims", "precondition", "guest_dir", "qemu_binary", "femu_binary")
+
+
+def host_observation_note(cache: str, femu: bool = False) -> str:
+    """What host-side eBPF on the block device holding the drive image can and cannot see."""
+    if femu:
+        return ("FEMU keeps the emulated drive's data in its own memory: no host block device sees the "
+                "guest's writes, so host-side eBPF observes nothing of them. Use the guest's fio counts and "
+                "FEMU's SMART counters (host and GC pages) instead.")
+    common = ("Host-side eBPF on the device backing the image sees QEMU's writes to a file, not the "
+              "guest's NVMe commands: the host filesystem adds its own metadata and journal writes, first "
+              "writes into the sparse image allocate extents, and guest Deallocate (TRIM) is not passed "
+              "down (QEMU's default discard=ignore). ")
+    if cache == "writeback":
+        return common + ("With cache=writeback QEMU writes into the host page cache: the block layer sees "
+                         "the kernel's later writeback, merged into large requests, reordered, delayed by "
+                         "seconds, and rewrites of a still-dirty page collapse into one write. Request "
+                         "counts, sizes and timing at the host do not match the guest's; only long-run byte "
+                         "totals approach the guest's (minus collapsed rewrites, plus filesystem overhead).")
+    return common + ("With cache=none QEMU opens the image with O_DIRECT: each guest write becomes one "
+                     "host write of the same size and offset within the file, so host request counts and "
+                     "bytes map about 1:1 to the guest's (iodepth 1 leaves nothing to merge); exceptions are "
+                     "splits at the host queue's max_sectors_kb and the filesystem's own writes.")
+
+
+def _int(opts: Mapping[str, Any], key: str, default: int) -> int:
+    v = opts.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int | str):
+        raise KvwearError(f"device option {key}: expected an integer, got {v!r}")
+    try:
+        return int(v)
+    except ValueError:
+        raise KvwearError(f"device option {key}: expected an integer, got {v!r}") from None
+
+
+def _float(opts: Mapping[str, Any], key: str, default: float) -> float:
+    v = opts.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int | float | str):
+        raise KvwearError(f"device option {key}: expected a number, got {v!r}")
+    try:
+        return float(v)
+    except ValueError:
+        raise KvwearError(f"device option {key}: expected a number, got {v!r}") from None
+
+
+def _flag(opts: Mapping[str, Any], key: str) -> bool:
+    v = opts.get(key, False)
+    if isinstance(v, str) and v.lower() in ("true", "false", "1", "0", "yes", "no"):
+        return v.lower() in ("true", "1", "yes")
+    if not isinstance(v, bool | int):
+        raise KvwearError(f"device option {key}: expected true or false, got {v!r}")
+    return bool(v)
+
+
+def _fio_version_from_stamp(stamp: str) -> str:
+    """The guest's fio version from the image stamp ('fio=3.33-3' → 'fio-3.33')."""
+    m = re.search(r"^fio=(?:\d+:)?(\d+(?:\.\d+)*)", stamp, re.MULTILINE)
+    return f"fio-{m.group(1)}" if m else "fio-0"
+
+
+class GuestDevice:
+    """A QEMU or FEMU emulated NVMe drive. Construct through `open_device(DeviceSpec)`."""
+
+    def __init__(self, spec: DeviceSpec, workdir: Path) -> None:
+        if spec.kind not in ("qemu", "femu"):
+            raise KvwearError(f"GuestDevice handles kinds qemu and femu, not {spec.kind!r}")
+        opts = dict(spec.options)
+        # FEMU geometry as a table (TOML: femu = {devsz_mb = 96}) or flat keys (--device-option femu.nchs=4).
+        femu_opts = opts.pop("femu", {})
+        if not isinstance(femu_opts, Mapping):
+            raise KvwearError(f"device option femu must be a table of FEMU geometry fields, got {femu_opts!r}")
+        femu_opts = dict(femu_opts)
+        for k in [k for k in opts if k.startswith("femu.")]:
+            femu_opts[k.removeprefix("femu.")] = opts.pop(k)
+        bad = sorted(set(opts) - set(OPTIONS))
+        if bad:
+            raise KvwearError(f"device {spec.kind}: unknown option(s) {', '.join(bad)}; valid: {', '.join(OPTIONS)}")
+        self.spec = spec
+        self.workdir = Path(workdir)
+        self.iodepth = _int(opts, "iodepth", 1)
+        self.ioengine = str(opts.get("ioengine", "libaio"))
+        self.skip_trims = _flag(opts, "skip_trims")
+        self.precondition = str(opts.get("precondition", "none"))
+        if self.precondition not in ("none", "fill"):
+            raise KvwearError(f"device option precondition must be none or fill, got {self.precondition!r}")
+        guest_folder = Path(str(opts["guest_dir"])) if opts.get("guest_dir") else None
+        self.image = find_guest(guest_folder)     # fails early, naming the build command
+        self.femu: FemuGeometry | None = None
+        if spec.kind == "femu":
+            self.femu = FemuGeometry.from_options(femu_opts, "device.options.femu")
+            binary = str(opts.get("femu_binary") or os.environ.get(FEMU_BINARY_ENV, ""))
+            if not binary:
+                raise KvwearError(f"device femu needs a FEMU binary: device option femu_binary (--femu-binary) "
+                                  f"or ${FEMU_BINARY_ENV}")
+            if not os.access(binary, os.X_OK):
+                raise KvwearError(f"FEMU binary {binary} is not an executable file")
+            qemu_binary = binary
+            size = self.femu.exposed_bytes
+            cap = size if spec.capacity_bytes is None else int(spec.capacity_bytes)
+            self.drive_image: Path | None = None
+        else:
+            if femu_opts:
+                raise KvwearError(f"device qemu: FEMU geometry options {sorted(femu_opts)} need --device femu")
+            qemu_binary = str(opts.get("qemu_binary", "qemu-system-x86_64"))
+            size = int(spec.capacity_bytes) if spec.capacity_bytes is not None else DEFAULT_QEMU_BYTES
+            cap = size
+            self.drive_image = Path(spec.target) if spec.target else self.workdir / "qemu-nvme.img"
+            self._prepare_image(self.drive_image, size)
+        if cap <= 0 or cap > size:
+            raise KvwearError(f"device {spec.kind}: capacity {cap} bytes outside the drive's {size} bytes")
+        self._capacity = cap - cap % BLOCK_BYTES
+        self._size = size
+        self.config = GuestConfig(
+            drive=DriveConfig(image=self.drive_image, serial=str(opts.get("serial", "kvwear0001")),
+                              cache=opts.get("cache", "none"), femu=self.femu),
+            qemu_binary=qemu_binary, accel=opts.get("accel", "tcg"), cpus=_int(opts, "cpus", 1),
+            memory_mib=_int(opts, "memory_mib", 512), boot_timeout_s=_float(opts, "boot_timeout_s", 120.0),
+            job_timeout_s=_float(opts, "job_timeout_s", 600.0), io_timeout_s=_int(opts, "io_timeout_s", 15),
+            guest_folder=guest_folder)
+        self.fio_version = _fio_version_from_stamp(self.image.stamp)
+        self._identity: DeviceIdentity | None = None
+        self.last_run: GuestRun | None = None
+
+    @staticmethod
+    def _prepare_image(path: Path, size: int) -> None:
+        """Create the sparse raw image, or grow an existing regular file; never a device, never shrink."""
+        if path.exists():
+            if not stat.S_ISREG(path.stat().st_mode):
+                raise KvwearError(f"{path}: the qemu backend needs a regular image file, not a device")
+            if path.stat().st_size < size:
+                os.truncate(path, size)
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as fh:
+            fh.truncate(size)
+
+    # -- DeviceBackend ----------------------------------------------------------------------
+
+    def identity(self) -> DeviceIdentity:
+        """From the guest's Identify Controller/Namespace after a replay; before, what was configured."""
+        if self._identity is not None:
+            return self._identity
+        return DeviceIdentity(kind=self.spec.kind, path=self._path(), serial=self.config.drive.serial,
+                              capacity_bytes=self._size, logical_block_bytes=BLOCK_BYTES, extra=self._extra_identity())
+
+    def _path(self) -> str:
+        return str(self.drive_image) if self.drive_image is not None else f"femu:{self.config.qemu_binary}"
+
+    def _extra_identity(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {"configured_capacity_bytes": self._capacity, "accel": self.config.accel,
+                                 "guest": self.image.stamp, "emulator": self.config.qemu_binary}
+        if self.femu is not None:
+            extra["femu_device"] = self.femu.device_arg()
+        else:
+            extra["cache"] = self.config.drive.cache
+        return extra
+
+    def capacity_bytes(self) -> int:
+        return self._capacity
+
+    def host_observation_note(self) -> str:
+        return host_observation_note(self.config.drive.cache, femu=self.femu is not None)
+
+    def replay(self, plan: pa.Table, workdir: Path, *, timed: bool = False) -> ReplayResult:
+        """Boot the guest, replay `plan` with fio at `iodepth`, read SMART before and after."""
+        workdir = Path(workdir)
+        fiolib.validate_plan(plan, self._capacity, block_bytes=BLOCK_BYTES)
+        trims = fiolib.plan_lengths(plan, "trim")
+        can_trim = fiolib.fio_replays_trim(self.fio_version)
+        if trims.size and not can_trim and not self.skip_trims:
+            raise KvwearError(
+                f"the plan holds {trims.size} trims but the guest's {self.fio_version} drops trims from an iolog "
+                "('bad ddir: 2'); replay without TRIM or set the device option skip_trims")
+        log = fiolib.write_iolog_v3(plan, workdir / "replay.iolog", include_trims=can_trim)
+        job = fiolib.replay_job("replay.iolog", GUEST_DEVICE, ioengine=self.ioengine, iodepth=self.iodepth,
+                                timed=timed)
+        files = {"job.fio": fiolib.render_job_file([job]).encode(), "replay.iolog": log.path.read_bytes()}
+        if self.precondition == "fill":
+            fill = fiolib.seq_fill_job(GUEST_DEVICE, self._capacity, loops=1, ioengine=self.ioengine,
+                                       iodepth=self.iodepth, name="precondition")
+            files["precondition.fio"] = fiolib.render_job_file([fill]).encode()
+        t0 = time.perf_counter()
+        run = run_guest(self.config, GuestJob(files), workdir / "guest")
+        wall = time.perf_counter() - t0
+        self.last_run = run
+        outdir = workdir / "guest"
+        for name, data in run.files.items():
+            (outdir / name).write_bytes(data)
+        failed = {k: v for k, v in run.exit_codes.items()
+                  if v != 0 and not k.startswith("smartctl")}   # smartctl's status is a bit mask
+        if failed:
+            raise KvwearError(f"guest commands failed {failed} (outputs in {outdir}): "
+                              f"{run.files.get('fio-stderr.txt', b'').decode(errors='replace')[-500:]}"
+                              f"{run.files.get('stderr.txt', b'').decode(errors='replace')[-500:]}")
+        self._identity = self._identity_from_run(run)
+
+        s = fiolib.parse_fio_json(run.files["fio.json"], str(outdir / "fio.json"))
+        if s.errors:
+            raise fiolib.FioError(f"fio reported errors {s.errors} in the guest (report {outdir / 'fio.json'})")
+        expected = {"write": log.write_ios, "read": log.read_ios, "trim": log.trim_ios}
+        issued = {"write": s.write.total_ios, "read": s.read.total_ios, "trim": s.trim.total_ios}
+        if issued != expected:
+            raise fiolib.FioError(f"fio issued {issued} I/Os for an iolog holding {expected} "
+                                  f"(report {outdir / 'fio.json'})")
+        write_bytes = fiolib.issued_bytes_from_log(fiolib.plan_lengths(plan, "write"), s.write.total_ios)
+        read_bytes = fiolib.issued_bytes_from_log(fiolib.plan_lengths(plan, "read"), s.read.total_ios)
+        trim_bytes = fiolib.issued_bytes_from_log(trims, s.trim.total_ios) if can_trim else 0
+
+        extra: dict[str, Any] = {
+            "fio_io_bytes": {"write": s.write.io_bytes, "read": s.read.io_bytes, "trim": s.trim.io_bytes},
+            "fio_runtime_ms": s.runtime_ms, "write_iops": s.write.iops,
+            "write_bw_bytes_per_s": s.write.bw_bytes_per_s,
+            "write_clat_percentiles_ns": dict(s.write.clat_percentiles_ns),
+            "trims_skipped": int(trims.size) if not can_trim else 0,
+            "ioengine": self.ioengine, "iodepth": self.iodepth, "timed": timed,
+            "boot_s": run.boot_s, "guest_wall_s": run.wall_s, "guest_fio_s": run.fio_s, "accel": run.accel,
+            "guest_outputs": str(outdir), "iolog": str(log.path), "host_observation": self.host_observation_note(),
+            **self._smart_deltas(run, outdir),
+        }
+        nand: int | None = None
+        waf: float | None = None
+        if self.femu is not None:
+            fb = sample_from_femu(run.files["smart-before.bin"], str(outdir / "smart-before.bin"))
+            fa = sample_from_femu(run.files["smart-after.bin"], str(outdir / "smart-after.bin"))
+            fd = delta(fb, fa)
+            before = parse_femu_counters(run.files["smart-before.bin"])
+            after = parse_femu_counters(run.files["smart-after.bin"])
+            nand, waf = fd.nand_bytes, fd.waf
+            extra.update(femu_host_pages_delta=after.host_pages - before.host_pages,
+                         femu_gc_pages_delta=after.gc_pages - before.gc_pages, femu_waf=waf,
+                         femu_waf_word_after=after.waf_milli, femu_page_bytes=FEMU_PAGE_BYTES)
+        return ReplayResult(
+            device=f"{self.spec.kind}:{self._path()}", write_bytes=write_bytes, read_bytes=read_bytes,
+            trim_bytes=trim_bytes, write_ios=s.write.total_ios, read_ios=s.read.total_ios, wall_s=wall,
+            nand_write_bytes=nand, waf=waf, tool=s.fio_version, tool_output_path=str(outdir / "fio.json"),
+            extra=extra)
+
+    def _smart_deltas(self, run: GuestRun, outdir: Path) -> dict[str, Any]:
+        """SMART before → after from the binary log (the JSON is cross-checked against it)."""
+        samples = []
+        for phase in ("before", "after"):
+            raw = run.files[f"smart-{phase}.bin"]
+            log = parse_smart_log_binary(raw, str(outdir / f"smart-{phase}.bin"))
+            js = parse_smart_log_json(run.files[f"smart-{phase}.json"], str(outdir / f"smart-{phase}.json"))
+            if js.data_units_written != log.data_units_written or js.host_write_commands != log.host_write_commands:
+                raise KvwearError(f"SMART {phase}: nvme-cli JSON and binary logs disagree (outputs in {outdir})")
+            samples.append(sample_from_smart_log(log, "nvme-smart-binary", hexdump(raw)))
+        d = delta(samples[0], samples[1])
+        return {"smart_duw_delta": d.data_units, "smart_duw_bytes_bounds": d.host_bytes_bounds,
+                "smart_host_write_commands_delta": d.host_write_commands,
+                "smart_percentage_used_delta": d.percentage_used,
+                "smart_data_units_written_after": samples[1].data_units_written}
+
+    def _identity_from_run(self, run: GuestRun) -> DeviceIdentity:
+        ctrl = parse_id_ctrl_json(run.files["id-ctrl.json"], "guest nvme id-ctrl -o json")
+        ns = parse_id_ns_json(run.files["id-ns.json"], "guest nvme id-ns -o json")
+        if self.femu is None and ctrl.serial != self.config.drive.serial:
+            raise KvwearError(f"the guest's NVMe controller has serial {ctrl.serial!r}, expected "
+                              f"{self.config.drive.serial!r}: not the drive this backend created")
+        if self.femu is not None and not is_femu(ctrl):
+            raise KvwearError(f"{self.config.qemu_binary} presented controller {ctrl.model!r}, not FEMU: "
+                              "its SMART vendor bytes cannot be read as FTL counters")
+        ident = identity_from_nvme(ctrl, ns, self._path(), kind=self.spec.kind)
+        return DeviceIdentity(kind=ident.kind, path=ident.path, model=ident.model, serial=ident.serial,
+                              firmware=ident.firmware, capacity_bytes=ident.capacity_bytes,
+                              logical_block_bytes=ident.logical_block_bytes,
+                              extra={**ident.extra, **self._extra_identity()})
+
+    def close(self) -> None:
+        """Nothing to release: each replay's QEMU process is reaped before replay returns."""
+
+
+def _open(spec: DeviceSpec, workdir: Path) -> GuestDevice:
+    return GuestDevice(spec, workdir)
+
+
+DEVICES.add("qemu", _open)
+DEVICES.add("femu", _open)

@@ -1,0 +1,231 @@
+"""emulator.guest: the QEMU/FEMU command line, the job archive, the framed result stream, and real
+guest boots under TCG (marked `guest`; the guest image is built by scripts/build-guest.sh when
+missing, which needs Debian's package mirror the first time)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import psutil
+import pytest
+
+from emulator.guest import (
+    DriveConfig,
+    FemuGeometry,
+    GuestConfig,
+    GuestImage,
+    GuestJob,
+    GuestNotBuiltError,
+    GuestProtocolError,
+    GuestRun,
+    GuestTimeoutError,
+    build_guest,
+    find_guest,
+    find_io_timeouts,
+    kernel_cmdline,
+    newc_archive,
+    parse_result_stream,
+    qemu_argv,
+    run_guest,
+)
+from kvwear.errors import KvwearError
+
+FAKE_IMAGE = GuestImage(kernel=Path("/g/vmlinuz"), initrd=Path("/g/initrd.img"), stamp="")
+
+
+# ---------------------------------------------------------------------------------------------
+# command line
+
+
+def test_femu_device_arg_matches_the_recorded_femu_command(fixtures_dir: Path) -> None:
+    # The fixtures were recorded with this exact -device string; the same geometry must rebuild it.
+    readme = (fixtures_dir / "README.md").read_text()
+    recorded = re.search(r"-device (femu,[^`\s]+)", readme)
+    assert recorded
+    geo = FemuGeometry(devsz_mb=192, pgs_per_blk=256, blks_per_pl=64, luns_per_ch=2, nchs=2,
+                       gc_thres_pcent=75, gc_thres_pcent_high=95)
+    mine = dict(kv.split("=") for kv in geo.device_arg().removeprefix("femu,").split(","))
+    theirs = dict(kv.split("=") for kv in recorded.group(1).removeprefix("femu,").split(","))
+    assert mine == theirs
+    assert geo.raw_bytes == 256 * 2**20 and geo.exposed_bytes == 192 * 2**20
+
+
+def test_femu_geometry_latencies_and_ftl_config() -> None:
+    geo = FemuGeometry(devsz_mb=96, pgs_per_blk=128, blks_per_pl=64, luns_per_ch=2, nchs=2,
+                       pg_rd_lat_ns=40000, pg_wr_lat_ns=200000, blk_er_lat_ns=2000000,
+                       gc_thres_pcent=80, gc_thres_pcent_high=90)
+    arg = geo.device_arg()
+    for part in ("femu_mode=1", "secsz=512", "secs_per_pg=8", "pgs_per_blk=128", "blks_per_pl=64",
+                 "pls_per_lun=1", "luns_per_ch=2", "nchs=2", "pg_rd_lat=40000", "pg_wr_lat=200000",
+                 "blk_er_lat=2000000", "ch_xfer_lat=0", "gc_thres_pcent=80", "gc_thres_pcent_high=90"):
+        assert f",{part}," in f"{arg},"
+    ftl = geo.ftl_config()
+    assert ftl.raw_bytes == geo.raw_bytes and ftl.exposed_bytes == geo.exposed_bytes
+    assert ftl.page_bytes == 4096 and ftl.lines == 64 and ftl.blocks_per_line == 4
+
+
+@pytest.mark.parametrize("bad, msg", [
+    ({"devsz_mb": 256}, "no spare"),
+    ({"gc_thres_pcent": 96}, "gc_thres_pcent"),
+    ({"nchs": 0}, "nchs"),
+    ({"pg_wr_lat_ns": -1}, "pg_wr_lat_ns"),
+])
+def test_femu_geometry_rejects(bad: dict[str, int], msg: str) -> None:
+    with pytest.raises(KvwearError, match=msg):
+        FemuGeometry(**bad)
+
+
+def test_femu_geometry_from_options_names_unknown_fields() -> None:
+    assert FemuGeometry.from_options({"devsz_mb": "96", "blks_per_pl": 32}).blks_per_pl == 32
+    with pytest.raises(KvwearError, match=r"unknown FEMU geometry setting\(s\) channels; valid: .*nchs"):
+        FemuGeometry.from_options({"channels": 4})
+
+
+def test_qemu_argv_femu_and_stock() -> None:
+    geo = FemuGeometry()
+    femu = GuestConfig(drive=DriveConfig(femu=geo), qemu_binary="/opt/femu/qemu-system-x86_64")
+    argv = qemu_argv(femu, FAKE_IMAGE, Path("/w/initrd"), Path("/w/console.log"), Path("/w/result.log"))
+    assert argv[0] == "/opt/femu/qemu-system-x86_64"
+    assert argv[argv.index("-device") + 1] == geo.device_arg()
+    assert "-drive" not in argv and argv[argv.index("-accel") + 1] == "tcg"
+    assert argv[argv.index("-append") + 1] == kernel_cmdline(femu)
+
+    stock = GuestConfig(drive=DriveConfig(image=Path("/w/a,b.img"), serial="sn42", cache="writeback"))
+    argv = qemu_argv(stock, FAKE_IMAGE, Path("/w/initrd"), Path("/w/c.log"), Path("/w/r.log"))
+    drive = argv[argv.index("-drive") + 1]
+    assert drive.startswith("file=/w/a,,b.img,")          # QEMU's comma escape
+    assert "cache=writeback" in drive and "format=raw" in drive
+    assert argv[argv.index("-device") + 1] == "nvme,serial=sn42,drive=nvm"
+    assert argv.count("-serial") == 2 and "-nographic" in argv and "-no-reboot" in argv
+    assert "nvme_core.io_timeout=15" in kernel_cmdline(stock)
+
+
+def test_drive_config_rejects() -> None:
+    with pytest.raises(KvwearError, match="cache"):
+        DriveConfig(image=Path("x"), cache="unsafe")  # type: ignore[arg-type]
+    with pytest.raises(KvwearError, match="serial"):
+        DriveConfig(image=Path("x"), serial="has space")
+    with pytest.raises(KvwearError, match="either"):
+        DriveConfig(image=Path("x"), femu=FemuGeometry())
+
+
+def test_find_guest_names_the_build_command(tmp_path: Path) -> None:
+    with pytest.raises(GuestNotBuiltError) as e:
+        find_guest(tmp_path / "none")
+    assert "scripts/build-guest.sh" in str(e.value) and str(tmp_path / "none") in str(e.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# job archive: read back by busybox's cpio, the same implementation family the kernel's format follows
+
+
+def test_newc_archive_reads_back_with_cpio(tmp_path: Path) -> None:
+    files = {"job.fio": b"[w]\nrw=write\n", "replay.iolog": bytes(range(256)) * 37, "empty": b""}
+    arc = newc_archive(files)
+    assert len(arc) % 512 == 0
+    out = tmp_path / "x"
+    out.mkdir()
+    listing = subprocess.run(["busybox", "cpio", "-t"], input=arc, capture_output=True, check=True).stdout
+    assert listing.decode().split() == ["job", "job/empty", "job/job.fio", "job/replay.iolog"]
+    subprocess.run(["busybox", "cpio", "-i", "-d"], input=arc, cwd=out, capture_output=True, check=True)
+    for name, data in files.items():
+        assert (out / "job" / name).read_bytes() == data
+    with pytest.raises(KvwearError, match="plain file name"):
+        newc_archive({"../etc/passwd": b""})
+
+
+def test_find_io_timeouts_kernel_messages() -> None:
+    # Message formats of Linux 6.1 drivers/nvme/host/pci.c (nvme_timeout, nvme_reset_work).
+    log = "\n".join([
+        "[    5.1] nvme nvme0: 1/0/0 default/read/poll queues",
+        "[   40.2] nvme nvme0: I/O 17 QID 1 timeout, aborting",
+        "[   55.2] nvme nvme0: I/O 17 QID 1 timeout, reset controller",
+        "[   56.0] nvme0n1: I/O Cmd(0x1) @ LBA 2048, 256 blocks, I/O Error (sct 0x3 / sc 0x71)",
+    ])
+    hits = find_io_timeouts(log)
+    assert len(hits) == 2 and all("timeout" in h for h in hits)
+    assert find_io_timeouts("[ 1.0] nvme nvme0: pci function 0000:00:02.0\n") == []
+
+
+# ---------------------------------------------------------------------------------------------
+# real guest boots
+
+
+@pytest.fixture(scope="module")
+def guest_image() -> GuestImage:
+    return build_guest()        # idempotent; builds from Debian packages on a fresh machine
+
+
+@pytest.fixture(scope="module")
+def guest_run(guest_image: GuestImage, tmp_path_factory: pytest.TempPathFactory) -> GuestRun:
+    d = tmp_path_factory.mktemp("guest")
+    img = d / "drive.img"
+    with open(img, "wb") as fh:
+        fh.truncate(32 * 2**20)
+    job = "[w]\nfilename=/dev/nvme0n1\ndirect=1\nioengine=libaio\niodepth=1\nrw=write\nbs=64k\nsize=2m\n"
+    cfg = GuestConfig(drive=DriveConfig(image=img, serial="kvwtest7"), boot_timeout_s=180, job_timeout_s=180)
+    return run_guest(cfg, GuestJob({"job.fio": job.encode()}), d / "run")
+
+
+@pytest.mark.guest
+def test_guest_runs_the_job_and_returns_verified_outputs(guest_run: GuestRun) -> None:
+    r = guest_run
+    assert r.events["serial"] == "kvwtest7" and r.accel == "tcg"
+    assert r.qemu_returncode == 0 and r.boot_s < r.wall_s
+    assert all(v == 0 for k, v in r.exit_codes.items() if not k.startswith("smartctl")), r.exit_codes
+    assert len(r.files["smart-before.bin"]) == 512 == len(r.files["smart-after.bin"])
+    fio = json.loads(r.files["fio.json"])
+    assert fio["jobs"][0]["write"]["io_bytes"] == 2 * 2**20
+    assert json.loads(r.files["id-ctrl.json"])["sn"].strip() == "kvwtest7"
+    assert "nvme nvme0: " in r.text("dmesg.txt") and find_io_timeouts(r.text("dmesg.txt")) == []
+    # The stream on disk is what the guest sent; re-parsing it gives the same files.
+    assert parse_result_stream(r.result_log.read_bytes()).files == r.files
+
+
+@pytest.mark.guest
+def test_truncated_or_corrupted_result_is_detected(guest_run: GuestRun) -> None:
+    data = guest_run.result_log.read_bytes()
+    # Cut inside the fio.json frame: the frame has no end marker.
+    begin = data.index(b"KVWEAR-BEGIN fio.json ")
+    with pytest.raises(GuestProtocolError, match=r"fio\.json.*truncated"):
+        parse_result_stream(data[: begin + 200])
+    # Cut after a complete frame but before 'done'.
+    end = data.index(b"KVWEAR-END fio.json\n") + len(b"KVWEAR-END fio.json\n")
+    with pytest.raises(GuestProtocolError, match="before the guest's 'done'"):
+        parse_result_stream(data[:end])
+    # One base64 character changed (still valid base64): the sha256 catches it.
+    body = begin + data[begin:].index(b"\n") + 1
+    flipped = b"A" if data[body + 10:body + 11] != b"A" else b"B"
+    with pytest.raises(GuestProtocolError, match="sha256 mismatch"):
+        parse_result_stream(data[: body + 10] + flipped + data[body + 11:])
+    # A dropped line: the length no longer matches.
+    line_end = data.index(b"\n", body)
+    with pytest.raises(GuestProtocolError, match=r"fio\.json"):
+        parse_result_stream(data[:body] + data[line_end + 1:])
+    # Control: the whole stream passes and the fio frame matches its announced sha256.
+    frame = re.search(rb"KVWEAR-BEGIN fio.json (\d+) ([0-9a-f]{64})\n(.*?)KVWEAR-END", data, re.S)
+    assert frame
+    payload = base64.b64decode(frame.group(3))
+    assert hashlib.sha256(payload).hexdigest().encode() == frame.group(2)
+    assert parse_result_stream(data).files["fio.json"] == payload
+
+
+@pytest.mark.guest
+def test_boot_timeout_is_reported_and_qemu_reaped(guest_image: GuestImage, tmp_path: Path) -> None:
+    img = tmp_path / "drive.img"
+    with open(img, "wb") as fh:
+        fh.truncate(16 * 2**20)
+    cfg = GuestConfig(drive=DriveConfig(image=img), boot_timeout_s=1.0)
+    with pytest.raises(GuestTimeoutError) as e:
+        run_guest(cfg, GuestJob(), tmp_path / "run")
+    assert e.value.phase == "boot"
+    assert "guest boot timeout: no ready marker within 1 s" in str(e.value)
+    assert "accel tcg" in str(e.value)
+    # No QEMU process of this run survives.
+    mine = [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
+    assert mine == []

@@ -1,0 +1,162 @@
+"""harness.devices.qemu: the `qemu` backend replays a block plan in a real TCG guest and its SMART
+deltas match fio's counts; the `femu` backend's set-up and refusals (no FEMU binary exists here,
+so its replay is not run); the host-side observation note."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from emulator.guest import FemuGeometry, GuestImage, build_guest
+from harness.devices.base import DEVICES, DeviceSpec, ReplayResult, open_device
+from harness.devices.qemu import GuestDevice, host_observation_note
+from harness.schema import BLOCK_OPS
+from harness.wear.base import NVME_DATA_UNIT_BYTES
+from kvwear.errors import InputError, KvwearError
+
+MiB = 2**20
+
+
+def _plan(ops: list[tuple[str, int, int]]) -> pa.Table:
+    return BLOCK_OPS.conform(pa.table({
+        "t_s": pa.array(np.arange(len(ops)) * 1e-3, pa.float64()),
+        "op": pa.array([o for o, _, _ in ops]).dictionary_encode(),
+        "offset_bytes": pa.array([off for _, off, _ in ops], pa.int64()),
+        "length_bytes": pa.array([n for _, _, n in ops], pa.int64()),
+        "obj_kind": pa.array(["full"] * len(ops)).dictionary_encode(),
+        "obj_id": pa.array(range(len(ops)), pa.int64()),
+    }))
+
+
+def _mixed_plan(seed: int = 7) -> pa.Table:
+    """~5 MiB: 128 KiB sequential writes, then 4 KiB random writes, a few reads, in the first 24 MiB of 32."""
+    rng = np.random.default_rng(seed)
+    ops = [("write", i * 128 * 1024, 128 * 1024) for i in range(24)]                    # 3 MiB
+    ops += [("write", int(o) * 4096, 4096) for o in rng.integers(1024, 6144, 500)]     # ~2 MiB
+    ops += [("read", i * 128 * 1024, 128 * 1024) for i in range(4)]
+    return _plan(ops)
+
+
+@pytest.fixture(scope="module")
+def guest_image() -> GuestImage:
+    return build_guest()
+
+
+def test_qemu_and_femu_are_registered() -> None:
+    assert "qemu" in DEVICES and "femu" in DEVICES
+
+
+def test_host_observation_note_depends_on_cache_mode() -> None:
+    wb, direct, femu = host_observation_note("writeback"), host_observation_note("none"), host_observation_note(
+        "none", femu=True)
+    assert "page cache" in wb and "merged" in wb
+    assert "O_DIRECT" in direct and "1:1" in direct
+    assert "nothing" in femu and "O_DIRECT" not in femu
+
+
+@pytest.mark.guest  # needs the built guest image (nothing boots)
+def test_femu_needs_a_binary(guest_image: GuestImage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KVWEAR_FEMU_BINARY", raising=False)
+    with pytest.raises(KvwearError, match=r"femu_binary \(--femu-binary\) or \$KVWEAR_FEMU_BINARY"):
+        open_device(DeviceSpec("femu"), tmp_path)
+    not_exec = tmp_path / "femu-qemu"
+    not_exec.write_text("")
+    monkeypatch.setenv("KVWEAR_FEMU_BINARY", str(not_exec))
+    with pytest.raises(KvwearError, match="not an executable"):
+        open_device(DeviceSpec("femu"), tmp_path)
+
+
+@pytest.mark.guest  # needs the built guest image (nothing boots)
+def test_femu_backend_configuration(guest_image: GuestImage, tmp_path: Path) -> None:
+    # Any executable stands in for the path check; nothing is launched here.
+    geo = {"devsz_mb": 96, "blks_per_pl": 32, "luns_per_ch": 2, "nchs": 2, "gc_thres_pcent": 80}
+    dev = open_device(DeviceSpec("femu", options={"femu_binary": "/bin/true", "femu": geo}), tmp_path)
+    assert isinstance(dev, GuestDevice)
+    assert dev.capacity_bytes() == 96 * MiB and dev.drive_image is None
+    assert dev.config.qemu_binary == "/bin/true"
+    assert dev.config.drive.femu == FemuGeometry(**geo)
+    ident = dev.identity()
+    assert ident.kind == "femu" and ident.extra["femu_device"] == FemuGeometry(**geo).device_arg()
+    assert not list(tmp_path.iterdir())                       # no image: FEMU keeps data in memory
+    with pytest.raises(KvwearError, match="unknown FEMU geometry"):
+        open_device(DeviceSpec("femu", options={"femu_binary": "/bin/true", "femu": {"chans": 2}}), tmp_path)
+    # Flat keys, as `--device-option femu.nchs=4` gives them, merge over the table.
+    flat = open_device(DeviceSpec("femu", options={"femu_binary": "/bin/true", "femu": geo, "femu.nchs": "4",
+                                                   "femu.devsz_mb": 160}), tmp_path)
+    assert isinstance(flat, GuestDevice) and flat.femu is not None
+    assert flat.femu.nchs == 4 and flat.capacity_bytes() == 160 * MiB
+    with pytest.raises(KvwearError, match="need --device femu"):
+        open_device(DeviceSpec("qemu", options={"femu.nchs": 4}), tmp_path)
+
+
+@pytest.mark.guest  # needs the built guest image (nothing boots)
+def test_refusals_before_any_boot(guest_image: GuestImage, tmp_path: Path) -> None:
+    with pytest.raises(KvwearError, match=r"unknown option\(s\) depth; valid: .*iodepth"):
+        open_device(DeviceSpec("qemu", options={"depth": 4}), tmp_path)
+    with pytest.raises(KvwearError, match="iodepth: expected an integer"):
+        open_device(DeviceSpec("qemu", options={"iodepth": "deep"}), tmp_path)
+    with pytest.raises(KvwearError, match="regular image file"):
+        open_device(DeviceSpec("qemu", target="/dev/null", capacity_bytes=MiB), tmp_path)
+    dev = open_device(DeviceSpec("qemu", capacity_bytes=8 * MiB), tmp_path)
+    img = tmp_path / "qemu-nvme.img"
+    assert img.stat().st_size == 8 * MiB and img.stat().st_blocks == 0      # sparse, created by us
+    with pytest.raises(InputError, match="beyond the configured range"):
+        dev.replay(_plan([("write", 8 * MiB - 4096, 8192)]), tmp_path / "r1")
+    with pytest.raises(KvwearError, match="drops trims"):
+        dev.replay(_plan([("write", 0, 4096), ("trim", 0, 4096)]), tmp_path / "r2")
+    assert not (tmp_path / "r2" / "guest").exists()                          # refused before booting
+
+
+@pytest.fixture(scope="module")
+def replayed(guest_image: GuestImage, tmp_path_factory: pytest.TempPathFactory) -> tuple[GuestDevice, pa.Table,
+                                                                                          ReplayResult, Path]:
+    d = tmp_path_factory.mktemp("qemu-dev")
+    dev = open_device(DeviceSpec("qemu", capacity_bytes=32 * MiB, options={"serial": "kvwdev01"}), d)
+    assert isinstance(dev, GuestDevice)
+    plan = _mixed_plan()
+    return dev, plan, dev.replay(plan, d / "replay"), d
+
+
+@pytest.mark.guest
+def test_qemu_replay_smart_deltas_match_fio(replayed: tuple[GuestDevice, pa.Table, ReplayResult, Path]) -> None:
+    _, plan, res, _ = replayed
+    ops = plan.column("op").cast(pa.string()).to_pylist()
+    lens = plan.column("length_bytes").to_pylist()
+    plan_write = sum(n for o, n in zip(ops, lens, strict=True) if o == "write")
+    plan_write_ios = ops.count("write")
+    assert res.write_bytes == plan_write and res.write_ios == plan_write_ios
+    assert res.read_ios == ops.count("read") and res.extra["fio_io_bytes"]["write"] == plan_write
+    # Stock QEMU: Data Units Written = ceil(bytes / 512,000) (within one unit), one write command per I/O.
+    expected_units = math.ceil(plan_write / NVME_DATA_UNIT_BYTES)
+    assert abs(res.extra["smart_duw_delta"] - expected_units) <= 1
+    lo, hi = res.extra["smart_duw_bytes_bounds"]
+    assert lo < plan_write < hi
+    assert res.extra["smart_host_write_commands_delta"] == res.write_ios
+    assert res.nand_write_bytes is None and res.waf is None        # no FTL in stock QEMU
+    assert res.extra["iodepth"] == 1 and res.extra["accel"] == "tcg"
+
+
+@pytest.mark.guest
+def test_qemu_replay_lands_in_the_image_and_keeps_outputs(
+        replayed: tuple[GuestDevice, pa.Table, ReplayResult, Path]) -> None:
+    dev, _, res, d = replayed
+    ident = dev.identity()
+    assert ident.serial == "kvwdev01" and ident.capacity_bytes == 32 * MiB and ident.logical_block_bytes == 512
+    assert ident.model and "QEMU" in ident.model
+    outdir = Path(res.extra["guest_outputs"])
+    for name in ("fio.json", "smart-before.bin", "smart-after.bin", "smartctl-after.json", "dmesg.txt", "rc.txt"):
+        assert (outdir / name).is_file(), name
+    assert res.tool_output_path == str(outdir / "fio.json") and res.tool.startswith("fio-3")
+    # fio's data reached the host file backing the drive: the first 3 MiB were written, bytes past
+    # the highest written offset were not (the image is sparse zeros there).
+    with open(d / "qemu-nvme.img", "rb") as fh:
+        head = fh.read(3 * MiB)
+        fh.seek(31 * MiB)
+        tail = fh.read(MiB)
+    assert head.count(0) < len(head) // 2 and tail == bytes(MiB)
+    assert os.path.getsize(d / "qemu-nvme.img") == 32 * MiB
