@@ -52,7 +52,7 @@ BLOCK_OP_NAMES: tuple[str, ...] = ("write", "read", "trim")
 _SSD_OPS = {"write": 0, "read": 1, "evict": 2}
 
 # kernel error codes (info[0]); info[1] is the ssd_ops row
-_ERR_OVERFLOW, _ERR_LOG_FULL, _ERR_NO_HOLE, _ERR_NO_SLAB = 1, 2, 3, 4
+_ERR_LOG_FULL, _ERR_NO_HOLE, _ERR_NO_SLAB = 2, 3, 4
 
 
 @dataclass(frozen=True)
@@ -651,7 +651,7 @@ def plan_block_ops(ssd_ops: pa.Table, config: ReplayConfig, *, source: str = "ss
             continue
         break
     if info[0]:
-        _raise_kernel_error(info, config, source, obj_id)
+        _raise_kernel_error(info, config, source, uniq)
     out_row, out_op, out_off, out_len = out_row[:k], out_op[:k], out_off[:k], out_len[:k]
 
     # split extents into I/Os of at most max_io_bytes
@@ -712,14 +712,14 @@ def plan_block_ops(ssd_ops: pa.Table, config: ReplayConfig, *, source: str = "ss
     return plan
 
 
-def _raise_kernel_error(info: np.ndarray, config: ReplayConfig, source: str, obj_id: np.ndarray) -> None:
+def _raise_kernel_error(info: np.ndarray, config: ReplayConfig, source: str, uniq: np.ndarray) -> None:
     code, row = int(info[0]), int(info[1])
     cap = config.capacity_bytes
     if code == _ERR_LOG_FULL:
         raise InputError(
             source, row + 1, "bytes",
             f"log layout full: writing {info[5]} bytes at head offset {info[3]} would overwrite live "
-            f"object {obj_id_of(info[2], obj_id)} ({info[4]} bytes live of {cap} capacity); use "
+            f"object {int(uniq[info[2]])} ({info[4]} bytes live of {cap} capacity); use "
             f"log_full='evict' or a larger device")
     if code == _ERR_NO_SLAB:
         raise InputError(
@@ -733,7 +733,3 @@ def _raise_kernel_error(info: np.ndarray, config: ReplayConfig, source: str, obj
             f"{info[4]} bytes free of {cap})")
     raise KvwearError(f"replay kernel error code {code} at row {row}")
 
-
-def obj_id_of(dense: int, obj_id: np.ndarray) -> int:
-    """The original obj_id of a dense object index (np.unique order)."""
-    return int(np.unique(obj_id)[dense])
