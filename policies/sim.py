@@ -15,7 +15,10 @@ Semantics (DESIGN.md "Simulator semantics"), exactly:
   last block holds ⌈tokens/S⌉ chunks. The tree is kept as segments (runs of blocks with one fate,
   `policies.tree`), and every operation works on segments, never one Python step per chunk.
 * **States** (hybrid models, `state_bytes > 0`): one checkpoint per request, at the end of the
-  request's hashed prefix (after its last hashed block), attached to the segment ending there.
+  request's hashed prefix — precisely after its last *full* hashed block, because a partial last
+  block's key never recurs on a later request's path (the next turn hashes that block full), so a
+  checkpoint after it could never be hit; a request with no full block gets no checkpoint. It is
+  attached to the segment ending there (the simulator splits a segment to make that boundary).
 * **Hit rule.** A request hits up to the longest prefix p (on its own block boundaries) such that
   every block up to p is resident in some tier and — hybrid models only — a resident state sits
   at p. Hit tokens = tokens of those blocks (capped at `hashed_tokens`); everything else of the
@@ -46,8 +49,9 @@ Semantics (DESIGN.md "Simulator semantics"), exactly:
   `arrival_s` is simulated time (decay, windows). Requests must come sorted by arrival.
 
 Streaming: record batches are consumed one at a time; memory grows with what the tiers hold
-(ghost segments are pruned), plus the outputs. Oracle policies (`needs_future`) need the whole
-table for the next-access pre-pass.
+(ghost segments are pruned), plus the outputs — and not with the ssd_ops when an `ops_sink` takes
+them batch by batch (per-request records can be switched off with `record_requests=False`).
+Oracle policies (`needs_future`) need the whole table for the next-access pre-pass.
 
 Must not: do I/O, read the wall clock, keep global state.
 """
@@ -129,7 +133,8 @@ class SimResult:
 class Simulator:
     """One simulation run; implements `policies.base.SimContext` for its policy."""
 
-    def __init__(self, config: SimConfig, spec: str | PolicySpec) -> None:
+    def __init__(self, config: SimConfig, spec: str | PolicySpec,
+                 ops_sink: Callable[[pa.Table], None] | None = None) -> None:
         from policies.registry import get_policy_class
 
         self.spec = resolve_spec(spec)
@@ -165,6 +170,7 @@ class Simulator:
         self._sess_index: dict[str | None, int] = {None: 0}
         self._cur_sess = 0
         self._ops_tables: list[pa.Table] = []
+        self._ops_sink = ops_sink
         self._promote: list[Obj] = []
         self._ghosts: list[Obj] = []
 
@@ -230,7 +236,10 @@ class Simulator:
             "session_id": dict_col(self._op_sess, self._sessions).cast(pa.string()),
             "cause": dict_col(self._op_cause, CAUSES),
         })
-        self._ops_tables.append(SSD_OPS.conform(table))
+        if self._ops_sink is not None:
+            self._ops_sink(SSD_OPS.conform(table))
+        else:
+            self._ops_tables.append(SSD_OPS.conform(table))
         for lst in (self._op_t, self._op_code, self._op_oid, self._op_n, self._op_bb, self._op_lb,
                     self._op_kind, self._op_sess, self._op_cause):
             lst.clear()
@@ -678,13 +687,16 @@ def _batches(requests: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch]) -> 
 
 def simulate(requests: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch], config: SimConfig,
              policy: str | PolicySpec,
-             progress: Callable[[int], None] | None = None) -> SimResult:
+             progress: Callable[[int], None] | None = None,
+             ops_sink: Callable[[pa.Table], None] | None = None) -> SimResult:
     """Run `requests` (a REQUESTS table or a stream of its record batches, sorted by arrival)
     through the tiered cache under `policy` ('lru', 'lru-k:k=3', or a PolicySpec).
 
-    `progress(n)` is called after each batch with the number of requests it held.
+    `progress(n)` is called after each batch with the number of requests it held. With
+    `ops_sink`, each batch's ssd_ops rows are handed to it (in time order) instead of being kept,
+    and `SimResult.ssd_ops` is empty.
     """
-    sim = Simulator(config, policy)
+    sim = Simulator(config, policy, ops_sink)
     if sim.policy.needs_future:
         if not isinstance(requests, pa.Table):
             batches = list(_batches(requests))

@@ -28,7 +28,7 @@ from rich.table import Table
 
 from harness.cli import app
 from kvwear.errors import KvwearError
-from kvwear.tables import read_table, table_kind, write_table
+from kvwear.tables import TableWriter, read_table, table_kind, write_table
 from kvwear.units import format_bytes, parse_duration, parse_size
 from workloads.schema import REQUESTS
 
@@ -184,9 +184,10 @@ def simulate_cmd(
             def advance(n: int, task: TaskID = task) -> None:
                 bar.advance(task, n)
 
-            res = simulate(limited(), config, spec, progress=advance)
             d = out_dir / spec.label
-            write_table(SSD_OPS, res.ssd_ops, d / "ssd_ops.parquet")
+            # ssd_ops stream to disk batch by batch: they grow with the trace, the cache does not
+            with TableWriter(SSD_OPS, d / "ssd_ops.parquet") as ops_out:
+                res = simulate(limited(), config, spec, progress=advance, ops_sink=ops_out.write)
             write_table(SIM_REQUESTS, res.requests, d / "requests.parquet")
             write_table(SIM_TIMELINE, res.timeline, d / "timeline.parquet")
             write_table(SIM_SUMMARY, res.summary.table(), d / "summary.parquet")

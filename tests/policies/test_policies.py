@@ -8,7 +8,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from policies.base import PolicySpecError, resolve_spec
+from policies.base import POLICIES, PolicySpecError, resolve_spec
+from policies.lru import LruPolicy
 from policies.sim import SimConfig, Simulator, next_use, simulate
 from policies.tree import DRAM, SSD, Segment
 from tests.policies.helpers import requests_table, segments
@@ -180,3 +181,47 @@ def test_policy_specs() -> None:
         resolve_spec("lru-k:k")
     with pytest.raises(KeyError, match=r"valid: .*lru-k"):
         resolve_spec("nosuch")
+
+
+class _OracleLru(LruPolicy):
+    """LRU that asks for the future: exercises the next-access pre-pass."""
+
+    needs_future = True
+
+
+def test_oracle_next_access_is_the_truth() -> None:
+    from workloads.synthetic import MultiRoundConfig, generate_multi_round
+
+    if "test-oracle-lru" not in POLICIES:
+        POLICIES.add("test-oracle-lru", _OracleLru)
+    table = generate_multi_round(MultiRoundConfig(sessions=6, turns=5, seed=2, system_prompts=2))
+    keys = table.column("hash_ids").to_pylist()
+    sim = Simulator(cfg(dram=3000, ssd=6000, state=50), "test-oracle-lru")
+    sim.set_future(table)
+
+    def truth(key: int, after: int) -> int:
+        return next((r for r in range(after + 1, len(keys)) if key in keys[r]), 1 << 62)
+
+    checked = 0
+    for i in range(table.num_rows):
+        sim.run_batch(table.slice(i, 1), i)
+        for s in segments(sim):
+            if s.last_seq == i and s.tiers:
+                assert s.next_seq == truth(s.keys[0], i)
+                assert sim.next_seqs(s) == [truth(k, i) for k in s.keys]
+                checked += 1
+            st = s.state
+            if st is not None and st.last_seq == i and st.tiers:
+                assert st.next_seq == truth(s.keys[-1], i)
+    assert checked > 50
+
+
+def test_ops_sink_streams_the_same_rows() -> None:
+    rows = [(i, [1, 2, 100 + i]) for i in range(40)]
+    table = requests_table(rows)
+    kept = simulate(table, cfg(dram=64, ssd=200, state=9), "lru")
+    got: list[pa.Table] = []
+    streamed = simulate(iter(table.to_batches(max_chunksize=7)), cfg(dram=64, ssd=200, state=9), "lru",
+                        ops_sink=got.append)
+    assert streamed.ssd_ops.num_rows == 0 and len(got) > 1
+    assert pa.concat_tables(got).equals(kept.ssd_ops)
