@@ -74,12 +74,15 @@ class GandalfParams(PolicyParams):
     min_idle_s: float = param(1.0, sweep=(0.1, 60.0), help="floor of the idle time w in D")
     window_s: float = param(3600.0, sweep=(600.0, 7200.0), help="time constant of the estimators")
     scan: int = param(4, sweep=(1, 16), help="entries per list examined for the leaf test")
+    superseded_weight: float = param(
+        0.1, sweep=(0.0, 1.0),
+        help="P multiplier for a state whose prefix a later request already extended")
     ghosts: int = param(1 << 20, sweep=(0, 1 << 22), help="forgotten objects remembered for reuse counts")
 
     def __post_init__(self) -> None:
         if (self.gamma < 0 or self.dwpd <= 0 or self.min_idle_s <= 0 or self.window_s <= 0 or self.scan < 1
-                or self.ghosts < 0):
-            raise ValueError("need gamma >= 0, dwpd > 0, min_idle_s > 0, window_s > 0, scan >= 1, ghosts >= 0")
+                or self.ghosts < 0 or not 0 <= self.superseded_weight <= 1):
+            raise ValueError("need gamma >= 0, dwpd > 0, min_idle_s > 0, window_s > 0, scan >= 1, ghosts >= 0, 0 <= superseded_weight <= 1")
 
 
 def _rc(refs: int) -> int:
@@ -97,6 +100,16 @@ def _tokens(obj: Obj) -> int:
     if obj.kind == FULL:
         return obj.tokens  # type: ignore[attr-defined]
     return obj.end_tokens  # type: ignore[attr-defined]
+
+
+def _leads_nowhere(seg: Segment) -> bool:
+    """Hybrid models: no resident state at its end and no resident child, so the segment cannot
+    be part of any hit (a hit needs a resident state at or below it): dropping it loses nothing,
+    since a request that later checkpoints a state below it recomputes it anyway."""
+    st = seg.state
+    if st is not None and st.tiers:
+        return False
+    return not any(c.tiers for c in seg.children.values())
 
 
 ClassKey = tuple[int, int, int]  # kind, reuse class, size class
@@ -132,6 +145,7 @@ class GandalfPolicy(Policy):
         self.fits: dict[ClassKey, SlidingExpFit] = {}
         self.ghosts: OrderedDict[tuple[int, int, int], tuple[float, int]] = OrderedDict()
         self._last_decay_s = 0.0
+        self.hybrid = ctx.hybrid
         self._ssd_age_s = p.window_s
         self._ssd_evictions = 0
         self._decision: tuple[Obj, bool] | None = None
@@ -213,7 +227,14 @@ class GandalfPolicy(Policy):
         """D = P(idle ≥ w)·n·c/(s·w): dollars per byte per second (w in s, floored at min_idle_s)."""
         w_s = max(self.ctx.now_s - obj.last_s, 0.0)
         w = max(w_s, self.p.min_idle_s)
-        return self.p_idle(obj, w_s) * _tokens(obj) * self.c_token / (max(obj.nbytes, 1) * w)
+        p = self.p_idle(obj, w_s)
+        if self.hybrid:
+            if obj.kind == FULL:
+                if _leads_nowhere(obj):  # type: ignore[arg-type]
+                    return 0.0
+            elif obj.seg.children:  # type: ignore[attr-defined]
+                p *= self.p.superseded_weight
+        return p * _tokens(obj) * self.c_token / (max(obj.nbytes, 1) * w)
 
     def horizon_s(self) -> float:
         """T: how long a moved object is expected to stay on SSD (the SSD's eviction age)."""

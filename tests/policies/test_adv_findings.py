@@ -1,0 +1,127 @@
+"""Seed-paper findings for the advanced policies, on real traces and a synthetic hybrid workload.
+
+Workloads (all with the Kimi-K3 profile: 27,648 KV bytes/token, 428.6 MiB state checkpoints):
+- multi-round synthetic: 200 sessions × 10 turns, seed 1 (2,000 requests, ~26 min);
+- Mooncake: the first 3,000 requests of `conversation_trace.jsonl` (~16 min; the whole trace
+  takes ~8 s per Gandalf run, so the prefix keeps the suite fast);
+- Claude-Code/Weka: all six sessions (463 requests).
+Tier sizes are chosen so that the SSD tier matters (LRU without an SSD misses far more) and the
+DRAM tier is under pressure. Gandalf runs with `budget=fixed` (μ ≡ 1) so that γ alone sets the
+wear price; the default write budget (1 DWPD of the simulated SSD) is far below what these
+traces write and makes Gandalf drop almost everything.
+
+Findings checked:
+1. Gandalf writes several (≥ 3×) fewer SSD bytes than LRU write-back at a token miss ratio
+   within 0.02 of LRU's.
+2. A larger γ writes less and misses more (γ = 4, 16, 64).
+3. WA orders exactly like LRU when the trace has a single workload (same per-request hits and
+   the same ssd_ops).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from policies.sim import SimConfig, SimResult, simulate
+from workloads.loaders import load_requests
+from workloads.models import get_profile
+from workloads.synthetic import MultiRoundConfig, generate_multi_round
+
+GiB = 1 << 30
+KIMI = get_profile("kimi-k3")
+
+
+def kimi_config(dram_gib: float, ssd_gib: float) -> SimConfig:
+    return SimConfig(dram_bytes=int(dram_gib * GiB), ssd_bytes=int(ssd_gib * GiB),
+                     kv_bytes_per_token=KIMI.kv_bytes_per_token, state_bytes=KIMI.state_bytes,
+                     model="kimi-k3")
+
+
+@pytest.fixture(scope="module")
+def multi_round() -> pa.Table:
+    return generate_multi_round(MultiRoundConfig(seed=1, sessions=200, turns=10))
+
+
+@pytest.fixture(scope="module")
+def mooncake(mooncake_path: Path) -> pa.Table:
+    return load_requests(mooncake_path).table.slice(0, 3000)
+
+
+@pytest.fixture(scope="module")
+def weka(weka_dir: Path) -> pa.Table:
+    return load_requests(weka_dir).table
+
+
+# (workload fixture, DRAM GiB, SSD GiB, γ used for finding 1)
+CASES = {
+    "multi-round": ("multi_round", 64, 256, 4),
+    "mooncake": ("mooncake", 64, 256, 16),
+    "weka": ("weka", 32, 256, 4),
+}
+
+_cache: dict[tuple[str, str], SimResult] = {}
+
+
+def run(request: pytest.FixtureRequest, case: str, spec: str) -> SimResult:
+    key = (case, spec)
+    if key not in _cache:
+        fixture, dram, ssd, _ = CASES[case]
+        _cache[key] = simulate(request.getfixturevalue(fixture), kimi_config(dram, ssd), spec)
+    return _cache[key]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_ssd_tier_matters(request: pytest.FixtureRequest, case: str) -> None:
+    """Sanity of the set-up: without an SSD tier LRU misses clearly more."""
+    fixture, dram, _, _ = CASES[case]
+    no_ssd = simulate(request.getfixturevalue(fixture), kimi_config(dram, 0), "lru").summary
+    lru = run(request, case, "lru").summary
+    assert no_ssd.token_miss_ratio > lru.token_miss_ratio + 0.02
+    assert lru.ssd_write_bytes > 0
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_gandalf_writes_several_times_less_at_similar_miss(request: pytest.FixtureRequest, case: str) -> None:
+    gamma = CASES[case][3]
+    lru = run(request, case, "lru").summary
+    g = run(request, case, f"gandalf:budget=fixed,gamma={gamma}").summary
+    assert g.ssd_write_bytes * 3 <= lru.ssd_write_bytes, (g.ssd_write_bytes, lru.ssd_write_bytes)
+    assert g.token_miss_ratio <= lru.token_miss_ratio + 0.02, (g.token_miss_ratio, lru.token_miss_ratio)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_gandalf_gamma_trades_writes_for_misses(request: pytest.FixtureRequest, case: str) -> None:
+    runs = [run(request, case, f"gandalf:budget=fixed,gamma={g}").summary for g in (4, 16, 64)]
+    writes = [s.ssd_write_bytes for s in runs]
+    misses = [s.token_miss_ratio for s in runs]
+    assert writes == sorted(writes, reverse=True) and writes[0] > writes[-1], writes
+    assert misses == sorted(misses) and misses[-1] > misses[0], misses
+
+
+def _same_run(a: SimResult, b: SimResult) -> None:
+    assert a.requests.column("hit_tokens").to_pylist() == b.requests.column("hit_tokens").to_pylist()
+    assert a.requests.column("ssd_write_bytes").to_pylist() == b.requests.column("ssd_write_bytes").to_pylist()
+    assert a.ssd_ops.equals(b.ssd_ops)
+
+
+def test_wa_orders_like_lru_on_a_single_workload(request: pytest.FixtureRequest, mooncake: pa.Table) -> None:
+    # Mooncake has one category and no turns: one workload
+    assert set(mooncake.column("category").to_pylist()) == {"default"}
+    assert mooncake.column("turn").null_count == mooncake.num_rows
+    lru, wa = run(request, "mooncake", "lru"), run(request, "mooncake", "wa")
+    assert lru.summary.ssd_evict_bytes > 0  # both tiers evicted: the order was exercised
+    _same_run(lru, wa)
+
+
+def test_wa_by_category_orders_like_lru_on_multi_round(multi_round: pa.Table) -> None:
+    assert len(set(multi_round.column("category").to_pylist())) == 1
+    cfg = kimi_config(16, 64)
+    lru, wa = simulate(multi_round, cfg, "lru"), simulate(multi_round, cfg, "wa:key=category")
+    assert lru.summary.ssd_evict_bytes > 0
+    _same_run(lru, wa)
+    # with turns as workloads the order differs (the per-turn reuse fits matter)
+    by_turn = simulate(multi_round, cfg, "wa")
+    assert not by_turn.ssd_ops.equals(lru.ssd_ops)
