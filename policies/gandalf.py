@@ -82,7 +82,8 @@ class GandalfParams(PolicyParams):
     def __post_init__(self) -> None:
         if (self.gamma < 0 or self.dwpd <= 0 or self.min_idle_s <= 0 or self.window_s <= 0 or self.scan < 1
                 or self.ghosts < 0 or not 0 <= self.superseded_weight <= 1):
-            raise ValueError("need gamma >= 0, dwpd > 0, min_idle_s > 0, window_s > 0, scan >= 1, ghosts >= 0, 0 <= superseded_weight <= 1")
+            raise ValueError("need gamma >= 0, dwpd > 0, min_idle_s > 0, window_s > 0, scan >= 1, "
+                             "ghosts >= 0, 0 <= superseded_weight <= 1")
 
 
 def _rc(refs: int) -> int:
