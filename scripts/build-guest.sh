@@ -36,7 +36,12 @@ done
 if command -v zstd >/dev/null; then compress=(zstd -q -T0 -10); else compress=(gzip -6); fi
 
 # The kernel package the metapackage points at (e.g. linux-image-6.1.0-57-amd64 (= 6.1.192-3)).
-kpkg="$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')"
+kpkg_of() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}'; }
+kpkg="$(kpkg_of)"
+if [ -z "$kpkg" ] && [ "$(id -u)" = 0 ]; then   # a fresh machine may have no package lists yet
+  apt-get update -qq >/dev/null 2>&1 || true
+  kpkg="$(kpkg_of)"
+fi
 [ -n "$kpkg" ] || die "apt-cache knows no linux-image-amd64: run 'apt-get update' (Debian mirrors)"
 kver="$(apt-cache policy "$kpkg" | awk '/Candidate:/{print $2}')"
 pkgver() { dpkg-query -W -f='${Package}=${Version}' "$1" 2>/dev/null || echo "$1=?"; }

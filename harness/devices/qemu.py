@@ -64,7 +64,8 @@ DEFAULT_QEMU_BYTES = 256 * 2**20
 BLOCK_BYTES = 512
 FEMU_BINARY_ENV = "KVWEAR_FEMU_BINARY"
 OPTIONS = ("serial", "cache", "accel", "cpus", "memory_mib", "boot_timeout_s", "job_timeout_s", "io_timeout_s",
-           "iodepth", "ioengine", "skip_trims", "precondition", "guest_dir", "qemu_binary", "femu_binary")
+           "iodepth", "ioengine", "skip_trims", "precondition", "guest_dir", "qemu_binary", "femu_binary",
+           "confirm_serial")   # confirm_serial: passed by `kvwear run` to every backend; a drive we create needs none
 
 
 def host_observation_note(cache: str, femu: bool = False) -> str:

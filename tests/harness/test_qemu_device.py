@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from emulator.guest import FemuGeometry, GuestImage, build_guest
+from emulator.guest import FemuGeometry, GuestImage, GuestNotBuiltError, build_guest
 from harness.devices.base import DEVICES, DeviceSpec, ReplayResult, open_device
 from harness.devices.qemu import GuestDevice, host_observation_note
 from harness.schema import BLOCK_OPS
@@ -49,6 +49,12 @@ def guest_image() -> GuestImage:
 
 def test_qemu_and_femu_are_registered() -> None:
     assert "qemu" in DEVICES and "femu" in DEVICES
+
+
+def test_missing_guest_names_the_build_command(tmp_path: Path) -> None:
+    with pytest.raises(GuestNotBuiltError, match=r"build it with: bash \S*scripts/build-guest.sh \S*nowhere"):
+        open_device(DeviceSpec("qemu", options={"guest_dir": str(tmp_path / "nowhere")}), tmp_path)
+    assert not (tmp_path / "qemu-nvme.img").exists()
 
 
 def test_host_observation_note_depends_on_cache_mode() -> None:
