@@ -221,19 +221,24 @@ class Simulator:
         nbytes = np.repeat(np.asarray(self._op_bb, dtype=np.int64), n)
         nbytes[starts + n - 1] = np.asarray(self._op_lb, dtype=np.int64)
 
-        def dict_col(codes: list[int], names: list[str | None] | tuple[str, ...]) -> pa.Array:
-            idx = pa.array(np.repeat(np.asarray(codes, dtype=np.int32), n))
-            return pa.DictionaryArray.from_arrays(idx, pa.array(list(names), pa.string()))
+        def dict_col(codes: list[int], names: tuple[str, ...]) -> pa.Array:
+            idx = np.repeat(np.asarray(codes, dtype=np.int8), n)
+            return pa.DictionaryArray.from_arrays(pa.array(idx), pa.array(names, pa.string()))
 
         from policies.metrics import KIND_NAMES, OP_NAMES
 
+        if len(self._sessions) == 1:  # no session seen: all null
+            sess = pa.nulls(total, pa.string())
+        else:
+            idx = np.repeat(np.asarray(self._op_sess, dtype=np.int32), n)
+            sess = pa.array(self._sessions, pa.string()).take(pa.array(idx))
         table = pa.table({
             "t_s": pa.array(np.repeat(np.asarray(self._op_t, dtype=np.float64), n)),
             "op": dict_col(self._op_code, OP_NAMES),
             "obj_id": pa.array(obj_id),
             "obj_kind": dict_col(self._op_kind, KIND_NAMES),
             "bytes": pa.array(nbytes),
-            "session_id": dict_col(self._op_sess, self._sessions).cast(pa.string()),
+            "session_id": sess,
             "cause": dict_col(self._op_cause, CAUSES),
         })
         if self._ops_sink is not None:
