@@ -44,6 +44,8 @@ class BeladyParams(PolicyParams):
                                          help="wear: the write-filtering oracle; min: MIN + write-back")
     gamma: float = param(1.0, sweep=(0.0, 64.0), help="weight of the SSD write cost (wear mode)")
     bypass: bool = param(True, sweep=(True, False), help="do not cache objects never accessed again (wear)")
+    max_write_bytes: int = param(-1, sweep=None,
+                                 help="total SSD write budget in bytes (wear mode); -1 = unlimited")
 
     def __post_init__(self) -> None:
         if self.gamma < 0:
@@ -84,6 +86,7 @@ class BeladyPolicy(Policy):
         self.hybrid = ctx.hybrid
         self.due: dict[int, list[Obj]] = {}  # next_seq → objects keyed with it
         self._due_seq = 0
+        self.written = 0
 
     def place(self, obj: Obj) -> int:
         if self.p.mode == "wear" and self.p.bypass and obj.next_seq >= NEVER:
@@ -125,6 +128,8 @@ class BeladyPolicy(Policy):
 
     def added(self, obj: Obj, tier: int) -> None:
         self.heaps[tier].set(obj, self._keyof(obj))
+        if tier == SSD:
+            self.written += obj.nbytes
 
     def removed(self, obj: Obj, tier: int) -> None:
         self.heaps[tier].discard(obj)
@@ -155,6 +160,8 @@ class BeladyPolicy(Policy):
             return True
         nxt = obj.next_seq
         if nxt >= NEVER or obj.nbytes > self.ctx.capacity_bytes[SSD]:
+            return False
+        if 0 <= self.p.max_write_bytes < self.written + obj.nbytes:
             return False
         tokens = obj.tokens if obj.kind == FULL else obj.end_tokens  # type: ignore[attr-defined]
         if tokens * self.c_token <= self.p.gamma * self.p_w * obj.nbytes:
