@@ -18,6 +18,7 @@ from emulator.guest import (
     DriveConfig,
     FemuGeometry,
     GuestConfig,
+    GuestError,
     GuestImage,
     GuestJob,
     GuestNotBuiltError,
@@ -227,5 +228,16 @@ def test_boot_timeout_is_reported_and_qemu_reaped(guest_image: GuestImage, tmp_p
     assert "guest boot timeout: no ready marker within 1 s" in str(e.value)
     assert "accel tcg" in str(e.value)
     # No QEMU process of this run survives.
+    mine = [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
+    assert mine == []
+
+
+@pytest.mark.guest
+def test_femu_command_line_on_stock_qemu_fails_clearly(guest_image: GuestImage, tmp_path: Path) -> None:
+    # Debian's QEMU parses the whole FEMU command line and stops only at the femu device model,
+    # which it lacks; the error carries QEMU's own message and QEMU is gone afterwards.
+    cfg = GuestConfig(drive=DriveConfig(femu=FemuGeometry()), boot_timeout_s=60)
+    with pytest.raises(GuestError, match=r"QEMU exited with status 1 before the guest finished.*'femu'"):
+        run_guest(cfg, GuestJob(), tmp_path / "run")
     mine = [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
     assert mine == []
