@@ -225,3 +225,24 @@ def test_ops_sink_streams_the_same_rows() -> None:
                         ops_sink=got.append)
     assert streamed.ssd_ops.num_rows == 0 and len(got) > 1
     assert pa.concat_tables(got).equals(kept.ssd_ops)
+
+
+def test_bad_requests_are_named() -> None:
+    from kvwear.errors import KvwearError
+
+    unsorted = requests_table([(5, [1]), (1, [2])])
+    with pytest.raises(KvwearError, match=r"request 1: arrival_s 1\.0 is before"):
+        simulate(unsorted, cfg(100, 100), "lru")
+    odd = requests_table([(0, [1, 2])], block_tokens=24)
+    with pytest.raises(KvwearError, match="request 0: block_tokens 24 is not a multiple"):
+        simulate(odd, cfg(100, 100), "lru")
+    with pytest.raises(KvwearError, match="dram_bytes must be >= 0"):
+        cfg(-1, 100)
+
+
+def test_blocks_smaller_than_the_chunk_are_grouped() -> None:
+    # 8-token source blocks at 16-token chunks: two source blocks make one simulator block
+    table = requests_table([(0, [1, 2, 3, 4]), (1, [1, 2, 3, 4, 5, 6])], block_tokens=8)
+    res = simulate(table, cfg(10_000, 10_000), "lru")
+    assert res.requests.column("hit_tokens").to_pylist() == [0, 32]
+    assert res.summary.chunks == 2 + 3
