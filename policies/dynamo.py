@@ -9,7 +9,8 @@ memory stays bounded). Counts are kept per block key and survive eviction; a seg
 all its blocks pass (the least frequent block decides). DRAM victims are never written (a
 write-through tier does not write on eviction). LRU per tier.
 
-Sweeps: min_frequency 1–8, decay_s 60–3600 s (KVBM defaults: 2 and 600 s).
+Defaults are KVBM's (2 and 600 s). Sweep ranges (our choice: the seed papers run Dynamo at its
+defaults only): min_frequency 1–8, decay_s 60–3600 s.
 """
 
 from __future__ import annotations
