@@ -176,7 +176,7 @@ class Accumulator:
         self.cols: dict[str, list[Any]] = {f.name: [] for f in SIM_REQUESTS.schema}
         # timeline: one row per closed interval
         self.tl: dict[str, list[Any]] = {f.name: [] for f in SIM_TIMELINE.schema}
-        self._iv = -1
+        self._iv: int | None = None
         self._iv_start = [0, 0, 0, 0, 0, 0, 0]  # requests, hashed, hit, wf, wl, r, ev (cumulative)
 
     # --- SSD traffic --------------------------------------------------------------------------
@@ -212,7 +212,7 @@ class Accumulator:
         cur = self._cum()
         d = [a - b for a, b in zip(cur, self._iv_start, strict=True)]
         tl = self.tl
-        tl["interval_start_s"].append(self._iv * self.config.interval_s)
+        tl["interval_start_s"].append((self._iv or 0) * self.config.interval_s)
         tl["requests"].append(d[0])
         tl["hashed_tokens"].append(d[1])
         tl["hit_tokens"].append(d[2])
@@ -232,7 +232,7 @@ class Accumulator:
         t = req.arrival_s
         iv = int(t // cfg.interval_s)
         if iv != self._iv:
-            if self._iv >= 0:
+            if self._iv is not None:
                 self._close_interval()
             self._iv = iv
         if self.first_s is None:
@@ -293,8 +293,8 @@ class Accumulator:
         return pa.Table.from_arrays(arrays, schema=SIM_REQUESTS.with_metadata())
 
     def timeline_table(self) -> pa.Table:
-        if self._iv >= 0 and (not self.tl["interval_start_s"]
-                              or self.tl["interval_start_s"][-1] != self._iv * self.config.interval_s):
+        if self._iv is not None and (not self.tl["interval_start_s"] or self.tl["interval_start_s"][-1]
+                                     != self._iv * self.config.interval_s):
             self._close_interval()
         arrays = [pa.array(self.tl[f.name], f.type) for f in SIM_TIMELINE.schema]
         return pa.Table.from_arrays(arrays, schema=SIM_TIMELINE.with_metadata())
