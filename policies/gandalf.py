@@ -17,28 +17,38 @@ cheapest *drop* with the cheapest *move* (write to SSD) and does the cheaper one
 A DRAM copy of an object that is also on SSD ("clean") costs nothing to evict and goes first.
 SSD victims are the lowest-D SSD objects.
 
-Choices the paper leaves implicit (each a parameter):
-- **P(idle ≥ w)** (`idle_model`): "class-exp" (default) = q·e^(−λw) per object kind × reuse class
-  (never reused yet / reused): λ is the exponential fit of the reuse gaps observed in the last
-  `window_s` seconds, q the decayed fraction of accesses to that class that were followed by a
-  reuse (time constant `window_s`). "exp" = e^(−λw) with one λ per kind and q = 1.
-  Reuses of objects that were dropped and forgotten are invisible to the estimator (a ghost
-  segment that comes back does count), so q is biased low for policies that drop a lot.
-- **w's unit** (`w_unit`): "mean-gap" (default) measures w in units of the class's mean reuse
-  gap 1/λ, which makes D and the move cost both dollars per byte and γ dimensionless;
-  "second" takes w in seconds (γ then carries 1/s). w is floored at `min_idle` units.
+Choices the paper leaves implicit (each a parameter where it is a choice):
+- **P(idle ≥ w)** (`idle_model`): "hist" (default) = the probability that an object of its class
+  idle for w is reused, from `_estimators.ReuseHistogram`: decayed counts (time constant
+  `window_s`) of accesses into the class, of reuses, and of reuse gaps in log₂ bins; P =
+  G(≥w)/(G(≥w) + never-reused). "exp" = q·e^(−λw), λ an exponential fit of the class's gaps over
+  the last `window_s`, q the class's reuse fraction. Classes: kind × reuse class (accessed once /
+  more) × log₂ of the prefix length at the object's end (in 256-token units). Reuses of dropped
+  objects are counted through a bounded ghost table (`ghosts`): a segment recreated with the
+  same first key, a dropped state whose position a later request passes.
+- **Hybrid structure**: a segment that leads to no resident state (no resident state at its end,
+  no resident child) can be in no hit, so its D is 0 (it goes first; a request that later
+  checkpoints below it recomputes it anyway); a state whose segment already has a child (a later
+  request extended that prefix, so the next turn will use the deeper state) has P ×
+  `superseded_weight`.
+- **Units and arbitration**: D is dollars per byte per second (w in seconds, floored at
+  `min_idle_s`); the move cost is dollars per byte. They are compared through the horizon T an
+  object written now is expected to stay on SSD (an EWMA of the age of SSD victims at eviction;
+  `window_s` while the SSD has never evicted): drop iff D_drop·T ≤ γ·μ·p_w + D_ssd·T·(bytes to
+  displace)/s, where D_ssd is the lowest per-byte D among SSD objects (the next SSD victim) —
+  the victims' value is estimated from that one head, not by walking them. The drop candidate is
+  the lowest-D droppable leaf among the list heads (`scan` entries per list); the move candidate
+  is the root-side ancestor of the lowest-D DRAM object.
 - **μ(t)** (`budget`): "ratio" = (written / budget)^`budget_gain`, clipped to [0.05, 20];
   "fixed" = 1. The budget is `dwpd` drive writes per day of the simulated SSD capacity, i.e.
-  TBW·t/T_target with TBW = capacity·DWPD·365·years and T_target = years.
-- **displaced value**: when the SSD lacks room for a move, the displaced bytes are valued at
-  the lowest per-byte D among SSD objects (the next SSD victim), not by walking the victims.
-- **arbitration**: drop iff the cheapest drop's per-byte cost ≤ the cheapest move's per-byte
-  cost; the move candidate is the root-side ancestor of the lowest-D DRAM object.
+  TBW·t/T_target with TBW = capacity·DWPD·365·years and T_target = years. Traces that write far
+  above the budget make μ(t) saturate and Gandalf drop nearly everything: use `budget=fixed`
+  to study γ alone.
 
-Per-event work: objects sit in LRU lists per tier × kind × reuse class × size class (states
-bucketed by log₂ of their prefix length), inside which D is monotone in idle time, so the
-cheapest object of a list is its head and a decision looks at O(W) heads (W ≤ ~30 lists, up to
-`scan` entries each for the leaf test) plus the root-side walk. `split_victims` is off: a move
+Per-event work: objects sit in LRU lists per tier × class, inside which D is non-increasing in
+idle time, so the cheapest object of a list is (up to the hybrid adjustments) its head and a
+decision looks at O(W) heads (W ≈ 2 kinds × 2 reuse classes × ~10 length classes, up to `scan`
+entries each for the leaf test) plus the walk up the DRAM-only run to the root-side node. `split_victims` is off: a move
 must write the root side of a segment, not the leaf-side part the simulator would cut.
 
 Must not: do I/O, read the wall clock, keep global state.
@@ -55,8 +65,6 @@ from kvwear.errors import KvwearError
 from policies._estimators import ReuseHistogram, SlidingExpFit, WriteBudget
 from policies.base import POLICIES, Policy, PolicyParams, RequestInfo, SimContext, param
 from policies.tree import DRAM, FULL, LINEAR, SSD, Obj, Segment, State
-
-_ANY_TIER = 7
 
 
 @dataclass(frozen=True)
