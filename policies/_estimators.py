@@ -241,7 +241,11 @@ class ReuseHistogram:
                 acc += self.gaps[i]
                 suf[i] = acc
             self._suffix = suf
-        g = suf[self.bin_of(idle_s)]
+        if idle_s < self.min_gap_s:
+            g = suf[0]
+        else:
+            b = int(math.log2(idle_s / self.min_gap_s)) + 1
+            g = suf[b if b < self.bins else self.bins - 1]
         never = max(self.entries - self.reuses, 0.0)
         tot = g + never
         return g / tot if tot > 0 else 0.0

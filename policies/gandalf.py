@@ -138,6 +138,9 @@ class GandalfPolicy(Policy):
         self.p = p
         cfg = ctx.config
         self.c_token = cfg.gpu_usd_per_hour / 3600.0 / cfg.recompute_tokens_per_s
+        self.c_per_kv_byte = self.c_token / cfg.kv_bytes_per_token
+        self._hist_model = p.idle_model == "hist"
+        self._dcache: dict[Obj, float] = {}
         self.p_w = cfg.ssd_usd_per_tb_written / 1e12
         day = 86400.0
         cap = max(ctx.capacity_bytes[SSD], 1)
@@ -175,6 +178,8 @@ class GandalfPolicy(Policy):
 
     def _observe_access(self, obj: Obj, new: bool) -> None:
         """Count an access: a reuse (with its gap) if the object, or its ghost, was seen before."""
+        if self._dcache:
+            self._dcache.clear()
         now = self.ctx.now_s
         k = obj.kind
         prev = obj.pdata
@@ -223,27 +228,42 @@ class GandalfPolicy(Policy):
         if len(g) > self.p.ghosts:
             g.popitem(last=False)
 
-    def p_idle(self, obj: Obj, idle_s: float) -> float:
+    def class_of(self, obj: Obj) -> ClassKey:
+        return (obj.kind, _rc(obj.pdata[1] if obj.pdata else 1), _size_class(obj))
+
+    def p_idle(self, obj: Obj, idle_s: float, key: ClassKey | None = None) -> float:
         """P(idle ≥ w): the probability that an object of this class idle for w is reused."""
-        key = (obj.kind, _rc(obj.pdata[1] if obj.pdata else 1), _size_class(obj))
-        h = self._hist(key)
-        if self.p.idle_model == "hist":
+        if key is None:
+            key = self.class_of(obj)
+        h = self.hists.get(key) or self._hist(key)
+        if self._hist_model:
             return h.p_reuse(idle_s)
         q = h.p_reuse(0.0)
         return q * math.exp(-self.fits[key].rate(self.ctx.now_s) * idle_s)
 
-    def drop_cost(self, obj: Obj) -> float:
-        """D = P(idle ≥ w)·n·c/(s·w): dollars per byte per second (w in s, floored at min_idle_s)."""
-        w_s = max(self.ctx.now_s - obj.last_s, 0.0)
-        w = max(w_s, self.p.min_idle_s)
-        p = self.p_idle(obj, w_s)
-        if self.hybrid:
-            if obj.kind == FULL:
-                if _leads_nowhere(obj):  # type: ignore[arg-type]
-                    return 0.0
-            elif obj.seg.children:  # type: ignore[attr-defined]
+    def drop_cost(self, obj: Obj, key: ClassKey | None = None) -> float:
+        """D = P(idle ≥ w)·n·c/(s·w): dollars per byte per second (w in s, floored at min_idle_s).
+
+        n·c/s is c/kv_bytes_per_token for KV (exact up to the rounding of a partial last block)
+        and end_tokens·c/state_bytes for a state. `key` is the object's list (class) if known.
+        """
+        if self.hybrid and obj.kind == FULL and _leads_nowhere(obj):  # type: ignore[arg-type]
+            return 0.0
+        w_s = self.ctx.now_s - obj.last_s
+        if w_s < 0.0:
+            w_s = 0.0
+        p = self.p_idle(obj, w_s, key)
+        if p == 0.0:
+            return 0.0
+        if obj.kind == FULL:
+            vpb = self.c_per_kv_byte
+        else:
+            st: State = obj  # type: ignore[assignment]
+            vpb = st.seg.end_tokens * self.c_token / max(st.nbytes, 1)
+            if self.hybrid and st.seg.children:
                 p *= self.p.superseded_weight
-        return p * _tokens(obj) * self.c_token / (max(obj.nbytes, 1) * w)
+        w = w_s if w_s > self.p.min_idle_s else self.p.min_idle_s
+        return p * vpb / w
 
     def horizon_s(self) -> float:
         """T: how long a moved object is expected to stay on SSD (the SSD's eviction age)."""
@@ -279,12 +299,21 @@ class GandalfPolicy(Policy):
         del self.lists[tier][key][obj]
         return True
 
+    def _cached_cost(self, obj: Obj, key: ClassKey) -> float:
+        """drop_cost, memoized between accesses: during one request's evictions nothing it
+        depends on changes except the tree around removed objects (invalidated in `removed`)."""
+        c = self._dcache
+        d = c.get(obj)
+        if d is None:
+            d = c[obj] = self.drop_cost(obj, key)
+        return d
+
     def _cheapest(self, tier: int) -> tuple[float, Obj] | None:
         best: tuple[float, Obj] | None = None
-        for od in self.lists[tier].values():
+        for key, od in self.lists[tier].items():
             if od:
                 o = next(iter(od))
-                d = self.drop_cost(o)
+                d = self._cached_cost(o, key)
                 if best is None or d < best[0]:
                     best = (d, o)
         return best
@@ -307,6 +336,12 @@ class GandalfPolicy(Policy):
                 self.clean[obj] = None
 
     def removed(self, obj: Obj, tier: int) -> None:
+        c = self._dcache
+        if c:
+            c.pop(obj, None)
+            up = obj.parent if obj.kind == FULL else obj.seg  # type: ignore[attr-defined]
+            if up is not None:
+                c.pop(up, None)
         if not obj.tiers:
             self._forget(obj)
         if tier == DRAM:
@@ -377,11 +412,11 @@ class GandalfPolicy(Policy):
         drop: tuple[float, Obj] | None = None
         coldest: tuple[float, Obj] | None = None
         scan = self.p.scan
-        for od in self.lists[DRAM].values():
+        for key, od in self.lists[DRAM].items():
             for i, o in enumerate(od):
                 if i >= scan:
                     break
-                d = self.drop_cost(o)
+                d = self._cached_cost(o, key)
                 if i == 0 and (coldest is None or d < coldest[0]):
                     coldest = (d, o)
                 if self._droppable(o):
