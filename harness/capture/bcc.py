@@ -5,12 +5,16 @@ in a hash keyed by (dev, sector) until the completion arrives; then one 40-byte 
 (issue time, sector, latency, bytes, dev, rwbs) is appended to a per-CPU batch of 64, and full
 batches go to user space through a perf buffer (one wake-up per 64 requests keeps the Python side
 off the CPU fio needs; partial batches are read from the per-CPU map on stop). A requeued
-request is forgotten (it will be issued again); an issue that finds an older request at
-the same sector still in flight emits the older one without latency, so no request's bytes are
-lost; on stop, requests still in flight are emitted without latency. A poll thread copies raw
-batches and converts them with numpy into BLOCK_TRACE Parquet (kvwear.tables). Lost samples are
-counted by the perf buffer's lost callback (× 64 requests each), plus the kernel's count of probe runs it
-skipped because another BPF program was running on that CPU (fdinfo `recursion_misses`).
+request is forgotten (it will be issued again). Requests in flight at the same sector take one of
+SLOTS slots of the key; a completion takes the first slot it manages to delete (the delete is the
+ownership token, so racing CPUs never emit one request twice); with no free slot the request is
+emitted at issue without latency — so a request is never doubled, and lost only when the kernel
+skips its issue probe (counted below). On stop, requests still in flight are emitted without
+latency. A poll thread copies raw batches and converts them with numpy into BLOCK_TRACE Parquet
+(kvwear.tables). Lost samples are counted by the perf buffer's lost callback (× 64 requests
+each), plus the kernel's count of probe runs it skipped because another BPF program was running
+on that CPU (fdinfo `recursion_misses`; an upper bound, since runs for other devices' requests
+are skipped before the filter can drop them).
 
 Needs root, tracefs and kernel headers (bcc compiles at run time; scripts/setup-bcc.sh links
 Debian's headers) and Debian's python3-bpfcc made importable from the venv. It must not run fio.
@@ -42,9 +46,10 @@ from kvwear.tables import TableWriter
 NO_LATENCY = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 BATCH = 64   # requests per perf sample: one user-space wake-up per 64 requests, not per request
+SLOTS = 4    # requests in flight at one sector that keep their latency
 
 PROGRAM = r"""
-struct key_t { u32 dev; u32 pad; u64 sector; };
+struct key_t { u32 dev; u32 slot; u64 sector; };
 struct val_t { u64 ts; u32 bytes; u32 pad; char rwbs[8]; };
 struct event_t { u64 ts; u64 sector; u64 lat; u32 bytes; u32 dev; char rwbs[8]; };
 struct batch_t { u32 n; u32 pad; struct event_t ev[BATCH]; };
@@ -52,7 +57,7 @@ struct batch_t { u32 n; u32 pad; struct event_t ev[BATCH]; };
 BPF_HASH(inflight, struct key_t, struct val_t, 262144);
 BPF_PERCPU_ARRAY(batches, struct batch_t, 1);
 BPF_PERF_OUTPUT(events);
-BPF_ARRAY(counters, u64, 4);   /* 0 unmatched completions, 1 collisions, 2 requeues, 3 hash full */
+BPF_ARRAY(counters, u64, 4);   /* 0 unmatched completions, 1 emitted at issue (no slot), 2 requeues */
 
 static inline void bump(int i) {
     u64 *c = counters.lookup(&i);
@@ -80,19 +85,22 @@ static inline void emit(void *ctx, u64 ts, u64 sector, u64 lat, u32 bytes, u32 d
 
 TRACEPOINT_PROBE(block, block_rq_issue) {
     if (args->dev != KVWEAR_DEV) return 0;
-    struct key_t k = {};
-    k.dev = args->dev;
-    k.sector = args->sector;
-    struct val_t *old = inflight.lookup(&k);
-    if (old) {
-        emit(args, old->ts, k.sector, ~0ULL, old->bytes, k.dev, old->rwbs);
-        bump(1);
-    }
     struct val_t v = {};
     v.ts = bpf_ktime_get_ns();
     v.bytes = args->bytes;
     bpf_probe_read_kernel(&v.rwbs, 8, args->rwbs);
-    if (inflight.update(&k, &v) != 0) bump(3);
+    struct key_t k = {};
+    k.dev = args->dev;
+    k.sector = args->sector;
+    /* Requests in flight at the same sector take the next free slot (insert = BPF_NOEXIST). */
+    #pragma unroll
+    for (int i = 0; i < SLOTS; i++) {
+        k.slot = i;
+        if (inflight.insert(&k, &v) == 0) return 0;
+    }
+    /* No slot (or the map is full): keep the request's bytes, give up its latency. */
+    emit(args, v.ts, k.sector, ~0ULL, v.bytes, k.dev, v.rwbs);
+    bump(1);
     return 0;
 }
 
@@ -101,7 +109,11 @@ TRACEPOINT_PROBE(block, block_rq_requeue) {
     struct key_t k = {};
     k.dev = args->dev;
     k.sector = args->sector;
-    inflight.delete(&k);
+    #pragma unroll
+    for (int i = 0; i < SLOTS; i++) {
+        k.slot = i;
+        if (inflight.delete(&k) == 0) break;   /* it will be issued again */
+    }
     bump(2);
     return 0;
 }
@@ -112,11 +124,19 @@ TRACEPOINT_PROBE(block, block_rq_complete) {
     struct key_t k = {};
     k.dev = args->dev;
     k.sector = args->sector;
-    struct val_t *v = inflight.lookup(&k);
-    if (!v) { bump(0); return 0; }
-    struct val_t copy = *v;
-    inflight.delete(&k);
-    emit(args, copy.ts, k.sector, now - copy.ts, copy.bytes, k.dev, copy.rwbs);
+    #pragma unroll
+    for (int i = 0; i < SLOTS; i++) {
+        k.slot = i;
+        struct val_t *v = inflight.lookup(&k);
+        if (!v) continue;
+        struct val_t copy = *v;
+        /* Whoever deletes the entry owns it: a request is emitted exactly once even when
+           completions at one sector race on two CPUs. */
+        if (inflight.delete(&k) != 0) continue;
+        emit(args, copy.ts, k.sector, now - copy.ts, copy.bytes, k.dev, copy.rwbs);
+        return 0;
+    }
+    bump(0);
     return 0;
 }
 """
@@ -176,7 +196,8 @@ class BccTracer:
                 f"bcc: cannot import the bcc Python module ({exc}); install python3-bpfcc and run "
                 "`sudo scripts/setup-bcc.sh .venv` to make it importable from the venv") from None
         try:
-            self._bpf = BPF(text=self.program.encode(), cflags=[f"-DKVWEAR_DEV={int(dev)}u", f"-DBATCH={BATCH}"])
+            self._bpf = BPF(text=self.program.encode(),
+                            cflags=[f"-DKVWEAR_DEV={int(dev)}u", f"-DBATCH={BATCH}", f"-DSLOTS={SLOTS}"])
         except Exception as exc:   # bcc raises plain Exception on compile/load failure
             raise TracerUnavailable(f"bcc: the BPF program did not compile or load: {exc}") from None
         self._writer = TableWriter(BLOCK_TRACE, out_path)
@@ -258,7 +279,7 @@ class BccTracer:
             tracer=self.name, parquet_path=path, events=self._writer.rows, lost_events=self.lost + misses,
             bytes_by_op=dict(self._bytes), requests_by_op=dict(self._reqs),
             unmatched_completions=counters[0], no_completion=self._no_completion,
-            extra={"collisions": counters[1], "requeues": counters[2], "hash_full": counters[3],
+            extra={"emitted_at_issue": counters[1], "requeues": counters[2],
                    "perf_buffer_lost": self.lost, "bpf_recursion_misses": misses},
         )
 

@@ -4,10 +4,10 @@ A bpftrace script on block:block_rq_issue / block_rq_requeue / block_rq_complete
 dev_t in the kernel, prints one compact line per event to a file in the work directory:
 `I <t_ns> <sector> <bytes> <rwbs>`, `Q <t_ns> <sector> 0 -`, `C <t_ns> <sector> 0 -`.
 bpftrace's own `Lost N events` lines count dropped samples, and the kernel's per-program
-`recursion_misses` (read from bpftrace's fdinfo before it exits) count skipped probe runs. On
-stop the file is parsed by the pure `parse_bpftrace_output`, which matches each issue with the
-next event at the same sector (time-ordered: per-CPU buffers interleave lines), and written as
-BLOCK_TRACE Parquet.
+`recursion_misses` (read from bpftrace's fdinfo before it exits) count skipped probe runs (an
+upper bound: runs for other devices' requests count too). On stop the file is parsed by the pure
+`parse_bpftrace_output`, which matches each issue with the next event at the same sector
+(time-ordered: per-CPU buffers interleave lines), and written as BLOCK_TRACE Parquet.
 
 It must not run fio, and it never writes anything but its own output file and Parquet file.
 """
