@@ -1,0 +1,49 @@
+"""`kvwear run --device block:/dev/loopN` on a loop device the test creates: the report's
+cross-validation lists plan, fio, eBPF and psutil bytes per policy, and they agree exactly."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from harness.cli import app
+from harness.devices.fio import loop_device
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0 or shutil.which("fio") is None, reason="needs root and fio"),
+]
+
+
+def test_run_on_a_loop_device_with_capture(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with loop_device(tmp_path / "drive.img", 1 << 30) as dev:
+        res = CliRunner().invoke(app, [
+            "run", "-o", str(out), "--device", f"block:{dev}", "--tracer", "auto", "--no-trim",
+            "--policy", "lru", "--policy", "type-aware", "--param", "sessions=3", "--param", "turns=3",
+            "--dram", "1GB", "--ssd", "900MB",
+        ])
+        assert res.exit_code == 0, res.output + repr(res.exception)
+    for label in ("lru", "type-aware"):
+        plan = json.loads((out / "replay" / label / "plan.json").read_text())
+        checks = json.loads((out / "estimate" / label / "crossval.json").read_text())["checks"]
+        host = {c["source"]: c for c in checks if c["quantity"] == "host bytes"}
+        assert any(s.startswith("fio-") for s in host), host
+        assert any(s.startswith("ebpf:") for s in host), host
+        assert "wear:psutil" in host
+        for c in host.values():
+            assert c["predicted"] == plan["aligned_write_bytes"] > 0
+            assert c["measured"] == c["predicted"], c            # exact for aligned direct I/O
+        device = json.loads((out / "device" / label / "result.json").read_text())
+        assert isinstance(device["capture"]["lost_events"], int)       # counted and reported
+        assert device["identity"]["serial"].startswith("loop:")
+        assert (out / "device" / label / "block_trace.parquet").exists()
+        assert (out / "device" / label / "wear.parquet").exists()
+    html = (out / "report" / "report.html").read_text()
+    for src in ("fio-", "ebpf:", "wear:psutil"):
+        assert src in html
