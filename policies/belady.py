@@ -97,7 +97,7 @@ class BeladyPolicy(Policy):
         k = _key(obj)
         nxt = obj.next_seq
         if nxt < NEVER:
-            if nxt <= self.ctx.seq and obj.last_seq < nxt:
+            if nxt < self.ctx.seq and obj.last_seq < nxt:
                 # its next reference went by without using it (a deeper state served that
                 # request): its next use is unknown, treat it as never
                 return (-NEVER, k[1])
@@ -108,9 +108,11 @@ class BeladyPolicy(Policy):
 
     def _expire(self) -> None:
         """Re-key objects whose next reference has passed without touching them."""
+        # strictly before the current request: during its walk (leaf → root) an object due now
+        # may still be touched after an admission decision is made for a deeper one
         now = self.ctx.seq
         due = self.due
-        while self._due_seq <= now:
+        while self._due_seq < now:
             for obj in due.pop(self._due_seq, ()):
                 if obj.next_seq == self._due_seq and obj.last_seq < obj.next_seq:
                     for h in self.heaps.values():
