@@ -244,12 +244,16 @@ class DriveConfig:
     serial: str = "kvwear0001"
     cache: CacheMode = "none"            # none: O_DIRECT on the host; writeback: host page cache
     femu: FemuGeometry | None = None
+    drive_options: str = ""              # extra QEMU -drive options, e.g. "throttling.bps-write=8388608"
 
     def __post_init__(self) -> None:
         if self.cache not in ("none", "writeback"):
             raise KvwearError(f"drive cache must be 'none' or 'writeback', got {self.cache!r}")
         if not re.fullmatch(r"[A-Za-z0-9._-]{1,20}", self.serial):
             raise KvwearError(f"drive serial {self.serial!r}: 1-20 characters of [A-Za-z0-9._-]")
+        kv = r"[A-Za-z0-9._-]+=[A-Za-z0-9._-]+"
+        if self.drive_options and not re.fullmatch(rf"{kv}(,{kv})*", self.drive_options):
+            raise KvwearError(f"drive_options {self.drive_options!r}: expected key=value[,key=value...]")
         if (self.image is None) == (self.femu is None):
             raise KvwearError("a drive is either a stock QEMU drive with an image or a FEMU drive, not both/neither")
 
@@ -309,7 +313,8 @@ def qemu_argv(cfg: GuestConfig, image: GuestImage, initrd: Path, console_log: Pa
     else:
         assert d.image is not None
         argv += [
-            "-drive", f"file={_qemu_path(d.image)},if=none,id=nvm,format=raw,cache={d.cache},aio=threads",
+            "-drive", f"file={_qemu_path(d.image)},if=none,id=nvm,format=raw,cache={d.cache},aio=threads"
+            + (f",{d.drive_options}" if d.drive_options else ""),
             "-device", f"nvme,serial={d.serial},drive=nvm",
         ]
     return argv

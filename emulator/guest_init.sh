@@ -38,10 +38,19 @@ finish() {
 rc() { echo "$1 $2" >> /out/rc.txt; }   # rc NAME STATUS
 
 event init "$(cut -d' ' -f1 /proc/uptime)"
+# insmod (unlike modprobe) does not read module options from the kernel command line: pass the
+# `module.param=value` words (nvme_core.io_timeout=…) to the module they name ourselves.
 while read -r m; do
-  insmod "/lib/modules/$m.ko" 2>>/out/insmod.txt
+  prefix="$(echo "$m" | tr - _)."
+  params=""
+  for a in $(cat /proc/cmdline); do
+    case "$(echo "${a%%=*}" | tr - _)" in "$prefix"*) params="$params ${a#*.}" ;; esac
+  done
+  # shellcheck disable=SC2086  # one word per option
+  insmod "/lib/modules/$m.ko" $params 2>>/out/insmod.txt
   rc "insmod:$m" $?
 done < /lib/modules/load-order
+event nvme-params "io_timeout=$(cat /sys/module/nvme_core/parameters/io_timeout 2>/dev/null)"
 
 # The emulated drive: the only NVMe controller in the guest.
 i=0

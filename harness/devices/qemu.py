@@ -18,7 +18,8 @@ logged NVMe timeouts raises (emulator.guest.GuestIOTimeoutError) and is never re
 guest output (fio JSON, SMART json/binary/smartctl, dmesg, exit codes) is kept under
 `<workdir>/guest/`.
 
-Options (DeviceSpec.options): serial, cache (none|writeback), accel (tcg|kvm|auto), cpus,
+Options (DeviceSpec.options): serial, cache (none|writeback), drive_options (extra QEMU -drive
+options, e.g. throttling.bps-write=… to give the drive a real drive's speed), accel (tcg|kvm|auto), cpus,
 memory_mib, boot_timeout_s, job_timeout_s, io_timeout_s, iodepth (1), ioengine (libaio),
 skip_trims (False: fio 3.33 drops iolog trims, so a plan with trims is refused), precondition
 (none|fill: one sequential pass over the drive before the first snapshot), guest_dir,
@@ -65,7 +66,8 @@ BLOCK_BYTES = 512
 FEMU_BINARY_ENV = "KVWEAR_FEMU_BINARY"
 OPTIONS = ("serial", "cache", "accel", "cpus", "memory_mib", "boot_timeout_s", "job_timeout_s", "io_timeout_s",
            "iodepth", "ioengine", "skip_trims", "precondition", "guest_dir", "qemu_binary", "femu_binary",
-           "confirm_serial")   # confirm_serial: passed by `kvwear run` to every backend; a drive we create needs none
+           # confirm_serial: `kvwear run` passes it to every backend; a drive we create needs none
+           "confirm_serial", "drive_options")
 
 
 def host_observation_note(cache: str, femu: bool = False) -> str:
@@ -179,7 +181,8 @@ class GuestDevice:
         self._size = size
         self.config = GuestConfig(
             drive=DriveConfig(image=self.drive_image, serial=str(opts.get("serial", "kvwear0001")),
-                              cache=opts.get("cache", "none"), femu=self.femu),
+                              cache=opts.get("cache", "none"), femu=self.femu,
+                              drive_options=str(opts.get("drive_options", ""))),
             qemu_binary=qemu_binary, accel=opts.get("accel", "tcg"), cpus=_int(opts, "cpus", 1),
             memory_mib=_int(opts, "memory_mib", 512), boot_timeout_s=_float(opts, "boot_timeout_s", 120.0),
             job_timeout_s=_float(opts, "job_timeout_s", 600.0), io_timeout_s=_int(opts, "io_timeout_s", 15),
