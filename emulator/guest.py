@@ -469,8 +469,9 @@ def _tail(path: Path, n: int = 1500) -> str:
 
 def run_guest(cfg: GuestConfig, job: GuestJob, workdir: Path, *, check_io_timeouts: bool = True,
               poll_s: float = 0.05) -> GuestRun:
-    """Boot the guest with `job`, wait for its result, verify it, reap QEMU. Files land in `workdir`:
-    initrd-job.img, console.log, result.log, qemu.stderr. Raises GuestError subclasses."""
+    """Boot the guest with `job`, wait for its result, verify it, reap QEMU. Files kept in `workdir`:
+    console.log, result.log, qemu.stderr (initrd-job.img only while QEMU runs). Raises GuestError
+    subclasses."""
     image = find_guest(cfg.guest_folder)
     accel = cfg.accel
     if accel == "auto":
@@ -516,6 +517,7 @@ def run_guest(cfg: GuestConfig, job: GuestJob, workdir: Path, *, check_io_timeou
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+            initrd.unlink(missing_ok=True)     # a 30+ MB derived copy; the job's files are kept by callers
     wall = time.monotonic() - t0
     data = result.read_bytes()
     if b"KVWEAR-EVENT done " not in data:

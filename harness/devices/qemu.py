@@ -174,7 +174,6 @@ class GuestDevice:
             size = int(spec.capacity_bytes) if spec.capacity_bytes is not None else DEFAULT_QEMU_BYTES
             cap = size
             self.drive_image = Path(spec.target) if spec.target else self.workdir / "qemu-nvme.img"
-            self._prepare_image(self.drive_image, size)
         if cap <= 0 or cap > size:
             raise KvwearError(f"device {spec.kind}: capacity {cap} bytes outside the drive's {size} bytes")
         self._capacity = cap - cap % BLOCK_BYTES
@@ -187,6 +186,8 @@ class GuestDevice:
             memory_mib=_int(opts, "memory_mib", 512), boot_timeout_s=_float(opts, "boot_timeout_s", 120.0),
             job_timeout_s=_float(opts, "job_timeout_s", 600.0), io_timeout_s=_int(opts, "io_timeout_s", 15),
             guest_folder=guest_folder)
+        if self.drive_image is not None:     # only once every setting has been accepted
+            self._prepare_image(self.drive_image, size)
         self.fio_version = _fio_version_from_stamp(self.image.stamp)
         self._identity: DeviceIdentity | None = None
         self.last_run: GuestRun | None = None

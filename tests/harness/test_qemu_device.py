@@ -107,6 +107,9 @@ def test_refusals_before_any_boot(guest_image: GuestImage, tmp_path: Path) -> No
         open_device(DeviceSpec("qemu", options={"depth": 4}), tmp_path)
     with pytest.raises(KvwearError, match="iodepth: expected an integer"):
         open_device(DeviceSpec("qemu", options={"iodepth": "deep"}), tmp_path)
+    with pytest.raises(KvwearError, match="cache must be 'none' or 'writeback'"):
+        open_device(DeviceSpec("qemu", capacity_bytes=MiB, options={"cache": "unsafe"}), tmp_path)
+    assert not (tmp_path / "qemu-nvme.img").exists()          # nothing created for a refused config
     with pytest.raises(KvwearError, match="regular image file"):
         open_device(DeviceSpec("qemu", target="/dev/null", capacity_bytes=MiB), tmp_path)
     dev = open_device(DeviceSpec("qemu", capacity_bytes=8 * MiB), tmp_path)
