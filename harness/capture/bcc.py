@@ -31,11 +31,14 @@ import numpy as np
 import pyarrow as pa
 
 from harness.capture.base import (
+    OPS,
     TRACERS,
     CaptureResult,
     TracerUnavailable,
     bpf_prog_misses,
-    classify_rwbs,
+    classify_rwbs_codes,
+    int64_with_nulls,
+    op_dictionary,
     require_headers,
     require_root,
     require_tracefs,
@@ -151,12 +154,11 @@ def events_to_table(raw: bytes) -> pa.Table:
     """Packed 40-byte event records → a BLOCK_TRACE table (pure; latency null when unknown)."""
     ev = np.frombuffer(raw, dtype=EVENT_DTYPE)
     lat = ev["lat"]
-    lat_arr = pa.array(lat.astype(np.int64), mask=(lat == NO_LATENCY))
-    rwbs = pa.array(np.char.decode(ev["rwbs"], "ascii"))
+    lat_arr = int64_with_nulls(lat.astype(np.int64), lat == NO_LATENCY)
     return pa.table({
         "t_ns": pa.array(ev["t_ns"].astype(np.int64)),
         "dev": pa.array(ev["dev"].astype(np.int64)),
-        "op": classify_rwbs(rwbs),
+        "op": op_dictionary(classify_rwbs_codes(ev["rwbs"])),
         "sector": pa.array(ev["sector"].astype(np.int64)),
         "bytes": pa.array(ev["bytes"].astype(np.int64)),
         "latency_ns": lat_arr,
@@ -201,7 +203,9 @@ class BccTracer:
         except Exception as exc:   # bcc raises plain Exception on compile/load failure
             raise TracerUnavailable(f"bcc: the BPF program did not compile or load: {exc}") from None
         self._writer = TableWriter(BLOCK_TRACE, out_path)
-        self._bpf[b"events"].open_perf_buffer(self._on_event, page_cnt=self.perf_pages, lost_cb=self._on_lost)
+        # Wake the poll thread every 8 samples (512 requests) per CPU; stop() consumes the rest.
+        self._bpf[b"events"].open_perf_buffer(self._on_event, page_cnt=self.perf_pages, lost_cb=self._on_lost,
+                                              wakeup_events=8)
         self._thread = threading.Thread(target=self._poll, name="kvwear-bcc-poll", daemon=True)
         self._thread.start()
 
@@ -227,12 +231,14 @@ class BccTracer:
         if table.num_rows == 0:
             return
         self._writer.write(table)
-        ops = table.column("op").to_numpy(zero_copy_only=False)
+        codes = table.column("op").combine_chunks().indices.to_numpy()
         nbytes = table.column("bytes").to_numpy()
-        for o in np.unique(ops):
-            sel = ops == o
-            self._bytes[o] = self._bytes.get(o, 0) + int(nbytes[sel].sum())
-            self._reqs[o] = self._reqs.get(o, 0) + int(sel.sum())
+        by_bytes = np.bincount(codes, weights=nbytes, minlength=len(OPS))
+        by_reqs = np.bincount(codes, minlength=len(OPS))
+        for i, o in enumerate(OPS):
+            if by_reqs[i]:
+                self._bytes[o] = self._bytes.get(o, 0) + int(by_bytes[i])
+                self._reqs[o] = self._reqs.get(o, 0) + int(by_reqs[i])
         self._no_completion += table.column("latency_ns").null_count
 
     def _flush(self) -> None:
@@ -250,8 +256,8 @@ class BccTracer:
             if self._error is not None:
                 raise self._error
             # Drain what is still in the buffers, then the requests still in flight.
-            for _ in range(3):
-                self._bpf.perf_buffer_poll(timeout=10)
+            self._bpf.perf_buffer_poll(timeout=10)
+            self._bpf.perf_buffer_consume()
             self._flush()
             # Partial batches still sitting in the per-CPU buffers.
             partial = [bytes(b)[:BATCH_DTYPE.itemsize] for b in self._bpf[b"batches"][ctypes.c_int(0)]]

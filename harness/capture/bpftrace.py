@@ -33,6 +33,7 @@ from harness.capture.base import (
     TracerUnavailable,
     bpf_prog_misses,
     classify_rwbs,
+    int64_with_nulls,
     require_program,
     require_root,
     require_tracefs,
@@ -122,7 +123,7 @@ def parse_bpftrace_output(text: bytes, dev: int, source: str = "bpftrace output"
         "op": classify_rwbs(rwbs),
         "sector": pa.array(sector[rows]),
         "bytes": pa.array(t.column("bytes").to_numpy()[rows]),
-        "latency_ns": pa.array(lat_k, mask=~has_lat),
+        "latency_ns": int64_with_nulls(lat_k, ~has_lat),
     })
     return ParsedTrace(table, lost, unmatched, int(requeued.sum()))
 
