@@ -121,6 +121,38 @@ def _flag(opts: Mapping[str, Any], key: str) -> bool:
     return bool(v)
 
 
+def smart_deltas(before_bin: bytes, after_bin: bytes, before_json: bytes | None = None,
+                 after_json: bytes | None = None, source: str = "guest") -> dict[str, Any]:
+    """SMART before → after from the binary logs: Data Units Written (with the byte bounds that
+    rounding allows), host write commands, percentage used. nvme-cli's JSON of the same snapshots,
+    when given, must agree with the binary log on those counters."""
+    samples = []
+    for phase, raw, js in (("before", before_bin, before_json), ("after", after_bin, after_json)):
+        log = parse_smart_log_binary(raw, f"{source}/smart-{phase}.bin")
+        if js is not None:
+            j = parse_smart_log_json(js, f"{source}/smart-{phase}.json")
+            if (j.data_units_written, j.host_write_commands) != (log.data_units_written, log.host_write_commands):
+                raise KvwearError(f"SMART {phase}: nvme-cli JSON and binary logs disagree ({source})")
+        samples.append(sample_from_smart_log(log, "nvme-smart-binary", hexdump(raw)))
+    d = delta(samples[0], samples[1])
+    return {"smart_duw_delta": d.data_units, "smart_duw_bytes_bounds": d.host_bytes_bounds,
+            "smart_host_write_commands_delta": d.host_write_commands,
+            "smart_percentage_used_delta": d.percentage_used,
+            "smart_data_units_written_after": samples[1].data_units_written}
+
+
+def femu_deltas(before_bin: bytes, after_bin: bytes, source: str = "guest") -> dict[str, Any]:
+    """FEMU's vendor counters before → after (exact 4 KiB pages): host and GC-relocated pages,
+    NAND bytes = (host + GC pages) × 4096, and the WAF of this interval (None if no host page)."""
+    d = delta(sample_from_femu(before_bin, f"{source}/smart-before.bin"),
+              sample_from_femu(after_bin, f"{source}/smart-after.bin"))
+    before, after = parse_femu_counters(before_bin), parse_femu_counters(after_bin)
+    return {"femu_host_pages_delta": after.host_pages - before.host_pages,
+            "femu_gc_pages_delta": after.gc_pages - before.gc_pages,
+            "femu_host_bytes_delta": d.host_bytes, "femu_nand_bytes_delta": d.nand_bytes, "femu_waf": d.waf,
+            "femu_waf_word_after": after.waf_milli, "femu_page_bytes": FEMU_PAGE_BYTES}
+
+
 def _fio_version_from_stamp(stamp: str) -> str:
     """The guest's fio version from the image stamp ('fio=3.33-3' → 'fio-3.33')."""
     m = re.search(r"^fio=(?:\d+:)?(\d+(?:\.\d+)*)", stamp, re.MULTILINE)
@@ -286,41 +318,20 @@ class GuestDevice:
             "ioengine": self.ioengine, "iodepth": self.iodepth, "timed": timed,
             "boot_s": run.boot_s, "guest_wall_s": run.wall_s, "guest_fio_s": run.fio_s, "accel": run.accel,
             "guest_outputs": str(outdir), "iolog": str(log.path), "host_observation": self.host_observation_note(),
-            **self._smart_deltas(run, outdir),
+            **smart_deltas(run.files["smart-before.bin"], run.files["smart-after.bin"],
+                           run.files["smart-before.json"], run.files["smart-after.json"], str(outdir)),
         }
         nand: int | None = None
         waf: float | None = None
         if self.femu is not None:
-            fb = sample_from_femu(run.files["smart-before.bin"], str(outdir / "smart-before.bin"))
-            fa = sample_from_femu(run.files["smart-after.bin"], str(outdir / "smart-after.bin"))
-            fd = delta(fb, fa)
-            before = parse_femu_counters(run.files["smart-before.bin"])
-            after = parse_femu_counters(run.files["smart-after.bin"])
-            nand, waf = fd.nand_bytes, fd.waf
-            extra.update(femu_host_pages_delta=after.host_pages - before.host_pages,
-                         femu_gc_pages_delta=after.gc_pages - before.gc_pages, femu_waf=waf,
-                         femu_waf_word_after=after.waf_milli, femu_page_bytes=FEMU_PAGE_BYTES)
+            fd = femu_deltas(run.files["smart-before.bin"], run.files["smart-after.bin"], str(outdir))
+            nand, waf = fd["femu_nand_bytes_delta"], fd["femu_waf"]
+            extra.update(fd)
         return ReplayResult(
             device=f"{self.spec.kind}:{self._path()}", write_bytes=write_bytes, read_bytes=read_bytes,
             trim_bytes=trim_bytes, write_ios=s.write.total_ios, read_ios=s.read.total_ios, wall_s=wall,
             nand_write_bytes=nand, waf=waf, tool=s.fio_version, tool_output_path=str(outdir / "fio.json"),
             extra=extra)
-
-    def _smart_deltas(self, run: GuestRun, outdir: Path) -> dict[str, Any]:
-        """SMART before → after from the binary log (the JSON is cross-checked against it)."""
-        samples = []
-        for phase in ("before", "after"):
-            raw = run.files[f"smart-{phase}.bin"]
-            log = parse_smart_log_binary(raw, str(outdir / f"smart-{phase}.bin"))
-            js = parse_smart_log_json(run.files[f"smart-{phase}.json"], str(outdir / f"smart-{phase}.json"))
-            if js.data_units_written != log.data_units_written or js.host_write_commands != log.host_write_commands:
-                raise KvwearError(f"SMART {phase}: nvme-cli JSON and binary logs disagree (outputs in {outdir})")
-            samples.append(sample_from_smart_log(log, "nvme-smart-binary", hexdump(raw)))
-        d = delta(samples[0], samples[1])
-        return {"smart_duw_delta": d.data_units, "smart_duw_bytes_bounds": d.host_bytes_bounds,
-                "smart_host_write_commands_delta": d.host_write_commands,
-                "smart_percentage_used_delta": d.percentage_used,
-                "smart_data_units_written_after": samples[1].data_units_written}
 
     def _identity_from_run(self, run: GuestRun) -> DeviceIdentity:
         ctrl = parse_id_ctrl_json(run.files["id-ctrl.json"], "guest nvme id-ctrl -o json")

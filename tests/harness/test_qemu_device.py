@@ -15,7 +15,7 @@ import pytest
 
 from emulator.guest import FemuGeometry, GuestImage, GuestNotBuiltError, build_guest
 from harness.devices.base import DEVICES, DeviceSpec, ReplayResult, open_device
-from harness.devices.qemu import GuestDevice, host_observation_note
+from harness.devices.qemu import GuestDevice, femu_deltas, host_observation_note, smart_deltas
 from harness.schema import BLOCK_OPS
 from harness.wear.base import NVME_DATA_UNIT_BYTES
 from kvwear.errors import InputError, KvwearError
@@ -50,6 +50,36 @@ def guest_image() -> GuestImage:
 
 def test_qemu_and_femu_are_registered() -> None:
     assert "qemu" in DEVICES and "femu" in DEVICES
+
+
+def test_femu_deltas_on_recorded_femu_logs(fixtures_dir: Path) -> None:
+    # Recorded FEMU run (fixtures README): snapshot 1 after a sequential fill, 2 after random 4 KiB
+    # writes of 2 × the namespace — FEMU counted 98,304 more host pages and 664,832 GC pages.
+    f = fixtures_dir / "femu-bbssd"
+    d = femu_deltas((f / "smart-log-1.bin").read_bytes(), (f / "smart-log-2.bin").read_bytes())
+    fio_rand = json.loads((f / "fio_rand_json.json").read_text())["jobs"][0]["write"]["io_bytes"]
+    assert d["femu_host_pages_delta"] == 98_304 and d["femu_gc_pages_delta"] == 664_832
+    assert d["femu_host_bytes_delta"] == fio_rand                      # exact: pages, no rounding
+    assert d["femu_nand_bytes_delta"] == (98_304 + 664_832) * 4096
+    assert d["femu_waf"] == pytest.approx((98_304 + 664_832) / 98_304)
+    assert d["femu_waf_word_after"] == 5508                             # FEMU's cumulative word
+    s = smart_deltas((f / "smart-log-1.bin").read_bytes(), (f / "smart-log-2.bin").read_bytes(),
+                     (f / "smart_json_1.json").read_bytes(), (f / "smart_json_2.json").read_bytes())
+    assert abs(s["smart_duw_delta"] - math.ceil(fio_rand / NVME_DATA_UNIT_BYTES)) <= 1
+    with pytest.raises(KvwearError, match="disagree"):                 # JSON of another snapshot
+        smart_deltas((f / "smart-log-1.bin").read_bytes(), (f / "smart-log-2.bin").read_bytes(),
+                     (f / "smart_json_0.json").read_bytes(), (f / "smart_json_2.json").read_bytes())
+
+
+def test_smart_deltas_on_recorded_qemu_logs(fixtures_dir: Path) -> None:
+    # Stock QEMU: snapshot 0 → 1 spans the sequential fill; one write command per 128 KiB I/O.
+    q = fixtures_dir / "qemu-7.2-nvme"
+    fill = json.loads((q / "fio_fill_json.json").read_text())["jobs"][0]["write"]
+    s = smart_deltas((q / "smart-log-0.bin").read_bytes(), (q / "smart-log-1.bin").read_bytes())
+    assert s["smart_duw_delta"] == math.ceil(fill["io_bytes"] / NVME_DATA_UNIT_BYTES)
+    assert s["smart_host_write_commands_delta"] == fill["total_ios"]
+    lo, hi = s["smart_duw_bytes_bounds"]
+    assert lo < fill["io_bytes"] < hi
 
 
 def test_missing_guest_names_the_build_command(tmp_path: Path) -> None:
