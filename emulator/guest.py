@@ -269,6 +269,7 @@ class GuestConfig:
     job_timeout_s: float = 600.0
     io_timeout_s: int = 15               # nvme_core.io_timeout: fail fast on a stalled controller
     guest_folder: Path | None = None     # default guest_dir()
+    extra_args: tuple[str, ...] = ()     # appended to QEMU's argv (e.g. "-L", FEMU's pc-bios folder)
 
     def __post_init__(self) -> None:
         if self.accel not in ("tcg", "kvm", "auto"):
@@ -317,7 +318,7 @@ def qemu_argv(cfg: GuestConfig, image: GuestImage, initrd: Path, console_log: Pa
             + (f",{d.drive_options}" if d.drive_options else ""),
             "-device", f"nvme,serial={d.serial},drive=nvm",
         ]
-    return argv
+    return argv + list(cfg.extra_args)
 
 
 def newc_archive(files: Mapping[str, bytes], prefix: str = JOB_DIR) -> bytes:

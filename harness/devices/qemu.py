@@ -19,7 +19,8 @@ guest output (fio JSON, SMART json/binary/smartctl, dmesg, exit codes) is kept u
 `<workdir>/guest/`.
 
 Options (DeviceSpec.options): serial, cache (none|writeback), drive_options (extra QEMU -drive
-options, e.g. throttling.bps-write=… to give the drive a real drive's speed), accel (tcg|kvm|auto), cpus,
+options, e.g. throttling.bps-write=… to give the drive a real drive's speed), qemu_args (extra
+QEMU arguments, shell-quoted, e.g. "-L /opt/femu/pc-bios"), accel (tcg|kvm|auto), cpus,
 memory_mib, boot_timeout_s, job_timeout_s, io_timeout_s, iodepth (1), ioengine (libaio),
 skip_trims (False: fio 3.33 drops iolog trims, so a plan with trims is refused), precondition
 (none|fill: one sequential pass over the drive before the first snapshot), guest_dir,
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import stat
 import time
 from collections.abc import Mapping
@@ -67,7 +69,7 @@ FEMU_BINARY_ENV = "KVWEAR_FEMU_BINARY"
 OPTIONS = ("serial", "cache", "accel", "cpus", "memory_mib", "boot_timeout_s", "job_timeout_s", "io_timeout_s",
            "iodepth", "ioengine", "skip_trims", "precondition", "guest_dir", "qemu_binary", "femu_binary",
            # confirm_serial: `kvwear run` passes it to every backend; a drive we create needs none
-           "confirm_serial", "drive_options")
+           "confirm_serial", "drive_options", "qemu_args")
 
 
 def host_observation_note(cache: str, femu: bool = False) -> str:
@@ -217,7 +219,7 @@ class GuestDevice:
             qemu_binary=qemu_binary, accel=opts.get("accel", "tcg"), cpus=_int(opts, "cpus", 1),
             memory_mib=_int(opts, "memory_mib", 512), boot_timeout_s=_float(opts, "boot_timeout_s", 120.0),
             job_timeout_s=_float(opts, "job_timeout_s", 600.0), io_timeout_s=_int(opts, "io_timeout_s", 15),
-            guest_folder=guest_folder)
+            guest_folder=guest_folder, extra_args=tuple(shlex.split(str(opts.get("qemu_args", "")))))
         if self.drive_image is not None:     # only once every setting has been accepted
             self._prepare_image(self.drive_image, size)
         self.fio_version = _fio_version_from_stamp(self.image.stamp)

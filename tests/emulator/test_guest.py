@@ -89,9 +89,10 @@ def test_femu_geometry_from_options_names_unknown_fields() -> None:
 
 def test_qemu_argv_femu_and_stock() -> None:
     geo = FemuGeometry()
-    femu = GuestConfig(drive=DriveConfig(femu=geo), qemu_binary="/opt/femu/qemu-system-x86_64")
+    femu = GuestConfig(drive=DriveConfig(femu=geo), qemu_binary="/opt/femu/qemu-system-x86_64",
+                       extra_args=("-L", "/opt/femu/pc-bios"))
     argv = qemu_argv(femu, FAKE_IMAGE, Path("/w/initrd"), Path("/w/console.log"), Path("/w/result.log"))
-    assert argv[0] == "/opt/femu/qemu-system-x86_64"
+    assert argv[0] == "/opt/femu/qemu-system-x86_64" and argv[-2:] == ["-L", "/opt/femu/pc-bios"]
     assert argv[argv.index("-device") + 1] == geo.device_arg()
     assert "-drive" not in argv and argv[argv.index("-accel") + 1] == "tcg"
     assert argv[argv.index("-append") + 1] == kernel_cmdline(femu)

@@ -116,6 +116,9 @@ def test_femu_backend_configuration(guest_image: GuestImage, tmp_path: Path) -> 
     assert isinstance(dev, GuestDevice)
     assert dev.capacity_bytes() == 96 * MiB and dev.drive_image is None
     assert dev.config.qemu_binary == "/bin/true"
+    with_l = open_device(DeviceSpec("femu", options={"femu_binary": "/bin/true", "qemu_args": "-L '/opt/femu bios'"}),
+                         tmp_path)
+    assert isinstance(with_l, GuestDevice) and with_l.config.extra_args == ("-L", "/opt/femu bios")
     assert dev.config.drive.femu == FemuGeometry(**geo)
     ident = dev.identity()
     assert ident.kind == "femu" and ident.extra["femu_device"] == FemuGeometry(**geo).device_arg()
