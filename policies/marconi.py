@@ -10,16 +10,20 @@ branch point of the radix tree (its segment already has a child: an earlier sequ
 past it) or the request belongs to a session (its next turn will extend it). Full-attention KV
 is always cached. DRAM victims are written to SSD (write-back), as in `lru`.
 
-**Eviction**, per tier: the lowest S = α·minmax(FLOP efficiency) + minmax(recency). FLOP
+**Eviction**, per tier, among leaves (as in Marconi's radix tree: a state, or a segment with no
+child and no state resident in that tier): the lowest S = α·minmax(FLOP efficiency) + minmax(recency). FLOP
 efficiency = FLOPs a hit on the object saves relative to its parent entry ÷ its bytes: for a
-segment the prefill FLOPs of its own tokens at its depth, for a state the same FLOPs of its
-segment (`_estimators.FlopModel`: a·L + b·L², a = 2 × `active_params`, b = `attn_flops_coef` ×
-`kv_bytes_per_token`, a proxy of 2·L_full·d_attn). Recency = last access time. minmax
+segment the prefill FLOPs of its own tokens at its depth; for a state those of the edge from
+the previous checkpoint on its path, ÷ (state + edge KV bytes), as for a Marconi radix node
+(`_estimators.FlopModel`: a·L + b·L², a = 2 × `active_params`, b = `attn_flops_coef` ×
+`kv_bytes_per_token`, a proxy of 2·L_full·d_attn). Recency = access order (a counter:
+objects touched by one request keep the simulator's leaf → root order). minmax
 normalizes over the tier's candidates (0 when all are equal).
 
 Per-event work: objects are binned by FLOP efficiency (bins `bin_ratio` apart, log scale) with
 one LRU list per bin and tier; within a bin efficiencies differ by less than the ratio, so the
-bin's oldest object is its best candidate, and an eviction evaluates the W bin heads (the bins'
+bin's oldest leaf (within `scan` entries of its head) is its best candidate, and an eviction
+evaluates the W bin heads (the bins'
 geometric centres give the efficiency range; the heads' ages and the current time give the
 recency range): O(W), exact up to the bin width.
 
@@ -47,10 +51,12 @@ class MarconiParams(PolicyParams):
     attn_flops_coef: float = param(1.0, sweep=(0.25, 8.0),
                                    help="quadratic FLOPs per token² = coef × kv_bytes_per_token")
     bin_ratio: float = param(1.25, sweep=(1.05, 2.0), help="width of the FLOP-efficiency bins")
+    scan: int = param(64, sweep=(1, 256), help="entries per bin examined for a leaf")
 
     def __post_init__(self) -> None:
-        if self.alpha < 0 or self.active_params <= 0 or self.attn_flops_coef < 0 or self.bin_ratio <= 1:
-            raise ValueError("need alpha >= 0, active_params > 0, attn_flops_coef >= 0, bin_ratio > 1")
+        if (self.alpha < 0 or self.active_params <= 0 or self.attn_flops_coef < 0 or self.bin_ratio <= 1
+                or self.scan < 1):
+            raise ValueError("need alpha >= 0, active_params > 0, attn_flops_coef >= 0, bin_ratio > 1, scan >= 1")
 
 
 @POLICIES.register("marconi")
@@ -68,13 +74,33 @@ class MarconiPolicy(Policy):
         self._log_ratio = math.log(p.bin_ratio)
         self.lists: dict[int, dict[int, OrderedDict[Obj, None]]] = {DRAM: {}, SSD: {}}
         self.where: dict[Obj, int] = {}
+        self._tick = 0
 
     # --- FLOP efficiency ---------------------------------------------------------------------
     def efficiency(self, obj: Obj) -> float:
-        """FLOPs saved per byte relative to the parent entry."""
-        seg: Segment = obj if obj.kind == FULL else obj.seg  # type: ignore[assignment, attr-defined]
-        saved = self.flops.flops_saved(seg.start_tokens, seg.end_tokens)
-        return saved / max(obj.nbytes, 1)
+        """FLOPs saved per byte relative to the parent entry.
+
+        A segment: the prefill FLOPs of its own tokens at its depth ÷ its bytes. A state: like a
+        Marconi radix node, the FLOPs of the edge from the previous checkpoint on its path (the
+        nearest ancestor segment carrying a state, up to 64 segments up) to its own position ÷
+        (state bytes + the KV bytes of that edge): without the state nothing on that edge hits.
+        """
+        if obj.kind == FULL:
+            seg: Segment = obj  # type: ignore[assignment]
+            return self.flops.flops_saved(seg.start_tokens, seg.end_tokens) / max(seg.nbytes, 1)
+        st: State = obj  # type: ignore[assignment]
+        end = st.seg.end_tokens
+        a = st.seg.parent
+        start = 0
+        for _ in range(64):
+            if a is None or a.parent is None:
+                break
+            if a.state is not None:
+                start = a.end_tokens
+                break
+            a = a.parent
+        kv = (end - start) * self.ctx.config.kv_bytes_per_token
+        return self.flops.flops_saved(start, end) / max(st.nbytes + kv, 1)
 
     def _bin(self, obj: Obj) -> int:
         return math.floor(math.log(max(self.efficiency(obj), 1e-30)) / self._log_ratio)
@@ -91,6 +117,9 @@ class MarconiPolicy(Policy):
 
     # --- lists ---------------------------------------------------------------------------------
     def added(self, obj: Obj, tier: int) -> None:
+        if obj.pdata is None:
+            self._tick += 1
+            obj.pdata = self._tick
         b = self.where.get(obj)
         if b is None:
             b = self.where[obj] = self._bin(obj)
@@ -107,27 +136,50 @@ class MarconiPolicy(Policy):
             del self.where[obj]
 
     def touched(self, obj: Obj) -> None:
+        self._tick += 1
+        obj.pdata = self._tick  # recency = access order (ties of one request broken leaf first)
         b = self.where[obj]
         for tier in (DRAM, SSD):
             if obj.tiers & tier:
                 self.lists[tier][b].move_to_end(obj)
 
     def split(self, head: Segment, tail: Segment, evicting_tier: int) -> None:
-        # both halves change size and depth: re-bin them
-        old = self.where.get(tail)
+        # the tail keeps its bin and its place (its recency did not change); the head joins the
+        # same bin — at the LRU end when cut off a victim, else at the MRU end (it is touched next)
+        b = self.where.get(tail)
+        if b is None:
+            return
+        self.where[head] = b
         for tier in (DRAM, SSD):
-            if tail.tiers & tier and old is not None:
-                del self.lists[tier][old][tail]
-        self.where.pop(tail, None)
-        for obj in (tail, head):
-            for tier in (DRAM, SSD):
-                if obj.tiers & tier:
-                    self.added(obj, tier)
-                    if tier == evicting_tier:
-                        self.lists[tier][self.where[obj]].move_to_end(obj, last=False)
+            if head.tiers & tier:
+                od = self.lists[tier][b]
+                od[head] = None
+                if tier == evicting_tier:
+                    od.move_to_end(head, last=False)
+
+    def _head(self, od: OrderedDict[Obj, None], tier: int) -> Obj | None:
+        """The bin's oldest eviction candidate: like Marconi's radix tree, only leaves — a state,
+        or a segment with no child and no state resident in this tier (its extension goes first)."""
+        for i, o in enumerate(od):
+            if i >= self.p.scan:
+                return None
+            if o.kind != FULL:
+                return o
+            seg: Segment = o  # type: ignore[assignment]
+            st = seg.state
+            if (st is None or not st.tiers & tier) and not any(c.tiers & tier for c in seg.children.values()):
+                return o
+        return None
 
     def victim(self, tier: int, need_bytes: int) -> Obj:
-        heads = [(b, next(iter(od))) for b, od in self.lists[tier].items() if od]
+        heads = []
+        for b, od in self.lists[tier].items():
+            if od:
+                o = self._head(od, tier)
+                if o is not None:
+                    heads.append((b, o))
+        if not heads:  # no leaf near any head: fall back to the bins' oldest objects
+            heads = [(b, next(iter(od))) for b, od in self.lists[tier].items() if od]
         assert heads, "victim() called on an empty tier"
         if len(heads) == 1:
             return heads[0][1]
@@ -135,12 +187,12 @@ class MarconiPolicy(Policy):
         ratio = self.p.bin_ratio
         e_lo = ratio ** (min(b for b, _ in heads) + 0.5)
         e_hi = ratio ** (max(b for b, _ in heads) + 0.5)
-        r_lo = min(o.last_s for _, o in heads)
-        r_hi = self.ctx.now_s
+        r_lo = min(o.pdata for _, o in heads)
+        r_hi = self._tick
         best: tuple[float, Obj] | None = None
         alpha = self.p.alpha
         for b, o in heads:
-            s = alpha * minmax(ratio ** (b + 0.5), e_lo, e_hi) + minmax(o.last_s, r_lo, r_hi)
+            s = alpha * minmax(ratio ** (b + 0.5), e_lo, e_hi) + minmax(o.pdata, r_lo, r_hi)
             if best is None or s < best[0]:
                 best = (s, o)
         assert best is not None

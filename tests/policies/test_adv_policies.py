@@ -137,3 +137,16 @@ def test_tiers_stay_within_capacity_and_hits_are_served(name: str) -> None:
     s = sim.finish().summary
     assert s.hit_tokens > 0
     assert peak[DRAM] > cfg.dram_bytes // 2
+
+
+def test_marconi_without_flop_weight_is_recency_among_leaves() -> None:
+    """α = 0 leaves recency alone: LRU's order restricted to leaves (a prefix never leaves before
+    its extension), which misses no more than LRU (measured here: 0.394 vs 0.402 hybrid)."""
+    reqs = generate_multi_round(MultiRoundConfig(seed=6, sessions=50, turns=6, system_prompts=2))
+    for state_bytes in (0, 2 * 10**6):
+        cfg = SimConfig(dram_bytes=8 * 10**6, ssd_bytes=20 * 10**6, kv_bytes_per_token=500,
+                        state_bytes=state_bytes)
+        lru = simulate(reqs, cfg, "lru").summary
+        m0 = simulate(reqs, cfg, "marconi:alpha=0").summary
+        assert lru.ssd_evict_bytes > 0
+        assert m0.token_miss_ratio <= lru.token_miss_ratio + 0.002, (m0.token_miss_ratio, lru.token_miss_ratio)
