@@ -46,6 +46,7 @@ from harness.estimate import (
 from harness.replay import BlockPlan, ReplayConfig, plan_block_ops
 from harness.rundir import RunDir, build_manifest, write_json
 from harness.schema import BLOCK_OPS, WEAR
+from harness.wear.base import NVME_DATA_UNIT_BYTES
 from harness.wear.snapshot import delta as wear_delta
 from harness.wear.snapshot import snapshot, wear_rows, wear_table
 from kvwear.errors import KvwearError
@@ -174,9 +175,11 @@ def simulate_stage(cfg: RunConfig, rd: RunDir, spec: str, label: str, requests: 
 
 
 def device_capacity(cfg: RunConfig) -> int:
-    """The exposed capacity the plan is laid out on: the configured one, else the (scaled) SSD
-    tier plus 5% for the 4 KiB rounding of objects, rounded up to the alignment."""
+    """The exposed capacity the plan is laid out on: the configured one, FEMU's devsz_mb, else the
+    (scaled) SSD tier plus 5% for the 4 KiB rounding of objects, rounded up to the alignment."""
     a = cfg.replay.align_bytes
+    if not cfg.device.capacity_bytes and cfg.device.kind == "femu":
+        return int(_femu_geometry(cfg).devsz_mb) << 20
     cap = cfg.device.capacity_bytes or int(cfg.tiers.ssd_bytes * cfg.workload.sample_fraction * 1.05)
     return max(a, -(-cap // a) * a)
 
@@ -287,15 +290,62 @@ def wear_readers(cfg: RunConfig) -> list[str]:
 
 # -- estimate -----------------------------------------------------------------------------------
 
+def duw_check(plan_bytes: int, duw_delta: int, source: str) -> Check:
+    """Plan bytes vs an NVMe Data Units Written delta: the counter moves in 512,000-byte units,
+    rounded up, so it passes when the plan lies inside the bounds the delta allows
+    ((ΔD − 1)·512,000, (ΔD + 1)·512,000) or within the SMART tolerance."""
+    from harness.wear.snapshot import duw_bytes_bounds
+
+    measured = duw_delta * NVME_DATA_UNIT_BYTES
+    c = Check.of("host bytes", plan_bytes, measured, source, SMART_HOST_BYTES_REL_TOL)
+    lo, hi = duw_bytes_bounds(duw_delta)
+    return dataclasses.replace(c, passed=c.passed or lo < plan_bytes < hi or (duw_delta == 0 and plan_bytes == 0))
+
+
+def _femu_geometry(cfg: RunConfig) -> Any:
+    from emulator.guest import FemuGeometry
+
+    opts = dict(cfg.device.options)
+    femu = dict(opts.get("femu", {}))
+    femu.update({k.removeprefix("femu."): v for k, v in opts.items() if k.startswith("femu.")})
+    return FemuGeometry.from_options(femu, "device.options.femu")
+
+
 def _model_waf(cfg: RunConfig, capacity: int) -> tuple[float, str]:
-    """The analytical WAF for the device: from the emulator's geometry for `sim`, else 1."""
+    """The analytical WAF for the device: from the FTL geometry for `sim` and `femu`, else 1."""
+    from harness.estimate import ftl_predicted_waf
+
     if cfg.device.kind == "sim":
         from harness.devices.sim import ftl_config_from_spec
-        from harness.estimate import ftl_predicted_waf
 
         spec = DeviceSpec("sim", "", capacity, dict(cfg.device.options))
         return ftl_predicted_waf(ftl_config_from_spec(spec)), "analytical"
+    if cfg.device.kind == "femu":
+        return ftl_predicted_waf(_femu_geometry(cfg).ftl_config()), "analytical (FEMU geometry)"
     return 1.0, "assumed-1"
+
+
+def emulator_waf(cfg: RunConfig, rd: RunDir, label: str) -> float | None:
+    """For a `femu` device: the embedded FTL with FEMU's geometry and GC thresholds plays the same
+    plan (after the same sequential fill when the device preconditions) and predicts its WAF."""
+    if cfg.device.kind != "femu":
+        return None
+    from emulator.ftl import OP_WRITE, Ftl
+    from harness.devices.sim import plan_to_requests
+
+    ftl_cfg = _femu_geometry(cfg).ftl_config()
+    plan = read_table(BLOCK_OPS, rd.stage_dir("replay", label) / "block_ops.parquet")
+    codes, first, npages = plan_to_requests(plan, ftl_cfg.page_bytes, ftl_cfg.exposed_bytes)
+    ftl = Ftl(ftl_cfg)
+    if str(cfg.device.options.get("precondition", "none")) == "fill":
+        n = ftl_cfg.exposed_bytes // ftl_cfg.page_bytes
+        per_io = (128 << 10) // ftl_cfg.page_bytes          # the guest's fill: 128 KiB sequential writes
+        starts = np.arange(0, n, per_io, dtype=np.int64)
+        ftl.apply_ops(np.full(starts.size, OP_WRITE, dtype=np.int8), starts,
+                      np.minimum(per_io, n - starts).astype(np.int64))
+    before = ftl.counters()
+    ftl.apply_ops(codes, first, npages)
+    return float(ftl.counters().minus(before).waf)
 
 
 def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, Any], plan: dict[str, Any],
@@ -323,18 +373,23 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, An
         checks.append(Check.of("host bytes", plan_bytes, cap["write_bytes"], f"ebpf:{cap.get('tracer')}",
                                HOST_BYTES_REL_TOL))
     extra = device.get("extra") or {}
-    if extra.get("smart_host_bytes") is not None:
-        checks.append(Check.of("host bytes", plan_bytes, extra["smart_host_bytes"], "smart-duw",
-                               SMART_HOST_BYTES_REL_TOL))
+    if extra.get("smart_duw_delta") is not None:          # SMART read inside an emulated drive's guest
+        checks.append(duw_check(plan_bytes, int(extra["smart_duw_delta"]), "smart-duw (guest)"))
+        notes["host bytes"] = "SMART Data Units Written count 512,000-byte units, rounded up"
     for src, w in sorted((device.get("wear") or {}).items()):
         if w.get("host_bytes") is None:
             continue
-        quantised = w.get("data_units") is not None
-        checks.append(Check.of("host bytes", plan_bytes, w["host_bytes"], f"wear:{src}",
-                               SMART_HOST_BYTES_REL_TOL if quantised else HOST_BYTES_REL_TOL))
+        if w.get("data_units") is not None:
+            checks.append(duw_check(plan_bytes, int(w["data_units"]), f"wear:{src}"))
+        else:
+            checks.append(Check.of("host bytes", plan_bytes, w["host_bytes"], f"wear:{src}", HOST_BYTES_REL_TOL))
         if measured_waf is None and w.get("nand_bytes") and w["host_bytes"]:
             measured_waf = w["nand_bytes"] / w["host_bytes"]
             device = {**device, "nand_write_bytes": w["nand_bytes"]}
+    emulated = emulator_waf(cfg, rd, label)
+    # The embedded FTL, configured as the device, on the same plan: its WAF is a prediction too.
+    if emulated is not None and measured_waf is not None:
+        checks.append(Check.of("WAF (FTL emulator)", emulated, measured_waf, cfg.device.kind, WAF_REL_TOL))
     if measured_waf is not None:
         checks.append(Check.of("WAF", waf_model, measured_waf, device.get("tool") or cfg.device.kind, WAF_REL_TOL))
         notes["WAF"] = notes["lifetime days (model WAF)"] = (
@@ -380,6 +435,7 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, An
         "ebpf_write_bytes": cap.get("write_bytes"),
         "smart_write_bytes": extra.get("smart_host_bytes"),
         "waf_measured": measured_waf,
+        "waf_emulator": emulated,
         "waf_model": waf_model,
         "waf_model_source": waf_model_src,
         "tbw_bytes": tbw,

@@ -47,6 +47,9 @@ def _scalar(v: str) -> Any:
       --dram 64GB --ssd 1TB --sample-fraction 0.05 --policy lru --policy gandalf:gamma=8 -o runs/mc
 
   kvwear run --device block:/dev/loop7 --tracer auto --policy lru -o runs/loop
+
+  kvwear run --device femu --femu-binary ~/femu/build/qemu-system-x86_64 \
+      --device-option femu.devsz_mb=192 --device-option precondition=fill --no-trim -o runs/femu
 """)
 def run_cmd(
     config: Path | None = typer.Argument(None, help="Run config TOML; flags override its settings."),
@@ -69,6 +72,8 @@ def run_cmd(
                                       help="sim | file:PATH | block:/dev/X | qemu | femu."),
     capacity: str | None = typer.Option(None, "--capacity", help="Device capacity to use (default: SSD tier)."),
     device_option: list[str] = typer.Option([], "--device-option", help="Backend option KEY=VALUE, repeatable."),
+    femu_binary: Path | None = typer.Option(None, "--femu-binary", envvar="KVWEAR_FEMU_BINARY",
+                                            help="FEMU's qemu-system-x86_64, for --device femu."),
     confirm_serial: str | None = typer.Option(None, "--confirm-serial",
                                               help="Serial of a device that holds data, to write to it anyway."),
     tracer: str | None = typer.Option(None, "--tracer", help="eBPF capture: none | auto | bcc | bpftrace."),
@@ -103,8 +108,11 @@ def run_cmd(
     if device is not None:
         kind, _, target = device.partition(":")
         ov["device.kind"], ov["device.target"] = kind, target
-    if device_option:
-        ov["device.options"] = {**dict(cfg.device.options), **_kv(device_option, "--device-option")}
+    if device_option or femu_binary:
+        extra = _kv(device_option, "--device-option")
+        if femu_binary:
+            extra["femu_binary"] = str(femu_binary)
+        ov["device.options"] = {**dict(cfg.device.options), **extra}
     cfg = with_overrides(cfg, ov) if ov else cfg
 
     t0 = time.monotonic()
