@@ -34,6 +34,7 @@ _TABLE: list[tuple[str, str, str]] = [
     ("nand_write_bytes", "NAND writes (GiB)", "gib"),
     ("waf_measured", "WAF measured", "f2"),
     ("waf_model", "WAF model", "f2"),
+    ("waf_emulator", "WAF FTL emulator", "f2"),
     ("lifetime_days_waf1", "lifetime WAF=1 (days)", "days"),
     ("lifetime_days_model", "lifetime model WAF (days)", "days"),
     ("lifetime_days_measured", "lifetime measured WAF (days)", "days"),
@@ -89,6 +90,32 @@ def load_timelines(run_dir: Path) -> dict[str, pd.DataFrame]:
     return out
 
 
+def device_notes(run_dir: Path) -> list[str]:
+    """What the device and capture stages said about themselves: which tracer ran and what it
+    lost, forced evictions of the log layout, what host-side observation of an emulated drive
+    can show."""
+    notes: list[str] = []
+    seen: set[str] = set()
+    for p in sorted((run_dir / "device").glob("*/result.json")):
+        label = p.parent.name
+        res = json.loads(p.read_text())
+        cap = res.get("capture") or {}
+        if cap:
+            notes.append(f"{label}: eBPF capture by {cap.get('tracer')}: {cap.get('events')} requests, "
+                         f"{cap.get('lost_events')} lost events, {cap.get('no_completion')} without completion.")
+        obs = (res.get("extra") or {}).get("host_observation")
+        if obs and obs not in seen:
+            seen.add(obs)
+            notes.append(f"Host-side observation: {obs}")
+    for p in sorted((run_dir / "replay").glob("*/plan.json")):
+        plan = json.loads(p.read_text())
+        if plan.get("forced_evictions"):
+            notes.append(f"{p.parent.name}: the {plan.get('layout')} layout's head reached "
+                         f"{plan['forced_evictions']} live objects ({plan['forced_evict_bytes']:,} bytes) and evicted "
+                         "them; later reads of those objects are counted as read misses in plan.json.")
+    return notes
+
+
 def _img(path: Path | None) -> str | None:
     if path is None:
         return None
@@ -124,6 +151,7 @@ figure{margin:1.5em 0} figcaption{font-size:13px;color:#555}
 <td>{{ c.predicted }}</td><td>{{ c.measured }}</td><td>{{ c.rel_error }}</td><td>{{ c.tolerance }}</td>
 <td class="{{ 'pass' if c.passed else 'fail' }}">{{ 'pass' if c.passed else 'FAIL' }}</td><td>{{ c.note }}</td></tr>
 {% endfor %}</table>{% else %}<p class="missing">no cross-validation checks were recorded</p>{% endif %}
+{% if notes %}<h2>Device and capture notes</h2>{% endif %}
 {% for note in notes %}<p>{{ note }}</p>{% endfor %}
 <h2>Run manifest</h2><pre>{{ manifest }}</pre>
 </body></html>
@@ -197,7 +225,8 @@ def build_run_report(run_dir: str | Path, notes: list[str] | None = None) -> Rep
     summary = (f"{len(df)} policies; device {manifest.get('config', {}).get('device', {}).get('kind', '?')}; "
                f"{n_pass} of {len(checks)} cross-validation checks within tolerance.")
     html = _HTML.render(name=name, summary=summary, headings=headings, rows=rows, figs=figs, checks=check_rows,
-                        notes=notes or [], manifest=json.dumps(manifest, indent=2, sort_keys=True, default=str))
+                        notes=[*(notes or []), *device_notes(run)],
+                        manifest=json.dumps(manifest, indent=2, sort_keys=True, default=str))
     out.mkdir(parents=True, exist_ok=True)
     html_path = out / "report.html"
     html_path.write_text(html)
