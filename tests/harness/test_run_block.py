@@ -47,3 +47,4 @@ def test_run_on_a_loop_device_with_capture(tmp_path: Path) -> None:
     html = (out / "report" / "report.html").read_text()
     for src in ("fio-", "ebpf:", "wear:psutil"):
         assert src in html
+    assert "eBPF capture by bcc" in html or "eBPF capture by bpftrace" in html     # says which tracer ran
