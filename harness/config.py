@@ -85,7 +85,7 @@ class EstimateConfig:
 class RunConfig:
     name: str = "run"
     model: str = "kimi-k3"
-    policies: tuple[str, ...] = ("lru", "lru-k", "type-aware", "gandalf", "belady")
+    policies: tuple[str, ...] = ("lru", "lru-k", "type-aware", "gandalf:budget=fixed,gamma=4", "belady")
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     tiers: TierConfig = field(default_factory=TierConfig)
     replay: ReplaySettings = field(default_factory=ReplaySettings)

@@ -17,6 +17,7 @@ This module orchestrates; it must not hold policy logic, parse tool output or la
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -51,6 +52,7 @@ from harness.wear.snapshot import delta as wear_delta
 from harness.wear.snapshot import snapshot, wear_rows, wear_table
 from kvwear.errors import KvwearError
 from kvwear.tables import read_table, write_table
+from workloads.blocks import splitmix64
 from workloads.models import ModelProfile, resolve_profile
 from workloads.schema import REQUESTS
 
@@ -81,20 +83,50 @@ class RunOutcome:
 
 def sample_groups(table: pa.Table, fraction: float, seed: int) -> pa.Table:
     """Keep whole sessions (or whole root-prefix groups when a row has no session) with
-    probability `fraction`, deterministically for a seed."""
+    probability `fraction`; the choice depends only on the group and the seed (stable hashes,
+    not Python's per-process string hash)."""
     if fraction >= 1.0:
         return table
     if not 0.0 < fraction < 1.0:
         raise KvwearError(f"workload.sample_fraction must be in (0, 1], got {fraction}")
-    sess = table.column("session_id").to_pylist()
-    first = pc.list_element(pc.fill_null(table.column("hash_ids"), pa.scalar([-1], pa.list_(pa.int64()))), 0)
-    first_ids = first.to_numpy(zero_copy_only=False)
-    ns = table.column("hash_ns").to_numpy()
-    keys = np.array([hash((seed, s)) if s is not None else hash((seed, int(n), int(f)))
-                     for s, n, f in zip(sess, ns, first_ids, strict=True)], dtype=np.int64)
-    u = (keys.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(11)
-    keep = (u.astype(np.float64) / float(1 << 53)) < fraction
+    sess = pc.dictionary_encode(table.column("session_id")).combine_chunks()
+    names = sess.dictionary.to_pylist()
+    name_keys = np.array([int.from_bytes(hashlib.blake2b(f"{seed}/{n}".encode(), digest_size=8).digest(), "little")
+                          for n in names], dtype=np.uint64)
+    idx = sess.indices.to_numpy(zero_copy_only=False)
+    has_session = ~np.asarray(pc.is_null(sess.indices).to_numpy(zero_copy_only=False))
+    ns = table.column("hash_ns").to_numpy().astype(np.uint64)
+    prefix_keys = splitmix64(splitmix64(_group_block(table) ^ np.uint64(seed & 0xFFFFFFFF)) ^ ns)
+    keys = np.where(has_session, name_keys[np.where(has_session, idx, 0).astype(np.int64)] if names else 0,
+                    prefix_keys)
+    keep = (keys >> np.uint64(11)).astype(np.float64) / float(1 << 53) < fraction
     return table.filter(pa.array(keep))
+
+
+def _group_block(table: pa.Table, shared_share: float = 0.05, max_depth: int = 8) -> np.ndarray:
+    """Per request, the block that names its prefix group when the trace has no sessions: the
+    first block position where no single id is shared by more than `shared_share` of requests
+    (position 0 is a system prompt in Mooncake, common to every request), clipped to each
+    request's length. Requests of one conversation share that block, so they stay together."""
+    ids = table.column("hash_ids")
+    lengths = np.asarray(pc.fill_null(pc.list_value_length(ids), 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    flat_offsets = np.concatenate([[0], np.cumsum(lengths)])
+    values = np.asarray(pc.list_flatten(ids).to_numpy(zero_copy_only=False), dtype=np.int64)
+    depth = 0
+    for d in range(max_depth):
+        has = lengths > d
+        if not has.any():
+            break
+        col = values[flat_offsets[:-1][has] + d]
+        top = np.unique(col, return_counts=True)[1].max()
+        depth = d
+        if top <= shared_share * len(lengths):
+            break
+    pos = np.minimum(depth, np.maximum(lengths - 1, 0))
+    out = np.full(len(lengths), np.iinfo(np.int64).max, dtype=np.int64)     # no blocks: one group
+    nz = lengths > 0
+    out[nz] = values[flat_offsets[:-1][nz] + pos[nz]]
+    return out.astype(np.uint64)
 
 
 def _load_workload(cfg: RunConfig) -> tuple[pa.Table, dict[str, Path]]:

@@ -118,3 +118,20 @@ def test_cli_run(tmp_path: Path) -> None:
     bad = CliRunner().invoke(app, ["run", "-o", str(tmp_path / "x"), "--policy", "nosuch"])
     assert bad.exit_code != 0
     assert "nosuch" in str(bad.exception) or "nosuch" in bad.output
+
+
+def test_sampling_is_stable_across_processes_and_groups_sessionless_traces(mooncake_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = ("from harness.run import sample_groups; from workloads.synthetic import generate;"
+            "t = generate('multi-round', sessions=40, turns=3, seed=1);"
+            "print(sorted(set(sample_groups(t, 0.3, 5).column('session_id').to_pylist())))")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={"PYTHONHASHSEED": str(h), "PATH": "/usr/bin:/bin"}).stdout for h in (1, 2)}
+    assert len(outs) == 1                                   # the same sessions whatever the string hash seed
+    from workloads.loaders import load_requests
+
+    t = load_requests(mooncake_path).table                   # no sessions; block 0 is shared by every request
+    s = sample_groups(t, 0.1, seed=3)
+    assert 0.05 * t.num_rows < s.num_rows < 0.15 * t.num_rows
