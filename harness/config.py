@@ -39,8 +39,8 @@ class WorkloadConfig:
 @dataclass(frozen=True)
 class TierConfig:
     hbm_bytes: int = 0
-    dram_bytes: int = 8 * 10**9
-    ssd_bytes: int = 64 * 10**9
+    dram_bytes: int = 32 * 10**9
+    ssd_bytes: int = 256 * 10**9
 
 
 @dataclass(frozen=True)
