@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -201,8 +202,6 @@ def simulate_stage(cfg: RunConfig, rd: RunDir, spec: str, label: str, requests: 
         rd.mark_done(stage, {"ssd_ops": res.ssd_ops.num_rows})
     else:
         rd.skip()
-    import json
-
     return dict(json.loads((d / "summary.json").read_text()))
 
 
@@ -222,8 +221,6 @@ def plan_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int) -> BlockPl
     d = rd.stage_dir("replay", label)
     stage = f"plan/{label}"
     if rd.is_done(stage):
-        import json
-
         rd.skip()
         return dict(json.loads((d / "plan.json").read_text()))
     ops = read_table(SSD_OPS, rd.stage_dir("policies", label) / "ssd_ops.parquet")
@@ -264,8 +261,6 @@ def _capture(cfg: RunConfig, device_path: str, out_dir: Path) -> Iterator[dict[s
 
 
 def device_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int) -> dict[str, Any]:
-    import json
-
     d = rd.stage_dir("device", label)
     stage = f"device/{label}"
     if rd.is_done(stage):

@@ -7,6 +7,7 @@ says why the figure is absent). Must not read run directories itself or compute 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -19,7 +20,18 @@ import pandas as pd
 GIB = 2**30
 
 
-def _save(fig: plt.Figure, path: Path) -> Path:
+@dataclass(frozen=True)
+class ReportFiles:
+    """What a report builder wrote (figures that could not be drawn are None)."""
+
+    html: Path
+    markdown: Path
+    csv: Path
+    figures: dict[str, Path | None]
+
+
+def save_figure(fig: plt.Figure, path: Path) -> Path:
+    """Write `fig` as a PNG (creating the folder) and close it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -68,7 +80,7 @@ def lifetime_vs_miss(df: pd.DataFrame, path: Path, lifetime_col: str = "lifetime
     ax.set_title(f"SSD lifetime vs miss ratio ({lifetime_col.removeprefix('lifetime_days_')})")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def ssd_writes_by_kind(df: pd.DataFrame, path: Path) -> Path | None:
@@ -89,7 +101,7 @@ def ssd_writes_by_kind(df: pd.DataFrame, path: Path) -> Path | None:
     ax.set_ylabel("SSD bytes written (GiB)")
     ax.set_title("SSD writes by object kind (label: share of written objects ever hit)")
     ax.legend()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def waf_and_nand(df: pd.DataFrame, path: Path) -> Path | None:
@@ -109,7 +121,7 @@ def waf_and_nand(df: pd.DataFrame, path: Path) -> Path | None:
     ax.set_ylabel("GiB")
     ax.set_title("Host and NAND writes on the device")
     ax.legend()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def waf_over_time(timelines: dict[str, pd.DataFrame], path: Path) -> Path | None:
@@ -125,7 +137,7 @@ def waf_over_time(timelines: dict[str, pd.DataFrame], path: Path) -> Path | None
     ax.set_title("Write amplification over the replay")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def predicted_vs_measured(checks: pd.DataFrame, path: Path) -> Path | None:
@@ -145,7 +157,7 @@ def predicted_vs_measured(checks: pd.DataFrame, path: Path) -> Path | None:
     ax.set_xlabel("|relative error| (%)")
     ax.set_title("Predicted vs measured (green: within tolerance)")
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def latency_and_cost(df: pd.DataFrame, path: Path) -> Path | None:
@@ -166,4 +178,4 @@ def latency_and_cost(df: pd.DataFrame, path: Path) -> Path | None:
     a2.set_ylabel("$ per 1k requests")
     a2.set_title("Cost per 1k requests")
     a2.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)

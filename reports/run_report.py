@@ -11,7 +11,6 @@ import base64
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from reports import figures
+from reports.figures import ReportFiles
 
 # Columns of the per-policy table: (column, heading, formatter).
 GIB = 2**30
@@ -62,14 +62,6 @@ def _fmt(value: Any, kind: str) -> str:
         case "ms":
             return f"{value * 1e3:,.2f}"
     return str(value)
-
-
-@dataclass(frozen=True)
-class ReportFiles:
-    html: Path
-    markdown: Path
-    csv: Path
-    figures: dict[str, Path | None]
 
 
 def load_checks(run_dir: Path) -> pd.DataFrame:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
@@ -25,15 +24,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from reports.figures import pareto_mask, policy_family
-
-
-@dataclass(frozen=True)
-class SweepReportFiles:
-    html: Path
-    markdown: Path
-    csv: Path
-    figures: dict[str, Path | None]
+from reports.figures import ReportFiles, pareto_mask, policy_family, save_figure
 
 
 def read_results(root: Path) -> pd.DataFrame:
@@ -49,14 +40,6 @@ def _lifetime_col(df: pd.DataFrame) -> str:
         if c in df.columns and df[c].notna().any():
             return c
     raise KeyError("no lifetime column in the sweep results")
-
-
-def _save(fig: plt.Figure, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
 
 
 def _short(x: object) -> str:
@@ -92,7 +75,7 @@ def fig_lifetime_vs_miss(df: pd.DataFrame, path: Path) -> Path | None:
         ax.legend(fontsize=7)
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _best_per_family(df: pd.DataFrame, lt: str) -> pd.DataFrame:
@@ -136,7 +119,7 @@ def fig_capacity_ratio(df: pd.DataFrame, path: Path) -> Path | None:
             a.grid(alpha=0.3)
             a.legend(fontsize=7)
     fig.suptitle("DRAM/SSD ratio sensitivity at fixed total capacity")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def fig_models(df: pd.DataFrame, path: Path) -> Path | None:
@@ -155,7 +138,7 @@ def fig_models(df: pd.DataFrame, path: Path) -> Path | None:
     ax.set_ylabel("SSD lifetime (years, log)")
     ax.set_title("Model sensitivity (best configuration per policy)")
     ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def fig_cost(df: pd.DataFrame, path: Path) -> Path | None:
@@ -171,7 +154,7 @@ def fig_cost(df: pd.DataFrame, path: Path) -> Path | None:
     ax.set_ylabel("$ per 1k requests")
     ax.set_title("Cost per 1k requests (best configuration per policy, mean over the grid)")
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 _HTML = jinja2.Template("""<!doctype html><html lang="en"><head><meta charset="utf-8">
@@ -189,7 +172,7 @@ th{background:#f3f3f3}.missing{color:#777;font-style:italic}</style></head><body
 </body></html>""")
 
 
-def build_sweep_report(root: str | Path) -> SweepReportFiles:
+def build_sweep_report(root: str | Path) -> ReportFiles:
     root = Path(root)
     out = root / "report"
     fig_dir = out / "figures"
@@ -229,4 +212,4 @@ def build_sweep_report(root: str | Path) -> SweepReportFiles:
                   + "\n")
     csv = out / "sweep_results.csv"
     df.to_csv(csv, index=False)
-    return SweepReportFiles(html=html, markdown=md, csv=csv, figures=drawn)
+    return ReportFiles(html=html, markdown=md, csv=csv, figures=drawn)
