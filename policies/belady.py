@@ -100,8 +100,8 @@ class BeladyPolicy(Policy):
         p: BeladyParams = params  # type: ignore[assignment]
         self.p = p
         cfg = ctx.config
-        self.c_token = cfg.gpu_usd_per_hour / 3600.0 / cfg.recompute_tokens_per_s
-        self.p_w = cfg.ssd_usd_per_tb_written / 1e12
+        self.c_token = cfg.usd_per_recomputed_token
+        self.p_w = cfg.ssd_usd_per_byte_written
         self.heaps = {DRAM: LazyMinHeap(), SSD: LazyMinHeap()}
         self.hybrid = ctx.hybrid
         self.due: dict[int, list[Obj]] = {}  # next_seq → objects keyed with it

@@ -137,11 +137,11 @@ class GandalfPolicy(Policy):
         p: GandalfParams = params  # type: ignore[assignment]
         self.p = p
         cfg = ctx.config
-        self.c_token = cfg.gpu_usd_per_hour / 3600.0 / cfg.recompute_tokens_per_s
+        self.c_token = cfg.usd_per_recomputed_token
         self.c_per_kv_byte = self.c_token / cfg.kv_bytes_per_token
         self._hist_model = p.idle_model == "hist"
         self._dcache: dict[Obj, float] = {}
-        self.p_w = cfg.ssd_usd_per_tb_written / 1e12
+        self.p_w = cfg.ssd_usd_per_byte_written
         day = 86400.0
         cap = max(ctx.capacity_bytes[SSD], 1)
         # TBW·t/T_target with TBW = cap·DWPD·365·years and T_target = years

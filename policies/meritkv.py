@@ -54,8 +54,8 @@ class MeritKvPolicy(Policy):
         p: MeritKvParams = params  # type: ignore[assignment]
         self.p = p
         cfg = ctx.config
-        self.gpu_usd_per_s = cfg.gpu_usd_per_hour / 3600.0
-        self.p_w = cfg.ssd_usd_per_tb_written / 1e12
+        self.gpu_usd_per_s = cfg.gpu_usd_per_s
+        self.p_w = cfg.ssd_usd_per_byte_written
         self.read_bps = cfg.ssd_read_bytes_per_s
         self.tps = cfg.recompute_tokens_per_s
         classes = [(k, c) for k in (0, 1) for c in (0, 1)]

@@ -170,8 +170,8 @@ class Accumulator:
         self.wear_usd = 0.0
         self.first_s: float | None = None
         self.last_s = 0.0
-        self._usd_per_byte = config.ssd_usd_per_tb_written / 1e12
-        self._usd_per_gpu_s = config.gpu_usd_per_hour / 3600.0
+        self._usd_per_byte = config.ssd_usd_per_byte_written
+        self._usd_per_gpu_s = config.gpu_usd_per_s
         # per-request columns
         self.cols: dict[str, list[Any]] = {f.name: [] for f in SIM_REQUESTS.schema}
         # timeline: one row per closed interval

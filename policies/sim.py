@@ -106,6 +106,20 @@ class SimConfig:
     record_requests: bool = True
     model: str = ""                      # label only
 
+    @property
+    def gpu_usd_per_s(self) -> float:
+        return self.gpu_usd_per_hour / 3600.0
+
+    @property
+    def usd_per_recomputed_token(self) -> float:
+        """GPU dollars to recompute one token's KV (the price of a miss)."""
+        return self.gpu_usd_per_s / self.recompute_tokens_per_s
+
+    @property
+    def ssd_usd_per_byte_written(self) -> float:
+        """SSD wear dollars per byte written (the price of a write)."""
+        return self.ssd_usd_per_tb_written / 1e12
+
     def __post_init__(self) -> None:
         for name in ("dram_bytes", "ssd_bytes", "hbm_bytes", "state_bytes"):
             if getattr(self, name) < 0:
