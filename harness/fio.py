@@ -1,8 +1,8 @@
 """fio: build its job files and iologs, run it through an injected runner, parse its JSON.
 
 Pure parts: `parse_fio_json` (fio 3.33 `--output-format=json`), `parse_fio_version`, the job
-builders (`replay_job`, `seq_fill_job`, `steady_state_job`, `render_job_file`) and the iolog v3
-writer `write_iolog_v3` (vectorized with pyarrow). The impure part is `run_fio`, the default
+builders (`replay_job`, `seq_fill_job`, `steady_state_job`, `render_job_file`); iologs are
+written by harness.fio_iolog.export_iolog_v3. The impure part is `run_fio`, the default
 `FioRunner` (argv → stdout bytes, raising `FioError` on failure), and `run_jobs`, which writes a
 job file into a work directory, runs fio with its JSON output kept beside it, and parses it.
 
@@ -437,37 +437,6 @@ class IologStats:
     read_bytes: int
     trim_ios: int
     trim_bytes: int
-
-
-def write_iolog_v3(plan: pa.Table, path: Path, *, filename: str = "kvwear-target",
-                   include_trims: bool = True) -> IologStats:
-    """Write BLOCK_OPS rows as a fio iolog v3 (timestamps in µs since the first op, as fio 3.33
-    writes and reads them). `filename` is a token: replay_redirect points it at the device."""
-    ops = pc.cast(plan.column("op"), pa.string())
-    if not include_trims:
-        keep = pc.not_equal(ops, "trim")
-        plan, ops = plan.filter(keep), ops.filter(keep)
-    t = plan.column("t_s").to_numpy(zero_copy_only=False)
-    t0 = float(t.min()) if t.size else 0.0
-    us = np.round((t - t0) * 1e6).astype(np.int64)
-    name = pa.scalar(filename)
-    body = pc.binary_join_element_wise(
-        pa.array(us).cast(pa.string()), name, ops,
-        pc.cast(plan.column("offset_bytes"), pa.string()),
-        pc.cast(plan.column("length_bytes"), pa.string()), " ")
-    last = int(us[-1]) if us.size else 0
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fh.write(f"{IOLOG_V3_HEADER}\n0 {filename} add\n0 {filename} open\n")
-        if len(body):
-            fh.write("\n".join(body.to_pylist()))
-            fh.write("\n")
-        fh.write(f"{last} {filename} close\n")
-    length = plan.column("length_bytes").to_numpy(zero_copy_only=False)
-    op_np = ops.to_numpy(zero_copy_only=False)
-    per = {o: (int((op_np == o).sum()), int(length[op_np == o].sum())) for o in _DIRS}
-    return IologStats(path, per["write"][0], per["write"][1], per["read"][0], per["read"][1],
-                      per["trim"][0], per["trim"][1])
 
 
 def issued_bytes_from_log(lengths_in_order: np.ndarray, issued_ios: int) -> int:

@@ -12,7 +12,7 @@ its own memory, so every replay starts on an empty FTL (one FEMU process per rep
 SMART counters (host / GC-relocated 4 KiB pages) give `nand_write_bytes` and `waf` exactly.
 
 Each replay boots one guest (emulator.guest.run_guest): the plan becomes a fio iolog v3
-(harness.fio.write_iolog_v3), fio replays it on /dev/nvme0n1 with direct I/O. iodepth defaults to
+(harness.fio_iolog.export_iolog_v3), fio replays it on /dev/nvme0n1 with direct I/O. iodepth defaults to
 1 because Debian's QEMU 7.2 NVMe controller can stall at iodepth > 1; a run whose guest kernel
 logged NVMe timeouts raises (emulator.guest.GuestIOTimeoutError) and is never reported. Every
 guest output (fio JSON, SMART json/binary/smartctl, dmesg, exit codes) is kept under
@@ -56,6 +56,7 @@ from emulator.guest import (
 )
 from harness import fio as fiolib
 from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayResult
+from harness.fio_iolog import export_iolog_v3
 from harness.identity import identity_from_nvme, parse_id_ctrl_json, parse_id_ns_json
 from harness.wear._decode import hexdump
 from harness.wear.femu import FEMU_PAGE_BYTES, is_femu, parse_femu_counters, sample_from_femu
@@ -276,7 +277,7 @@ class GuestDevice:
             raise KvwearError(
                 f"the plan holds {trims.size} trims but the guest's {self.fio_version} drops trims from an iolog "
                 "('bad ddir: 2'); replay without TRIM or set the device option skip_trims")
-        log = fiolib.write_iolog_v3(plan, workdir / "replay.iolog", include_trims=can_trim)
+        log = export_iolog_v3(plan, workdir / "replay.iolog", include_trims=can_trim)
         job = fiolib.replay_job("replay.iolog", GUEST_DEVICE, ioengine=self.ioengine, iodepth=self.iodepth,
                                 timed=timed)
         files = {"job.fio": fiolib.render_job_file([job]).encode(), "replay.iolog": log.path.read_bytes()}

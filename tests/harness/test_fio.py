@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from harness import fio as fiolib
+from harness.fio_iolog import export_iolog_v3
 from harness.schema import BLOCK_OPS
 from kvwear.errors import InputError
 
@@ -102,13 +103,13 @@ def test_steady_state_job_options() -> None:
 
 def test_iolog_v3_text_and_stats(tmp_path: Path) -> None:
     plan = plan_table([(1.5, "write", 0, 8192), (1.5005, "read", 8192, 4096), (2.0, "trim", 0, 4096)])
-    st = fiolib.write_iolog_v3(plan, tmp_path / "a.iolog", filename="dev")
+    st = export_iolog_v3(plan, tmp_path / "a.iolog", filename="dev")
     assert (tmp_path / "a.iolog").read_text().splitlines() == [
         "fio version 3 iolog", "0 dev add", "0 dev open", "0 dev write 0 8192", "500 dev read 8192 4096",
         "500000 dev trim 0 4096", "500000 dev close"]
     assert (st.write_ios, st.write_bytes, st.read_ios, st.read_bytes, st.trim_ios, st.trim_bytes) == (
         1, 8192, 1, 4096, 1, 4096)
-    st2 = fiolib.write_iolog_v3(plan, tmp_path / "b.iolog", include_trims=False)
+    st2 = export_iolog_v3(plan, tmp_path / "b.iolog", include_trims=False)
     assert st2.trim_ios == 0 and "trim" not in (tmp_path / "b.iolog").read_text()
 
 
@@ -153,7 +154,7 @@ def test_replay_on_a_file_counts_every_io(tmp_path: Path, iodepth: int) -> None:
     target = tmp_path / "disk.img"
     with open(target, "wb") as fh:
         fh.truncate(8 << 20)
-    log = fiolib.write_iolog_v3(plan, tmp_path / "r.iolog")
+    log = export_iolog_v3(plan, tmp_path / "r.iolog")
     run = fiolib.run_jobs([fiolib.replay_job(log.path, str(target), iodepth=iodepth)], tmp_path, "r")
     s = run.summary
     assert (s.write.total_ios, s.read.total_ios) == (log.write_ios, log.read_ios)
