@@ -10,6 +10,10 @@ Two modes:
 - `mode=min`: plain MIN per tier with LRU's write-back (every DRAM victim is written), which
   isolates the value of the eviction order from the value of the admission filter.
 
+An SSD copy of an object that is also in DRAM (an SSD hit staged into DRAM keeps its SSD copy)
+serves no hit while the DRAM copy lives, so it is keyed as the SSD's first victim until the DRAM
+copy leaves (without this, MIN kept such copies and refused to write the block needed next).
+
 Hybrid models: a segment that leads to no resident state (no state at its end, no resident
 child) can never be part of a hit, so it is keyed as never used again, and when a state or a
 segment leaves every tier the chain above it is re-keyed that way (O(depth) of that chain).
@@ -130,6 +134,20 @@ class BeladyPolicy(Policy):
                 return (-NEVER, k[1])
         return k
 
+    def _tier_key(self, obj: Obj, tier: int) -> tuple[int, int]:
+        """The heap key of `obj` in `tier`. An SSD copy of an object that is also in DRAM serves no
+        hit while the DRAM copy lives (hits come from DRAM), so it is the SSD's first victim, as
+        dead as an object never used again; when its DRAM copy leaves it gets its own key back."""
+        k = self._keyof(obj)
+        if tier == SSD and obj.tiers & DRAM:
+            return (-NEVER, k[1])
+        return k
+
+    def _rekey(self, obj: Obj) -> None:
+        for tier, h in self.heaps.items():
+            if obj in h:
+                h.set(obj, self._tier_key(obj, tier))
+
     def _expire(self) -> None:
         """Re-key objects whose next reference has passed without touching them."""
         # strictly before the current request: during its walk (leaf → root) an object due now
@@ -139,9 +157,7 @@ class BeladyPolicy(Policy):
         while self._due_seq < now:
             for obj in due.pop(self._due_seq, ()):
                 if obj.next_seq == self._due_seq and obj.last_seq < obj.next_seq:
-                    for h in self.heaps.values():
-                        if obj in h:
-                            h.set(obj, self._keyof(obj))
+                    self._rekey(obj)
             self._due_seq += 1
 
     def _demote(self, seg: Segment | None) -> None:
@@ -153,27 +169,28 @@ class BeladyPolicy(Policy):
             seg = seg.parent
 
     def added(self, obj: Obj, tier: int) -> None:
-        self.heaps[tier].set(obj, self._keyof(obj))
+        self.heaps[tier].set(obj, self._tier_key(obj, tier))
         if tier == SSD:
             self.written += obj.nbytes
+        elif tier == DRAM and obj in self.heaps[SSD]:
+            self.heaps[SSD].set(obj, self._tier_key(obj, SSD))
 
     def removed(self, obj: Obj, tier: int) -> None:
         self.heaps[tier].discard(obj)
+        if tier == DRAM and obj in self.heaps[SSD]:
+            self.heaps[SSD].set(obj, self._tier_key(obj, SSD))
         if self.hybrid and not obj.tiers:
             self._demote(obj.seg if obj.kind == LINEAR else obj.parent)  # type: ignore[attr-defined]
 
     def touched(self, obj: Obj) -> None:
-        k = self._keyof(obj)
-        for h in self.heaps.values():
-            if obj in h:
-                h.set(obj, k)
+        self._rekey(obj)
 
     def split(self, head: Segment, tail: Segment, evicting_tier: int) -> None:
         for tier, h in self.heaps.items():
             if tail in h:
-                h.set(tail, self._keyof(tail))
+                h.set(tail, self._tier_key(tail, tier))
             if head.tiers & tier:
-                h.set(head, self._keyof(head))
+                h.set(head, self._tier_key(head, tier))
 
     def victim(self, tier: int, need_bytes: int) -> Obj:
         self._expire()
