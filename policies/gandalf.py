@@ -412,16 +412,24 @@ class GandalfPolicy(Policy):
         drop: tuple[float, Obj] | None = None
         coldest: tuple[float, Obj] | None = None
         scan = self.p.scan
+        # the hot loop of the policy: locals instead of attribute lookups, _cached_cost inlined
+        cache = self._dcache
+        cost = self.drop_cost
+        droppable = self._droppable
         for key, od in self.lists[DRAM].items():
-            for i, o in enumerate(od):
-                if i >= scan:
-                    break
-                d = self._cached_cost(o, key)
+            i = 0
+            for o in od:
+                d = cache.get(o)
+                if d is None:
+                    d = cache[o] = cost(o, key)
                 if i == 0 and (coldest is None or d < coldest[0]):
                     coldest = (d, o)
-                if self._droppable(o):
+                if droppable(o):
                     if drop is None or d < drop[0]:
                         drop = (d, o)
+                    break
+                i += 1
+                if i >= scan:
                     break
         if coldest is None:
             raise KvwearError("gandalf: DRAM over capacity with no DRAM object listed")
