@@ -417,8 +417,9 @@ class GandalfPolicy(Policy):
         cost = self.drop_cost
         droppable = self._droppable
         for key, od in self.lists[DRAM].items():
-            i = 0
-            for o in od:
+            for i, o in enumerate(od):
+                if i >= scan:
+                    break
                 d = cache.get(o)
                 if d is None:
                     d = cache[o] = cost(o, key)
@@ -427,9 +428,6 @@ class GandalfPolicy(Policy):
                 if droppable(o):
                     if drop is None or d < drop[0]:
                         drop = (d, o)
-                    break
-                i += 1
-                if i >= scan:
                     break
         if coldest is None:
             raise KvwearError("gandalf: DRAM over capacity with no DRAM object listed")
