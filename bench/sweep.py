@@ -20,8 +20,8 @@ from harness.sweep import plan_sweep, run_sweep
 def grid(k_values: int) -> dict:
     return {
         "base": {"name": "bench", "model": "kimi-k3",
-                 "workload": {"generator": "multi-round", "params": {"sessions": 24, "turns": 8}, "seed": 5},
-                 "tiers": {"dram": "2GB", "ssd": "12GB"}},
+                 "workload": {"generator": "multi-round", "params": {"sessions": 100, "turns": 10}, "seed": 5},
+                 "tiers": {"dram": "8GB", "ssd": "64GB"}},
         "grid": {"policies": [f"lru-k:k=1..{k_values}", f"hotprefix:theta=1..{k_values}"]},
         "sweep": {"replay": True},
     }
