@@ -47,7 +47,9 @@ class TierConfig:
 class ReplaySettings:
     """How SSD operations become block I/O (see harness.replay.ReplayConfig for each field)."""
 
-    layout: str = "log"                   # log | slab | extent
+    # extent (first fit) keeps every object where the policy put it until the policy evicts it,
+    # so the plan matches the simulation; log can overwrite live objects when its head wraps
+    layout: str = "extent"                # extent | log | slab
     trim_on_evict: bool = True
     align_bytes: int = 4096
     max_io_bytes: int = 1 << 20

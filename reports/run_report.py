@@ -207,7 +207,7 @@ def build_run_report(run_dir: str | Path, notes: list[str] | None = None) -> Rep
     rows = [[_fmt(r[c], k) for c, _, k in cols] for r in df.to_dict("records")]
     check_rows = [
         {**c, "predicted": _num(c["predicted"]), "measured": _num(c["measured"]),
-         "rel_error": "—" if c["rel_error"] is None or pd.isna(c["rel_error"]) else f"{c['rel_error']:+.2%}",
+         "rel_error": "—" if c["rel_error"] is None or pd.isna(c["rel_error"]) else f"{c['rel_error']:.2%}",
          "tolerance": f"±{c['tolerance']:.0%}" if pd.notna(c["tolerance"]) else "—",
          "note": c.get("note") or ""}
         for c in checks.to_dict("records")
