@@ -502,7 +502,10 @@ def run(cfg: RunConfig, out: str | Path, *, resume: bool = False, replay: bool =
     for spec, label in zip(cfg.policies, labels, strict=True):
         summary = simulate_stage(cfg, rd, spec, label, requests, profile, progress)
         if not replay:
-            outcomes.append(PolicyOutcome(label, {"policy": label, **_sim_only_row(summary)}, []))
+            row = {"policy": label, "model": cfg.model, "dram_bytes": cfg.tiers.dram_bytes,
+                   "ssd_bytes": cfg.tiers.ssd_bytes, "sample_fraction": cfg.workload.sample_fraction,
+                   **_sim_only_row(summary)}
+            outcomes.append(PolicyOutcome(label, {**row, **_projections_without_device(cfg, row)}, []))
             continue
         plan_obj = plan_stage(cfg, rd, label, capacity)
         plan = plan_obj.accounting() if isinstance(plan_obj, BlockPlan) else plan_obj
@@ -528,6 +531,7 @@ def _sim_only_row(summary: dict[str, Any]) -> dict[str, Any]:
         "miss_ratio_tokens": summary["token_miss_ratio"], "miss_ratio_chunks": summary["chunk_miss_ratio"],
         "ssd_write_bytes": summary["ssd_write_bytes"], "ssd_write_bytes_full": summary["ssd_write_bytes_full"],
         "ssd_write_bytes_linear": summary["ssd_write_bytes_linear"],
+        "linear_share_of_ssd_write_bytes": summary["linear_share_of_ssd_write_bytes"],
         "hits_per_ssd_write": summary["ssd_hits_per_write"],
         "frac_ssd_writes_hit": summary["ssd_written_fraction_hit"],
         "load_latency_mean_s": summary["mean_load_latency_s"],
@@ -543,10 +547,7 @@ def run_point(cfg: RunConfig, out: Path, *, replay: bool) -> dict[str, Any]:
     if len(cfg.policies) != 1:
         raise KvwearError(f"a sweep point has exactly one policy, got {list(cfg.policies)}")
     outcome = run(cfg, out, resume=True, replay=replay, report=False)
-    row = dict(outcome.outcomes[0].row)
-    if not replay:
-        row.update(_projections_without_device(cfg, row))
-    return row
+    return dict(outcome.outcomes[0].row)
 
 
 def _projections_without_device(cfg: RunConfig, row: dict[str, Any]) -> dict[str, Any]:

@@ -82,6 +82,8 @@ def run_cmd(
     time_mode: str | None = typer.Option(None, "--time-mode", help="afap | original | compressed."),
     dwpd: float | None = typer.Option(None, "--dwpd", help="Drive writes per day rating."),
     warranty_years: float | None = typer.Option(None, "--warranty-years", help="Warranty years."),
+    no_replay: bool = typer.Option(False, "--no-replay",
+                                   help="Simulate and project lifetime only (no block plan, no device)."),
     no_report: bool = typer.Option(False, "--no-report", help="Skip the report."),
 ) -> None:
     """Simulate each policy, replay its SSD traffic on a device, measure wear, project lifetime,
@@ -125,7 +127,7 @@ def run_cmd(
                 tasks[stage] = bar.add_task(stage, total=total)
             bar.update(tasks[stage], completed=done, total=total)
 
-        outcome = run(cfg, out, resume=resume, report=not no_report, progress=progress)
+        outcome = run(cfg, out, resume=resume, replay=not no_replay, report=not no_report, progress=progress)
     _summary(outcome.results.to_pylist(), time.monotonic() - t0)
     console.print(f"run directory: {outcome.run_dir}")
     if outcome.report_html:

@@ -135,3 +135,13 @@ def test_sampling_is_stable_across_processes_and_groups_sessionless_traces(moonc
     t = load_requests(mooncake_path).table                   # no sessions; block 0 is shared by every request
     s = sample_groups(t, 0.1, seed=3)
     assert 0.05 * t.num_rows < s.num_rows < 0.15 * t.num_rows
+
+
+def test_no_replay_projects_lifetime_without_a_device(tmp_path: Path) -> None:
+    out = tmp_path / "nr"
+    res = CliRunner().invoke(app, ["run", "-o", str(out), "--no-replay", "--policy", "lru", "--param", "sessions=3",
+                                   "--param", "turns=3", "--dram", "1GB", "--ssd", "8GB"])
+    assert res.exit_code == 0, res.output
+    row = pq.read_table(out / "results.parquet").to_pylist()[0]
+    assert row["lifetime_days_waf1"] > row["lifetime_days_model"] > 0          # model WAF > 1 for the sim geometry
+    assert not (out / "replay").exists() and not (out / "device").exists()
