@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 OUT ?= out/demo
 
-.PHONY: setup system-deps demo test lint bench clean
+.PHONY: setup system-packages system-deps demo test lint bench clean
 
 $(BIN)/kvwear: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -15,8 +15,11 @@ $(BIN)/kvwear: pyproject.toml
 
 setup: $(BIN)/kvwear
 
-system-deps:
+# Debian packages first: on a fresh Debian `python3 -m venv` needs python3-venv, which they include.
+system-packages:
 	bash scripts/install-system-deps.sh
+
+system-deps: system-packages setup
 	bash scripts/setup-bcc.sh $(VENV)
 
 # The main job: a synthetic multi-round workload on Kimi-K3 through five policies, replayed on the
@@ -24,7 +27,7 @@ system-deps:
 demo: setup
 	$(BIN)/kvwear run -o $(OUT) --resume
 
-test: setup system-deps
+test: system-deps
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q

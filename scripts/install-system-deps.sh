@@ -3,14 +3,16 @@
 # fio (file/block devices), bcc + bpftrace (eBPF capture), kernel headers (bcc compiles at run
 # time), smartmontools + nvme-cli (wear counters), QEMU (emulated NVMe guest), busybox-static
 # (guest initramfs), chromium (report rendering test), util-linux/e2fsprogs (loop devices,
-# filesystem signatures for the safety tests).
+# filesystem signatures for the safety tests), python3-venv (`make` creates .venv), xz-utils
+# (build-guest decompresses .ko.xz modules).
 set -euo pipefail
 if [ "$(id -u)" != 0 ]; then
   echo "install-system-deps: not root, skipping Debian packages" >&2
   exit 0
 fi
 pkgs=(fio bpfcc-tools python3-bpfcc bpftrace linux-headers-amd64 smartmontools nvme-cli
-      qemu-system-x86 qemu-utils busybox-static chromium util-linux e2fsprogs cpio zstd)
+      qemu-system-x86 qemu-utils busybox-static chromium util-linux e2fsprogs cpio zstd
+      python3-venv xz-utils)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
