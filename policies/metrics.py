@@ -178,6 +178,8 @@ class Accumulator:
         self.tl: dict[str, list[Any]] = {f.name: [] for f in SIM_TIMELINE.schema}
         self._iv: int | None = None
         self._iv_start = [0, 0, 0, 0, 0, 0, 0]  # requests, hashed, hit, wf, wl, r, ev (cumulative)
+        self._begin_cum = list(self._iv_start)
+        self._begin_used = (0, 0)
 
     # --- SSD traffic --------------------------------------------------------------------------
     def ssd_write(self, obj: Obj) -> None:
@@ -202,14 +204,17 @@ class Accumulator:
 
     # --- requests -----------------------------------------------------------------------------
     def request_begin(self) -> tuple[int, int]:
+        # Snapshot for the timeline: if this request opens a new interval, the previous one
+        # closes on these counters, so the request's own SSD traffic counts in its interval.
+        self._begin_cum = self._cum()
+        self._begin_used = (self.used[DRAM], self.used[SSD])
         return (self.write_bytes[0] + self.write_bytes[1], self.read_bytes[0] + self.read_bytes[1])
 
     def _cum(self) -> list[int]:
         return [self.requests, self.hashed_tokens, self.hit_tokens, self.write_bytes[FULL],
                 self.write_bytes[1], self.read_bytes[0] + self.read_bytes[1], self.evict_bytes]
 
-    def _close_interval(self) -> None:
-        cur = self._cum()
+    def _close_interval(self, cur: list[int], used: tuple[int, int]) -> None:
         d = [a - b for a, b in zip(cur, self._iv_start, strict=True)]
         tl = self.tl
         tl["interval_start_s"].append((self._iv or 0) * self.config.interval_s)
@@ -221,8 +226,8 @@ class Accumulator:
         tl["ssd_write_bytes_linear"].append(d[4])
         tl["ssd_read_bytes"].append(d[5])
         tl["ssd_evict_bytes"].append(d[6])
-        tl["dram_used_bytes"].append(self.used[DRAM])
-        tl["ssd_used_bytes"].append(self.used[SSD])
+        tl["dram_used_bytes"].append(used[0])
+        tl["ssd_used_bytes"].append(used[1])
         self._iv_start = cur
 
     def request_end(self, req: RequestInfo, before: tuple[int, int], hit_tokens: int,
@@ -233,7 +238,7 @@ class Accumulator:
         iv = int(t // cfg.interval_s)
         if iv != self._iv:
             if self._iv is not None:
-                self._close_interval()
+                self._close_interval(self._begin_cum, self._begin_used)
             self._iv = iv
         if self.first_s is None:
             self.first_s = t
@@ -295,7 +300,7 @@ class Accumulator:
     def timeline_table(self) -> pa.Table:
         if self._iv is not None and (not self.tl["interval_start_s"] or self.tl["interval_start_s"][-1]
                                      != self._iv * self.config.interval_s):
-            self._close_interval()
+            self._close_interval(self._cum(), (self.used[DRAM], self.used[SSD]))
         arrays = [pa.array(self.tl[f.name], f.type) for f in SIM_TIMELINE.schema]
         return pa.Table.from_arrays(arrays, schema=SIM_TIMELINE.with_metadata())
 

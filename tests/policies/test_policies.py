@@ -246,3 +246,14 @@ def test_blocks_smaller_than_the_chunk_are_grouped() -> None:
     res = simulate(table, cfg(10_000, 10_000), "lru")
     assert res.requests.column("hit_tokens").to_pylist() == [0, 32]
     assert res.summary.chunks == 2 + 3
+
+
+def test_timeline_counts_each_requests_ssd_traffic_in_its_own_interval() -> None:
+    # write-through writes every new block at insert: 1 block at t=0, 2 blocks at t=10
+    table = requests_table([(0.0, [1]), (10.0, [2, 3])])
+    config = SimConfig(dram_bytes=10**6, ssd_bytes=10**6, kv_bytes_per_token=1, interval_s=5.0)
+    tl = simulate(table, config, "write-through").timeline
+    assert tl.column("interval_start_s").to_pylist() == [0.0, 10.0]
+    assert tl.column("requests").to_pylist() == [1, 1]
+    assert tl.column("ssd_write_bytes_full").to_pylist() == [16, 32]
+    assert tl.column("ssd_used_bytes").to_pylist() == [16, 48]

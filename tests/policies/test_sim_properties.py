@@ -129,6 +129,18 @@ def test_invariants(wl, policy, state, dram, ssd, hbm) -> None:
     assert sum(tl.column("hit_tokens").to_pylist()) == s.hit_tokens
     assert (sum(tl.column("ssd_write_bytes_full").to_pylist())
             + sum(tl.column("ssd_write_bytes_linear").to_pylist())) == s.ssd_write_bytes
+    # each interval holds its own requests' SSD traffic (per-request records grouped by interval)
+    per_iv: dict[float, list[int]] = {}
+    rq = res.requests
+    for t, w, r in zip(rq.column("arrival_s").to_pylist(), rq.column("ssd_write_bytes").to_pylist(),
+                       rq.column("ssd_read_bytes").to_pylist(), strict=True):
+        acc = per_iv.setdefault((t // 10.0) * 10.0, [0, 0])
+        acc[0] += w
+        acc[1] += r
+    assert per_iv == {start: [wf + wl, r] for start, wf, wl, r in zip(
+        tl.column("interval_start_s").to_pylist(), tl.column("ssd_write_bytes_full").to_pylist(),
+        tl.column("ssd_write_bytes_linear").to_pylist(), tl.column("ssd_read_bytes").to_pylist(),
+        strict=True)}
     if policy == "type-aware":
         assert s.ssd_write_bytes_linear == 0
     if policy in ("write-through", "dynamo", "dynamo:decay_s=5"):  # never write on eviction
