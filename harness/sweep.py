@@ -47,7 +47,7 @@ import pyarrow.parquet as pq
 
 from harness.config import RunConfig, config_from_mapping
 from harness.rundir import write_json
-from kvwear.errors import InputError
+from kvwear.errors import InputError, KvwearError
 
 SWEEP_VERSION = 1
 
@@ -298,6 +298,12 @@ def run_sweep(
     """
     store = ResultsStore(root)
     store.root.mkdir(parents=True, exist_ok=True)
+    prev = store.root / "sweep.json"
+    if prev.is_file() and bool(json.loads(prev.read_text()).get("replay")) != plan.replay:
+        # A point's key is its config, not the replay flag: its stored row would be reused as if
+        # it had (or had not) been replayed.
+        raise KvwearError(f"{store.root} holds a sweep with replay = {not plan.replay}; resume it with the "
+                          "same [sweep] replay setting or choose another output directory")
     write_json(store.root / "sweep.json", {"sweep_version": SWEEP_VERSION, "name": plan.name,
                                           "replay": plan.replay, "points": len(plan.points)})
     write_json(store.root / "points.json", [{"key": p.key, "axes": dict(p.axes)} for p in plan.points])

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness.sweep import ResultsStore, plan_sweep, run_sweep, sweep_points_table
+from kvwear.errors import KvwearError
 from reports.sweep_report import build_sweep_report
 
 
@@ -75,3 +76,12 @@ def test_dask_cluster_survives_a_killed_worker(tmp_path: Path) -> None:
     keys = [pq.read_table(f).column("point_key")[0].as_py() for f in files]
     assert sorted(keys) == sorted(p.key for p in plan.points)       # every point exactly once
     assert not list((tmp_path / "results").glob(".*"))               # no partial files
+
+
+def test_resume_refuses_another_replay_setting(tmp_path: Path) -> None:
+    """Point keys hash the config only: a no-replay store must not pass for a replayed sweep."""
+    data = _sweep(["lru"])
+    run_sweep(plan_sweep(data), tmp_path)
+    with pytest.raises(KvwearError, match="replay = False"):
+        run_sweep(plan_sweep({**data, "sweep": {"replay": True}}), tmp_path)
+    assert "waf_measured" not in ResultsStore(tmp_path).read().columns
