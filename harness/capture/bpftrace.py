@@ -153,6 +153,8 @@ class BpftraceTracer:
         self._err = self._parquet.with_suffix(".bpftrace.err")
         script = self._parquet.with_suffix(".bt")
         script.write_text(SCRIPT)
+        # An interrupted attempt's output holds an 'Attaching' line too: it must not pass for ours.
+        self._out.unlink(missing_ok=True)
         env = dict(os.environ, BPFTRACE_PERF_RB_PAGES=str(self.perf_rb_pages))
         with open(self._err, "wb") as err:
             self._proc = subprocess.Popen([exe, "-o", str(self._out), str(script), str(self._dev)],

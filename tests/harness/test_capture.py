@@ -244,3 +244,15 @@ def test_not_root_is_explained(tmp_path: Path) -> None:
     assert "no block tracer can run here" in out.stdout, out.stderr
     assert "bcc: eBPF tracing needs root" in out.stdout
     assert "bpftrace: eBPF tracing needs root" in out.stdout
+
+
+@root_only
+@needs_fio
+def test_bpftrace_start_ignores_a_stale_output_of_an_interrupted_attempt(tmp_path: Path) -> None:
+    """A resumed device stage finds the previous attempt's bpftrace output beside the trace: its
+    'Attaching' line must not pass for the new process's, or the replay starts before the probes."""
+    (tmp_path / "trace.bpftrace.txt").write_text("Attaching 3 probes...\n")
+    plan = plan_for(64 << 20, 500, seed=5)
+    res, c = replay_with_capture(tmp_path, "bpftrace", plan)
+    assert_three_way(plan, res, c)
+    assert c.events + c.lost_events >= plan.num_rows
