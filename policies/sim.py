@@ -586,6 +586,8 @@ class Simulator:
         if hit_tokens > hashed_tokens:
             hit_tokens = hashed_tokens
         total_chunks = (nk - 1) * k_chunks + -(-(hashed_tokens - (nk - 1) * B) // S)
+        if hit_chunks > total_chunks:  # a cached full block hit by a request whose copy is partial
+            hit_chunks = total_chunks
         acc.request_end(req, before, hit_tokens, tok_tier[HBM], tok_tier[DRAM], tok_tier[SSD],
                         state_tier, dram_bytes, ssd_bytes, hit_chunks, total_chunks)
 

@@ -257,3 +257,13 @@ def test_timeline_counts_each_requests_ssd_traffic_in_its_own_interval() -> None
     assert tl.column("requests").to_pylist() == [1, 1]
     assert tl.column("ssd_write_bytes_full").to_pylist() == [16, 32]
     assert tl.column("ssd_used_bytes").to_pylist() == [16, 48]
+
+
+def test_hit_chunks_are_capped_like_hit_tokens() -> None:
+    # a cached full 32-token block hit by a request that hashes only 8 tokens of it: the hit is
+    # all 3 chunks the request has (2 + 1 partial), not the cached blocks' 4
+    table = requests_table([(0.0, [1, 2]), (1.0, [1, 2])], block_tokens=32, partial=[0, 24])
+    res = simulate(table, SimConfig(dram_bytes=10**6, ssd_bytes=0, kv_bytes_per_token=1), "lru")
+    s = res.summary
+    assert (s.chunks, s.hit_chunks, s.hit_tokens) == (4 + 3, 3, 40)
+    assert 0.0 <= s.chunk_miss_ratio <= 1.0
