@@ -94,6 +94,9 @@ echo "$stamp" > "$root/etc/kvwear-guest"
 
 (cd "$root" && find . | LC_ALL=C sort | "$busybox" cpio -o -H newc -R 0:0 2>/dev/null) | "${compress[@]}" > "$work/initrd.img"
 cp "$work/kernel/boot/vmlinuz-$kname" "$work/vmlinuz"
+# The stamp goes first and comes back last: an interrupted swap leaves no stamp, so find_guest
+# refuses the folder instead of pairing a new kernel with an old initrd's modules.
+rm -f "$out/stamp"
 mv "$work/vmlinuz" "$out/vmlinuz"
 mv "$work/initrd.img" "$out/initrd.img"
 echo "$stamp" > "$out/stamp"

@@ -39,6 +39,18 @@ from kvwear.errors import KvwearError
 FAKE_IMAGE = GuestImage(kernel=Path("/g/vmlinuz"), initrd=Path("/g/initrd.img"), stamp="")
 
 
+
+def test_build_guest_swaps_the_image_without_its_stamp() -> None:
+    """find_guest trusts a folder with a stamp: an interrupted rebuild must not leave the old stamp
+    beside a new kernel and an old initrd (whose modules the new kernel refuses)."""
+    from emulator.guest import BUILD_SCRIPT
+
+    lines = [ln.strip() for ln in BUILD_SCRIPT.read_text().splitlines()]
+    drop = lines.index('rm -f "$out/stamp"')
+    moves = [i for i, ln in enumerate(lines) if ln.startswith('mv "$work/') and '"$out/' in ln]
+    write = lines.index('echo "$stamp" > "$out/stamp"')
+    assert len(moves) == 2 and drop < min(moves) and max(moves) < write
+
 # ---------------------------------------------------------------------------------------------
 # command line
 
