@@ -20,6 +20,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -52,7 +53,7 @@ from harness.wear.base import NVME_DATA_UNIT_BYTES
 from harness.wear.snapshot import delta as wear_delta
 from harness.wear.snapshot import snapshot, wear_rows, wear_table
 from kvwear.errors import KvwearError
-from kvwear.tables import read_table, write_table
+from kvwear.tables import atomic_path, read_table, write_table
 from workloads.blocks import splitmix64
 from workloads.models import ModelProfile, resolve_profile
 from workloads.schema import REQUESTS
@@ -296,11 +297,21 @@ def device_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int) -> dict[
         iv = pq.read_table(res.tool_output_path)
         host = np.cumsum(iv.column("host_bytes").to_numpy())
         nand = np.cumsum(iv.column("nand_bytes").to_numpy())
-        pq.write_table(pa.table({"host_bytes": host, "nand_bytes": nand,
+        _write_parquet(pa.table({"host_bytes": host, "nand_bytes": nand,
                                  "waf_cumulative": nand / np.maximum(host, 1)}), d / "timeline.parquet")
     write_json(d / "result.json", out)
     rd.mark_done(stage, {"write_bytes": res.write_bytes})
     return dict(json.loads((d / "result.json").read_text()))
+
+
+def _write_parquet(table: pa.Table, path: Path) -> None:
+    """Atomically (temporary sibling + rename): an interrupted write leaves no truncated file."""
+    tmp = atomic_path(path)
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def wear_readers(cfg: RunConfig) -> list[str]:
@@ -514,7 +525,7 @@ def run(cfg: RunConfig, out: str | Path, *, resume: bool = False, replay: bool =
         progress(f"device/{label}", 1, 1)
         outcomes.append(estimate_stage(cfg, rd, label, summary, plan, device, capacity))
     results = pa.Table.from_pylist([o.row for o in outcomes])
-    pq.write_table(results, rd.results_path)
+    _write_parquet(results, rd.results_path)
     rd.mark_done("results")
     html = None
     if report:
