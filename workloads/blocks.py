@@ -8,8 +8,9 @@ id). This module must not read or write files and knows nothing about tiers or d
 Two ways, and where each is exact:
 
 * **Split**, S = B/k: every source id x becomes k derived keys (x·k + j, j = 0..k-1, or a 64-bit
-  mix of (x, j) when x·k could overflow). A source id determines its whole prefix (the table is
-  prefix-chained: loaders guarantee it), so each derived key does too: chaining stays exact and
+  mix of (x, j) when x is negative or x·k could overflow; decided per id, so batch-independent).
+  A source id determines its whole prefix (the table is prefix-chained: loaders guarantee it),
+  so each derived key does too: chaining stays exact and
   an infinite cache hits exactly k times as many blocks. A source block that is only partly
   covered (Mooncake's last block; `hashed_tokens` not a multiple of B) yields only
   ⌈covered/S⌉ keys, so `hashed_tokens` is unchanged. Reuse is still only known at granularity B:
@@ -133,10 +134,10 @@ def split_keys(
     exp_pos = np.arange(len(x), dtype=np.int64) - np.repeat(offsets[:-1] * k, lengths * k)
     keep = exp_pos < new_len[exp_rows]
     x, j = x[keep], j[keep]
-    if values.min() >= 0 and int(values.max()) <= (2**63 - 1 - (k - 1)) // k:
-        keys = x * k + j  # small ids stay small and readable
-    else:
-        keys = splitmix64(splitmix64(x.view(_U)) + j.astype(_U)).view(np.int64)
+    # Small ids stay small and readable (x·k + j); the others are mixed. Chosen per id, never per
+    # table, so a given (id, j) gets the same key in every batch a stream is converted in.
+    small = (x >= 0) & (x <= (2**63 - 1 - (k - 1)) // k)
+    keys = np.where(small, x * k + j, splitmix64(splitmix64(x.view(_U)) + j.astype(_U)).view(np.int64))
     return new_len, keys
 
 

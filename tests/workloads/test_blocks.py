@@ -189,3 +189,12 @@ def test_large_ids_use_mixed_split_keys() -> None:
     t = table([[2**62, 5], [2**62, 6]], 64)
     out = convert_block_size(t, 16).column("hash_ids").to_pylist()
     assert out[0][:4] == out[1][:4] and len(set(out[0])) == 8 and not set(out[0][4:]) & set(out[1][4:])
+
+
+def test_split_keys_do_not_depend_on_the_batch() -> None:
+    # a stream is converted batch by batch: an id's derived keys must not change with the other
+    # ids of its batch (a large or negative id elsewhere once switched the whole batch to mixing)
+    alone = convert_block_size(table([[3, 4]], 64), 16).column("hash_ids").to_pylist()[0]
+    for other in (2**62, -7):
+        with_big = convert_block_size(table([[3, 4], [other]], 64), 16).column("hash_ids").to_pylist()
+        assert with_big[0] == alone
