@@ -60,7 +60,8 @@ class ReplaySettings:
 
 @dataclass(frozen=True)
 class DeviceConfig:
-    """`kind`: sim | file | block | qemu | femu. `capacity_bytes` 0 = the SSD tier × sample."""
+    """`kind`: sim | file | block | qemu | femu. `capacity_bytes` 0 = the SSD tier × sample fraction
+    + 5% (femu: devsz_mb), rounded up to the alignment (harness.run.device_capacity)."""
 
     kind: str = "sim"
     target: str = ""
