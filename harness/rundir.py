@@ -66,6 +66,18 @@ def file_sha256(path: str | Path, chunk_bytes: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def input_sha256(path: str | Path) -> str:
+    """sha256 of an input file; of a folder (a trace given as a directory of files, e.g. Weka's
+    one JSON per trace) over each file's relative path and sha256, in sorted order."""
+    p = Path(path)
+    if not p.is_dir():
+        return file_sha256(p)
+    h = hashlib.sha256()
+    for f in sorted(q for q in p.rglob("*") if q.is_file()):
+        h.update(f"{f.relative_to(p).as_posix()}\0{file_sha256(f)}\n".encode())
+    return h.hexdigest()
+
+
 class RunDir:
     """Paths and stage markers of one run directory."""
 
@@ -204,7 +216,7 @@ def build_manifest(
         "packages": packages,
         "tools": tools,
         "seeds": dict(seeds),
-        "inputs": {k: {"path": str(v), "sha256": file_sha256(v)} for k, v in inputs.items()},
+        "inputs": {k: {"path": str(v), "sha256": input_sha256(v)} for k, v in inputs.items()},
         "devices": dict(devices or {}),
         "config": dict(config),
     }

@@ -83,3 +83,17 @@ def test_manifest_records_inputs_and_versions(tmp_path: Path) -> None:
     m = build_manifest(config={"name": "x"}, inputs={"trace": inp}, seeds={"workload": 1})
     assert m["inputs"]["trace"]["sha256"] == hashlib.sha256(b"{}\n").hexdigest()
     assert m["packages"]["pyarrow"] and m["kernel"] and m["seeds"] == {"workload": 1}
+
+
+def test_manifest_hashes_a_trace_folder(tmp_path: Path, weka_dir: Path) -> None:
+    """A Weka trace is a folder of JSON files: the manifest hashes its files (it used to open the
+    folder as a file and crash `kvwear run`)."""
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    for f in sorted(weka_dir.glob("*.json"))[:2]:
+        (folder / f.name).write_bytes(f.read_bytes())
+    first = build_manifest(config={}, inputs={"trace": folder}, seeds={})["inputs"]["trace"]["sha256"]
+    assert first == build_manifest(config={}, inputs={"trace": folder}, seeds={})["inputs"]["trace"]["sha256"]
+    victim = sorted(folder.glob("*.json"))[0]
+    victim.write_bytes(victim.read_bytes() + b" ")
+    assert build_manifest(config={}, inputs={"trace": folder}, seeds={})["inputs"]["trace"]["sha256"] != first
