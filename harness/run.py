@@ -47,7 +47,7 @@ from harness.estimate import (
     tbw_from_pe_cycles,
 )
 from harness.replay import BlockPlan, ReplayConfig, plan_block_ops
-from harness.rundir import RunDir, build_manifest, write_json
+from harness.rundir import RunDir, build_manifest, input_sha256, write_json
 from harness.schema import BLOCK_OPS, WEAR
 from harness.wear.base import NVME_DATA_UNIT_BYTES
 from harness.wear.snapshot import delta as wear_delta
@@ -148,6 +148,12 @@ def workload_stage(cfg: RunConfig, rd: RunDir) -> tuple[pa.Table, dict[str, Path
     path = rd.stage_dir("workload") / "requests.parquet"
     inputs = {"trace": Path(cfg.workload.trace)} if cfg.workload.trace else {}
     if rd.is_done("workload"):
+        # Same config, same path: the file behind it may still have changed since the stage ran.
+        stored = rd.done_info("workload").get("inputs_sha256", {})
+        for k, p in inputs.items():
+            if k in stored and stored[k] != input_sha256(p):
+                raise KvwearError(f"{p} changed since {rd.root} sampled it; resume only with the same input "
+                                  "(or choose another --out)")
         table = read_table(REQUESTS, path)
         rd.skip()
         return table, inputs
@@ -156,7 +162,8 @@ def workload_stage(cfg: RunConfig, rd: RunDir) -> tuple[pa.Table, dict[str, Path
     if table.num_rows == 0:
         raise KvwearError("the workload has no requests (after sampling)")
     write_table(REQUESTS, table, path)
-    rd.mark_done("workload", {"rows": table.num_rows})
+    rd.mark_done("workload", {"rows": table.num_rows,
+                              "inputs_sha256": {k: input_sha256(p) for k, p in inputs.items()}})
     return read_table(REQUESTS, path), inputs
 
 

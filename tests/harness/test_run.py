@@ -145,3 +145,17 @@ def test_no_replay_projects_lifetime_without_a_device(tmp_path: Path) -> None:
     row = pq.read_table(out / "results.parquet").to_pylist()[0]
     assert row["lifetime_days_waf1"] > row["lifetime_days_model"] > 0          # model WAF > 1 for the sim geometry
     assert not (out / "replay").exists() and not (out / "device").exists()
+
+
+def test_resume_refuses_a_changed_trace_file(tmp_path: Path, mooncake_path: Path) -> None:
+    """Same config, same path, other contents: the stored requests would no longer be the trace's."""
+    trace = tmp_path / "trace.jsonl"
+    lines = mooncake_path.read_text().splitlines(keepends=True)[:60]
+    trace.write_text("".join(lines))
+    cfg = _cfg(policies=["lru"], workload={"trace": str(trace), "seed": 3})
+    out = tmp_path / "r"
+    run(cfg, out, replay=False, report=False)
+    run(cfg, out, resume=True, replay=False, report=False)          # unchanged: resumes
+    trace.write_text("".join(lines[:30]))
+    with pytest.raises(KvwearError, match="changed since"):
+        run(cfg, out, resume=True, replay=False, report=False)
