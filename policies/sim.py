@@ -58,7 +58,6 @@ Must not: do I/O, read the wall clock, keep global state.
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -757,4 +756,4 @@ def chunks_of(hashed_tokens: np.ndarray, chunk_tokens: int) -> np.ndarray:
     return -(-np.asarray(hashed_tokens, dtype=np.int64) // chunk_tokens)
 
 
-__all__ = ["SimConfig", "SimResult", "Simulator", "chunks_of", "math", "next_use", "simulate"]
+__all__ = ["SimConfig", "SimResult", "Simulator", "chunks_of", "next_use", "simulate"]
