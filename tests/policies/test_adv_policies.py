@@ -70,12 +70,26 @@ def test_meritkv_threshold_and_warmup() -> None:
     cfg = SimConfig(dram_bytes=2 * 10**6, ssd_bytes=10**9, kv_bytes_per_token=100, state_bytes=0)
     lru = simulate(reqs, cfg, "lru").summary
     low = simulate(reqs, cfg, "meritkv:tau_s=-1e9").summary
-    high = simulate(reqs, cfg, "meritkv:tau_s=1e9").summary
+    sim = Simulator(cfg, "meritkv:tau_s=1e9")
+    admitted: list[int] = []
+    orig = sim.policy.admit_to_ssd
+
+    def counted(obj: Obj) -> bool:
+        write = orig(obj)
+        if write:
+            admitted.append(obj.nbytes)
+        return write
+
+    sim.policy.admit_to_ssd = counted  # type: ignore[method-assign]
+    sim.run_batch(reqs, 0)
+    high = sim.finish().summary
     assert lru.ssd_write_objects_full > 12
     # a threshold nobody fails writes like write-back LRU; one nobody passes writes only the
-    # warm-up demands (3 per kind × reuse class; dense model: full KV only)
+    # warm-up demands (3 per kind × reuse class; dense model: full KV only, 2 reuse classes)
     assert low.ssd_write_bytes == lru.ssd_write_bytes
-    assert high.ssd_write_objects_full > 0 and high.ssd_write_objects_full <= lru.ssd_write_objects_full
+    demands = sim.policy.demands  # type: ignore[attr-defined]
+    assert len(admitted) == sum(min(d, 3) for d in demands.values()) == 6, demands
+    assert high.ssd_write_bytes == sum(admitted)
     assert high.ssd_write_bytes < lru.ssd_write_bytes / 4
 
 
