@@ -11,8 +11,9 @@ This module never decides where it is safe to write: device backends validate th
 
 A fact about fio 3.33 callers must know: in iolog replay with iodepth > 1, the JSON's `io_bytes`
 (and clat sample counts) miss the last iodepth − 1 completions, which fio reaps after the replay
-list is empty without accounting them; `total_ios` (issued I/Os) is exact. `issued_bytes_from_log`
-turns fio's issued counts back into bytes over the iolog fio replayed (fio replays it in order).
+list is empty without accounting them; `total_ios` (issued I/Os) is exact. `issued_log_bytes`
+checks fio's issued counts against the iolog it replayed and returns the log's bytes (fio replays
+it in order).
 """
 
 from __future__ import annotations
@@ -439,12 +440,15 @@ class IologStats:
     trim_bytes: int
 
 
-def issued_bytes_from_log(lengths_in_order: np.ndarray, issued_ios: int) -> int:
-    """Bytes of the first `issued_ios` entries of one direction of an iolog. fio replays a log in
-    order, so its exact issued-I/O count (`total_ios`) names exactly which entries it issued."""
-    if issued_ios > lengths_in_order.size:
-        raise FioError(f"fio issued {issued_ios} I/Os but the iolog holds {lengths_in_order.size}")
-    return int(lengths_in_order[:issued_ios].sum())
+def issued_log_bytes(summary: FioSummary, log: IologStats, report: str) -> tuple[int, int, int]:
+    """(write, read, trim) bytes fio issued replaying `log`. Its issued-I/O counts are exact (unlike
+    io_bytes, see the module doc) and must equal the log's, else FioError naming `report`; fio
+    replays a log in order, so it then issued exactly the log's bytes."""
+    expected = {"write": log.write_ios, "read": log.read_ios, "trim": log.trim_ios}
+    issued = {"write": summary.write.total_ios, "read": summary.read.total_ios, "trim": summary.trim.total_ios}
+    if issued != expected:
+        raise FioError(f"fio issued {issued} I/Os for an iolog holding {expected} (report {report})")
+    return log.write_bytes, log.read_bytes, log.trim_bytes
 
 
 def plan_lengths(plan: pa.Table, op: str) -> np.ndarray:

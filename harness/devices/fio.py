@@ -140,16 +140,8 @@ class FioDevice:
         wall = time.perf_counter() - t0
         stat_after = self._diskstats()
         s = run.summary
-        expected = {"write": log.write_ios, "read": log.read_ios, "trim": log.trim_ios}
-        issued = {"write": s.write.total_ios, "read": s.read.total_ios, "trim": s.trim.total_ios}
-        if issued != expected:
-            raise fiolib.FioError(f"fio issued {issued} I/Os for an iolog holding {expected} "
-                                  f"(report {run.json_path})")
-        # fio 3.33 leaves the last iodepth-1 completions out of io_bytes (module doc of harness.fio);
-        # its issued counts are exact and it replays the log in order, so these are its issued bytes.
-        write_bytes = fiolib.issued_bytes_from_log(fiolib.plan_lengths(plan, "write"), s.write.total_ios)
-        read_bytes = fiolib.issued_bytes_from_log(fiolib.plan_lengths(plan, "read"), s.read.total_ios)
-        trim_bytes = fiolib.issued_bytes_from_log(trims, s.trim.total_ios) if can_trim else 0
+        # fio 3.33 leaves the last iodepth-1 completions out of io_bytes (module doc of harness.fio).
+        write_bytes, read_bytes, trim_bytes = fiolib.issued_log_bytes(s, log, str(run.json_path))
         return ReplayResult(
             device=f"{self.spec.kind}:{self.path}",
             write_bytes=write_bytes, read_bytes=read_bytes, trim_bytes=trim_bytes,

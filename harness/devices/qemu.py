@@ -303,14 +303,7 @@ class GuestDevice:
         s = fiolib.parse_fio_json(run.files["fio.json"], str(outdir / "fio.json"))
         if s.errors:
             raise fiolib.FioError(f"fio reported errors {s.errors} in the guest (report {outdir / 'fio.json'})")
-        expected = {"write": log.write_ios, "read": log.read_ios, "trim": log.trim_ios}
-        issued = {"write": s.write.total_ios, "read": s.read.total_ios, "trim": s.trim.total_ios}
-        if issued != expected:
-            raise fiolib.FioError(f"fio issued {issued} I/Os for an iolog holding {expected} "
-                                  f"(report {outdir / 'fio.json'})")
-        write_bytes = fiolib.issued_bytes_from_log(fiolib.plan_lengths(plan, "write"), s.write.total_ios)
-        read_bytes = fiolib.issued_bytes_from_log(fiolib.plan_lengths(plan, "read"), s.read.total_ios)
-        trim_bytes = fiolib.issued_bytes_from_log(trims, s.trim.total_ios) if can_trim else 0
+        write_bytes, read_bytes, trim_bytes = fiolib.issued_log_bytes(s, log, str(outdir / "fio.json"))
 
         extra: dict[str, Any] = {
             "fio_io_bytes": {"write": s.write.io_bytes, "read": s.read.io_bytes, "trim": s.trim.io_bytes},

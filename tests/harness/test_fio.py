@@ -3,6 +3,7 @@ and real fio runs on files in a temp dir (fio is installed here; no root needed)
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -127,13 +128,6 @@ def test_validate_plan_names_the_row() -> None:
         fiolib.validate_plan(plan_table([(0.0, "erase", 0, 512)]), 1 << 20)
 
 
-def test_issued_bytes_from_log() -> None:
-    lengths = np.array([4096, 8192, 4096])
-    assert fiolib.issued_bytes_from_log(lengths, 2) == 12288
-    with pytest.raises(fiolib.FioError):
-        fiolib.issued_bytes_from_log(lengths, 4)
-
-
 # -- real fio ------------------------------------------------------------------------------------
 
 
@@ -158,7 +152,9 @@ def test_replay_on_a_file_counts_every_io(tmp_path: Path, iodepth: int) -> None:
     run = fiolib.run_jobs([fiolib.replay_job(log.path, str(target), iodepth=iodepth)], tmp_path, "r")
     s = run.summary
     assert (s.write.total_ios, s.read.total_ios) == (log.write_ios, log.read_ios)
-    assert fiolib.issued_bytes_from_log(fiolib.plan_lengths(plan, "write"), s.write.total_ios) == log.write_bytes
+    assert fiolib.issued_log_bytes(s, log, "r.json") == (log.write_bytes, log.read_bytes, 0)
+    with pytest.raises(fiolib.FioError, match=r"for an iolog holding .*report r\.json"):
+        fiolib.issued_log_bytes(s, dataclasses.replace(log, write_ios=log.write_ios + 1), "r.json")
     # fio 3.33 leaves the last iodepth-1 completions out of io_bytes in iolog replay (module doc).
     missing = log.write_bytes + log.read_bytes - s.write.io_bytes - s.read.io_bytes
     if iodepth == 1:
