@@ -392,9 +392,12 @@ class Simulator:
         mask = self.policy.place(obj)
         if mask & DRAM and obj.nbytes <= self.capacity_bytes[DRAM]:
             self._add(obj, DRAM)
-        elif mask & DRAM and not mask & SSD and self.policy.admit_to_ssd(obj):
+        elif mask & DRAM and not mask & SSD:
             # cannot fit DRAM at all: it is a DRAM victim at once (written or dropped)
-            pending_ssd.append(obj)
+            if self.policy.admit_to_ssd(obj) and obj.nbytes <= self.capacity_bytes[SSD]:
+                pending_ssd.append(obj)
+            else:
+                self.acc.dropped(obj)
         if mask & SSD:
             pending_ssd.append(obj)
 

@@ -267,3 +267,14 @@ def test_hit_chunks_are_capped_like_hit_tokens() -> None:
     s = res.summary
     assert (s.chunks, s.hit_chunks, s.hit_tokens) == (4 + 3, 3, 40)
     assert 0.0 <= s.chunk_miss_ratio <= 1.0
+
+
+def test_objects_too_big_for_dram_count_as_dropped_unless_written() -> None:
+    # DRAM of 0 bytes: every new block is a DRAM victim at once; lru-k (k=2) drops blocks seen
+    # once, lru writes them, and with no room on the SSD either, lru drops them too
+    once = requests_table([(i, [10 * i + 1, 10 * i + 2]) for i in range(5)])
+    lruk = simulate(once, cfg(dram=0, ssd=10_000), "lru-k").summary
+    assert lruk.ssd_write_bytes == 0 and lruk.dropped_bytes_full == 5 * 32
+    lru = simulate(once, cfg(dram=0, ssd=10_000), "lru").summary
+    assert lru.ssd_write_bytes == 5 * 32 and lru.dropped_bytes_full == 0
+    assert simulate(once, cfg(dram=0, ssd=0), "lru").summary.dropped_bytes_full == 5 * 32
