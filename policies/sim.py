@@ -125,10 +125,14 @@ class SimConfig:
                 raise KvwearError(f"SimConfig.{name} must be >= 0, got {getattr(self, name)}")
         if self.kv_bytes_per_token <= 0 or self.chunk_tokens <= 0:
             raise KvwearError("SimConfig: kv_bytes_per_token and chunk_tokens must be > 0")
+        # prices: a GPU second must cost something (meritkv and gandalf convert wear dollars
+        # into GPU time); wear may be free, never negative
         for name in ("ssd_read_bytes_per_s", "dram_to_hbm_bytes_per_s", "recompute_tokens_per_s",
-                     "interval_s"):
+                     "interval_s", "gpu_usd_per_hour"):
             if not getattr(self, name) > 0:
-                raise KvwearError(f"SimConfig.{name} must be > 0")
+                raise KvwearError(f"SimConfig.{name} must be > 0, got {getattr(self, name)}")
+        if not self.ssd_usd_per_tb_written >= 0:
+            raise KvwearError(f"SimConfig.ssd_usd_per_tb_written must be >= 0, got {self.ssd_usd_per_tb_written}")
 
 
 @dataclass(frozen=True)

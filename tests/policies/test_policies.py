@@ -8,6 +8,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
+from kvwear.errors import KvwearError
 from policies.base import POLICIES, PolicySpecError, resolve_spec
 from policies.lru import LruPolicy
 from policies.sim import SimConfig, Simulator, next_use, simulate
@@ -278,3 +279,12 @@ def test_objects_too_big_for_dram_count_as_dropped_unless_written() -> None:
     lru = simulate(once, cfg(dram=0, ssd=10_000), "lru").summary
     assert lru.ssd_write_bytes == 5 * 32 and lru.dropped_bytes_full == 0
     assert simulate(once, cfg(dram=0, ssd=0), "lru").summary.dropped_bytes_full == 5 * 32
+
+
+@pytest.mark.parametrize(("field", "value"), [("gpu_usd_per_hour", 0.0), ("gpu_usd_per_hour", -1.0),
+                                              ("ssd_usd_per_tb_written", -0.01)])
+def test_prices_are_checked(field: str, value: float) -> None:
+    # a free GPU made meritkv divide by zero; negative prices gave negative costs
+    with pytest.raises(KvwearError, match=field):
+        SimConfig(dram_bytes=1, ssd_bytes=1, kv_bytes_per_token=1, **{field: value})
+    SimConfig(dram_bytes=1, ssd_bytes=1, kv_bytes_per_token=1, ssd_usd_per_tb_written=0.0)
