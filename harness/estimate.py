@@ -117,28 +117,6 @@ def projected_lifetime_days(tbw_bytes: float, host_bytes_day: float, waf: float)
 
 
 @dataclass(frozen=True)
-class LifetimeEstimate:
-    tbw_bytes: float
-    host_bytes_per_day: float
-    waf: float
-    waf_source: str                 # "assumed-1", "analytical", "measured:<source>"
-    lifetime_days: float
-
-    @property
-    def lifetime_years(self) -> float:
-        return self.lifetime_days / DAYS_PER_YEAR
-
-
-def estimate_lifetime(
-    tbw_bytes: float, ssd_write_bytes: float, trace_duration_s: float, waf: float = 1.0,
-    waf_source: str = "assumed-1",
-) -> LifetimeEstimate:
-    per_day = host_bytes_per_day(ssd_write_bytes, trace_duration_s)
-    return LifetimeEstimate(tbw_bytes, per_day, waf, waf_source,
-                            projected_lifetime_days(tbw_bytes, per_day, waf))
-
-
-@dataclass(frozen=True)
 class Check:
     """One predicted-vs-measured comparison. rel_error = |measured − predicted| / |predicted|."""
 
@@ -159,68 +137,6 @@ class Check:
         else:
             rel = abs(measured - predicted) / abs(predicted)
         return cls(name, float(predicted), float(measured), source, tolerance, rel, bool(rel <= tolerance))
-
-
-@dataclass(frozen=True)
-class CrossValidation:
-    """Per run × policy: host bytes, WAF and lifetime, each predicted vs measured (None: not measured)."""
-
-    policy: str
-    host_bytes: Check | None
-    waf: Check | None
-    lifetime: Check | None
-
-    @property
-    def checks(self) -> tuple[Check, ...]:
-        return tuple(c for c in (self.host_bytes, self.waf, self.lifetime) if c is not None)
-
-    @property
-    def passed(self) -> bool:
-        return all(c.passed for c in self.checks)
-
-    def rows(self) -> list[dict[str, object]]:
-        """Flat rows for a results table / report."""
-        return [dict(policy=self.policy, check=c.name, predicted=c.predicted, measured=c.measured,
-                     source=c.source, rel_error=c.rel_error, tolerance=c.tolerance, passed=c.passed)
-                for c in self.checks]
-
-
-def cross_validate(
-    policy: str,
-    *,
-    predicted_host_bytes: float,
-    trace_duration_s: float,
-    tbw_bytes: float,
-    measured_host_bytes: float | None = None,
-    host_source: str = "device",
-    predicted_waf: float = 1.0,
-    measured_waf: float | None = None,
-    waf_source: str = "device",
-    host_tolerance: float | None = None,
-    waf_tolerance: float = WAF_REL_TOL,
-    lifetime_tolerance: float = LIFETIME_REL_TOL,
-) -> CrossValidation:
-    """Compare the plan's host bytes and the predicted WAF with what a device measured.
-
-    The projected lifetime uses the predictions; the measured-based lifetime uses the measured host
-    bytes and WAF where given (each falls back to its prediction), over the same TBW and duration."""
-    if host_tolerance is None:
-        host_tolerance = SMART_HOST_BYTES_REL_TOL if "smart" in host_source.lower() else HOST_BYTES_REL_TOL
-    host = (None if measured_host_bytes is None else
-            Check.of("host_bytes", predicted_host_bytes, measured_host_bytes, host_source, host_tolerance))
-    waf = (None if measured_waf is None else
-           Check.of("waf", predicted_waf, measured_waf, waf_source, waf_tolerance))
-    lifetime = None
-    if host is not None or waf is not None:
-        projected = projected_lifetime_days(
-            tbw_bytes, host_bytes_per_day(predicted_host_bytes, trace_duration_s), predicted_waf)
-        m_host = predicted_host_bytes if measured_host_bytes is None else measured_host_bytes
-        m_waf = predicted_waf if measured_waf is None else measured_waf
-        measured = projected_lifetime_days(tbw_bytes, host_bytes_per_day(m_host, trace_duration_s), m_waf)
-        srcs = "+".join(dict.fromkeys(s for s, m in ((host_source, measured_host_bytes),
-                                                     (waf_source, measured_waf)) if m is not None))
-        lifetime = Check.of("lifetime_days", projected, measured, srcs, lifetime_tolerance)
-    return CrossValidation(policy, host, waf, lifetime)
 
 
 def waf_from_counters(host_pages: np.ndarray | int, gc_pages: np.ndarray | int) -> float:

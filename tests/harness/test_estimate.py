@@ -15,9 +15,8 @@ from harness.estimate import (
     LIFETIME_REL_TOL,
     SMART_HOST_BYTES_REL_TOL,
     WAF_REL_TOL,
+    Check,
     analytical_waf,
-    cross_validate,
-    estimate_lifetime,
     ftl_alpha,
     ftl_predicted_waf,
     host_bytes_per_day,
@@ -82,45 +81,36 @@ def test_femu_prediction_vs_recorded_and_emulated(fixtures_dir: Path) -> None:
     before = ftl.counters()
     ftl.write(np.random.default_rng(4).integers(0, n, 2 * n))
     emulated = ftl.counters().minus(before).waf
-    cv = cross_validate("femu-fixture", predicted_host_bytes=(h2 - h1) * 4096, trace_duration_s=3600,
-                        tbw_bytes=tbw_from_dwpd(cfg.exposed_bytes, 1, 5),
-                        measured_host_bytes=(h2 - h1) * 4096, host_source="femu-vendor",
-                        predicted_waf=ftl_predicted_waf(cfg), measured_waf=recorded, waf_source="femu-vendor")
-    assert cv.waf is not None and cv.waf.passed and cv.waf.rel_error == pytest.approx(1 - recorded / 8)
+    waf = Check.of("WAF", ftl_predicted_waf(cfg), recorded, "femu-vendor", WAF_REL_TOL)
+    assert waf.passed and waf.rel_error == pytest.approx(1 - recorded / 8)
     assert emulated == pytest.approx(recorded, rel=0.05)
-    assert cv.passed
 
 
 def test_lifetime_arithmetic() -> None:
     per_day = host_bytes_per_day(10**9, 3600)                          # 1 GB in an hour → 24 GB/day
     assert per_day == 24 * 10**9
     tbw = tbw_from_dwpd(10**12, 1, 5)
-    est = estimate_lifetime(tbw, 10**9, 3600, waf=2.0, waf_source="analytical")
-    assert est.lifetime_days == pytest.approx(tbw / (24e9 * 2))
-    assert est.lifetime_years == pytest.approx(est.lifetime_days / 365)
+    assert projected_lifetime_days(tbw, per_day, 2.0) == pytest.approx(tbw / (24e9 * 2))
+    with pytest.raises(KvwearError):
+        projected_lifetime_days(tbw, per_day, 0.9)
     assert projected_lifetime_days(tbw, 0.0, 1.0) == math.inf
     with pytest.raises(KvwearError):
         host_bytes_per_day(1, 0)
 
 
-def test_cross_validation_records() -> None:
-    tbw = tbw_from_dwpd(10**12, 1, 5)
-    ok = cross_validate("lru", predicted_host_bytes=1e9, trace_duration_s=600, tbw_bytes=tbw,
-                        measured_host_bytes=1e9 * 1.004, host_source="fio", predicted_waf=2.0,
-                        measured_waf=2.1, waf_source="sim")
-    assert ok.passed and [c.name for c in ok.checks] == ["host_bytes", "waf", "lifetime_days"]
-    assert ok.host_bytes is not None and ok.host_bytes.tolerance == HOST_BYTES_REL_TOL
-    assert ok.waf is not None and ok.waf.rel_error == pytest.approx(0.05)
-    assert ok.lifetime is not None and ok.lifetime.tolerance == LIFETIME_REL_TOL
-    assert ok.lifetime.measured == pytest.approx(ok.lifetime.predicted / (1.004 * 1.05))
-    assert ok.lifetime.source == "fio+sim"
-    bad = cross_validate("gandalf", predicted_host_bytes=1e9, trace_duration_s=600, tbw_bytes=tbw,
-                         predicted_waf=1.0, measured_waf=1.0 + 2 * WAF_REL_TOL, waf_source="femu")
-    assert not bad.passed and bad.host_bytes is None and bad.waf is not None and not bad.waf.passed
-    smart = cross_validate("x", predicted_host_bytes=1e9, trace_duration_s=1, tbw_bytes=tbw,
-                           measured_host_bytes=1.015e9, host_source="nvme-smart")
-    assert smart.host_bytes is not None and smart.host_bytes.tolerance == SMART_HOST_BYTES_REL_TOL
-    assert smart.host_bytes.passed
-    assert cross_validate("none", predicted_host_bytes=1, trace_duration_s=1, tbw_bytes=tbw).checks == ()
-    rows = ok.rows()
-    assert rows[0]["policy"] == "lru" and set(rows[0]) >= {"predicted", "measured", "rel_error", "passed"}
+def test_check_records() -> None:
+    """The predicted-vs-measured record kvwear run writes for every check (harness.run.estimate_stage)."""
+    host = Check.of("host bytes", 1e9, 1e9 * 1.004, "fio", HOST_BYTES_REL_TOL)
+    assert host.passed and host.rel_error == pytest.approx(0.004)
+    assert not Check.of("host bytes", 1e9, 1e9 * 1.015, "fio", HOST_BYTES_REL_TOL).passed
+    assert Check.of("host bytes", 1e9, 1e9 * 1.015, "smart", SMART_HOST_BYTES_REL_TOL).passed
+    waf = Check.of("WAF", 2.0, 2.1, "sim", WAF_REL_TOL)
+    assert waf.passed and waf.rel_error == pytest.approx(0.05)
+    assert not Check.of("WAF", 1.0, 1.0 + 2 * WAF_REL_TOL, "femu", WAF_REL_TOL).passed
+    life = Check.of("lifetime days", 100.0, 100.0 / (1.004 * 1.05), "fio", LIFETIME_REL_TOL)
+    assert life.passed and LIFETIME_REL_TOL == HOST_BYTES_REL_TOL + WAF_REL_TOL
+    # Nothing written: zero against zero passes, zero against bytes cannot; infinite lifetimes agree.
+    assert Check.of("host bytes", 0, 0, "fio", 0.0).passed
+    nothing = Check.of("host bytes", 0, 4096, "fio", 0.5)
+    assert not nothing.passed and math.isinf(nothing.rel_error)
+    assert Check.of("lifetime days", math.inf, math.inf, "x", 0.0).passed
