@@ -103,10 +103,6 @@ class RunConfig:
     def to_toml(self) -> str:
         return dump_toml(self.to_dict())
 
-    def digest_source(self) -> str:
-        """Canonical JSON of the config, for hashing (sweep keys, resume checks)."""
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-
 
 _SIZE_FIELDS = {"hbm_bytes", "dram_bytes", "ssd_bytes", "capacity_bytes", "align_bytes", "max_io_bytes"}
 _SECTIONS: dict[str, type] = {
