@@ -214,11 +214,16 @@ def simulate_stage(cfg: RunConfig, rd: RunDir, spec: str, label: str, requests: 
 
 
 def device_capacity(cfg: RunConfig) -> int:
-    """The exposed capacity the plan is laid out on: the configured one, FEMU's devsz_mb, else the
+    """The exposed capacity the plan is laid out on: the configured one, FEMU's devsz_mb (femu, or sim
+    with geometry=femu), else the
     (scaled) SSD tier plus 5% for the 4 KiB rounding of objects, rounded up to the alignment."""
     a = cfg.replay.align_bytes
     if not cfg.device.capacity_bytes and cfg.device.kind == "femu":
         return int(_femu_geometry(cfg).devsz_mb) << 20
+    opts = cfg.device.options
+    if not cfg.device.capacity_bytes and cfg.device.kind == "sim" and opts.get("geometry") == "femu" \
+            and "devsz_mb" in opts:
+        return int(opts["devsz_mb"]) << 20        # the sim backend refuses any other capacity
     cap = cfg.device.capacity_bytes or int(cfg.tiers.ssd_bytes * cfg.workload.sample_fraction * 1.05)
     return max(a, -(-cap // a) * a)
 

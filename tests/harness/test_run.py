@@ -159,3 +159,14 @@ def test_resume_refuses_a_changed_trace_file(tmp_path: Path, mooncake_path: Path
     trace.write_text("".join(lines[:30]))
     with pytest.raises(KvwearError, match="changed since"):
         run(cfg, out, resume=True, replay=False, report=False)
+
+
+def test_sim_with_femu_geometry_is_planned_on_devsz() -> None:
+    """The sim backend's FEMU geometry exposes devsz_mb MiB and refuses any other capacity."""
+    from harness.run import _model_waf, device_capacity
+
+    geo = {"geometry": "femu", "devsz_mb": 192, "pgs_per_blk": 256, "blks_per_pl": 64, "luns_per_ch": 2, "nchs": 2}
+    cfg = config_from_mapping({**SMALL, "device": {"kind": "sim", "options": geo}})
+    assert device_capacity(cfg) == 192 << 20
+    waf, source = _model_waf(cfg, device_capacity(cfg))
+    assert source == "analytical" and waf > 1.0
