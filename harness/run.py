@@ -215,8 +215,8 @@ def simulate_stage(cfg: RunConfig, rd: RunDir, spec: str, label: str, requests: 
 
 def device_capacity(cfg: RunConfig) -> int:
     """The exposed capacity the plan is laid out on: the configured one, FEMU's devsz_mb (femu, or sim
-    with geometry=femu), else the
-    (scaled) SSD tier plus 5% for the 4 KiB rounding of objects, rounded up to the alignment."""
+    with geometry=femu), else the (scaled) SSD tier plus 5% for the 4 KiB rounding of objects,
+    rounded up to the alignment."""
     a = cfg.replay.align_bytes
     if not cfg.device.capacity_bytes and cfg.device.kind == "femu":
         return int(_femu_geometry(cfg).devsz_mb) << 20
