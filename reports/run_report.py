@@ -18,6 +18,7 @@ import jinja2
 import pandas as pd
 import pyarrow.parquet as pq
 
+from kvwear.errors import KvwearError
 from reports import figures
 from reports.figures import ReportFiles
 
@@ -166,6 +167,9 @@ def build_run_report(run_dir: str | Path, notes: list[str] | None = None) -> Rep
     run = Path(run_dir)
     out = run / "report"
     figdir = out / "figures"
+    if not (run / "results.parquet").is_file():
+        raise KvwearError(f"{run} has no results.parquet: not a run directory, or the run has not finished "
+                          "(continue it with kvwear run --resume)")
     df = pq.read_table(run / "results.parquet").to_pandas()
     manifest = json.loads((run / "manifest.json").read_text()) if (run / "manifest.json").exists() else {}
     checks = load_checks(run)

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from kvwear.errors import KvwearError
 from reports.figures import pareto_mask
 from reports.run_report import build_run_report
 from tests.reports.chromium import CHROMIUM, image_status
@@ -81,3 +82,10 @@ def test_every_figure_loads_in_chromium(tmp_path: Path) -> None:
     status = image_status(files.html)
     assert len(status) == 6
     assert all(s["ok"] and s["w"] > 100 for s in status), status
+
+
+def test_unfinished_run_is_named(tmp_path: Path) -> None:
+    """`kvwear report` on a run that never wrote results says so instead of a bare FileNotFoundError."""
+    (tmp_path / "config.toml").write_text("")
+    with pytest.raises(KvwearError, match=r"no results\.parquet.*--resume"):
+        build_run_report(tmp_path)
