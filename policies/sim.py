@@ -12,8 +12,9 @@ Semantics (DESIGN.md "Simulator semantics"), exactly:
   object of k = B/S chunks — hit ratios are then exact at granularity B, not S (a reused prefix
   that ends inside a block is not seen); when B < S the batch is first regrouped with
   `workloads.blocks.convert_block_size`. Block bytes = k·S·kv_bytes_per_token; a trace's partial
-  last block holds ⌈tokens/S⌉ chunks. The tree is kept as segments (runs of blocks with one fate,
-  `policies.tree`), and every operation works on segments, never one Python step per chunk.
+  last block holds ⌈tokens/S⌉ chunks; ids beyond ⌈hashed_tokens/B⌉ cover nothing and are
+  ignored. The tree is kept as segments (runs of blocks with one fate, `policies.tree`), and
+  every operation works on segments, never one Python step per chunk.
 * **States** (hybrid models, `state_bytes > 0`): one checkpoint per request, at the end of the
   request's hashed prefix — precisely after its last *full* hashed block, because a partial last
   block's key never recurs on a later request's path (the next turn hashes that block full), so a
@@ -428,6 +429,12 @@ class Simulator:
         acc = self.acc
         before = acc.request_begin()
         nk = len(keys)
+        # ids beyond the hashed tokens cover nothing (as in workloads.blocks: hashed_tokens
+        # decides; an AIPerf/Qwen row may list more ids than its input has blocks)
+        covered = -(-hashed_tokens // block_tokens)
+        if nk > covered:
+            nk = max(covered, 0)
+            keys = keys[:nk]
         if nk == 0:
             acc.request_end(req, before, 0, 0, 0, 0, -1, 0, 0, 0, 0)
             return

@@ -288,3 +288,18 @@ def test_prices_are_checked(field: str, value: float) -> None:
     with pytest.raises(KvwearError, match=field):
         SimConfig(dram_bytes=1, ssd_bytes=1, kv_bytes_per_token=1, **{field: value})
     SimConfig(dram_bytes=1, ssd_bytes=1, kv_bytes_per_token=1, ssd_usd_per_tb_written=0.0)
+
+
+def test_ids_beyond_the_hashed_tokens_are_ignored() -> None:
+    # AIPerf/Qwen rows may list more ids than their input has blocks (hashed_tokens =
+    # min(input, B·ids)): the extra ids cover nothing, as in workloads.blocks (was: an error)
+    table = requests_table([(0.0, [1, 2, 3, 4]), (1.0, [1, 2, 3, 4])])
+    hashed = pa.array([32, 40], pa.int64())  # blocks 1, 2; then 1, 2 and 8 tokens of 3
+    table = table.set_column(table.schema.get_field_index("hashed_tokens"), "hashed_tokens", hashed)
+    for state in (0, 7):
+        res = simulate(table, cfg(dram=10_000, ssd=0, state=state), "lru")
+        assert res.requests.column("hit_tokens").to_pylist() == [0, 32]
+        assert res.summary.chunks == 2 + 3
+        # blocks 1-3 and one state after block 2 (both requests end their full blocks there);
+        # block 4 never cached
+        assert res.summary.dram_used_bytes_end == 3 * 16 + state
