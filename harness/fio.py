@@ -440,15 +440,30 @@ class IologStats:
     trim_bytes: int
 
 
-def issued_log_bytes(summary: FioSummary, log: IologStats, report: str) -> tuple[int, int, int]:
+def issued_log_bytes(summary: FioSummary, log: IologStats, report: str, *, iodepth: int,
+                     max_io_bytes: int) -> tuple[int, int, int]:
     """(write, read, trim) bytes fio issued replaying `log`. Its issued-I/O counts are exact (unlike
-    io_bytes, see the module doc) and must equal the log's, else FioError naming `report`; fio
-    replays a log in order, so it then issued exactly the log's bytes."""
+    io_bytes, see the module doc) and must equal the log's; fio replays a log in order, so it then
+    issued exactly the log's bytes. fio's own byte count is checked too, so the result is not the
+    plan's by construction: io_bytes may miss at most the last iodepth − 1 completions (each at most
+    `max_io_bytes`) and never exceed the log. Otherwise FioError naming `report`."""
     expected = {"write": log.write_ios, "read": log.read_ios, "trim": log.trim_ios}
     issued = {"write": summary.write.total_ios, "read": summary.read.total_ios, "trim": summary.trim.total_ios}
     if issued != expected:
         raise FioError(f"fio issued {issued} I/Os for an iolog holding {expected} (report {report})")
+    logged = {"write": log.write_bytes, "read": log.read_bytes, "trim": log.trim_bytes}
+    counted = {"write": summary.write.io_bytes, "read": summary.read.io_bytes, "trim": summary.trim.io_bytes}
+    slack = max(iodepth - 1, 0) * max_io_bytes
+    missing = sum(logged.values()) - sum(counted.values())
+    if any(counted[d] > logged[d] for d in logged) or not 0 <= missing <= slack:
+        raise FioError(f"fio counted {counted} bytes for an iolog holding {logged}: more than its last "
+                       f"{max(iodepth - 1, 0)} completions ({slack} bytes) apart (report {report})")
     return log.write_bytes, log.read_bytes, log.trim_bytes
+
+
+def plan_max_length(plan: pa.Table) -> int:
+    """The longest I/O of a plan (0 for an empty one)."""
+    return int(pc.max(plan.column("length_bytes")).as_py() or 0) if plan.num_rows else 0
 
 
 def plan_lengths(plan: pa.Table, op: str) -> np.ndarray:

@@ -141,7 +141,8 @@ class FioDevice:
         stat_after = self._diskstats()
         s = run.summary
         # fio 3.33 leaves the last iodepth-1 completions out of io_bytes (module doc of harness.fio).
-        write_bytes, read_bytes, trim_bytes = fiolib.issued_log_bytes(s, log, str(run.json_path))
+        write_bytes, read_bytes, trim_bytes = fiolib.issued_log_bytes(
+            s, log, str(run.json_path), iodepth=self.iodepth, max_io_bytes=fiolib.plan_max_length(plan))
         return ReplayResult(
             device=f"{self.spec.kind}:{self.path}",
             write_bytes=write_bytes, read_bytes=read_bytes, trim_bytes=trim_bytes,

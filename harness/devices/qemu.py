@@ -303,7 +303,8 @@ class GuestDevice:
         s = fiolib.parse_fio_json(run.files["fio.json"], str(outdir / "fio.json"))
         if s.errors:
             raise fiolib.FioError(f"fio reported errors {s.errors} in the guest (report {outdir / 'fio.json'})")
-        write_bytes, read_bytes, trim_bytes = fiolib.issued_log_bytes(s, log, str(outdir / "fio.json"))
+        write_bytes, read_bytes, trim_bytes = fiolib.issued_log_bytes(
+            s, log, str(outdir / "fio.json"), iodepth=self.iodepth, max_io_bytes=fiolib.plan_max_length(plan))
 
         extra: dict[str, Any] = {
             "fio_io_bytes": {"write": s.write.io_bytes, "read": s.read.io_bytes, "trim": s.trim.io_bytes},

@@ -152,9 +152,18 @@ def test_replay_on_a_file_counts_every_io(tmp_path: Path, iodepth: int) -> None:
     run = fiolib.run_jobs([fiolib.replay_job(log.path, str(target), iodepth=iodepth)], tmp_path, "r")
     s = run.summary
     assert (s.write.total_ios, s.read.total_ios) == (log.write_ios, log.read_ios)
-    assert fiolib.issued_log_bytes(s, log, "r.json") == (log.write_bytes, log.read_bytes, 0)
-    with pytest.raises(fiolib.FioError, match=r"for an iolog holding .*report r\.json"):
-        fiolib.issued_log_bytes(s, dataclasses.replace(log, write_ios=log.write_ios + 1), "r.json")
+    kw = {"iodepth": iodepth, "max_io_bytes": fiolib.plan_max_length(plan)}
+    assert fiolib.plan_max_length(plan) == 8192
+    assert fiolib.issued_log_bytes(s, log, "r.json", **kw) == (log.write_bytes, log.read_bytes, 0)
+    with pytest.raises(fiolib.FioError, match=r"issued .* for an iolog holding .*report r\.json"):
+        fiolib.issued_log_bytes(s, dataclasses.replace(log, write_ios=log.write_ios + 1), "r.json", **kw)
+    # fio's own byte count must agree with the log within its unaccounted last completions.
+    more = dataclasses.replace(log, write_bytes=log.write_bytes + iodepth * 8192)
+    with pytest.raises(fiolib.FioError, match=r"fio counted .* bytes for an iolog holding"):
+        fiolib.issued_log_bytes(s, more, "r.json", **kw)
+    less = dataclasses.replace(log, write_bytes=s.write.io_bytes - 4096)      # fio counted more than logged
+    with pytest.raises(fiolib.FioError, match=r"fio counted"):
+        fiolib.issued_log_bytes(s, less, "r.json", **kw)
     # fio 3.33 leaves the last iodepth-1 completions out of io_bytes in iolog replay (module doc).
     missing = log.write_bytes + log.read_bytes - s.write.io_bytes - s.read.io_bytes
     if iodepth == 1:
