@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from kvwear.tables import TableSpec
+from policies.schema import OBJ_KINDS, OPS
 from policies.tree import DRAM, FULL, HBM, SSD, Obj
 
 if TYPE_CHECKING:
@@ -32,8 +33,8 @@ if TYPE_CHECKING:
     from policies.sim import SimConfig
 
 OP_WRITE, OP_READ, OP_EVICT = 0, 1, 2
-OP_NAMES = ("write", "read", "evict")
-KIND_NAMES = ("full", "linear")
+OP_NAMES = OPS          # code → name, in the order of the codes above
+KIND_NAMES = OBJ_KINDS  # indexed by tree.FULL / tree.LINEAR
 CAUSES = ("insert", "dram_evict", "hit", "capacity", "promote")
 STATE_TIER_NAMES = {-1: "none", HBM: "hbm", DRAM: "dram", SSD: "ssd"}
 

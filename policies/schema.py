@@ -1,8 +1,9 @@
 """The `ssd_ops` table: what the SSD tier must do, at object granularity (policies → replayer).
 
-`op` is write, read or evict; `obj_kind` is full (a run of full-attention KV chunks) or linear
-(a linear-attention / sliding-window state checkpoint). `cause` says why (e.g. dram_evict,
-write_through, promote, stage). Rows are in time order.
+One row per SSD object: `obj_kind` full is one full-attention KV block (a prefix-tree segment
+of n blocks gives n rows with consecutive `obj_id`s), linear is one linear-attention /
+sliding-window state checkpoint. `op` is write, read or evict; `cause` says why
+(`policies.metrics.CAUSES`: insert, dram_evict, hit, capacity, promote). Rows are in time order.
 """
 
 from __future__ import annotations
