@@ -401,12 +401,7 @@ def emulator_waf(cfg: RunConfig, rd: RunDir, label: str) -> float | None:
 def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, Any], plan: dict[str, Any],
                    device: dict[str, Any], capacity: int) -> PolicyOutcome:
     f = cfg.workload.sample_fraction
-    e = cfg.estimate
-    full_capacity = cfg.tiers.ssd_bytes
-    tbw = (tbw_from_pe_cycles(full_capacity, e.rated_pe_cycles) if e.rated_pe_cycles
-           else tbw_from_dwpd(full_capacity, e.dwpd, e.warranty_years))
-    duration = e.trace_day_fraction * 86_400.0 if e.trace_day_fraction else float(summary["span_s"])
-    duration = duration if duration > 0 else 1.0
+    tbw, duration = tbw_and_duration(cfg, float(summary["span_s"]))
     plan_bytes = int(plan["aligned_write_bytes"])
     per_day = host_bytes_per_day(plan_bytes / f, duration)
     waf_model, waf_model_src = _model_waf(cfg, capacity)
@@ -573,12 +568,23 @@ def run_point(cfg: RunConfig, out: Path, *, replay: bool) -> dict[str, Any]:
     return dict(outcome.outcomes[0].row)
 
 
-def _projections_without_device(cfg: RunConfig, row: dict[str, Any]) -> dict[str, Any]:
-    f = cfg.workload.sample_fraction
+def tbw_and_duration(cfg: RunConfig, span_s: float) -> tuple[float, float]:
+    """The full-size drive's endurance budget (TBW) and the seconds the trace stands for (its
+    span, or `estimate.trace_day_fraction` of a day; 1 s for a trace of one instant)."""
     e = cfg.estimate
-    tbw = (tbw_from_pe_cycles(cfg.tiers.ssd_bytes, e.rated_pe_cycles) if e.rated_pe_cycles
-           else tbw_from_dwpd(cfg.tiers.ssd_bytes, e.dwpd, e.warranty_years))
-    duration = e.trace_day_fraction * 86_400.0 if e.trace_day_fraction else max(float(row["span_s"]), 1.0)
+    cap = cfg.tiers.ssd_bytes
+    tbw = (tbw_from_pe_cycles(cap, e.rated_pe_cycles) if e.rated_pe_cycles
+           else tbw_from_dwpd(cap, e.dwpd, e.warranty_years))
+    duration = e.trace_day_fraction * 86_400.0 if e.trace_day_fraction else span_s
+    return tbw, duration if duration > 0 else 1.0
+
+
+def _projections_without_device(cfg: RunConfig, row: dict[str, Any]) -> dict[str, Any]:
+    """Lifetime without a block plan. The plan's 4 KiB-aligned bytes are not known here, so the
+    policy's object bytes are used (the replay path uses the aligned bytes; they differ only by
+    the stated rounding)."""
+    f = cfg.workload.sample_fraction
+    tbw, duration = tbw_and_duration(cfg, float(row["span_s"]))
     per_day = host_bytes_per_day(row["ssd_write_bytes"] / f, duration)
     waf_model, _ = _model_waf(cfg, device_capacity(cfg))
     return {"tbw_bytes": tbw, "host_bytes_per_day": per_day, "waf_model": waf_model,
