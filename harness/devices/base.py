@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from kvwear.errors import KvwearError
 from kvwear.registry import Registry
 
 
@@ -82,6 +83,21 @@ class DeviceBackend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def option_flag(options: Mapping[str, Any], key: str, default: bool = False) -> bool:
+    """A boolean backend option, which may arrive as text (--device-option k=v, or a TOML string):
+    true/false, yes/no, on/off, 1/0; anything else is an error naming the option."""
+    v = options.get(key, default)
+    if isinstance(v, str):
+        low = v.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+    elif isinstance(v, bool | int):
+        return bool(v)
+    raise KvwearError(f"device option {key}: expected true or false, got {v!r}")
 
 
 class DeviceFactory(Protocol):

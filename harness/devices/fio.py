@@ -33,7 +33,7 @@ from typing import Any
 import pyarrow as pa
 
 from harness import fio as fiolib
-from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayResult
+from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayResult, option_flag
 from harness.fio_iolog import export_iolog_v3
 from harness.identity import path_identity
 from harness.safety import DeviceFacts, check_block_device, loop_serial
@@ -69,7 +69,7 @@ class FioDevice:
         opts = dict(spec.options)
         self.ioengine = str(opts.get("ioengine", "libaio"))
         self.iodepth = int(opts.get("iodepth", 16))
-        self.skip_trims = _flag(opts.get("skip_trims", False))
+        self.skip_trims = option_flag(opts, "skip_trims")
         self.safety: DeviceFacts | None = None
         if spec.kind == "block":
             self.safety = check_block_device(self.path, opts.get("confirm_serial"))
@@ -84,7 +84,7 @@ class FioDevice:
         self._capacity = cap - cap % self.block_bytes
         self.fio_version = fiolib.fio_version(runner)
         self.precondition_result: PreconditionResult | None = None
-        if _flag(opts.get("precondition", False)):
+        if option_flag(opts, "precondition"):
             self.precondition_result = self.precondition(self.workdir)
 
     def _prepare_file(self) -> None:
@@ -201,17 +201,6 @@ class FioDevice:
 
     def close(self) -> None:
         pass
-
-
-def _flag(v: object) -> bool:
-    """A boolean option that may arrive as text from the command line (--device-option k=v)."""
-    if isinstance(v, str):
-        if v.strip().lower() in ("1", "true", "yes", "on"):
-            return True
-        if v.strip().lower() in ("0", "false", "no", "off", ""):
-            return False
-        raise KvwearError(f"not a boolean device option value: {v!r} (use true/false)")
-    return bool(v)
 
 
 def _open_file(spec: DeviceSpec, workdir: Path) -> FioDevice:

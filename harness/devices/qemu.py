@@ -55,7 +55,7 @@ from emulator.guest import (
     run_guest,
 )
 from harness import fio as fiolib
-from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayResult
+from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayResult, option_flag
 from harness.fio_iolog import export_iolog_v3
 from harness.identity import identity_from_nvme, parse_id_ctrl_json, parse_id_ns_json
 from harness.wear._decode import hexdump
@@ -113,15 +113,6 @@ def _float(opts: Mapping[str, Any], key: str, default: float) -> float:
         return float(v)
     except ValueError:
         raise KvwearError(f"device option {key}: expected a number, got {v!r}") from None
-
-
-def _flag(opts: Mapping[str, Any], key: str) -> bool:
-    v = opts.get(key, False)
-    if isinstance(v, str) and v.lower() in ("true", "false", "1", "0", "yes", "no"):
-        return v.lower() in ("true", "1", "yes")
-    if not isinstance(v, bool | int):
-        raise KvwearError(f"device option {key}: expected true or false, got {v!r}")
-    return bool(v)
 
 
 def smart_deltas(before_bin: bytes, after_bin: bytes, before_json: bytes | None = None,
@@ -183,7 +174,7 @@ class GuestDevice:
         self.workdir = Path(workdir)
         self.iodepth = _int(opts, "iodepth", 1)
         self.ioengine = str(opts.get("ioengine", "libaio"))
-        self.skip_trims = _flag(opts, "skip_trims")
+        self.skip_trims = option_flag(opts, "skip_trims")
         self.precondition = str(opts.get("precondition", "none"))
         if self.precondition not in ("none", "fill"):
             raise KvwearError(f"device option precondition must be none or fill, got {self.precondition!r}")

@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from emulator.ftl import OP_READ, OP_TRIM, OP_WRITE, Ftl, FtlConfig
-from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayResult
+from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayResult, option_flag
 from kvwear.errors import InputError, KvwearError
 from kvwear.tables import TableSpec, write_table
 
@@ -65,7 +65,7 @@ def ftl_config_from_spec(spec: DeviceSpec) -> FtlConfig:
         if "devsz_mb" not in femu:
             raise KvwearError("sim geometry=femu needs option devsz_mb (FEMU's exposed size in MiB)")
         cfg = FtlConfig.femu(**femu, victim=o.get("victim", "greedy"),
-                             honor_trim=bool(o.get("honor_trim", True)), interval_host_pages=interval)
+                             honor_trim=option_flag(o, "honor_trim", True), interval_host_pages=interval)
         if spec.capacity_bytes not in (None, cfg.exposed_bytes):
             raise KvwearError(f"sim femu: capacity {spec.capacity_bytes} ≠ devsz_mb {femu['devsz_mb']} MiB")
         return cfg
@@ -80,8 +80,8 @@ def ftl_config_from_spec(spec: DeviceSpec) -> FtlConfig:
         pages_per_block=int(o.get("pages_per_block", 64)),
         reserve_lines=int(o.get("reserve_lines", 2)),
         victim=o.get("victim", "greedy"),
-        separate_gc_line=bool(o.get("separate_gc_line", False)),
-        honor_trim=bool(o.get("honor_trim", True)),
+        separate_gc_line=option_flag(o, "separate_gc_line"),
+        honor_trim=option_flag(o, "honor_trim", True),
         interval_host_pages=interval,
     )
 
