@@ -140,6 +140,17 @@ def test_blank_lines_are_skipped_and_line_numbers_stay_right(tmp_path: Path) -> 
     assert ei.value.line == 5
 
 
+def test_two_objects_on_a_line_are_refused_even_beside_a_blank_line(tmp_path: Path) -> None:
+    # Arrow's reader skips the blank line and splits the double line into two rows: the counts
+    # cancelled out and the chunk was accepted with 4 rows and shifted line numbers
+    good = '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}'
+    path = tmp_path / "d.jsonl"
+    path.write_text(f"{good}\n\n{good} {good}\n{good}\n")
+    with pytest.raises(InputError, match="invalid JSON") as ei:
+        load_requests(path, "mooncake")
+    assert ei.value.line == 3
+
+
 def test_unknown_format_lists_valid_ones(mooncake_path: Path) -> None:
     with pytest.raises(UnknownNameError) as ei:
         load_requests(mooncake_path, "sharegpt")
