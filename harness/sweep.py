@@ -164,7 +164,9 @@ def plan_sweep(data: Mapping[str, Any], source: str = "<sweep>") -> SweepPlan:
         policies = [p for spec in axis("policies", list(base.policies)) for p in expand_policy(str(spec))]
     except ValueError as exc:
         raise InputError(source, None, "grid.policies", str(exc)) from None
-    replay = bool(opts.get("replay", False))
+    replay = opts.get("replay", False)
+    if not isinstance(replay, bool):
+        raise InputError(source, None, "sweep.replay", f"expected true or false, got {replay!r}")
     resource = str(opts.get("drive_resource", ""))
 
     points: list[SweepPoint] = []

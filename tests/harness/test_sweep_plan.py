@@ -51,7 +51,8 @@ def test_capacities_axis_and_resource_only_for_drives() -> None:
     ("data", "field"),
     [({"grid": {"speed": [1]}}, "grid.speed"), ({"grid": {"models": []}}, "grid.models"),
      ({"grid": {"policies": ["x:bad"]}}, "grid.policies"), ({"extra": {}}, "extra"),
-     ({"grid": {"capacities": [{"dram": "1GB", "disk": "2GB"}]}}, "grid.capacities")],
+     ({"grid": {"capacities": [{"dram": "1GB", "disk": "2GB"}]}}, "grid.capacities"),
+     ({"sweep": {"replay": "false"}}, "sweep.replay")],
 )
 def test_bad_sweep_files_name_the_field(data: dict, field: str) -> None:
     with pytest.raises(InputError, match=field.replace(".", r"\.")):
