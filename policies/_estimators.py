@@ -206,7 +206,8 @@ class ReuseHistogram:
         self.entries = float(prior_entries)
         self.reuses = float(prior_reuses)
         self.gaps = [0.0] * self.bins
-        # the prior's reuses get a gap of one bin below the top: "reused, eventually"
+        # the prior's reuses get the middle bin's gap (about min_gap·2^(bins/2 − 1): 2048 s with
+        # the defaults): "reused, eventually"
         self.gaps[self.bins // 2] = float(prior_reuses)
         self._suffix: list[float] | None = None
 
