@@ -16,6 +16,7 @@ This module orchestrates; it must not hold policy logic, parse tool output or la
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -259,18 +260,27 @@ def _capture(cfg: RunConfig, device_path: str, out_dir: Path) -> Iterator[dict[s
         return
     from harness.capture import kernel_dev_t, open_tracer
 
+    name = Path(os.path.realpath(device_path)).name
+    if Path(f"/sys/class/block/{name}/partition").exists():
+        # the block tracepoints report the whole disk's dev_t, never a partition's
+        raise KvwearError(f"{device_path} is a partition: eBPF capture needs a whole-disk device "
+                          "(or run with --tracer none)")
     tracer = open_tracer(cfg.capture.tracer)
     tracer.start(kernel_dev_t(device_path), out_dir / "block_trace.parquet")
     try:
         yield info
-    finally:
-        res = tracer.stop()
-        info.update({"tracer": res.tracer, "events": res.events, "lost_events": res.lost_events,
-                     "write_bytes": res.write_bytes, "write_requests": res.write_requests,
-                     "bytes_by_op": dict(res.bytes_by_op), "requests_by_op": dict(res.requests_by_op),
-                     "unmatched_completions": res.unmatched_completions, "no_completion": res.no_completion,
-                     "parquet_path": str(res.parquet_path)})
-        write_json(out_dir / "capture.json", info)
+    except BaseException:
+        # the replay failed: detach the probes, but let the replay's error be the one reported
+        with contextlib.suppress(Exception):
+            tracer.stop()
+        raise
+    res = tracer.stop()
+    info.update({"tracer": res.tracer, "events": res.events, "lost_events": res.lost_events,
+                 "write_bytes": res.write_bytes, "write_requests": res.write_requests,
+                 "bytes_by_op": dict(res.bytes_by_op), "requests_by_op": dict(res.requests_by_op),
+                 "unmatched_completions": res.unmatched_completions, "no_completion": res.no_completion,
+                 "parquet_path": str(res.parquet_path)})
+    write_json(out_dir / "capture.json", info)
 
 
 def device_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int) -> dict[str, Any]:
