@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from kvwear.errors import KvwearError
+from workloads.schema import list_parts
 
 FLAT_POLICIES = ("lru", "fifo", "belady")
 
@@ -52,10 +53,7 @@ def flatten_chunks(table: pa.Table, chunk_tokens: int = 16) -> np.ndarray:
     from workloads.blocks import convert_block_size
 
     conv = convert_block_size(table, chunk_tokens)
-    col = conv.column("hash_ids")
-    arr = pa.concat_arrays(col.chunks) if col.num_chunks != 1 else col.chunk(0)
-    offs = np.asarray(arr.offsets, dtype=np.int64)
-    vals = np.asarray(arr.values.to_numpy(zero_copy_only=False), dtype=np.int64)[offs[0]:offs[-1]]
+    offs, vals = list_parts(conv.column("hash_ids"))
     ns = np.repeat(np.asarray(conv.column("hash_ns").to_numpy(), dtype=np.int64), np.diff(offs))
     if len(vals) == 0:
         return vals

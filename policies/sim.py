@@ -78,6 +78,7 @@ from policies.metrics import (
 )
 from policies.schema import SSD_OPS
 from policies.tree import DRAM, FULL, HBM, LINEAR, NEVER, SSD, Obj, Segment, State
+from workloads.schema import list_parts
 
 CAUSE_INSERT = CAUSES.index("insert")
 CAUSE_DRAM_EVICT = CAUSES.index("dram_evict")
@@ -665,11 +666,9 @@ class Simulator:
             raise KvwearError(
                 f"request {batch.column('request_id')[int(bad[0])].as_py()}: block_tokens "
                 f"{btok[bad[0]]} is not a multiple of the simulator chunk ({S} tokens)")
-        col = batch.column("hash_ids")
-        arr = pa.concat_arrays(col.chunks) if col.num_chunks != 1 else col.chunk(0)
-        offs = np.asarray(arr.offsets, dtype=np.int64)
-        values = arr.values.to_numpy(zero_copy_only=False)[offs[0]:offs[-1]].tolist()
-        offs = (offs - offs[0]).tolist()
+        offs_np, values_np = list_parts(batch.column("hash_ids"))
+        values = values_np.tolist()
+        offs = offs_np.tolist()
         rid = batch.column("request_id").to_pylist()
         sess = batch.column("session_id").to_pylist()
         cat = batch.column("category").to_pylist()
@@ -704,10 +703,7 @@ class Simulator:
 def next_use(table: pa.Table) -> np.ndarray:
     """For every flat hash id of `table` (row order), the row index of the next row holding the
     same (hash_ns, hash_id), or `tree.NEVER`. Vectorized (one sort)."""
-    col = table.column("hash_ids")
-    arr = pa.concat_arrays(col.chunks) if col.num_chunks != 1 else col.chunk(0)
-    offs = np.asarray(arr.offsets, dtype=np.int64)
-    vals = np.asarray(arr.values.to_numpy(zero_copy_only=False), dtype=np.int64)[offs[0]:offs[-1]]
+    offs, vals = list_parts(table.column("hash_ids"))
     lengths = np.diff(offs)
     rows = np.repeat(np.arange(table.num_rows, dtype=np.int64), lengths)
     ns = np.repeat(np.asarray(table.column("hash_ns").to_numpy(), dtype=np.int64), lengths)

@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from workloads.schema import REQUESTS
+from workloads.schema import REQUESTS, list_parts
 
 _U = np.uint64
 _BASE = 0x9E3779B97F4A7C15  # odd, so invertible modulo 2^64
@@ -85,14 +85,6 @@ def prefix_keys(offsets: np.ndarray, values: np.ndarray) -> np.ndarray:
     s = c - before[rows]
     h = s * _powers(_BASE, maxlen)[pos]
     return splitmix64(h ^ ((pos.astype(_U) + _U(1)) * _MIX_POS)).view(np.int64)
-
-
-def _list_parts(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    offsets = np.asarray(arr.offsets, dtype=np.int64)
-    values = np.asarray(arr.values.to_numpy(zero_copy_only=False), dtype=np.int64)
-    values = values[int(offsets[0]) : int(offsets[-1])]
-    return offsets - offsets[0], values
 
 
 def _make_list(lengths: np.ndarray, values: np.ndarray) -> pa.Array:
@@ -172,7 +164,7 @@ def convert_block_size(table: pa.Table | pa.RecordBatch, block_tokens: int) -> p
 def _convert_uniform(table: pa.Table, b: int, s: int) -> pa.Table:
     if s == b:
         return REQUESTS.conform(table)
-    offsets, values = _list_parts(table.column("hash_ids"))
+    offsets, values = list_parts(table.column("hash_ids"))
     hashed = np.asarray(table.column("hashed_tokens").to_numpy(), dtype=np.int64)
     if s % b == 0:
         k = s // b

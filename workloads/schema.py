@@ -8,6 +8,7 @@ last block may be partial; Weka hashes only full blocks).
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
 from kvwear.tables import TableSpec
@@ -34,3 +35,13 @@ REQUESTS = TableSpec(
         ]
     ),
 )
+
+
+def list_parts(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets from 0, flat int64 values) of a list<int64> column such as `hash_ids`: the one
+    way every stage flattens it, without a Python list per row."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    offsets = np.asarray(arr.offsets, dtype=np.int64)
+    values = np.asarray(arr.values.to_numpy(zero_copy_only=False), dtype=np.int64)
+    start, end = int(offsets[0]), int(offsets[-1])
+    return offsets - start, values[start:end]

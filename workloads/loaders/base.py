@@ -133,16 +133,6 @@ def requests_batch(
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def list_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets relative to the first value, flat int64 values) of a list<int64> array."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = pa.concat_arrays(arr.chunks) if arr.num_chunks != 1 else arr.chunk(0)
-    offsets = np.asarray(arr.offsets, dtype=np.int64)
-    values = np.asarray(arr.values.to_numpy(zero_copy_only=False), dtype=np.int64)
-    start, end = int(offsets[0]), int(offsets[-1])
-    return offsets - start, values[start:end]
-
-
 def make_list(offsets: np.ndarray, values: np.ndarray) -> pa.Array:
     """A list<int64> array from offsets and flat values (no per-row Python lists)."""
     # Batches are bounded (batch_rows), so 32-bit list offsets always suffice.

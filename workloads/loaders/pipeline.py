@@ -24,9 +24,9 @@ import pyarrow as pa
 from kvwear.errors import InputError
 from kvwear.tables import TableWriter, read_table, write_table
 from workloads.blocks import convert_block_size, prefix_keys
-from workloads.loaders.base import LOADERS, ProgressFn, SkipLog, TraceLoader, list_parts, make_list
+from workloads.loaders.base import LOADERS, ProgressFn, SkipLog, TraceLoader, make_list
 from workloads.loaders.chain import ChainChecker, ChainViolation
-from workloads.schema import REQUESTS
+from workloads.schema import REQUESTS, list_parts
 
 SNIFF_BYTES = 64 << 10
 DEFAULT_BATCH_ROWS = 65536
