@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -102,6 +102,17 @@ def refusal_from_error(exc: subprocess.CalledProcessError, source: str) -> LogUn
     if not text:
         return LogUnsupported(source, f"exit status {exc.returncode}", "", None, False)
     return parse_nvme_refusal(text, source)
+
+
+def run_or_unavailable(runner: Callable[[Sequence[str]], bytes], argv: Sequence[str]) -> bytes:
+    """Run a vendor-log command; a refusal by the tool or the drive becomes `ReaderUnavailable`
+    carrying the decoded NVMe status, so `snapshot` records the reader as unsupported."""
+    src = " ".join(argv)
+    try:
+        return runner(argv)
+    except subprocess.CalledProcessError as exc:
+        r = refusal_from_error(exc, src)
+        raise ReaderUnavailable(f"{src}: {r.reason}: {r.message}") from None
 
 
 # ---------------------------------------------------------------------------------------------

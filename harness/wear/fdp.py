@@ -16,18 +16,16 @@ without FDP refuse the log; the reader reports that as unavailable.
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 
 from harness.wear._decode import (
-    ReaderUnavailable,
     hexdump,
     json_uint,
     le_uint,
     load_json,
     need_length,
     need_object,
-    refusal_from_error,
+    run_or_unavailable,
 )
 from harness.wear.base import READERS, CommandRunner, WearReader, WearSample
 
@@ -74,11 +72,7 @@ def fdp_reader(endgrp_id: int = 1, binary: bool = False) -> WearReader:
     def read(device_path: str, runner: CommandRunner) -> WearSample:
         argv = fdp_argv(device_path, endgrp_id, "binary" if binary else "json")
         src = " ".join(argv)
-        try:
-            out = runner(argv)
-        except subprocess.CalledProcessError as exc:
-            r = refusal_from_error(exc, src)
-            raise ReaderUnavailable(f"{src}: {r.reason}: {r.message}") from None
+        out = run_or_unavailable(runner, argv)
         if binary:
             return sample_from_fdp(parse_fdp_stats_binary(out, src), hexdump(out))
         return sample_from_fdp(parse_fdp_stats_json(out, src), out.decode(errors="replace"))

@@ -15,18 +15,16 @@ exists either: tests build inputs from the documented layout.
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 
 from harness.wear._decode import (
-    ReaderUnavailable,
     hexdump,
     json_uint,
     json_uint_or,
     le_uint,
     load_json,
     need_object,
-    refusal_from_error,
+    run_or_unavailable,
 )
 from harness.wear.base import READERS, CommandRunner, WearReader, WearSample
 from kvwear.errors import InputError
@@ -97,11 +95,7 @@ def intel_ca_reader(unit_bytes: int = INTEL_CA_UNIT_BYTES, binary: bool = False)
     def read(device_path: str, runner: CommandRunner) -> WearSample:
         argv = ["nvme", "intel", "smart-log-add", device_path, "--raw-binary" if binary else "--json"]
         src = " ".join(argv)
-        try:
-            out = runner(argv)
-        except subprocess.CalledProcessError as exc:
-            r = refusal_from_error(exc, src)
-            raise ReaderUnavailable(f"{src}: {r.reason}: {r.message}") from None
+        out = run_or_unavailable(runner, argv)
         if binary:
             return sample_from_intel_ca(parse_intel_ca_binary(out, src), hexdump(out), unit_bytes)
         return sample_from_intel_ca(parse_intel_ca_json(out, src), out.decode(errors="replace"), unit_bytes)
