@@ -631,16 +631,7 @@ class Simulator:
             self.acc.ssd_read(obj)
             if obj.nbytes <= self.capacity_bytes[DRAM]:
                 self._add(obj, DRAM)
-        # _touch, inlined: this runs once per hit segment
-        obj.last_seq = self.seq
-        obj.last_s = self.now_s
-        obj.refs += 1
-        if fut is not None:
-            obj.next_seq = int(fut[pos])
-            if obj.kind == FULL:
-                obj._fut = (fut, pos)  # type: ignore[attr-defined]
-        if obj.tiers & _POLICY_TIERS:
-            self.policy.touched(obj)
+        self._touch(obj, fut, pos)
         return tier, obj.nbytes
 
     # --- batches ------------------------------------------------------------------------------
