@@ -105,10 +105,6 @@ class RunDir:
     def results_path(self) -> Path:
         return self.root / "results.parquet"
 
-    @property
-    def report_dir(self) -> Path:
-        return self.root / "report"
-
     # -- stage markers -----------------------------------------------------------------
     def _marker(self, stage: str) -> Path:
         return self.root / ".stages" / f"{stage.replace('/', '__')}.json"
