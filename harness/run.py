@@ -47,7 +47,7 @@ from harness.estimate import (
     tbw_from_dwpd,
     tbw_from_pe_cycles,
 )
-from harness.replay import BlockPlan, ReplayConfig, plan_block_ops
+from harness.replay import ReplayConfig, plan_block_ops
 from harness.rundir import RunDir, build_manifest, input_sha256, write_json
 from harness.schema import BLOCK_OPS, WEAR
 from harness.wear.base import NVME_DATA_UNIT_BYTES
@@ -229,7 +229,8 @@ def device_capacity(cfg: RunConfig) -> int:
     return max(a, -(-cap // a) * a)
 
 
-def plan_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int) -> BlockPlan | dict[str, Any]:
+def plan_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int) -> dict[str, Any]:
+    """Lay the policy's ssd_ops out as block_ops; returns the plan's accounting (plan.json)."""
     from policies.schema import SSD_OPS
 
     d = rd.stage_dir("replay", label)
@@ -245,9 +246,10 @@ def plan_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int) -> BlockPl
                       log_full=r.log_full)  # type: ignore[arg-type]
     plan = plan_block_ops(ops, rc, source=str(rd.stage_dir("policies", label) / "ssd_ops.parquet"))
     write_table(BLOCK_OPS, plan.table, d / "block_ops.parquet")
-    write_json(d / "plan.json", plan.accounting())
+    accounting = plan.accounting()
+    write_json(d / "plan.json", accounting)
     rd.mark_done(stage, {"write_ios": plan.write_ios})
-    return plan
+    return accounting
 
 
 @contextmanager
@@ -535,8 +537,7 @@ def run(cfg: RunConfig, out: str | Path, *, resume: bool = False, replay: bool =
                    **_sim_only_row(summary)}
             outcomes.append(PolicyOutcome(label, {**row, **_projections_without_device(cfg, row)}, []))
             continue
-        plan_obj = plan_stage(cfg, rd, label, capacity)
-        plan = plan_obj.accounting() if isinstance(plan_obj, BlockPlan) else plan_obj
+        plan = plan_stage(cfg, rd, label, capacity)
         progress(f"plan/{label}", 1, 1)
         device = device_stage(cfg, rd, label, capacity)
         progress(f"device/{label}", 1, 1)
