@@ -5,7 +5,14 @@ dev_t in the kernel, prints one compact line per event to a file in the work dir
 `I <t_ns> <sector> <bytes> <rwbs>`, `Q <t_ns> <sector> 0 -`, `C <t_ns> <sector> 0 -`.
 bpftrace's own `Lost N events` lines count dropped samples, and the kernel's per-program
 `recursion_misses` (read from bpftrace's fdinfo before it exits) count skipped probe runs (an
-upper bound: runs for other devices' requests count too). On stop the file is parsed by the pure
+upper bound: runs for other devices' requests count too).
+
+bpftrace reads its per-CPU perf buffers asynchronously and, once interrupted, drains only the
+buffers that still signal readiness, so after a plain SIGINT the last events can be missing from
+its output. `stop` therefore first sets a barrier: it runs on each CPU in turn and makes one
+getpgid() call there, which a fourth probe (filtered by our pid) turns into a line
+`S <t_ns> <cpu> 0 -`; a CPU's buffer is FIFO, so once its `S` line is in the file, every event that
+CPU recorded before is too. Only then is bpftrace interrupted. The file is then parsed by the pure
 `parse_bpftrace_output`, which matches each issue with the next event at the same sector
 (time-ordered: per-CPU buffers interleave lines), and written as BLOCK_TRACE Parquet.
 
@@ -28,6 +35,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from harness.capture.base import (
+    TRACEFS,
     TRACERS,
     CaptureResult,
     TracerUnavailable,
@@ -54,9 +62,15 @@ tracepoint:block:block_rq_complete /args->dev == $1/ {
   printf("C %llu %llu 0 -\n", nsecs, args->sector);
 }
 """
+BARRIER_PROBE = r"""
+tracepoint:syscalls:sys_enter_getpgid /pid == $2/ {
+  printf("S %llu %d 0 -\n", nsecs, cpu);
+}
+"""
 
 _LOST = re.compile(rb"^Lost (\d+) events", re.MULTILINE)
 _EVENT = re.compile(rb"^[IQC] \d+ \d+ \d+ \S+$", re.MULTILINE)
+_MARK = re.compile(rb"^S \d+ (\d+) 0 -$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -75,7 +89,7 @@ def parse_bpftrace_output(text: bytes, dev: int, source: str = "bpftrace output"
     lost = sum(int(m) for m in _LOST.findall(text))
     lines = _EVENT.findall(text)
     junk = [ln for ln in text.splitlines() if ln.strip() and not _EVENT.match(ln) and not _LOST.match(ln)
-            and not ln.startswith(b"Attaching ")]
+            and not _MARK.match(ln) and not ln.startswith(b"Attaching ")]
     if junk:
         raise InputError(source, None, None, f"unexpected line {junk[0][:80]!r}")
     if not lines:
@@ -139,6 +153,7 @@ class BpftraceTracer:
         self._err: Path | None = None
         self._dev = 0
         self._parquet: Path | None = None
+        self._barrier = False
 
     def start(self, dev: int, out_path: Path) -> None:
         require_root("bpftrace")
@@ -152,20 +167,27 @@ class BpftraceTracer:
         self._out = self._parquet.with_suffix(".bpftrace.txt")
         self._err = self._parquet.with_suffix(".bpftrace.err")
         script = self._parquet.with_suffix(".bt")
-        script.write_text(SCRIPT)
+        # Kernels built without syscall tracepoints get no barrier; stop() then waits for quiet.
+        self._barrier = (TRACEFS / "events" / "syscalls" / "sys_enter_getpgid").exists()
+        script.write_text(SCRIPT + (BARRIER_PROBE if self._barrier else ""))
         # An interrupted attempt's output holds an 'Attaching' line too: it must not pass for ours.
         self._out.unlink(missing_ok=True)
         env = dict(os.environ, BPFTRACE_PERF_RB_PAGES=str(self.perf_rb_pages))
-        with open(self._err, "wb") as err:
-            self._proc = subprocess.Popen([exe, "-o", str(self._out), str(script), str(self._dev)],
-                                          stdout=subprocess.DEVNULL, stderr=err, env=env)
-        # bpftrace writes "Attaching N probes..." once the probes are live.
+        # Unbuffered stdout (-B none; -o would buffer): the file shows each line as bpftrace
+        # handles it, so the barrier lines can be waited for.
+        with open(self._out, "wb") as out, open(self._err, "wb") as err:
+            self._proc = subprocess.Popen([exe, "-B", "none", str(script), str(self._dev), str(os.getpid())],
+                                          stdout=out, stderr=err, env=env)
+        # bpftrace prints "Attaching N probes..." before it attaches them, in declaration order,
+        # so the probes are live once a barrier line (the last probe's) shows up.
         deadline = time.monotonic() + self.attach_timeout_s
-        while time.monotonic() < deadline:
-            if self._out.exists() and b"Attaching" in self._out.read_bytes()[:200]:
+        while time.monotonic() < deadline and self._proc.poll() is None:
+            if self._barrier:
+                os.getpgid(0)
+                if self._marks_after(0):
+                    return
+            elif b"Attaching" in self._out.read_bytes()[:200]:
                 return
-            if self._proc.poll() is not None:
-                break
             time.sleep(0.05)
         msg = self._err.read_text(errors="replace").strip()[-1500:]
         self._kill()
@@ -176,8 +198,46 @@ class BpftraceTracer:
             self._proc.kill()
             self._proc.wait()
 
+    def _marks_after(self, offset: int) -> set[int]:
+        """The CPUs of the barrier lines written after byte `offset` of the output."""
+        assert self._out is not None
+        with open(self._out, "rb") as f:
+            f.seek(offset)
+            return {int(c) for c in _MARK.findall(f.read())}
+
+    def _flush_barrier(self, timeout_s: float = 30.0) -> bool:
+        """Wait until bpftrace has written out everything the kernel recorded so far: True when
+        every CPU we may run on showed its barrier line (or, with no barrier probe, when the output
+        stayed unchanged for half a second) within `timeout_s`."""
+        assert self._proc is not None and self._out is not None
+        deadline = time.monotonic() + timeout_s
+        if not self._barrier:
+            size, quiet_since = -1, time.monotonic()
+            while time.monotonic() < deadline and self._proc.poll() is None:
+                now_size = self._out.stat().st_size
+                if now_size != size:
+                    size, quiet_since = now_size, time.monotonic()
+                elif time.monotonic() - quiet_since >= 0.5:
+                    return True
+                time.sleep(0.05)
+            return False
+        start = self._out.stat().st_size     # this barrier's lines can only come after this point
+        cpus = sorted(os.sched_getaffinity(0))
+        try:
+            for cpu in cpus:
+                os.sched_setaffinity(0, {cpu})
+                os.getpgid(0)              # the barrier probe prints `S <t> <cpu>` on this CPU
+        finally:
+            os.sched_setaffinity(0, cpus)
+        while time.monotonic() < deadline and self._proc.poll() is None:
+            if set(cpus) <= self._marks_after(start):
+                return True
+            time.sleep(0.02)
+        return False
+
     def stop(self) -> CaptureResult:
         assert self._proc is not None and self._out is not None and self._parquet is not None
+        flushed = self._flush_barrier()
         misses = bpf_prog_misses(self._proc.pid)   # read before bpftrace exits and closes them
         self._proc.send_signal(signal.SIGINT)
         try:
@@ -194,7 +254,7 @@ class BpftraceTracer:
             requests_by_op={k: v for k, v in nr.items() if v},
             unmatched_completions=parsed.unmatched_completions,
             no_completion=parsed.table.column("latency_ns").null_count,
-            extra={"requeues": parsed.requeues, "raw_output": str(self._out),
+            extra={"requeues": parsed.requeues, "raw_output": str(self._out), "flushed": flushed,
                    "perf_buffer_lost": parsed.lost_events, "bpf_recursion_misses": misses},
         )
 

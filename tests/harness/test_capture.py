@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -66,6 +67,8 @@ def test_parse_bpftrace_output_matches_issues_and_completions() -> None:
         b"C 450 8 0 -",
         b"Lost 5 events",
         b"I 500 32 0 FN",         # empty flush, never completed in this capture
+        b"S 600 0 0 -",           # stop()'s flush barrier, one line per CPU: not a request
+        b"S 601 1 0 -",
         b"",
     ])
     p = parse_bpftrace_output(text, DEV)
@@ -182,6 +185,33 @@ def test_capture_counts_exactly_what_fio_issued(tmp_path: Path, tracer_name: str
     plan = plan_for(64 << 20, 3000, seed=11)
     res, c = replay_with_capture(tmp_path, tracer_name, plan)
     assert c.tracer == tracer_name
+    if tracer_name == "bpftrace":
+        # Every CPU's barrier line reached the output before bpftrace was interrupted (bpftrace
+        # drops the events it is still printing when SIGINT arrives).
+        assert c.extra["flushed"] is True
+    assert_three_way(plan, res, c)
+
+
+@root_only
+@needs_fio
+def test_bpftrace_stop_waits_for_its_backlog(tmp_path: Path) -> None:
+    """bpftrace drops every event it has not printed yet when SIGINT arrives. Hold it stopped
+    while fio runs, so the whole plan waits in its perf buffers, and stop the capture the moment
+    it may run again: the flush barrier must still bring every request into the trace, but for
+    the probe runs the kernel counted as skipped."""
+    plan = plan_for(64 << 20, 2000, seed=5)
+    with loop_device(tmp_path / "loop.img", 64 << 20, nomerges=True) as devpath:
+        dev = FioDevice(DeviceSpec("block", devpath, options={"iodepth": 16}), tmp_path)
+        tracer = open_tracer("bpftrace")
+        tracer.start(kernel_dev_t(devpath), tmp_path / "trace.parquet")
+        (bt,) = [c for c in psutil.Process().children() if c.name() == "bpftrace"]
+        bt.suspend()
+        try:
+            res = dev.replay(plan, tmp_path / "run")
+        finally:
+            bt.resume()
+            c = tracer.stop()
+    assert c.extra["flushed"] is True
     assert_three_way(plan, res, c)
 
 
