@@ -496,8 +496,14 @@ def run_guest(cfg: GuestConfig, job: GuestJob, workdir: Path, *, check_io_timeou
     argv = qemu_argv(cfg, image, initrd, console, result, memory_mib=memory, accel=accel)
     t0 = time.monotonic()
     boot_s: float | None = None
+    # QEMU runs in its own session (a Ctrl-C meant for kvwear reaches it through the cleanup
+    # below, not twice), so it must die with us when we are killed outright: setpriv (util-linux)
+    # sets the parent-death signal and execs QEMU. Popen's preexec_fn could too, but it is unsafe
+    # in a process with threads (sweeps run points on threads).
+    setpriv = shutil.which("setpriv")
+    launch = [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
     with open(stderr_path, "wb") as err:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True)
+        proc = subprocess.Popen(launch, stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True)
         try:
             while True:
                 rc = proc.poll()

@@ -9,6 +9,8 @@ import hashlib
 import json
 import re
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -267,3 +269,32 @@ def test_femu_command_line_on_stock_qemu_fails_clearly(guest_image: GuestImage, 
         run_guest(cfg, GuestJob(), tmp_path / "run")
     mine = [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
     assert mine == []
+
+
+@pytest.mark.guest
+def test_qemu_dies_with_a_killed_kvwear(guest_image: GuestImage, tmp_path: Path) -> None:
+    # A kvwear process killed outright (SIGKILL: no cleanup runs) must not leave its QEMU behind.
+    img = tmp_path / "drive.img"
+    with open(img, "wb") as fh:
+        fh.truncate(16 * 2**20)
+    code = ("import sys; from pathlib import Path; from emulator.guest import *; "
+            "run_guest(GuestConfig(drive=DriveConfig(image=Path(sys.argv[1])), boot_timeout_s=300), "
+            "GuestJob(), Path(sys.argv[2]))")
+    parent = subprocess.Popen([sys.executable, "-c", code, str(img), str(tmp_path / "run")])
+
+    def qemus() -> list[psutil.Process]:
+        return [p for p in psutil.process_iter(["cmdline", "name"])
+                if str(tmp_path) in " ".join(p.info["cmdline"] or []) and "qemu" in (p.info["name"] or "")]
+
+    try:
+        deadline = time.monotonic() + 60
+        while not qemus() and time.monotonic() < deadline and parent.poll() is None:
+            time.sleep(0.05)
+        (qemu,) = qemus()
+        parent.kill()
+        parent.wait()
+        qemu.wait(timeout=10)         # raises psutil.TimeoutExpired if QEMU outlives its parent
+    finally:
+        for q in qemus():
+            q.kill()
+    assert qemus() == []
