@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from scipy.special import lambertw
@@ -116,9 +117,18 @@ def projected_lifetime_days(tbw_bytes: float, host_bytes_day: float, waf: float)
     return tbw_bytes / (host_bytes_day * waf)
 
 
+CheckKind = Literal["accounting", "model"]
+
+
 @dataclass(frozen=True)
 class Check:
-    """One predicted-vs-measured comparison. rel_error = |measured − predicted| / |predicted|."""
+    """One predicted-vs-measured comparison. rel_error = |measured − predicted| / |predicted|.
+
+    `kind` says what a failure means. "accounting": the same bytes counted at two points of the
+    pipeline (policy → plan → fio → eBPF → SMART); a failure is lost or extra I/O, a fault of the
+    harness or the device. "model": a prediction (the analytical WAF, the FTL emulator, a lifetime
+    projection) against the measurement; a failure is a finding — the model does not describe
+    this workload on this device — not a fault of the run."""
 
     name: str
     predicted: float
@@ -127,16 +137,18 @@ class Check:
     tolerance: float
     rel_error: float
     passed: bool
+    kind: CheckKind
 
     @classmethod
-    def of(cls, name: str, predicted: float, measured: float, source: str, tolerance: float) -> Check:
+    def of(cls, name: str, predicted: float, measured: float, source: str, tolerance: float, *,
+           kind: CheckKind) -> Check:
         if math.isinf(predicted) and math.isinf(measured):
             rel = 0.0
         elif predicted == 0:
             rel = 0.0 if measured == 0 else math.inf
         else:
             rel = abs(measured - predicted) / abs(predicted)
-        return cls(name, float(predicted), float(measured), source, tolerance, rel, bool(rel <= tolerance))
+        return cls(name, float(predicted), float(measured), source, tolerance, rel, bool(rel <= tolerance), kind)
 
 
 def waf_from_counters(host_pages: np.ndarray | int, gc_pages: np.ndarray | int) -> float:

@@ -359,7 +359,7 @@ def duw_check(plan_bytes: int, duw_delta: int, source: str) -> Check:
     from harness.wear.snapshot import duw_bytes_bounds
 
     measured = duw_delta * NVME_DATA_UNIT_BYTES
-    c = Check.of("host bytes", plan_bytes, measured, source, SMART_HOST_BYTES_REL_TOL)
+    c = Check.of("host bytes", plan_bytes, measured, source, SMART_HOST_BYTES_REL_TOL, kind="accounting")
     lo, hi = duw_bytes_bounds(duw_delta)
     return dataclasses.replace(c, passed=c.passed or lo < plan_bytes < hi or (duw_delta == 0 and plan_bytes == 0))
 
@@ -422,13 +422,13 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, An
     checks: list[Check] = []
     notes: dict[str, str] = {}
     checks.append(Check.of("ssd_ops write bytes → plan", summary["ssd_write_bytes"], plan["object_write_bytes"],
-                           "plan", 0.0))
+                           "plan", 0.0, kind="accounting"))
     checks.append(Check.of("host bytes", plan_bytes, dev_bytes, device.get("tool") or cfg.device.kind,
-                           HOST_BYTES_REL_TOL))
+                           HOST_BYTES_REL_TOL, kind="accounting"))
     cap = device.get("capture") or {}
     if cap.get("write_bytes") is not None:
         checks.append(Check.of("host bytes", plan_bytes, cap["write_bytes"], f"ebpf:{cap.get('tracer')}",
-                               HOST_BYTES_REL_TOL))
+                               HOST_BYTES_REL_TOL, kind="accounting"))
     extra = device.get("extra") or {}
     if extra.get("smart_duw_delta") is not None:          # SMART read inside an emulated drive's guest
         checks.append(duw_check(plan_bytes, int(extra["smart_duw_delta"]), "smart-duw (guest)"))
@@ -439,16 +439,19 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, An
         if w.get("data_units") is not None:
             checks.append(duw_check(plan_bytes, int(w["data_units"]), f"wear:{src}"))
         else:
-            checks.append(Check.of("host bytes", plan_bytes, w["host_bytes"], f"wear:{src}", HOST_BYTES_REL_TOL))
+            checks.append(Check.of("host bytes", plan_bytes, w["host_bytes"], f"wear:{src}", HOST_BYTES_REL_TOL,
+                                   kind="accounting"))
         if measured_waf is None and w.get("nand_bytes") and w["host_bytes"]:
             measured_waf = w["nand_bytes"] / w["host_bytes"]
             device = {**device, "nand_write_bytes": w["nand_bytes"]}
     emulated = emulator_waf(cfg, rd, label)
     # The embedded FTL, configured as the device, on the same plan: its WAF is a prediction too.
     if emulated is not None and measured_waf is not None:
-        checks.append(Check.of("WAF (FTL emulator)", emulated, measured_waf, cfg.device.kind, WAF_REL_TOL))
+        checks.append(Check.of("WAF (FTL emulator)", emulated, measured_waf, cfg.device.kind, WAF_REL_TOL,
+                               kind="model"))
     if measured_waf is not None:
-        checks.append(Check.of("WAF", waf_model, measured_waf, device.get("tool") or cfg.device.kind, WAF_REL_TOL))
+        checks.append(Check.of("WAF", waf_model, measured_waf, device.get("tool") or cfg.device.kind, WAF_REL_TOL,
+                               kind="model"))
         notes["WAF"] = notes["lifetime days (model WAF)"] = (
             "the analytical model assumes uniform random overwrites of the whole exposed space; "
             f"the {cfg.replay.layout} layout's write pattern is not that")
@@ -459,12 +462,12 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, An
     if life_measured is not None:
         # Both projections against the measurement: Gandalf's WAF 1 and the analytical model.
         checks.append(Check.of("lifetime days (WAF 1)", life_waf1, life_measured, "measured host bytes × WAF",
-                               LIFETIME_REL_TOL))
+                               LIFETIME_REL_TOL, kind="model"))
         checks.append(Check.of("lifetime days (model WAF)", life_model, life_measured,
-                               "measured host bytes × WAF", LIFETIME_REL_TOL))
+                               "measured host bytes × WAF", LIFETIME_REL_TOL, kind="model"))
     check_rows = [{"quantity": c.name, "source": c.source, "predicted": c.predicted, "measured": c.measured,
                    "rel_error": None if math.isinf(c.rel_error) else c.rel_error, "tolerance": c.tolerance,
-                   "passed": c.passed, "note": notes.get(c.name, "")} for c in checks]
+                   "passed": c.passed, "kind": c.kind, "note": notes.get(c.name, "")} for c in checks]
     write_json(rd.stage_dir("estimate", label) / "crossval.json", {"policy": label, "checks": check_rows,
                                                                     "tbw_bytes": tbw, "duration_s": duration})
     n = max(int(summary["requests"]), 1)
@@ -504,8 +507,11 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, An
         "cost_recompute_per_1k": summary["gpu_usd"] / n * 1000.0,
         "cost_wear_per_1k": summary["ssd_wear_usd"] / n * 1000.0,
         "cost_per_1k": summary["cost_per_1k_requests_usd"],
-        "checks_passed": sum(c.passed for c in checks),
-        "checks_total": len(checks),
+        # Accounting failures are faults; model failures are findings (estimate.Check).
+        "accounting_checks_passed": sum(c.passed for c in checks if c.kind == "accounting"),
+        "accounting_checks_total": sum(c.kind == "accounting" for c in checks),
+        "model_checks_passed": sum(c.passed for c in checks if c.kind == "model"),
+        "model_checks_total": sum(c.kind == "model" for c in checks),
     }
     rd.mark_done(f"estimate/{label}")
     return PolicyOutcome(label=label, row=row, checks=check_rows)

@@ -65,14 +65,28 @@ def _fmt(value: Any, kind: str) -> str:
     return str(value)
 
 
+# The two kinds of cross-validation check (harness.estimate.Check), in report order.
+CHECK_SECTIONS = (
+    ("accounting", "Byte accounting",
+     "The same bytes counted at two points of the pipeline (policy, block plan, fio, eBPF, SMART). "
+     "A failure means I/O was lost or added on the way: a fault of the harness or the device."),
+    ("model", "Models against measurement",
+     "Predictions (the analytical WAF, the FTL emulator, lifetime projections) against what the device "
+     "measured. A failure is a finding about the model on this workload, not a fault of the run."),
+)
+
+
 def load_checks(run_dir: Path) -> pd.DataFrame:
     """All cross-validation checks of a run, one row each."""
     rows: list[dict[str, Any]] = []
     for p in sorted((run_dir / "estimate").glob("*/crossval.json")):
         data = json.loads(p.read_text())
         for check in data.get("checks", []):
-            rows.append({"policy": data.get("policy", p.parent.name), **check})
-    cols = ["policy", "quantity", "source", "predicted", "measured", "rel_error", "tolerance", "passed", "note"]
+            # Runs written before checks had a kind: WAF and lifetime checks were the model ones.
+            kind = check.get("kind") or ("model" if check["quantity"].startswith(("WAF", "lifetime")) else "accounting")
+            rows.append({"policy": data.get("policy", p.parent.name), **check, "kind": kind})
+    cols = ["policy", "kind", "quantity", "source", "predicted", "measured", "rel_error", "tolerance", "passed",
+            "note"]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -138,12 +152,15 @@ figure{margin:1.5em 0} figcaption{font-size:13px;color:#555}
 <figcaption>{{ fig.caption }}</figcaption></figure>
 {% endfor %}
 <h2>Cross-validation: estimator vs measurement</h2>
-{% if checks %}<table><tr><th>policy</th><th>quantity</th><th>source</th><th>predicted</th><th>measured</th>
+{% if not checks %}<p class="missing">no cross-validation checks were recorded</p>{% endif %}
+{% for kind, title, meaning in sections %}{% set group = checks | selectattr("kind", "equalto", kind) | list %}
+{% if group %}<h3>{{ title }}</h3><p>{{ meaning }}</p>
+<table><tr><th>policy</th><th>quantity</th><th>source</th><th>predicted</th><th>measured</th>
 <th>rel. error</th><th>tolerance</th><th>verdict</th><th>note</th></tr>
-{% for c in checks %}<tr><td>{{ c.policy }}</td><td>{{ c.quantity }}</td><td>{{ c.source }}</td>
+{% for c in group %}<tr><td>{{ c.policy }}</td><td>{{ c.quantity }}</td><td>{{ c.source }}</td>
 <td>{{ c.predicted }}</td><td>{{ c.measured }}</td><td>{{ c.rel_error }}</td><td>{{ c.tolerance }}</td>
 <td class="{{ 'pass' if c.passed else 'fail' }}">{{ 'pass' if c.passed else 'FAIL' }}</td><td>{{ c.note }}</td></tr>
-{% endfor %}</table>{% else %}<p class="missing">no cross-validation checks were recorded</p>{% endif %}
+{% endfor %}</table>{% endif %}{% endfor %}
 {% if notes %}<h2>Device and capture notes</h2>{% endif %}
 {% for note in notes %}<p>{{ note }}</p>{% endfor %}
 <h2>Run manifest</h2><pre>{{ manifest }}</pre>
@@ -216,11 +233,16 @@ def build_run_report(run_dir: str | Path, notes: list[str] | None = None) -> Rep
          "note": c.get("note") or ""}
         for c in checks.to_dict("records")
     ]
-    n_pass = int(checks["passed"].sum()) if len(checks) else 0
     name = str(manifest.get("config", {}).get("name", run.name))
+    tallies = []
+    for kind, title, _ in CHECK_SECTIONS:
+        group = checks[checks["kind"] == kind]
+        if len(group):
+            tallies.append(f"{title.lower()}: {int(group['passed'].sum())} of {len(group)} checks within tolerance")
     summary = (f"{len(df)} policies; device {manifest.get('config', {}).get('device', {}).get('kind', '?')}; "
-               f"{n_pass} of {len(checks)} cross-validation checks within tolerance.")
+               + ("; ".join(tallies) if tallies else "no cross-validation checks") + ".")
     html = _HTML.render(name=name, summary=summary, headings=headings, rows=rows, figs=figs, checks=check_rows,
+                        sections=CHECK_SECTIONS,
                         notes=[*(notes or []), *device_notes(run)],
                         manifest=json.dumps(manifest, indent=2, sort_keys=True, default=str))
     out.mkdir(parents=True, exist_ok=True)
@@ -230,10 +252,16 @@ def build_run_report(run_dir: str | Path, notes: list[str] | None = None) -> Rep
     md = [f"# kvwear report — {name}", "", summary, "", "| " + " | ".join(headings) + " |",
           "|" + "---|" * len(headings)]
     md += ["| " + " | ".join(r) + " |" for r in rows]
-    md += ["", "## Cross-validation", "", "| policy | quantity | source | predicted | measured | rel. error | "
-           "tolerance | verdict |", "|---|---|---|---|---|---|---|---|"]
-    md += [f"| {c['policy']} | {c['quantity']} | {c['source']} | {c['predicted']} | {c['measured']} | "
-           f"{c['rel_error']} | {c['tolerance']} | {'pass' if c['passed'] else 'FAIL'} |" for c in check_rows]
+    md += ["", "## Cross-validation"]
+    for kind, title, meaning in CHECK_SECTIONS:
+        rows_of_kind = [c for c in check_rows if c["kind"] == kind]
+        if not rows_of_kind:
+            continue
+        md += ["", f"### {title}", "", meaning, "", "| policy | quantity | source | predicted | measured | "
+               "rel. error | tolerance | verdict | note |", "|---|---|---|---|---|---|---|---|---|"]
+        md += [f"| {c['policy']} | {c['quantity']} | {c['source']} | {c['predicted']} | {c['measured']} | "
+               f"{c['rel_error']} | {c['tolerance']} | {'pass' if c['passed'] else 'FAIL'} | {c['note']} |"
+               for c in rows_of_kind]
     md += ["", "## Figures", ""]
     md += [f"![{k}](figures/{p.name})" if p else f"- {k}: not drawn" for k, p in drawn.items()]
     md_path = out / "report.md"

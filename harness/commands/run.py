@@ -135,9 +135,11 @@ def run_cmd(
 
 
 def _summary(rows: list[dict[str, Any]], wall_s: float) -> None:
-    t = Table(title=f"kvwear run — {len(rows)} policies in {wall_s:.1f} s")
+    t = Table(title=f"kvwear run — {len(rows)} policies in {wall_s:.1f} s",
+              caption="checks within tolerance — bytes: the same bytes counted at two points (a failure is a "
+                      "fault); models: predictions against the measurement (a failure is a finding)")
     for col in ("policy", "miss ratio", "SSD writes", "linear share", "device WAF", "lifetime WAF=1",
-                "lifetime measured", "checks"):
+                "lifetime measured", "bytes", "models"):
         t.add_column(col, justify="left" if col == "policy" else "right")
 
     def years(days: float | None) -> str:
@@ -145,12 +147,16 @@ def _summary(rows: list[dict[str, Any]], wall_s: float) -> None:
             return "—"
         return "∞" if days == float("inf") else f"{days / 365:.2f} y"
 
+    def tally(r: dict[str, Any], kind: str) -> str:
+        total = r.get(f"{kind}_checks_total") or 0     # --no-replay rows measure nothing to check
+        return f"{r[f'{kind}_checks_passed']}/{total}" if total else "—"
+
     for r in rows:
         t.add_row(r["policy"], f"{r['miss_ratio_tokens']:.4f}", format_bytes(r["ssd_write_bytes"]),
                   f"{r.get('linear_share_of_ssd_write_bytes', 0):.0%}",
                   "—" if r.get("waf_measured") is None else f"{r['waf_measured']:.2f}",
                   years(r.get("lifetime_days_waf1")), years(r.get("lifetime_days_measured")),
-                  f"{r.get('checks_passed', 0)}/{r.get('checks_total', 0)}")
+                  tally(r, "accounting"), tally(r, "model"))
     Console(width=max(Console().width, 140)).print(t)
 
 

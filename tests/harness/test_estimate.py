@@ -81,7 +81,7 @@ def test_femu_prediction_vs_recorded_and_emulated(fixtures_dir: Path) -> None:
     before = ftl.counters()
     ftl.write(np.random.default_rng(4).integers(0, n, 2 * n))
     emulated = ftl.counters().minus(before).waf
-    waf = Check.of("WAF", ftl_predicted_waf(cfg), recorded, "femu-vendor", WAF_REL_TOL)
+    waf = Check.of("WAF", ftl_predicted_waf(cfg), recorded, "femu-vendor", WAF_REL_TOL, kind="model")
     assert waf.passed and waf.rel_error == pytest.approx(1 - recorded / 8)
     assert emulated == pytest.approx(recorded, rel=0.05)
 
@@ -100,17 +100,17 @@ def test_lifetime_arithmetic() -> None:
 
 def test_check_records() -> None:
     """The predicted-vs-measured record kvwear run writes for every check (harness.run.estimate_stage)."""
-    host = Check.of("host bytes", 1e9, 1e9 * 1.004, "fio", HOST_BYTES_REL_TOL)
+    host = Check.of("host bytes", 1e9, 1e9 * 1.004, "fio", HOST_BYTES_REL_TOL, kind="accounting")
     assert host.passed and host.rel_error == pytest.approx(0.004)
-    assert not Check.of("host bytes", 1e9, 1e9 * 1.015, "fio", HOST_BYTES_REL_TOL).passed
-    assert Check.of("host bytes", 1e9, 1e9 * 1.015, "smart", SMART_HOST_BYTES_REL_TOL).passed
-    waf = Check.of("WAF", 2.0, 2.1, "sim", WAF_REL_TOL)
+    assert not Check.of("host bytes", 1e9, 1e9 * 1.015, "fio", HOST_BYTES_REL_TOL, kind="accounting").passed
+    assert Check.of("host bytes", 1e9, 1e9 * 1.015, "smart", SMART_HOST_BYTES_REL_TOL, kind="accounting").passed
+    waf = Check.of("WAF", 2.0, 2.1, "sim", WAF_REL_TOL, kind="model")
     assert waf.passed and waf.rel_error == pytest.approx(0.05)
-    assert not Check.of("WAF", 1.0, 1.0 + 2 * WAF_REL_TOL, "femu", WAF_REL_TOL).passed
-    life = Check.of("lifetime days", 100.0, 100.0 / (1.004 * 1.05), "fio", LIFETIME_REL_TOL)
+    assert not Check.of("WAF", 1.0, 1.0 + 2 * WAF_REL_TOL, "femu", WAF_REL_TOL, kind="model").passed
+    life = Check.of("lifetime days", 100.0, 100.0 / (1.004 * 1.05), "fio", LIFETIME_REL_TOL, kind="model")
     assert life.passed and LIFETIME_REL_TOL == HOST_BYTES_REL_TOL + WAF_REL_TOL
     # Nothing written: zero against zero passes, zero against bytes cannot; infinite lifetimes agree.
-    assert Check.of("host bytes", 0, 0, "fio", 0.0).passed
-    nothing = Check.of("host bytes", 0, 4096, "fio", 0.5)
+    assert Check.of("host bytes", 0, 0, "fio", 0.0, kind="accounting").passed
+    nothing = Check.of("host bytes", 0, 4096, "fio", 0.5, kind="accounting")
     assert not nothing.passed and math.isinf(nothing.rel_error)
-    assert Check.of("lifetime days", math.inf, math.inf, "x", 0.0).passed
+    assert Check.of("lifetime days", math.inf, math.inf, "x", 0.0, kind="model").passed

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -63,7 +64,10 @@ def test_every_byte_accounted(small_run: Path, label: str) -> None:
     assert device["nand_write_bytes"] >= aligned
     checks = json.loads((small_run / "estimate" / label / "crossval.json").read_text())["checks"]
     host = [c for c in checks if c["quantity"] == "host bytes"]
-    assert host and all(c["passed"] and c["rel_error"] == 0 for c in host)
+    assert host and all(c["passed"] and c["rel_error"] == 0 and c["kind"] == "accounting" for c in host)
+    # Byte identities are accounting checks; WAF and lifetime comparisons test models.
+    assert {c["quantity"] for c in checks if c["kind"] == "model"} == {
+        "WAF", "lifetime days (WAF 1)", "lifetime days (model WAF)"}
 
 
 def test_results_and_report(small_run: Path) -> None:
@@ -75,6 +79,10 @@ def test_results_and_report(small_run: Path) -> None:
     assert (res["lifetime_days_waf1"] > 0).all()
     html = (small_run / "report" / "report.html").read_text()
     assert "type-aware" in html and "Cross-validation" in html
+    assert "<h3>Byte accounting</h3>" in html and "<h3>Models against measurement</h3>" in html
+    assert re.search(r"byte accounting: (\d+) of \1 checks within tolerance; models against measurement: "
+                     r"\d+ of \d+ checks within tolerance\.", html)
+    assert (res["accounting_checks_passed"] == res["accounting_checks_total"]).all()
     manifest = json.loads((small_run / "manifest.json").read_text())
     assert manifest["config"]["model"] == "kimi-k3" and manifest["seeds"] == {"workload": 3}
 
