@@ -430,6 +430,19 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, An
         checks.append(Check.of("host bytes", plan_bytes, cap["write_bytes"], f"ebpf:{cap.get('tracer')}",
                                HOST_BYTES_REL_TOL, kind="accounting"))
     extra = device.get("extra") or {}
+    if int(plan.get("trim_bytes", 0)) and not extra.get("trims_skipped"):
+        # Trims the backend deferred and then found rewritten later in their segment were not
+        # issued (harness.deferred_trims); issued + superseded must still be the plan's trims.
+        issued = int(device.get("trim_bytes") or 0)
+        tool = device.get("tool") or cfg.device.kind
+        checks.append(Check.of("trim bytes", int(plan["trim_bytes"]),
+                               issued + int(extra.get("trim_bytes_superseded", 0)), tool, 0.0, kind="accounting"))
+        if cap.get("bytes_by_op") is not None:
+            checks.append(Check.of("trim bytes", issued, int(cap["bytes_by_op"].get("discard", 0)),
+                                   f"ebpf:{cap.get('tracer')}", HOST_BYTES_REL_TOL, kind="accounting"))
+        if extra.get("trim_bytes_superseded"):
+            notes[f"trim bytes|{tool}"] = ("deferred trims (fio cannot replay iolog trims): units rewritten "
+                                           "later in their segment are not trimmed; measured = issued + those")
     if extra.get("smart_duw_delta") is not None:          # SMART read inside an emulated drive's guest
         checks.append(duw_check(plan_bytes, int(extra["smart_duw_delta"]), "smart-duw (guest)"))
         notes["host bytes"] = "SMART Data Units Written count 512,000-byte units, rounded up"
@@ -467,7 +480,8 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, An
                                "measured host bytes × WAF", LIFETIME_REL_TOL, kind="model"))
     check_rows = [{"quantity": c.name, "source": c.source, "predicted": c.predicted, "measured": c.measured,
                    "rel_error": None if math.isinf(c.rel_error) else c.rel_error, "tolerance": c.tolerance,
-                   "passed": c.passed, "kind": c.kind, "note": notes.get(c.name, "")} for c in checks]
+                   "passed": c.passed, "kind": c.kind,
+                   "note": notes.get(f"{c.name}|{c.source}", notes.get(c.name, ""))} for c in checks]
     write_json(rd.stage_dir("estimate", label) / "crossval.json", {"policy": label, "checks": check_rows,
                                                                     "tbw_bytes": tbw, "duration_s": duration})
     n = max(int(summary["requests"]), 1)

@@ -12,17 +12,27 @@ Never issues I/O outside [0, capacity_bytes): the plan is validated before fio s
 preconditioning jobs are bounded by `size=capacity_bytes`. This module does not parse fio's
 output (harness.fio does) or decide what is safe (harness.safety does).
 
+TRIM: a fio that replays iolog trims gets them in the iolog. Older ones (Debian 12's 3.33 drops
+them) get the plan in segments (harness.deferred_trims): fio plays a segment's reads and writes,
+then this backend issues the segment's trims itself — BLKDISCARD on a block device, a punched
+hole (what fio does for a file) on a file — so the device still sees every trim the plan's end
+states need; `trim_segment_ops` sets the segment length (each segment is one fio start).
+
 Device options (DeviceSpec.options): ioengine (libaio), iodepth (16), confirm_serial,
 precondition (False), ss_criterion ("iops_slope:10%"), ss_dur_s (60), ss_ramp_s (10),
-ss_max_runtime_s (3600), skip_trims (False: a plan with trims fails on a fio that drops them).
+fill_loops (2), ss_max_runtime_s (3600), trim_segment_ops (10000), skip_trims (False: drop the
+plan's trims knowingly; they are reported as trims_skipped). Other names are refused with this list.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
+import fcntl
 import os
 import stat
+import struct
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
@@ -30,9 +40,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from harness import fio as fiolib
+from harness.deferred_trims import segment_plan
 from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayResult, option_flag
 from harness.fio_iolog import export_iolog_v3
 from harness.identity import path_identity
@@ -41,6 +53,19 @@ from kvwear.errors import KvwearError
 from kvwear.units import parse_size
 
 CHUNKED_IOLOG_ROWS = 1_000_000   # above this, fio reads the iolog in pieces
+OPTIONS = ("ioengine", "iodepth", "confirm_serial", "precondition", "fill_loops", "ss_criterion", "ss_dur_s",
+           "ss_ramp_s", "ss_max_runtime_s", "trim_segment_ops", "skip_trims")
+BLKDISCARD = 0x1277              # _IO(0x12, 119), linux/fs.h: discard a (start, length) byte range
+_FALLOC_PUNCH = 0x01 | 0x02      # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+
+
+def punch_hole(fd: int, offset: int, length: int) -> None:
+    """Deallocate [offset, offset + length) of a file, keeping its size (os has no fallocate modes)."""
+    if _libc.fallocate(fd, _FALLOC_PUNCH, offset, length) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
 
 
 @dataclass(frozen=True)
@@ -67,9 +92,13 @@ class FioDevice:
         self.runner = runner
         self.path = spec.target
         opts = dict(spec.options)
+        bad = sorted(set(opts) - set(OPTIONS))
+        if bad:
+            raise KvwearError(f"device {spec.kind}: unknown option(s) {', '.join(bad)}; valid: {', '.join(OPTIONS)}")
         self.ioengine = str(opts.get("ioengine", "libaio"))
         self.iodepth = int(opts.get("iodepth", 16))
         self.skip_trims = option_flag(opts, "skip_trims")
+        self.trim_segment_ops = int(opts.get("trim_segment_ops", 10_000))
         self.safety: DeviceFacts | None = None
         if spec.kind == "block":
             self.safety = check_block_device(self.path, opts.get("confirm_serial"))
@@ -127,10 +156,7 @@ class FioDevice:
         trims = fiolib.plan_lengths(plan, "trim")
         can_trim = fiolib.fio_replays_trim(self.fio_version)
         if trims.size and not can_trim and not self.skip_trims:
-            raise KvwearError(
-                f"the plan holds {trims.size} trims but {self.fio_version} drops trims from an iolog "
-                "('bad ddir: 2'); plan without TRIM (kvwear run --no-trim) or drop them knowingly "
-                "(--device-option skip_trims=true; they are then reported as trims_skipped)")
+            return self._replay_deferring_trims(plan, workdir, timed=timed)
         log = export_iolog_v3(plan, workdir / "replay.iolog", include_trims=can_trim)
         job = fiolib.replay_job(log.path, self.path, ioengine=self.ioengine, iodepth=self.iodepth,
                                 timed=timed, chunked=plan.num_rows > CHUNKED_IOLOG_ROWS)
@@ -155,6 +181,7 @@ class FioDevice:
                 "write_bw_bytes_per_s": s.write.bw_bytes_per_s,
                 "write_clat_percentiles_ns": dict(s.write.clat_percentiles_ns),
                 "trims_skipped": int(trims.size) if not can_trim else 0,
+                "trim_mode": ("none" if not trims.size else "fio" if can_trim else "skipped"),
                 "ioengine": self.ioengine, "iodepth": self.iodepth, "timed": timed,
                 "iolog": str(log.path), "job_file": str(run.job_path),
                 # The kernel's own count for the device over the replay (any other writer included).
@@ -165,6 +192,93 @@ class FioDevice:
                    if self.precondition_result else {}),
             },
         )
+
+    def _replay_deferring_trims(self, plan: pa.Table, workdir: Path, *, timed: bool) -> ReplayResult:
+        """Replay for a fio that drops iolog trims: per segment, fio plays the reads and writes, then
+        the segment's trims are issued here (module docstring)."""
+        off = plan.column("offset_bytes").to_numpy(zero_copy_only=False)
+        ln = plan.column("length_bytes").to_numpy(zero_copy_only=False)
+        unit = 4096 if not ((off % 4096).any() or (ln % 4096).any()) else self.block_bytes
+        segments = segment_plan(plan, max_ops=self.trim_segment_ops, unit_bytes=unit)
+        t_s = plan.column("t_s").to_numpy(zero_copy_only=False)
+        stat_before = self._diskstats()
+        totals = dict.fromkeys(("write_bytes", "read_bytes", "write_ios", "read_ios", "runtime_ms",
+                                "fio_write", "fio_read"), 0)
+        jsons: list[str] = []
+        jobs: list[str] = []
+        busiest: tuple[int, dict[float, int]] = (-1, {})     # (write I/Os, clat percentiles) of one segment
+        trim_ranges = 0
+        t0 = time.perf_counter()
+        fd = os.open(self.path, os.O_WRONLY)
+        try:
+            for k, seg in enumerate(segments):
+                if timed:   # keep the plan's clock across segments (fio keeps it inside one)
+                    time.sleep(max(0.0, float(t_s[seg.first_row] - t_s[0]) - (time.perf_counter() - t0)))
+                if seg.ops.num_rows:
+                    log = export_iolog_v3(seg.ops, workdir / f"replay-{k:05d}.iolog", include_trims=False)
+                    job = fiolib.replay_job(log.path, self.path, ioengine=self.ioengine, iodepth=self.iodepth,
+                                            timed=timed, chunked=seg.ops.num_rows > CHUNKED_IOLOG_ROWS)
+                    run = fiolib.run_jobs([job], workdir, f"replay-{k:05d}", runner=self.runner)
+                    s = run.summary
+                    w, r, _ = fiolib.issued_log_bytes(s, log, str(run.json_path), iodepth=self.iodepth,
+                                                      max_io_bytes=fiolib.plan_max_length(seg.ops))
+                    log.path.unlink()        # derived from block_ops.parquet; the JSON and job file stay
+                    for key, v in (("write_bytes", w), ("read_bytes", r), ("write_ios", s.write.total_ios),
+                                   ("read_ios", s.read.total_ios), ("runtime_ms", s.runtime_ms),
+                                   ("fio_write", s.write.io_bytes), ("fio_read", s.read.io_bytes)):
+                        totals[key] += int(v)
+                    jsons.append(str(run.json_path))
+                    jobs.append(str(run.job_path))
+                    if s.write.total_ios > busiest[0]:
+                        busiest = (s.write.total_ios, dict(s.write.clat_percentiles_ns))
+                self._discard(fd, seg.trim_offsets, seg.trim_lengths)
+                trim_ranges += seg.trim_offsets.size
+        finally:
+            os.close(fd)
+        wall = time.perf_counter() - t0
+        stat_after = self._diskstats()
+        issued = sum(seg.issued_trim_bytes for seg in segments)
+        runtime_s = totals["runtime_ms"] / 1e3
+        return ReplayResult(
+            device=f"{self.spec.kind}:{self.path}",
+            write_bytes=totals["write_bytes"], read_bytes=totals["read_bytes"], trim_bytes=issued,
+            write_ios=totals["write_ios"], read_ios=totals["read_ios"], wall_s=wall,
+            tool=self.fio_version, tool_output_path=jsons[0] if jsons else "",
+            extra={
+                "fio_io_bytes": {"write": totals["fio_write"], "read": totals["fio_read"], "trim": 0},
+                "fio_runtime_ms": totals["runtime_ms"],
+                "write_iops": totals["write_ios"] / runtime_s if runtime_s else 0.0,
+                "read_iops": totals["read_ios"] / runtime_s if runtime_s else 0.0,
+                "write_bw_bytes_per_s": totals["write_bytes"] / runtime_s if runtime_s else 0.0,
+                "write_clat_percentiles_ns": busiest[1],      # of the segment with the most writes
+                "trims_skipped": 0, "trim_mode": "deferred",
+                "trim_bytes_planned": sum(seg.planned_trim_bytes for seg in segments),
+                "trim_bytes_superseded": sum(seg.superseded_trim_bytes for seg in segments),
+                "trim_ranges_issued": trim_ranges, "trim_unit_bytes": unit,
+                "segments": len(segments), "fio_runs": len(jsons), "fio_json_paths": jsons,
+                "ioengine": self.ioengine, "iodepth": self.iodepth, "timed": timed,
+                "job_file": jobs[0] if jobs else "",
+                **({"diskstats_write_bytes": stat_after[1] - stat_before[1],
+                    "diskstats_write_ios": stat_after[0] - stat_before[0]}
+                   if stat_before and stat_after else {}),
+                **({"precondition": dataclasses.asdict(self.precondition_result)}
+                   if self.precondition_result else {}),
+            },
+        )
+
+    def _discard(self, fd: int, offsets: np.ndarray, lengths: np.ndarray) -> None:
+        """Trim byte ranges: BLKDISCARD on a block device, a punched hole in a file (as fio does)."""
+        for o, n in zip(offsets.tolist(), lengths.tolist(), strict=True):
+            try:
+                if self.spec.kind == "block":
+                    fcntl.ioctl(fd, BLKDISCARD, struct.pack("QQ", o, n))
+                else:
+                    punch_hole(fd, o, n)
+            except OSError as exc:
+                raise KvwearError(
+                    f"{self.path}: discarding {n} bytes at {o} failed ({exc}); the device may not support "
+                    "TRIM: plan without it (kvwear run --no-trim) or drop the trims knowingly "
+                    "(--device-option skip_trims=true)") from exc
 
     def _diskstats(self) -> tuple[int, int] | None:
         """(writes completed, bytes written) from /sys/class/block/<dev>/stat; None for a file."""

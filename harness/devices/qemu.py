@@ -267,7 +267,8 @@ class GuestDevice:
         if trims.size and not can_trim and not self.skip_trims:
             raise KvwearError(
                 f"the plan holds {trims.size} trims but the guest's {self.fio_version} drops trims from an iolog "
-                "('bad ddir: 2'); replay without TRIM or set the device option skip_trims")
+                "('bad ddir: 2') and the guest has no deferred-trim path (the file/block backends do); "
+                "replay without TRIM (kvwear run --no-trim) or set the device option skip_trims")
         log = export_iolog_v3(plan, workdir / "replay.iolog", include_trims=can_trim)
         job = fiolib.replay_job("replay.iolog", GUEST_DEVICE, ioengine=self.ioengine, iodepth=self.iodepth,
                                 timed=timed)

@@ -44,6 +44,12 @@ def test_registered() -> None:
     assert "file" in DEVICES and "block" in DEVICES
 
 
+def test_unknown_options_are_refused_with_the_valid_ones(tmp_path: Path) -> None:
+    with pytest.raises(KvwearError, match=r"unknown option\(s\) trim_segment_op; valid: ioengine, .*skip_trims"):
+        FioDevice(DeviceSpec("file", str(tmp_path / "d.img"), capacity_bytes=1 << 20,
+                             options={"trim_segment_op": 5}), tmp_path)
+
+
 def test_file_replay_matches_the_plan(tmp_path: Path) -> None:
     cap = 16 << 20
     plan = random_plan(1500, cap)
@@ -87,18 +93,50 @@ def test_configured_capacity_limits_the_range(tmp_path: Path) -> None:
 
 
 def test_trims_on_a_fio_that_drops_them(tmp_path: Path) -> None:
+    # write 0-8K, trim 0-8K, write 8-12K, rewrite 4-8K, write 16-20K, trim 16-20K: units 0-4K and
+    # 16-20K end trimmed; 4-8K was rewritten after its trim, so that part of the trim is superseded.
     plan = BLOCK_OPS.conform(pa.table({
-        "t_s": [0.0, 0.1, 0.2], "op": ["write", "trim", "write"], "offset_bytes": [0, 0, 8192],
-        "length_bytes": [8192, 8192, 4096], "obj_kind": ["full"] * 3, "obj_id": [1, 1, 2]}))
-    spec = DeviceSpec("file", str(tmp_path / "d.img"), capacity_bytes=1 << 20)
+        "t_s": [0.0, 0.1, 0.2, 0.3, 0.4, 0.5], "op": ["write", "trim", "write", "write", "write", "trim"],
+        "offset_bytes": [0, 0, 8192, 4096, 16384, 16384], "length_bytes": [8192, 8192, 4096, 4096, 4096, 4096],
+        "obj_kind": ["full"] * 6, "obj_id": [1, 1, 2, 3, 4, 4]}))
+    img = tmp_path / "d.img"
+    spec = DeviceSpec("file", str(img), capacity_bytes=1 << 20)
     dev = FioDevice(spec, tmp_path)
     if fiolib.fio_replays_trim(dev.fio_version):
         pytest.skip(f"{dev.fio_version} replays trims")
-    with pytest.raises(KvwearError, match="drops trims"):
-        dev.replay(plan, tmp_path / "a")
+    res = dev.replay(plan, tmp_path / "a")
+    assert (res.write_bytes, res.write_ios, res.trim_bytes) == (20480, 4, 8192)
+    e = res.extra
+    assert e["trim_mode"] == "deferred" and e["fio_runs"] == 1 and e["trim_ranges_issued"] == 2
+    assert (e["trim_bytes_planned"], e["trim_bytes_superseded"]) == (12288, 4096)
+    # The file holds data exactly where the plan's last op was a write (fallocate punched the rest).
+    with open(img, "rb") as fh:
+        fd = fh.fileno()
+        assert os.lseek(fd, 0, os.SEEK_DATA) == 4096
+        assert os.lseek(fd, 4096, os.SEEK_HOLE) == 12288
+        with pytest.raises(OSError):                     # nothing after 12K: 16-20K was trimmed
+            os.lseek(fd, 12288, os.SEEK_DATA)
     skip = FioDevice(DeviceSpec("file", spec.target, options={"skip_trims": True}), tmp_path)
     res = skip.replay(plan, tmp_path / "b")
-    assert (res.write_bytes, res.trim_bytes, res.extra["trims_skipped"]) == (12288, 0, 1)
+    assert (res.write_bytes, res.trim_bytes, res.extra["trims_skipped"]) == (20480, 0, 2)
+
+
+def test_deferred_trims_run_fio_once_per_segment(tmp_path: Path) -> None:
+    n = 40
+    ops = ["write", "trim"] * (n // 2)
+    off = np.repeat(np.arange(n // 2) * 8192, 2)
+    plan = BLOCK_OPS.conform(pa.table({
+        "t_s": np.arange(n) * 1e-3, "op": ops, "offset_bytes": off, "length_bytes": np.full(n, 8192),
+        "obj_kind": ["full"] * n, "obj_id": np.repeat(np.arange(n // 2), 2)}))
+    dev = FioDevice(DeviceSpec("file", str(tmp_path / "d.img"), capacity_bytes=1 << 20,
+                               options={"trim_segment_ops": 7}), tmp_path)
+    if fiolib.fio_replays_trim(dev.fio_version):
+        pytest.skip(f"{dev.fio_version} replays trims")
+    res = dev.replay(plan, tmp_path / "a")
+    assert res.extra["segments"] == res.extra["fio_runs"] == 6         # ⌈40 / 7⌉
+    assert len(set(res.extra["fio_json_paths"])) == 6
+    assert (res.write_bytes, res.trim_bytes, res.extra["trim_bytes_superseded"]) == (20 * 8192, 20 * 8192, 0)
+    assert not list((tmp_path / "a").glob("*.iolog"))        # derived iologs are not kept
 
 
 def test_timed_replay_honours_timestamps(tmp_path: Path) -> None:
