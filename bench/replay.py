@@ -9,6 +9,10 @@ or on a plain file when not root (then without capture), it measures:
                   (validate → iolog export → fio replay → JSON parse), capture off
   + bcc           the same replay with the bcc tracer streaming the block trace to Parquet
   + bpftrace      the same with the bpftrace tracer
+  fio iolog, writes / fio randtrim / kvwear, TRIM
+                  a plan with a trim after every third write: kvwear's replay with TRIM (on fio
+                  3.33: in segments, discards between) against fio replaying the writes plus
+                  fio's randtrim job issuing as many trims of the same size
 
 Every configuration runs `--reps` times, interleaved with rotating order after an untimed warm-up;
 the median wall-clock rate counts (ops / seconds, including fio start-up for kvwear and the fio
@@ -23,6 +27,7 @@ Run: .venv/bin/python bench/replay.py [--ops 200000] [--reps 3] [--iodepth 16] [
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import tempfile
@@ -50,6 +55,25 @@ def make_plan(ops: int, capacity: int, bs: int, seed: int = 1) -> pa.Table:
         "length_bytes": np.full(ops, bs), "obj_kind": np.full(ops, "full"), "obj_id": np.arange(ops)}))
 
 
+TRIM_CONFIGS = ("fio iolog, writes", "fio randtrim", "kvwear, TRIM")
+
+
+def make_trim_plan(ops: int, capacity: int, bs: int, trim_every: int = 3, seed: int = 2) -> pa.Table:
+    """`make_plan`'s writes with a trim of an earlier write's range after every `trim_every`-th one."""
+    w = make_plan(ops, capacity, bs, seed)
+    off = w.column("offset_bytes").to_numpy()
+    rng = np.random.default_rng(seed)
+    after = np.arange(trim_every - 1, ops, trim_every)
+    t_off = off[rng.integers(0, after + 1)]            # a range written at or before that point
+    rows = np.concatenate((np.arange(ops), after + 0.5))
+    order = np.argsort(rows, kind="stable")
+    n = rows.size
+    return BLOCK_OPS.conform(pa.table({
+        "t_s": np.arange(n) * 1e-6, "op": np.concatenate((np.full(ops, "write"), np.full(after.size, "trim")))[order],
+        "offset_bytes": np.concatenate((off, t_off))[order], "length_bytes": np.full(n, bs),
+        "obj_kind": np.full(n, "full"), "obj_id": np.arange(n)}))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ops", type=int, default=200_000)
@@ -74,12 +98,13 @@ def main() -> None:
             chunk = bytes(1 << 20)
             for _ in range(cap >> 20):
                 fh.write(chunk)
+        ctx: contextlib.AbstractContextManager[str]
         if root:
             ctx = loop_device(backing, cap)
         else:
             with open(backing, "wb") as fh:
                 fh.truncate(cap)
-            ctx = _nullctx(str(backing))
+            ctx = contextlib.nullcontext(str(backing))
         with ctx as target:
             kind = "block" if root else "file"
             print(f"target: {kind}:{target}" + ("" if root else " (not root: no loop device, no capture)"))
@@ -153,6 +178,45 @@ def main() -> None:
                         configs[f"kvwear + {name}"] = run_kvwear(name)
                     except TracerUnavailable as exc:
                         print(f"skipping {name}: {exc}")
+            # TRIM on a fio that drops iolog trims: kvwear's segmented replay (fio per segment, then
+            # BLKDISCARD / punched holes) against fio replaying the same plan's writes alone.
+            trim_plan = make_trim_plan(args.ops, cap, bs)
+            can_trim = fiolib.fio_replays_trim(dev.fio_version)
+            writes_log = export_iolog_v3(trim_plan, tmpd / "writes.iolog", include_trims=False)
+            writes_job = fiolib.replay_job(writes_log.path, target, ioengine=args.ioengine, iodepth=args.iodepth)
+            trim_info: dict[str, int] = {}
+
+            def run_writes_only(i: int) -> float:
+                t0 = time.perf_counter()
+                r = fiolib.run_jobs([writes_job], tmpd / f"writes{i}", "replay")
+                wall = time.perf_counter() - t0
+                assert r.summary.write.total_ios == args.ops, r.summary.write.total_ios
+                return wall
+
+            n_trims = trim_plan.num_rows - args.ops
+            trim_job = fiolib.FioJob("trims", {
+                "filename": target, "rw": "randtrim", "bs": bs, "size": cap, "number_ios": n_trims,
+                "norandommap": True, "randrepeat": 0, "ioengine": args.ioengine, "iodepth": args.iodepth})
+
+            def run_fio_trims(i: int) -> float:
+                t0 = time.perf_counter()
+                r = fiolib.run_jobs([trim_job], tmpd / f"trims{i}", "trims")
+                wall = time.perf_counter() - t0
+                assert r.summary.trim.total_ios == n_trims, r.summary.trim.total_ios
+                return wall
+
+            def run_with_trims(i: int) -> float:
+                t0 = time.perf_counter()
+                res = dev.replay(trim_plan, tmpd / f"kv-trim-{i}")
+                wall = time.perf_counter() - t0
+                assert res.write_ios == args.ops
+                trim_info.update(segments=int(res.extra.get("segments", 1)), issued=res.trim_bytes,
+                                 superseded=int(res.extra.get("trim_bytes_superseded", 0)))
+                return wall
+
+            configs["fio iolog, writes"] = run_writes_only
+            configs["fio randtrim"] = run_fio_trims
+            configs["kvwear, TRIM"] = run_with_trims
             walls: dict[str, list[float]] = {k: [] for k in configs}
             names = list(configs)
             for name in names:                     # warm-up, untimed
@@ -171,6 +235,8 @@ def main() -> None:
     print(f"\n{'configuration':<20}{'IOPS median':>12}{'best':>9}{'MB/s':>8}{'vs fio iolog':>14}"
           f"{'(best)':>8}{'vs replay':>11}{'(best)':>8}{'lost max':>10}")
     for k in rate:
+        if k in TRIM_CONFIGS:        # other op counts: summarized on the TRIM line below
+            continue
         lost_s = str(max(lost[k.split(' + ')[1]])) if " + " in k else "-"
         print(f"{k:<20}{rate[k]:>12,.0f}{best[k]:>9,.0f}{rate[k] * bs / 1e6:>8.1f}"
               f"{rate[k] / rate['fio iolog replay']:>14.3f}{best[k] / best['fio iolog replay']:>8.3f}"
@@ -197,18 +263,18 @@ def main() -> None:
               f"(target ≤ 5%: {'PASS' if loss <= 0.05 else 'FAIL'}); lost events ≤ {n_lost} per run at "
               f"{rate[key]:,.0f} IOPS (target 0: {'PASS' if n_lost == 0 else 'FAIL'}); write bytes counted "
               f"exactly in every run: {exact[name]}; attach+flush {statistics.median(setup[name]):.2f} s")
+    trims = make_trim_plan(args.ops, cap, bs).num_rows - args.ops
+    # The peer does the same work with fio alone: the writes replayed, the same number of trims
+    # issued by fio's own randtrim job (fio 3.33 cannot put them in one iolog).
+    vs_fio = statistics.median((a + b) / c for a, b, c in zip(
+        walls["fio iolog, writes"], walls["fio randtrim"], walls["kvwear, TRIM"], strict=True))
+    print(f"TRIM ({trims} trims among the {args.ops} writes, "
+          f"{'replayed by fio' if can_trim else 'deferred: fio per segment, then discards'}; "
+          f"{trim_info['segments']} segments, {format_bytes(trim_info['issued'])} discarded, "
+          f"{format_bytes(trim_info['superseded'])} left out as rewritten): kvwear's replay runs at "
+          f"{vs_fio:.3f} × the speed of fio replaying the writes plus fio's randtrim of as many trims "
+          f"(paired median; {paired('kvwear, TRIM', 'fio iolog, writes'):.3f} × the writes alone)")
     print(f"host load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-
-
-class _nullctx:
-    def __init__(self, value: str) -> None:
-        self.value = value
-
-    def __enter__(self) -> str:
-        return self.value
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 if __name__ == "__main__":

@@ -15,13 +15,17 @@ output (harness.fio does) or decide what is safe (harness.safety does).
 TRIM: a fio that replays iolog trims gets them in the iolog. Older ones (Debian 12's 3.33 drops
 them) get the plan in segments (harness.deferred_trims): fio plays a segment's reads and writes,
 then this backend issues the segment's trims itself — BLKDISCARD on a block device, a punched
-hole (what fio does for a file) on a file — so the device still sees every trim the plan's end
-states need; `trim_segment_ops` sets the segment length (each segment is one fio start).
+hole (what fio does for a file) on a file, `iodepth` at a time — so the device still sees every
+trim the plan's end states need, each at most one segment late. A segment ends after
+`trim_segment_ops` rows or `trim_segment_bytes` written + trimmed bytes (default 1% of the
+capacity, at least 64 MiB), whichever comes first: the bytes bound keeps the stale data a late
+trim leaves for GC small against the drive; the ops bound amortizes fio's start (~0.3 s here).
 
 Device options (DeviceSpec.options): ioengine (libaio), iodepth (16), confirm_serial,
 precondition (False), ss_criterion ("iops_slope:10%"), ss_dur_s (60), ss_ramp_s (10),
-fill_loops (2), ss_max_runtime_s (3600), trim_segment_ops (10000), skip_trims (False: drop the
-plan's trims knowingly; they are reported as trims_skipped). Other names are refused with this list.
+fill_loops (2), ss_max_runtime_s (3600), trim_segment_ops (50000), trim_segment_bytes (1% of the
+capacity, ≥ 64 MiB), skip_trims (False: drop the plan's trims knowingly; they are reported as
+trims_skipped). Other names are refused with this list.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import struct
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,7 +59,7 @@ from kvwear.units import parse_size
 
 CHUNKED_IOLOG_ROWS = 1_000_000   # above this, fio reads the iolog in pieces
 OPTIONS = ("ioengine", "iodepth", "confirm_serial", "precondition", "fill_loops", "ss_criterion", "ss_dur_s",
-           "ss_ramp_s", "ss_max_runtime_s", "trim_segment_ops", "skip_trims")
+           "ss_ramp_s", "ss_max_runtime_s", "trim_segment_ops", "trim_segment_bytes", "skip_trims")
 BLKDISCARD = 0x1277              # _IO(0x12, 119), linux/fs.h: discard a (start, length) byte range
 _FALLOC_PUNCH = 0x01 | 0x02      # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -98,7 +103,9 @@ class FioDevice:
         self.ioengine = str(opts.get("ioengine", "libaio"))
         self.iodepth = int(opts.get("iodepth", 16))
         self.skip_trims = option_flag(opts, "skip_trims")
-        self.trim_segment_ops = int(opts.get("trim_segment_ops", 10_000))
+        self.trim_segment_ops = int(opts.get("trim_segment_ops", 50_000))
+        seg_bytes = opts.get("trim_segment_bytes")
+        self.trim_segment_bytes = parse_size(str(seg_bytes)) if seg_bytes is not None else None
         self.safety: DeviceFacts | None = None
         if spec.kind == "block":
             self.safety = check_block_device(self.path, opts.get("confirm_serial"))
@@ -199,7 +206,8 @@ class FioDevice:
         off = plan.column("offset_bytes").to_numpy(zero_copy_only=False)
         ln = plan.column("length_bytes").to_numpy(zero_copy_only=False)
         unit = 4096 if not ((off % 4096).any() or (ln % 4096).any()) else self.block_bytes
-        segments = segment_plan(plan, max_ops=self.trim_segment_ops, unit_bytes=unit)
+        seg_bytes = self.trim_segment_bytes or max(self._capacity // 100, 64 << 20)
+        segments = segment_plan(plan, max_ops=self.trim_segment_ops, max_bytes=max(seg_bytes, unit), unit_bytes=unit)
         t_s = plan.column("t_s").to_numpy(zero_copy_only=False)
         stat_before = self._diskstats()
         totals = dict.fromkeys(("write_bytes", "read_bytes", "write_ios", "read_ios", "runtime_ms",
@@ -210,6 +218,9 @@ class FioDevice:
         trim_ranges = 0
         t0 = time.perf_counter()
         fd = os.open(self.path, os.O_WRONLY)
+        # Discards run iodepth at a time, like fio's I/O (a BLKDISCARD ioctl blocks its thread
+        # and releases the GIL; one segment's ranges are disjoint, so their order is free).
+        pool = ThreadPoolExecutor(max_workers=max(self.iodepth, 1), thread_name_prefix="kvwear-discard")
         try:
             for k, seg in enumerate(segments):
                 if timed:   # keep the plan's clock across segments (fio keeps it inside one)
@@ -231,9 +242,10 @@ class FioDevice:
                     jobs.append(str(run.job_path))
                     if s.write.total_ios > busiest[0]:
                         busiest = (s.write.total_ios, dict(s.write.clat_percentiles_ns))
-                self._discard(fd, seg.trim_offsets, seg.trim_lengths)
+                self._discard(pool, fd, seg.trim_offsets, seg.trim_lengths)
                 trim_ranges += seg.trim_offsets.size
         finally:
+            pool.shutdown()
             os.close(fd)
         wall = time.perf_counter() - t0
         stat_after = self._diskstats()
@@ -254,7 +266,7 @@ class FioDevice:
                 "trims_skipped": 0, "trim_mode": "deferred",
                 "trim_bytes_planned": sum(seg.planned_trim_bytes for seg in segments),
                 "trim_bytes_superseded": sum(seg.superseded_trim_bytes for seg in segments),
-                "trim_ranges_issued": trim_ranges, "trim_unit_bytes": unit,
+                "trim_ranges_issued": trim_ranges, "trim_unit_bytes": unit, "trim_segment_bytes": seg_bytes,
                 "segments": len(segments), "fio_runs": len(jsons), "fio_json_paths": jsons,
                 "ioengine": self.ioengine, "iodepth": self.iodepth, "timed": timed,
                 "job_file": jobs[0] if jobs else "",
@@ -266,9 +278,10 @@ class FioDevice:
             },
         )
 
-    def _discard(self, fd: int, offsets: np.ndarray, lengths: np.ndarray) -> None:
+    def _discard(self, pool: ThreadPoolExecutor, fd: int, offsets: np.ndarray, lengths: np.ndarray) -> None:
         """Trim byte ranges: BLKDISCARD on a block device, a punched hole in a file (as fio does)."""
-        for o, n in zip(offsets.tolist(), lengths.tolist(), strict=True):
+
+        def one(o: int, n: int) -> None:
             try:
                 if self.spec.kind == "block":
                     fcntl.ioctl(fd, BLKDISCARD, struct.pack("QQ", o, n))
@@ -279,6 +292,9 @@ class FioDevice:
                     f"{self.path}: discarding {n} bytes at {o} failed ({exc}); the device may not support "
                     "TRIM: plan without it (kvwear run --no-trim) or drop the trims knowingly "
                     "(--device-option skip_trims=true)") from exc
+
+        for _ in pool.map(one, offsets.tolist(), lengths.tolist(), chunksize=64):
+            pass                   # re-raises the first failure
 
     def _diskstats(self) -> tuple[int, int] | None:
         """(writes completed, bytes written) from /sys/class/block/<dev>/stat; None for a file."""

@@ -137,6 +137,11 @@ def test_deferred_trims_run_fio_once_per_segment(tmp_path: Path) -> None:
     assert len(set(res.extra["fio_json_paths"])) == 6
     assert (res.write_bytes, res.trim_bytes, res.extra["trim_bytes_superseded"]) == (20 * 8192, 20 * 8192, 0)
     assert not list((tmp_path / "a").glob("*.iolog"))        # derived iologs are not kept
+    # The bytes bound: 64 KiB written + trimmed per segment = 8 rows of 8 KiB.
+    dev = FioDevice(DeviceSpec("file", str(tmp_path / "d.img"), capacity_bytes=1 << 20,
+                               options={"trim_segment_bytes": "64KiB"}), tmp_path)
+    res = dev.replay(plan, tmp_path / "b")
+    assert res.extra["segments"] == 5 and res.extra["trim_segment_bytes"] == 65536
 
 
 def test_timed_replay_honours_timestamps(tmp_path: Path) -> None:
