@@ -245,7 +245,7 @@ class FioDevice:
                 self._discard(pool, fd, seg.trim_offsets, seg.trim_lengths)
                 trim_ranges += seg.trim_offsets.size
         finally:
-            pool.shutdown()
+            pool.shutdown(cancel_futures=True)     # on an error, queued discards are dropped
             os.close(fd)
         wall = time.perf_counter() - t0
         stat_after = self._diskstats()
