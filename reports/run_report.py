@@ -140,12 +140,13 @@ th{background:#f3f3f3} td:first-child,th:first-child{text-align:left}
 .pass{color:#176317}.fail{color:#b00020;font-weight:bold}
 figure{margin:1.5em 0} figcaption{font-size:13px;color:#555}
 .missing{color:#777;font-style:italic} pre{background:#f7f7f7;padding:1em;overflow:auto;font-size:12px}
+.wide{overflow-x:auto}
 </style></head><body>
 <h1>kvwear report — {{ name }}</h1>
 <p>{{ summary }}</p>
 <h2>Per-policy results</h2>
-<table><tr>{% for h in headings %}<th>{{ h }}</th>{% endfor %}</tr>
-{% for row in rows %}<tr>{% for c in row %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}</table>
+<div class="wide"><table><tr>{% for h in headings %}<th>{{ h }}</th>{% endfor %}</tr>
+{% for row in rows %}<tr>{% for c in row %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}</table></div>
 {% for fig in figs %}
 <figure>{% if fig.src %}<img src="{{ fig.src }}" alt="{{ fig.title }}">{% else %}
 <p class="missing">{{ fig.title }}: not drawn — {{ fig.why }}</p>{% endif %}
