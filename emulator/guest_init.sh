@@ -2,7 +2,8 @@
 # kvwear guest /init (busybox sh). Packed into the initramfs by scripts/build-guest.sh.
 #
 # Protocol (host side: emulator/guest.py). IN: the host appends a cpio archive with /job/job.env
-# (shell variables), /job/job.fio (a fio job file) and the files it names (the iolog). OUT: on the
+# (shell variables), /job/job.fio (a fio job file) and the files it names (the iolog), or instead
+# /job/segments.txt with per-segment job files and trim lists (see below). OUT: on the
 # second serial port (/dev/ttyS1, a file on the host), lines
 #   KVWEAR-EVENT <name> <value>
 #   KVWEAR-BEGIN <name> <byte length> <sha256>   / base64 lines /   KVWEAR-END <name>
@@ -38,6 +39,7 @@ finish() {
 rc() { echo "$1 $2" >> /out/rc.txt; }   # rc NAME STATUS
 
 event init "$(cut -d' ' -f1 /proc/uptime)"
+event protocol 2     # 2: segments.txt (deferred trims)
 # insmod (unlike modprobe) does not read module options from the kernel command line: pass the
 # `module.param=value` words (nvme_core.io_timeout=…) to the module they name ourselves.
 while read -r m; do
@@ -78,7 +80,26 @@ if [ -f /job/precondition.fio ]; then
   rc precondition $?
 fi
 snapshot before
-if [ -f /job/job.fio ]; then
+if [ -f /job/segments.txt ]; then
+  # Deferred trims (the guest's fio drops iolog trims): /job/segments.txt has lines
+  # "K HAS_OPS HAS_TRIMS"; per segment fio plays seg-K.fio, then every "offset length" line of
+  # trims-K.txt becomes one blkdiscard. stdin of both is /dev/null: the loops read the lists.
+  event fio-start "$(cut -d' ' -f1 /proc/uptime)"
+  while read -r k ops trims; do
+    if [ "$ops" = 1 ]; then
+      (cd /job && fio --output-format=json --output="/out/fio-$k.json" "seg-$k.fio") </dev/null 2>>/out/fio-stderr.txt
+      rc "fio-$k" $?
+    fi
+    if [ "$trims" = 1 ]; then
+      st=0
+      while read -r off len; do
+        blkdiscard -o "$off" -l "$len" /dev/nvme0n1 </dev/null 2>>/out/stderr.txt || { st=$?; break; }
+      done < "/job/trims-$k.txt"
+      rc "discard-$k" $st
+    fi
+  done < /job/segments.txt
+  event fio-end "$(cut -d' ' -f1 /proc/uptime)"
+elif [ -f /job/job.fio ]; then
   event fio-start "$(cut -d' ' -f1 /proc/uptime)"
   (cd /job && fio --output-format=json --output=/out/fio.json job.fio) 2>>/out/fio-stderr.txt
   rc fio $?

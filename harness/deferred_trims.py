@@ -122,3 +122,30 @@ def segment_plan(plan: pa.Table, *, max_ops: int = 10_000, max_bytes: int = 8 <<
             planned_trim_bytes=int(seg_ln[seg_op == "trim"].sum()), superseded_trim_bytes=superseded))
         start = end
     return out
+
+
+DEFAULT_SEGMENT_OPS = 50_000
+
+
+def device_segments(plan: pa.Table, *, capacity_bytes: int, block_bytes: int, max_ops: int = DEFAULT_SEGMENT_OPS,
+                    max_bytes: int | None = None) -> tuple[list[PlanSegment], dict[str, int]]:
+    """`segment_plan` with the device backends' defaults: 4 KiB units when the plan is 4 KiB
+    aligned (kvwear's are), else the device's block; segments of at most `max_bytes` written +
+    trimmed bytes, by default 1% of the capacity and at least 64 MiB — the bound on the stale data
+    a late trim leaves for GC. Returns the segments and those two settings (for the record)."""
+    off = plan.column("offset_bytes").to_numpy(zero_copy_only=False)
+    ln = plan.column("length_bytes").to_numpy(zero_copy_only=False)
+    unit = 4096 if not ((off % 4096).any() or (ln % 4096).any()) else block_bytes
+    seg_bytes = max(max_bytes or max(capacity_bytes // 100, 64 << 20), unit)
+    return (segment_plan(plan, max_ops=max_ops, max_bytes=seg_bytes, unit_bytes=unit),
+            {"trim_unit_bytes": unit, "trim_segment_bytes": seg_bytes, "trim_segment_ops": max_ops})
+
+
+def trim_accounting(segments: list[PlanSegment]) -> dict[str, int | str]:
+    """What a deferred-trim replay reports about its trims (ReplayResult.extra)."""
+    return {
+        "trim_mode": "deferred", "trims_skipped": 0, "segments": len(segments),
+        "trim_bytes_planned": sum(s.planned_trim_bytes for s in segments),
+        "trim_bytes_superseded": sum(s.superseded_trim_bytes for s in segments),
+        "trim_ranges_issued": sum(int(s.trim_offsets.size) for s in segments),
+    }

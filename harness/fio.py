@@ -461,6 +461,51 @@ def issued_log_bytes(summary: FioSummary, log: IologStats, report: str, *, iodep
     return log.write_bytes, log.read_bytes, log.trim_bytes
 
 
+@dataclass(frozen=True)
+class SegmentedReplay:
+    """fio's replays of a plan's segments (harness.deferred_trims), added up."""
+
+    write_bytes: int
+    read_bytes: int
+    write_ios: int
+    read_ios: int
+    runtime_ms: int
+    fio_write_bytes: int                            # fio's own io_bytes (see issued_log_bytes)
+    fio_read_bytes: int
+    write_clat_percentiles_ns: Mapping[float, int]  # of the segment with the most writes
+    json_paths: tuple[str, ...]
+
+    def extra(self) -> dict[str, Any]:
+        """The fio figures a ReplayResult carries, over all segments (rates over fio's runtime)."""
+        t = self.runtime_ms / 1e3
+        return {
+            "fio_io_bytes": {"write": self.fio_write_bytes, "read": self.fio_read_bytes, "trim": 0},
+            "fio_runtime_ms": self.runtime_ms,
+            "write_iops": self.write_ios / t if t else 0.0, "read_iops": self.read_ios / t if t else 0.0,
+            "write_bw_bytes_per_s": self.write_bytes / t if t else 0.0,
+            "write_clat_percentiles_ns": dict(self.write_clat_percentiles_ns),
+            "fio_runs": len(self.json_paths), "fio_json_paths": list(self.json_paths),
+        }
+
+
+def combine_segment_replays(parts: Sequence[tuple[FioSummary, IologStats, str]], *, iodepth: int,
+                            max_io_bytes: int) -> SegmentedReplay:
+    """Check each segment's replay against its iolog (issued_log_bytes) and add them up."""
+    totals = dict.fromkeys(("w", "r", "wi", "ri", "ms", "fw", "fr"), 0)
+    busiest: tuple[int, Mapping[float, int]] = (-1, {})
+    for summary, log, report in parts:
+        w, r, _ = issued_log_bytes(summary, log, report, iodepth=iodepth, max_io_bytes=max_io_bytes)
+        for key, v in (("w", w), ("r", r), ("wi", summary.write.total_ios), ("ri", summary.read.total_ios),
+                       ("ms", summary.runtime_ms), ("fw", summary.write.io_bytes), ("fr", summary.read.io_bytes)):
+            totals[key] += int(v)
+        if summary.write.total_ios > busiest[0]:
+            busiest = (summary.write.total_ios, summary.write.clat_percentiles_ns)
+    return SegmentedReplay(write_bytes=totals["w"], read_bytes=totals["r"], write_ios=totals["wi"],
+                           read_ios=totals["ri"], runtime_ms=totals["ms"], fio_write_bytes=totals["fw"],
+                           fio_read_bytes=totals["fr"], write_clat_percentiles_ns=busiest[1],
+                           json_paths=tuple(report for _, _, report in parts))
+
+
 def plan_max_length(plan: pa.Table) -> int:
     """The longest I/O of a plan (0 for an empty one)."""
     return int(pc.max(plan.column("length_bytes")).as_py() or 0) if plan.num_rows else 0

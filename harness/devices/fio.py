@@ -49,7 +49,7 @@ import numpy as np
 import pyarrow as pa
 
 from harness import fio as fiolib
-from harness.deferred_trims import segment_plan
+from harness.deferred_trims import DEFAULT_SEGMENT_OPS, device_segments, trim_accounting
 from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayResult, option_flag
 from harness.fio_iolog import export_iolog_v3
 from harness.identity import path_identity
@@ -103,7 +103,7 @@ class FioDevice:
         self.ioengine = str(opts.get("ioengine", "libaio"))
         self.iodepth = int(opts.get("iodepth", 16))
         self.skip_trims = option_flag(opts, "skip_trims")
-        self.trim_segment_ops = int(opts.get("trim_segment_ops", 50_000))
+        self.trim_segment_ops = int(opts.get("trim_segment_ops", DEFAULT_SEGMENT_OPS))
         seg_bytes = opts.get("trim_segment_bytes")
         self.trim_segment_bytes = parse_size(str(seg_bytes)) if seg_bytes is not None else None
         self.safety: DeviceFacts | None = None
@@ -203,19 +203,12 @@ class FioDevice:
     def _replay_deferring_trims(self, plan: pa.Table, workdir: Path, *, timed: bool) -> ReplayResult:
         """Replay for a fio that drops iolog trims: per segment, fio plays the reads and writes, then
         the segment's trims are issued here (module docstring)."""
-        off = plan.column("offset_bytes").to_numpy(zero_copy_only=False)
-        ln = plan.column("length_bytes").to_numpy(zero_copy_only=False)
-        unit = 4096 if not ((off % 4096).any() or (ln % 4096).any()) else self.block_bytes
-        seg_bytes = self.trim_segment_bytes or max(self._capacity // 100, 64 << 20)
-        segments = segment_plan(plan, max_ops=self.trim_segment_ops, max_bytes=max(seg_bytes, unit), unit_bytes=unit)
+        segments, settings = device_segments(plan, capacity_bytes=self._capacity, block_bytes=self.block_bytes,
+                                             max_ops=self.trim_segment_ops, max_bytes=self.trim_segment_bytes)
         t_s = plan.column("t_s").to_numpy(zero_copy_only=False)
         stat_before = self._diskstats()
-        totals = dict.fromkeys(("write_bytes", "read_bytes", "write_ios", "read_ios", "runtime_ms",
-                                "fio_write", "fio_read"), 0)
-        jsons: list[str] = []
+        parts: list[tuple[fiolib.FioSummary, fiolib.IologStats, str]] = []
         jobs: list[str] = []
-        busiest: tuple[int, dict[float, int]] = (-1, {})     # (write I/Os, clat percentiles) of one segment
-        trim_ranges = 0
         t0 = time.perf_counter()
         fd = os.open(self.path, os.O_WRONLY)
         # Discards run iodepth at a time, like fio's I/O (a BLKDISCARD ioctl blocks its thread
@@ -230,44 +223,24 @@ class FioDevice:
                     job = fiolib.replay_job(log.path, self.path, ioengine=self.ioengine, iodepth=self.iodepth,
                                             timed=timed, chunked=seg.ops.num_rows > CHUNKED_IOLOG_ROWS)
                     run = fiolib.run_jobs([job], workdir, f"replay-{k:05d}", runner=self.runner)
-                    s = run.summary
-                    w, r, _ = fiolib.issued_log_bytes(s, log, str(run.json_path), iodepth=self.iodepth,
-                                                      max_io_bytes=fiolib.plan_max_length(seg.ops))
                     log.path.unlink()        # derived from block_ops.parquet; the JSON and job file stay
-                    for key, v in (("write_bytes", w), ("read_bytes", r), ("write_ios", s.write.total_ios),
-                                   ("read_ios", s.read.total_ios), ("runtime_ms", s.runtime_ms),
-                                   ("fio_write", s.write.io_bytes), ("fio_read", s.read.io_bytes)):
-                        totals[key] += int(v)
-                    jsons.append(str(run.json_path))
+                    parts.append((run.summary, log, str(run.json_path)))
                     jobs.append(str(run.job_path))
-                    if s.write.total_ios > busiest[0]:
-                        busiest = (s.write.total_ios, dict(s.write.clat_percentiles_ns))
                 self._discard(pool, fd, seg.trim_offsets, seg.trim_lengths)
-                trim_ranges += seg.trim_offsets.size
         finally:
             pool.shutdown(cancel_futures=True)     # on an error, queued discards are dropped
             os.close(fd)
         wall = time.perf_counter() - t0
         stat_after = self._diskstats()
-        issued = sum(seg.issued_trim_bytes for seg in segments)
-        runtime_s = totals["runtime_ms"] / 1e3
+        fio = fiolib.combine_segment_replays(parts, iodepth=self.iodepth, max_io_bytes=fiolib.plan_max_length(plan))
         return ReplayResult(
             device=f"{self.spec.kind}:{self.path}",
-            write_bytes=totals["write_bytes"], read_bytes=totals["read_bytes"], trim_bytes=issued,
-            write_ios=totals["write_ios"], read_ios=totals["read_ios"], wall_s=wall,
-            tool=self.fio_version, tool_output_path=jsons[0] if jsons else "",
+            write_bytes=fio.write_bytes, read_bytes=fio.read_bytes,
+            trim_bytes=sum(seg.issued_trim_bytes for seg in segments),
+            write_ios=fio.write_ios, read_ios=fio.read_ios, wall_s=wall,
+            tool=self.fio_version, tool_output_path=fio.json_paths[0] if fio.json_paths else "",
             extra={
-                "fio_io_bytes": {"write": totals["fio_write"], "read": totals["fio_read"], "trim": 0},
-                "fio_runtime_ms": totals["runtime_ms"],
-                "write_iops": totals["write_ios"] / runtime_s if runtime_s else 0.0,
-                "read_iops": totals["read_ios"] / runtime_s if runtime_s else 0.0,
-                "write_bw_bytes_per_s": totals["write_bytes"] / runtime_s if runtime_s else 0.0,
-                "write_clat_percentiles_ns": busiest[1],      # of the segment with the most writes
-                "trims_skipped": 0, "trim_mode": "deferred",
-                "trim_bytes_planned": sum(seg.planned_trim_bytes for seg in segments),
-                "trim_bytes_superseded": sum(seg.superseded_trim_bytes for seg in segments),
-                "trim_ranges_issued": trim_ranges, "trim_unit_bytes": unit, "trim_segment_bytes": seg_bytes,
-                "segments": len(segments), "fio_runs": len(jsons), "fio_json_paths": jsons,
+                **fio.extra(), **trim_accounting(segments), **settings,
                 "ioengine": self.ioengine, "iodepth": self.iodepth, "timed": timed,
                 "job_file": jobs[0] if jobs else "",
                 **({"diskstats_write_bytes": stat_after[1] - stat_before[1],

@@ -22,7 +22,10 @@ Options (DeviceSpec.options): serial, cache (none|writeback), drive_options (ext
 options, e.g. throttling.bps-write=… to give the drive a real drive's speed), qemu_args (extra
 QEMU arguments, shell-quoted, e.g. "-L /opt/femu/pc-bios"), accel (tcg|kvm|auto), cpus,
 memory_mib, boot_timeout_s, job_timeout_s, io_timeout_s, iodepth (1), ioengine (libaio),
-skip_trims (False: fio 3.33 drops iolog trims, so a plan with trims is refused), precondition
+trim_segment_ops / trim_segment_bytes (a plan with TRIM on the guest's fio 3.33, which drops
+iolog trims, runs in segments: fio per segment, then the guest's blkdiscard per trim range, as in
+harness.devices.fio; segments play back to back, so `timed` holds within a segment only),
+skip_trims (False: drop the plan's trims knowingly), precondition
 (none|fill: one sequential pass over the drive before the first snapshot), guest_dir,
 qemu_binary, femu_binary, femu (a table of FemuGeometry fields, or flat `femu.<field>` keys as
 `--device-option femu.nchs=4` gives them). Text values from the command line are accepted.
@@ -55,6 +58,7 @@ from emulator.guest import (
     run_guest,
 )
 from harness import fio as fiolib
+from harness.deferred_trims import DEFAULT_SEGMENT_OPS, PlanSegment, device_segments, trim_accounting
 from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayResult, option_flag
 from harness.fio_iolog import export_iolog_v3
 from harness.identity import identity_from_nvme, parse_id_ctrl_json, parse_id_ns_json
@@ -63,12 +67,14 @@ from harness.wear.femu import FEMU_PAGE_BYTES, is_femu, parse_femu_counters, sam
 from harness.wear.nvme_smart import parse_smart_log_binary, parse_smart_log_json, sample_from_smart_log
 from harness.wear.snapshot import delta
 from kvwear.errors import KvwearError
+from kvwear.units import parse_size
 
 DEFAULT_QEMU_BYTES = 256 * 2**20
 BLOCK_BYTES = 512
 FEMU_BINARY_ENV = "KVWEAR_FEMU_BINARY"
 OPTIONS = ("serial", "cache", "accel", "cpus", "memory_mib", "boot_timeout_s", "job_timeout_s", "io_timeout_s",
-           "iodepth", "ioengine", "skip_trims", "precondition", "guest_dir", "qemu_binary", "femu_binary",
+           "iodepth", "ioengine", "skip_trims", "trim_segment_ops",
+           "trim_segment_bytes", "precondition", "guest_dir", "qemu_binary", "femu_binary",
            # confirm_serial: `kvwear run` passes it to every backend; a drive we create needs none
            "confirm_serial", "drive_options", "qemu_args")
 
@@ -175,6 +181,9 @@ class GuestDevice:
         self.iodepth = _int(opts, "iodepth", 1)
         self.ioengine = str(opts.get("ioengine", "libaio"))
         self.skip_trims = option_flag(opts, "skip_trims")
+        self.trim_segment_ops = _int(opts, "trim_segment_ops", DEFAULT_SEGMENT_OPS)
+        seg_bytes = opts.get("trim_segment_bytes")
+        self.trim_segment_bytes = parse_size(str(seg_bytes)) if seg_bytes is not None else None
         self.precondition = str(opts.get("precondition", "none"))
         if self.precondition not in ("none", "fill"):
             raise KvwearError(f"device option precondition must be none or fill, got {self.precondition!r}")
@@ -264,15 +273,36 @@ class GuestDevice:
         fiolib.validate_plan(plan, self._capacity, block_bytes=BLOCK_BYTES)
         trims = fiolib.plan_lengths(plan, "trim")
         can_trim = fiolib.fio_replays_trim(self.fio_version)
-        if trims.size and not can_trim and not self.skip_trims:
-            raise KvwearError(
-                f"the plan holds {trims.size} trims but the guest's {self.fio_version} drops trims from an iolog "
-                "('bad ddir: 2') and the guest has no deferred-trim path (the file/block backends do); "
-                "replay without TRIM (kvwear run --no-trim) or set the device option skip_trims")
-        log = export_iolog_v3(plan, workdir / "replay.iolog", include_trims=can_trim)
-        job = fiolib.replay_job("replay.iolog", GUEST_DEVICE, ioengine=self.ioengine, iodepth=self.iodepth,
-                                timed=timed)
-        files = {"job.fio": fiolib.render_job_file([job]).encode(), "replay.iolog": log.path.read_bytes()}
+        deferred = bool(trims.size) and not can_trim and not self.skip_trims
+        logs: dict[str, fiolib.IologStats] = {}      # guest fio output name → the iolog it replayed
+        segments: list[PlanSegment] = []
+        settings: dict[str, int] = {}
+        if deferred:
+            # The guest's fio drops iolog trims: per segment, fio plays the reads and writes and
+            # the guest's blkdiscard then issues the trims (harness.deferred_trims).
+            segments, settings = device_segments(plan, capacity_bytes=self._capacity, block_bytes=BLOCK_BYTES,
+                                                 max_ops=self.trim_segment_ops, max_bytes=self.trim_segment_bytes)
+            files, lines = {}, []
+            for k, seg in enumerate(segments):
+                name = f"{k:05d}"
+                if seg.ops.num_rows:
+                    logs[f"fio-{name}.json"] = log = export_iolog_v3(
+                        seg.ops, workdir / f"seg-{name}.iolog", include_trims=False)
+                    job = fiolib.replay_job(f"seg-{name}.iolog", GUEST_DEVICE, ioengine=self.ioengine,
+                                            iodepth=self.iodepth, timed=timed)
+                    files[f"seg-{name}.fio"] = fiolib.render_job_file([job]).encode()
+                    files[f"seg-{name}.iolog"] = log.path.read_bytes()
+                if seg.trim_offsets.size:
+                    files[f"trims-{name}.txt"] = "".join(
+                        f"{o} {n}\n" for o, n in zip(seg.trim_offsets.tolist(), seg.trim_lengths.tolist(),
+                                                      strict=True)).encode()
+                lines.append(f"{name} {int(seg.ops.num_rows > 0)} {int(seg.trim_offsets.size > 0)}\n")
+            files["segments.txt"] = "".join(lines).encode()
+        else:
+            logs["fio.json"] = log = export_iolog_v3(plan, workdir / "replay.iolog", include_trims=can_trim)
+            job = fiolib.replay_job("replay.iolog", GUEST_DEVICE, ioengine=self.ioengine, iodepth=self.iodepth,
+                                    timed=timed)
+            files = {"job.fio": fiolib.render_job_file([job]).encode(), "replay.iolog": log.path.read_bytes()}
         if self.precondition == "fill":
             fill = fiolib.seq_fill_job(GUEST_DEVICE, self._capacity, loops=1, ioengine=self.ioengine,
                                        iodepth=self.iodepth, name="precondition")
@@ -291,22 +321,32 @@ class GuestDevice:
                               f"{run.files.get('fio-stderr.txt', b'').decode(errors='replace')[-500:]}"
                               f"{run.files.get('stderr.txt', b'').decode(errors='replace')[-500:]}")
         self._identity = self._identity_from_run(run)
-
-        s = fiolib.parse_fio_json(run.files["fio.json"], str(outdir / "fio.json"))
-        if s.errors:
-            raise fiolib.FioError(f"fio reported errors {s.errors} in the guest (report {outdir / 'fio.json'})")
-        write_bytes, read_bytes, trim_bytes = fiolib.issued_log_bytes(
-            s, log, str(outdir / "fio.json"), iodepth=self.iodepth, max_io_bytes=fiolib.plan_max_length(plan))
+        if deferred and run.events.get("protocol") != "2":
+            raise KvwearError(f"the guest image in {self.image.kernel.parent} predates deferred trims (its /init "
+                              "ignored segments.txt): rebuild it with scripts/build-guest.sh")
+        parts = []
+        for name, log in logs.items():
+            if name not in run.files:
+                raise KvwearError(f"the guest returned no {name} (outputs in {outdir})")
+            s = fiolib.parse_fio_json(run.files[name], str(outdir / name))
+            if s.errors:
+                raise fiolib.FioError(f"fio reported errors {s.errors} in the guest (report {outdir / name})")
+            parts.append((s, log, str(outdir / name)))
+        fio = fiolib.combine_segment_replays(parts, iodepth=self.iodepth, max_io_bytes=fiolib.plan_max_length(plan))
+        if deferred:
+            trim_bytes = sum(seg.issued_trim_bytes for seg in segments)
+            trim_extra: dict[str, Any] = {**trim_accounting(segments), **settings}
+        else:
+            trim_bytes = fiolib.issued_log_bytes(parts[0][0], parts[0][1], parts[0][2], iodepth=self.iodepth,
+                                                 max_io_bytes=fiolib.plan_max_length(plan))[2]
+            trim_extra = {"trims_skipped": int(trims.size) if not can_trim else 0,
+                          "trim_mode": "none" if not trims.size else "fio" if can_trim else "skipped"}
 
         extra: dict[str, Any] = {
-            "fio_io_bytes": {"write": s.write.io_bytes, "read": s.read.io_bytes, "trim": s.trim.io_bytes},
-            "fio_runtime_ms": s.runtime_ms, "write_iops": s.write.iops,
-            "write_bw_bytes_per_s": s.write.bw_bytes_per_s,
-            "write_clat_percentiles_ns": dict(s.write.clat_percentiles_ns),
-            "trims_skipped": int(trims.size) if not can_trim else 0,
+            **fio.extra(), **trim_extra,
             "ioengine": self.ioengine, "iodepth": self.iodepth, "timed": timed,
             "boot_s": run.boot_s, "guest_wall_s": run.wall_s, "guest_fio_s": run.fio_s, "accel": run.accel,
-            "guest_outputs": str(outdir), "iolog": str(log.path), "host_observation": self.host_observation_note(),
+            "guest_outputs": str(outdir), "host_observation": self.host_observation_note(),
             **smart_deltas(run.files["smart-before.bin"], run.files["smart-after.bin"],
                            run.files["smart-before.json"], run.files["smart-after.json"], str(outdir)),
         }
@@ -317,10 +357,10 @@ class GuestDevice:
             nand, waf = fd["femu_nand_bytes_delta"], fd["femu_waf"]
             extra.update(fd)
         return ReplayResult(
-            device=f"{self.spec.kind}:{self._path()}", write_bytes=write_bytes, read_bytes=read_bytes,
-            trim_bytes=trim_bytes, write_ios=s.write.total_ios, read_ios=s.read.total_ios, wall_s=wall,
-            nand_write_bytes=nand, waf=waf, tool=s.fio_version, tool_output_path=str(outdir / "fio.json"),
-            extra=extra)
+            device=f"{self.spec.kind}:{self._path()}", write_bytes=fio.write_bytes, read_bytes=fio.read_bytes,
+            trim_bytes=trim_bytes, write_ios=fio.write_ios, read_ios=fio.read_ios, wall_s=wall,
+            nand_write_bytes=nand, waf=waf, tool=parts[0][0].fio_version if parts else self.fio_version,
+            tool_output_path=fio.json_paths[0] if fio.json_paths else str(outdir), extra=extra)
 
     def _identity_from_run(self, run: GuestRun) -> DeviceIdentity:
         ctrl = parse_id_ctrl_json(run.files["id-ctrl.json"], "guest nvme id-ctrl -o json")

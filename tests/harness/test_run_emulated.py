@@ -60,7 +60,7 @@ def test_run_replays_a_policy_plan_in_a_qemu_guest(tmp_path: Path) -> None:
     build_guest()
     out = tmp_path / "run"
     res = CliRunner().invoke(app, [
-        "run", "-o", str(out), "--device", "qemu", "--no-trim", "--policy", "lru",
+        "run", "-o", str(out), "--device", "qemu", "--policy", "lru",
         "--param", "sessions=2", "--param", "turns=3", "--param", "system_prompt_tokens=256",
         "--model", "qwen3-next-80b-a3b", "--dram", "200MB", "--ssd", "300MB",
     ])
@@ -81,4 +81,9 @@ def test_run_replays_a_policy_plan_in_a_qemu_guest(tmp_path: Path) -> None:
     checks = json.loads((out / "estimate" / "lru" / "crossval.json").read_text())["checks"]
     smart = [c for c in checks if c["source"] == "smart-duw (guest)"]
     assert smart and smart[0]["passed"]
+    # Evictions TRIM: the guest issued them (blkdiscard after each segment, or fio itself).
+    if plan["trim_bytes"]:
+        trims = [c for c in checks if c["quantity"] == "trim bytes"]
+        assert len(trims) == 1 and trims[0]["passed"] and trims[0]["predicted"] == plan["trim_bytes"], trims
+        assert device["extra"]["trim_mode"] in ("fio", "deferred") and device["trim_bytes"] > 0
     assert "smart-duw (guest)" in (out / "report" / "report.html").read_text()
