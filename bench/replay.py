@@ -74,6 +74,18 @@ def make_trim_plan(ops: int, capacity: int, bs: int, trim_every: int = 3, seed: 
         "obj_kind": np.full(n, "full"), "obj_id": np.arange(n)}))
 
 
+def timed_fio(job: fiolib.FioJob, workdir: Path, stem: str, op: str, expect: int) -> Callable[[int], float]:
+    """One timed fio run of `job` per call (rep i), checked to have issued `expect` I/Os of `op`."""
+    def go(i: int) -> float:
+        t0 = time.perf_counter()
+        r = fiolib.run_jobs([job], workdir / f"{stem}{i}", stem)
+        wall = time.perf_counter() - t0
+        issued = getattr(r.summary, op).total_ios
+        assert issued == expect, (stem, issued, expect)
+        return wall
+    return go
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ops", type=int, default=200_000)
@@ -118,20 +130,6 @@ def main() -> None:
             iolog = export_iolog_v3(plan, tmpd / "plan.iolog")
             fio_replay = fiolib.replay_job(iolog.path, target, ioengine=args.ioengine, iodepth=args.iodepth)
 
-            def run_fio_iolog(i: int) -> float:
-                t0 = time.perf_counter()
-                r = fiolib.run_jobs([fio_replay], tmpd / f"fioiolog{i}", "replay")
-                wall = time.perf_counter() - t0
-                assert r.summary.write.total_ios == args.ops, r.summary.write.total_ios
-                return wall
-
-            def run_plain(i: int) -> float:
-                t0 = time.perf_counter()
-                r = fiolib.run_jobs([plain], tmpd / f"plain{i}", "plain")
-                wall = time.perf_counter() - t0
-                assert r.summary.write.total_ios == args.ops, r.summary.write.total_ios
-                return wall
-
             lost: dict[str, list[int]] = {}
             setup: dict[str, list[float]] = {}
             detail: list[str] = []
@@ -168,7 +166,9 @@ def main() -> None:
                 return go
 
             configs: dict[str, Callable[[int], float]] = {
-                "fio iolog replay": run_fio_iolog, "fio randwrite": run_plain, "kvwear replay": run_kvwear(None)}
+                "fio iolog replay": timed_fio(fio_replay, tmpd, "fioiolog", "write", args.ops),
+                "fio randwrite": timed_fio(plain, tmpd, "plain", "write", args.ops),
+                "kvwear replay": run_kvwear(None)}
             if root:
                 for name in ("bcc", "bpftrace"):
                     try:
@@ -186,24 +186,10 @@ def main() -> None:
             writes_job = fiolib.replay_job(writes_log.path, target, ioengine=args.ioengine, iodepth=args.iodepth)
             trim_info: dict[str, int] = {}
 
-            def run_writes_only(i: int) -> float:
-                t0 = time.perf_counter()
-                r = fiolib.run_jobs([writes_job], tmpd / f"writes{i}", "replay")
-                wall = time.perf_counter() - t0
-                assert r.summary.write.total_ios == args.ops, r.summary.write.total_ios
-                return wall
-
             n_trims = trim_plan.num_rows - args.ops
             trim_job = fiolib.FioJob("trims", {
                 "filename": target, "rw": "randtrim", "bs": bs, "size": cap, "number_ios": n_trims,
                 "norandommap": True, "randrepeat": 0, "ioengine": args.ioengine, "iodepth": args.iodepth})
-
-            def run_fio_trims(i: int) -> float:
-                t0 = time.perf_counter()
-                r = fiolib.run_jobs([trim_job], tmpd / f"trims{i}", "trims")
-                wall = time.perf_counter() - t0
-                assert r.summary.trim.total_ios == n_trims, r.summary.trim.total_ios
-                return wall
 
             def run_with_trims(i: int) -> float:
                 t0 = time.perf_counter()
@@ -214,8 +200,8 @@ def main() -> None:
                                  superseded=int(res.extra.get("trim_bytes_superseded", 0)))
                 return wall
 
-            configs["fio iolog, writes"] = run_writes_only
-            configs["fio randtrim"] = run_fio_trims
+            configs["fio iolog, writes"] = timed_fio(writes_job, tmpd, "writes", "write", args.ops)
+            configs["fio randtrim"] = timed_fio(trim_job, tmpd, "trims", "trim", n_trims)
             configs["kvwear, TRIM"] = run_with_trims
             walls: dict[str, list[float]] = {k: [] for k in configs}
             names = list(configs)
