@@ -71,6 +71,9 @@ snapshot() {  # snapshot PHASE
   nvme smart-log /dev/nvme0 -o json > "/out/smart-$1.json" 2>>/out/stderr.txt; rc "smart-json-$1" $?
   nvme smart-log /dev/nvme0 -o binary > "/out/smart-$1.bin" 2>>/out/stderr.txt; rc "smart-binary-$1" $?
   smartctl -j -a /dev/nvme0 > "/out/smartctl-$1.json" 2>>/out/stderr.txt; rc "smartctl-$1" $?
+  # Newer FEMU's stats log (C0h); other controllers refuse or answer with their own layout.
+  nvme get-log /dev/nvme0 --log-id=0xc0 --log-len=512 -b > "/out/femu-stats-$1.bin" 2>>/out/stderr.txt
+  rc "femu-stats-$1" $?
 }
 
 nvme id-ctrl /dev/nvme0 -o json > /out/id-ctrl.json 2>>/out/stderr.txt; rc id-ctrl $?

@@ -63,7 +63,15 @@ from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayResu
 from harness.fio_iolog import export_iolog_v3
 from harness.identity import identity_from_nvme, parse_id_ctrl_json, parse_id_ns_json
 from harness.wear._decode import hexdump
-from harness.wear.femu import FEMU_PAGE_BYTES, is_femu, parse_femu_counters, sample_from_femu
+from harness.wear.femu import (
+    FEMU_PAGE_BYTES,
+    STATS_LOG_BYTES,
+    is_femu,
+    parse_femu_counters,
+    parse_femu_stats_log,
+    sample_from_femu,
+    sample_from_femu_stats_log,
+)
 from harness.wear.nvme_smart import parse_smart_log_binary, parse_smart_log_json, sample_from_smart_log
 from harness.wear.snapshot import delta
 from kvwear.errors import KvwearError
@@ -141,16 +149,30 @@ def smart_deltas(before_bin: bytes, after_bin: bytes, before_json: bytes | None 
             "smart_data_units_written_after": samples[1].data_units_written}
 
 
-def femu_deltas(before_bin: bytes, after_bin: bytes, source: str = "guest") -> dict[str, Any]:
-    """FEMU's vendor counters before → after (exact 4 KiB pages): host and GC-relocated pages,
-    NAND bytes = (host + GC pages) × 4096, and the WAF of this interval (None if no host page)."""
-    d = delta(sample_from_femu(before_bin, f"{source}/smart-before.bin"),
-              sample_from_femu(after_bin, f"{source}/smart-after.bin"))
-    before, after = parse_femu_counters(before_bin), parse_femu_counters(after_bin)
+def femu_deltas(before_bin: bytes, after_bin: bytes, source: str = "guest", *,
+                stats_before: bytes | None = None, stats_after: bytes | None = None) -> dict[str, Any]:
+    """FEMU's FTL counters before → after (exact 4 KiB pages): host and GC-relocated pages, NAND
+    bytes and the WAF of this interval (None if no host page). From the stats log page C0h when
+    both snapshots have it and it counted host pages (newer FEMU), else from the SMART log's
+    vendor bytes (FEMU of the fixtures' generation)."""
+    use_stats = False
+    if stats_before is not None and stats_after is not None \
+            and len(stats_before) == len(stats_after) == STATS_LOG_BYTES:
+        before, after = parse_femu_stats_log(stats_before), parse_femu_stats_log(stats_after)
+        use_stats = after.host_pages > before.host_pages
+    if use_stats:
+        assert stats_before is not None and stats_after is not None
+        d = delta(sample_from_femu_stats_log(stats_before, f"{source}/femu-stats-before.bin"),
+                  sample_from_femu_stats_log(stats_after, f"{source}/femu-stats-after.bin"))
+    else:
+        before, after = parse_femu_counters(before_bin), parse_femu_counters(after_bin)
+        d = delta(sample_from_femu(before_bin, f"{source}/smart-before.bin"),
+                  sample_from_femu(after_bin, f"{source}/smart-after.bin"))
     return {"femu_host_pages_delta": after.host_pages - before.host_pages,
             "femu_gc_pages_delta": after.gc_pages - before.gc_pages,
             "femu_host_bytes_delta": d.host_bytes, "femu_nand_bytes_delta": d.nand_bytes, "femu_waf": d.waf,
-            "femu_waf_word_after": after.waf_milli, "femu_page_bytes": FEMU_PAGE_BYTES}
+            "femu_waf_word_after": after.waf_milli, "femu_page_bytes": FEMU_PAGE_BYTES,
+            "femu_counter_source": "stats-log-c0h" if use_stats else "smart-vendor-bytes"}
 
 
 def _fio_version_from_stamp(stamp: str) -> str:
@@ -314,8 +336,9 @@ class GuestDevice:
         outdir = workdir / "guest"
         for name, data in run.files.items():
             (outdir / name).write_bytes(data)
+        # smartctl's status is a bit mask; only newer FEMU answers the stats log C0h.
         failed = {k: v for k, v in run.exit_codes.items()
-                  if v != 0 and not k.startswith("smartctl")}   # smartctl's status is a bit mask
+                  if v != 0 and not k.startswith(("smartctl", "femu-stats"))}
         if failed:
             raise KvwearError(f"guest commands failed {failed} (outputs in {outdir}): "
                               f"{run.files.get('fio-stderr.txt', b'').decode(errors='replace')[-500:]}"
@@ -353,7 +376,9 @@ class GuestDevice:
         nand: int | None = None
         waf: float | None = None
         if self.femu is not None:
-            fd = femu_deltas(run.files["smart-before.bin"], run.files["smart-after.bin"], str(outdir))
+            fd = femu_deltas(run.files["smart-before.bin"], run.files["smart-after.bin"], str(outdir),
+                             stats_before=run.files.get("femu-stats-before.bin"),
+                             stats_after=run.files.get("femu-stats-after.bin"))
             nand, waf = fd["femu_nand_bytes_delta"], fd["femu_waf"]
             extra.update(fd)
         return ReplayResult(

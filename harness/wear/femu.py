@@ -1,4 +1,5 @@
-"""FEMU's FTL counters, which its black-box mode writes into the vendor bytes of the SMART log:
+"""FEMU's FTL counters. FEMU builds of the fixtures' generation (DESIGN.md) write them into the
+vendor bytes of the SMART log:
 
 | offset | type   | meaning                                                   |
 |--------|--------|-----------------------------------------------------------|
@@ -11,7 +12,19 @@ rounding). nvme-cli and smartctl print these bytes as `warning_temp_time` and te
 1-8 (u16 words); `femu_counters_from_nvme_json` / `_from_smartctl_json` reassemble them from
 those prints, for cross-checking only — the binary log is the source.
 
-On any other drive those bytes are the standard thermal fields, so they are read as FEMU
+Newer FEMU moved them to its own vendor log page C0h (`FemuStatsLog`; NVMe 2.0 gave SMART bytes
+192+ to thermal fields), read with `nvme get-log DEV --log-id=0xc0 --log-len=512 -b`:
+
+| offset | type   | meaning                                                   |
+|--------|--------|-----------------------------------------------------------|
+| 0      | u32 LE | WAF × 1000 = (programmed + GC pages) / host pages         |
+| 8      | u64 LE | pages the host asked to program                           |
+| 16     | u64 LE | GC-relocated pages                                        |
+| 24     | u64 LE | pages actually programmed (< host pages when a write buffer absorbed rewrites) |
+
+so there NAND bytes = (programmed + GC pages) × 4096 (`parse_femu_stats_log`, reader `femu-stats`).
+
+On any other drive those bytes are the standard thermal fields (and C0h is, say, OCP's), so they are read as FEMU
 counters only when the device identity says FEMU (`is_femu`: model "FEMU…" or an org.femu
 subsystem NQN) or the caller passes `assume_femu=True` explicitly; never guessed from the values.
 The counters grow from device start: use deltas between snapshots.
@@ -44,28 +57,35 @@ if TYPE_CHECKING:
 
 FEMU_PAGE_BYTES = 4096
 WAF_OFFSET, HOST_PAGES_OFFSET, GC_PAGES_OFFSET = 192, 200, 208
+STATS_LOG_ID, STATS_LOG_BYTES = 0xC0, 512
+STATS_WAF_OFFSET, STATS_HOST_OFFSET, STATS_GC_OFFSET, STATS_PROGRAMMED_OFFSET = 0, 8, 16, 24
 
 
 @dataclass(frozen=True)
 class FemuCounters:
     """FEMU's cumulative FTL counters (since the emulator started)."""
 
-    waf_milli: int          # FEMU's own WAF × 1000 (1000 before any write)
+    waf_milli: int          # FEMU's own WAF × 1000 (1000, or 0 in the stats log, before any write)
     host_pages: int
     gc_pages: int
+    programmed_pages: int | None = None     # the stats log's own count; the SMART bytes have none
 
     @property
     def host_bytes_written(self) -> int:
         return self.host_pages * FEMU_PAGE_BYTES
 
     @property
+    def nand_pages(self) -> int:
+        return (self.host_pages if self.programmed_pages is None else self.programmed_pages) + self.gc_pages
+
+    @property
     def nand_bytes_written(self) -> int:
-        return (self.host_pages + self.gc_pages) * FEMU_PAGE_BYTES
+        return self.nand_pages * FEMU_PAGE_BYTES
 
     @property
     def waf(self) -> float | None:
         """WAF recomputed from the page counts (None before any host write)."""
-        return (self.host_pages + self.gc_pages) / self.host_pages if self.host_pages else None
+        return self.nand_pages / self.host_pages if self.host_pages else None
 
 
 def is_femu(identity: DeviceIdentity | ControllerId) -> bool:
@@ -84,6 +104,36 @@ def parse_femu_counters(data: bytes, source: str = "nvme smart-log -o binary") -
         waf_milli=le_uint(data, WAF_OFFSET, 4),
         host_pages=le_uint(data, HOST_PAGES_OFFSET, 8),
         gc_pages=le_uint(data, GC_PAGES_OFFSET, 8),
+    )
+
+
+def parse_femu_stats_log(data: bytes, source: str = "nvme get-log --log-id=0xc0 -b") -> FemuCounters:
+    """Decode newer FEMU's stats log page C0h (module docstring). FEMU devices only: other drives
+    answer C0h with their own layouts (OCP's SMART/Health Information Extended, for one)."""
+    need_length(data, STATS_LOG_BYTES, source, "FEMU stats log page C0h")
+    return FemuCounters(
+        waf_milli=le_uint(data, STATS_WAF_OFFSET, 4),
+        host_pages=le_uint(data, STATS_HOST_OFFSET, 8),
+        gc_pages=le_uint(data, STATS_GC_OFFSET, 8),
+        programmed_pages=le_uint(data, STATS_PROGRAMMED_OFFSET, 8),
+    )
+
+
+def femu_stats_log_argv(device_path: str) -> list[str]:
+    """nvme-cli's command for the raw stats log (the controller: /dev/nvme0n1 → /dev/nvme0 works too)."""
+    return ["nvme", "get-log", device_path, f"--log-id={STATS_LOG_ID:#x}", f"--log-len={STATS_LOG_BYTES}", "-b"]
+
+
+def sample_from_femu_stats_log(log_bytes: bytes, source: str = "nvme get-log --log-id=0xc0 -b") -> WearSample:
+    """A FEMU stats log page as a `WearSample`: exact host and NAND bytes from its page counters."""
+    femu = parse_femu_stats_log(log_bytes, source)
+    return WearSample(
+        source="femu-stats",
+        host_bytes_written=femu.host_bytes_written,
+        nand_bytes_written=femu.nand_bytes_written,
+        raw=hexdump(log_bytes),
+        note=f"FEMU WAF word {femu.waf_milli}; host pages {femu.host_pages}, GC pages {femu.gc_pages}, "
+             f"programmed pages {femu.programmed_pages}",
     )
 
 
@@ -145,27 +195,43 @@ def sample_from_femu(log_bytes: bytes, source: str = "nvme smart-log -o binary")
     )
 
 
+def _require_femu(device_path: str, runner: CommandRunner, what: str) -> None:
+    from harness.identity import parse_id_ctrl_json  # late: harness.identity imports this package
+
+    argv = ["nvme", "id-ctrl", device_path, "-o", "json"]
+    ctrl = parse_id_ctrl_json(runner(argv), " ".join(argv))
+    if not is_femu(ctrl):
+        raise ReaderUnavailable(f"{device_path} is not a FEMU controller (model {ctrl.model!r}, subnqn "
+                                f"{ctrl.subnqn!r}); {what}")
+
+
 def femu_vendor_reader(assume_femu: bool = False) -> WearReader:
-    """The `femu-vendor` reader. It checks `nvme id-ctrl` says FEMU unless `assume_femu` (the
-    explicit option, for a FEMU build whose identity strings were changed)."""
+    """The `femu-vendor` reader (SMART bytes 192-215). It checks `nvme id-ctrl` says FEMU unless
+    `assume_femu` (the explicit option, for a FEMU build whose identity strings were changed)."""
 
     def read(device_path: str, runner: CommandRunner) -> WearSample:
         if not assume_femu:
-            from harness.identity import parse_id_ctrl_json  # late: harness.identity imports this package
-
-            argv = ["nvme", "id-ctrl", device_path, "-o", "json"]
-            ctrl = parse_id_ctrl_json(runner(argv), " ".join(argv))
-            if not is_femu(ctrl):
-                raise ReaderUnavailable(
-                    f"{device_path} is not a FEMU controller (model {ctrl.model!r}, subnqn "
-                    f"{ctrl.subnqn!r}); its SMART bytes 192-215 are thermal fields, not FTL counters")
+            _require_femu(device_path, runner, "its SMART bytes 192-215 are thermal fields, not FTL counters")
         argv = smart_log_argv(device_path, "binary")
         return sample_from_femu(runner(argv), " ".join(argv))
 
     return read
 
 
+def femu_stats_reader(assume_femu: bool = False) -> WearReader:
+    """The `femu-stats` reader (newer FEMU's log page C0h), with the same identity check."""
+
+    def read(device_path: str, runner: CommandRunner) -> WearSample:
+        if not assume_femu:
+            _require_femu(device_path, runner, "its log page C0h is not FEMU's stats log")
+        argv = femu_stats_log_argv(device_path)
+        return sample_from_femu_stats_log(runner(argv), " ".join(argv))
+
+    return read
+
+
 READERS.add("femu-vendor", femu_vendor_reader())
+READERS.add("femu-stats", femu_stats_reader())
 
 
 def femu_counters(sample_or_bytes: WearSample | bytes, source: str = "femu-vendor") -> FemuCounters:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -70,6 +71,30 @@ def test_femu_deltas_on_recorded_femu_logs(fixtures_dir: Path) -> None:
     with pytest.raises(KvwearError, match="disagree"):                 # JSON of another snapshot
         smart_deltas((f / "smart-log-1.bin").read_bytes(), (f / "smart-log-2.bin").read_bytes(),
                      (f / "smart_json_0.json").read_bytes(), (f / "smart_json_2.json").read_bytes())
+
+
+def _stats_log(waf_milli: int, host: int, gc: int, programmed: int) -> bytes:
+    """A FEMU stats log page C0h laid out as newer FEMU documents it (FemuStatsLog)."""
+    return (struct.pack("<I4xQQQ", waf_milli, host, gc, programmed)).ljust(512, b"\0")
+
+
+def test_femu_deltas_prefer_the_stats_log_of_newer_femu(fixtures_dir: Path) -> None:
+    f = fixtures_dir / "femu-bbssd"
+    smart = (f / "smart-log-1.bin").read_bytes(), (f / "smart-log-2.bin").read_bytes()
+    # Newer FEMU: the SMART vendor bytes hold thermal fields (zero here), the stats log counts.
+    zero = bytes(512)
+    before, after = _stats_log(1000, 100, 0, 100), _stats_log(2500, 300, 250, 250)   # a buffer absorbed 50
+    d = femu_deltas(zero, zero, stats_before=before, stats_after=after)
+    assert d["femu_counter_source"] == "stats-log-c0h"
+    assert (d["femu_host_pages_delta"], d["femu_gc_pages_delta"]) == (200, 250)
+    assert d["femu_host_bytes_delta"] == 200 * 4096
+    assert d["femu_nand_bytes_delta"] == (150 + 250) * 4096          # programmed + relocated pages
+    assert d["femu_waf"] == pytest.approx(400 / 200)
+    # FEMU of the fixtures' generation refuses C0h (the guest keeps an empty file): SMART bytes.
+    old = femu_deltas(*smart, stats_before=b"", stats_after=b"")
+    assert old["femu_counter_source"] == "smart-vendor-bytes" and old["femu_gc_pages_delta"] == 664_832
+    # A C0h page that counted no host write (not FEMU's, or FEMU idle) is not taken either.
+    assert femu_deltas(*smart, stats_before=zero, stats_after=zero)["femu_counter_source"] == "smart-vendor-bytes"
 
 
 def test_smart_deltas_on_recorded_qemu_logs(fixtures_dir: Path) -> None:

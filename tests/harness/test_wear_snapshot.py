@@ -9,16 +9,18 @@ import json
 import mmap
 import os
 import shutil
+import struct
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
 from harness.identity import path_identity
 from harness.schema import WEAR
+from harness.wear._decode import ReaderUnavailable
 from harness.wear.base import READERS, WearSample, run_command
-from harness.wear.femu import femu_counters, femu_vendor_reader
+from harness.wear.femu import femu_counters, femu_stats_log_argv, femu_vendor_reader
 from harness.wear.psutil_disk import parse_disk_counters
 from harness.wear.snapshot import CounterResetError, delta, snapshot, wear_rows, wear_table
 from kvwear.errors import InputError, KvwearError, UnknownNameError
@@ -119,6 +121,23 @@ def test_femu_vendor_explicit_option(fixtures_dir: Path) -> None:
     s = femu_vendor_reader(assume_femu=True)(DEV, runner)
     assert runner.calls == [["nvme", "smart-log", DEV, "-o", "binary"]]
     assert s.host_bytes_written == 147_456 * 4096
+
+
+def test_femu_stats_reader(fixtures_dir: Path) -> None:
+    # Newer FEMU's stats log C0h (layout as FEMU documents it), behind the recorded FEMU identity;
+    # on stock QEMU's identity the reader refuses without reading C0h.
+    page = struct.pack("<I4xQQQ", 5508, 147_456, 664_832, 147_456).ljust(512, b"\0")
+    argv = femu_stats_log_argv(DEV)
+    assert argv == ["nvme", "get-log", DEV, "--log-id=0xc0", "--log-len=512", "-b"]
+
+    def runner(folder: str) -> Callable[[Sequence[str]], bytes]:
+        recorded = RecordedRunner(fixtures_dir / folder, 2)
+        return lambda a: page if list(a) == argv else recorded(a)
+
+    s = READERS.get("femu-stats")(DEV, runner("femu-bbssd"))
+    assert (s.host_bytes_written, s.nand_bytes_written) == (147_456 * 4096, (147_456 + 664_832) * 4096)
+    with pytest.raises(ReaderUnavailable, match=r"not a FEMU controller.*not FEMU's stats log"):
+        READERS.get("femu-stats")(DEV, runner("qemu-7.2-nvme"))
 
 
 def test_delta_refuses_mismatches(fixtures_dir: Path) -> None:
