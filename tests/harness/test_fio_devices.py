@@ -155,6 +155,20 @@ def test_timed_replay_honours_timestamps(tmp_path: Path) -> None:
     assert res.write_ios == 3 and res.wall_s >= 0.6
 
 
+def test_timed_replay_keeps_the_plans_clock_across_trim_segments(tmp_path: Path) -> None:
+    # Segments of 2 rows: the second starts at its plan time (1.5 s), not when the first ended.
+    plan = BLOCK_OPS.conform(pa.table({
+        "t_s": [0.0, 0.1, 1.5], "op": ["write", "trim", "write"], "offset_bytes": [0, 0, 8192],
+        "length_bytes": [4096] * 3, "obj_kind": ["full"] * 3, "obj_id": [1, 1, 2]}))
+    dev = FioDevice(DeviceSpec("file", str(tmp_path / "d.img"), capacity_bytes=1 << 20,
+                               options={"trim_segment_ops": 2}), tmp_path)
+    if fiolib.fio_replays_trim(dev.fio_version):
+        pytest.skip(f"{dev.fio_version} replays trims")
+    res = dev.replay(plan, tmp_path / "t", timed=True)
+    assert res.extra["segments"] == 2 and res.write_ios == 2 and res.trim_bytes == 4096
+    assert res.wall_s >= 1.5
+
+
 def test_preconditioning_reports_fill_and_steady_state(tmp_path: Path) -> None:
     cap = 8 << 20
     dev = FioDevice(DeviceSpec("file", str(tmp_path / "p.img"), capacity_bytes=cap, options={
