@@ -157,7 +157,7 @@ def _summary(rows: list[dict[str, Any]], wall_s: float) -> None:
                   "—" if r.get("waf_measured") is None else f"{r['waf_measured']:.2f}",
                   years(r.get("lifetime_days_waf1")), years(r.get("lifetime_days_measured")),
                   tally(r, "accounting"), tally(r, "model"))
-    Console(width=max(Console().width, 140)).print(t)
+    Console(width=max(Console().width, 160)).print(t)
 
 
 @app.command("report", epilog="Example:\n\n  kvwear report runs/demo")
