@@ -252,14 +252,16 @@ class GandalfPolicy(Policy):
         w_s = self.ctx.now_s - obj.last_s
         if w_s < 0.0:
             w_s = 0.0
-        p = self.p_idle(obj, w_s, key)
+        h = self.hists.get(key) if key is not None and self._hist_model else None
+        p = h.p_reuse(w_s) if h is not None else self.p_idle(obj, w_s, key)   # p_idle, inlined when it can be
         if p == 0.0:
             return 0.0
         if obj.kind == FULL:
             vpb = self.c_per_kv_byte
         else:
             st: State = obj  # type: ignore[assignment]
-            vpb = st.seg.end_tokens * self.c_token / max(st.nbytes, 1)
+            nb = st.nbytes
+            vpb = st.seg.end_tokens * self.c_token / (nb if nb > 1 else 1)
             if self.hybrid and st.seg.children:
                 p *= self.p.superseded_weight
         w = w_s if w_s > self.p.min_idle_s else self.p.min_idle_s
@@ -372,16 +374,6 @@ class GandalfPolicy(Policy):
 
     # --- decisions ----------------------------------------------------------------------------
     @staticmethod
-    def _droppable(obj: Obj) -> bool:
-        if obj.kind == LINEAR:
-            return True
-        seg: Segment = obj  # type: ignore[assignment]
-        st = seg.state
-        if st is not None and st.tiers:
-            return False
-        return not any(c.tiers for c in seg.children.values())
-
-    @staticmethod
     def _root_side(obj: Obj) -> Obj:
         """The root-side end of the DRAM-only run above `obj` (the node a move may write)."""
         if obj.kind == LINEAR:
@@ -415,17 +407,41 @@ class GandalfPolicy(Policy):
         # the hot loop of the policy: locals instead of attribute lookups, _cached_cost inlined
         cache = self._dcache
         cost = self.drop_cost
-        droppable = self._droppable
+        hybrid = self.hybrid
         for key, od in self.lists[DRAM].items():
+            if not od:          # a quarter of the lists are empty at a time (kept: their order breaks ties)
+                continue
             for i, o in enumerate(od):
                 if i >= scan:
                     break
-                d = cache.get(o)
-                if d is None:
-                    d = cache[o] = cost(o, key)
+                # D is needed for a list's head (the coldest candidate) and its first droppable
+                # object only; the non-droppable objects between them are passed over unpriced.
+                # Droppable: a state always; a segment when it leads nowhere (_leads_nowhere,
+                # inlined), and then in hybrid models its drop_cost is 0 without the call.
+                ok = True
+                zero = False
+                if o.kind == FULL:
+                    st = o.state  # type: ignore[attr-defined]
+                    if st is not None and st.tiers:
+                        ok = False
+                    else:
+                        for c in o.children.values():  # type: ignore[attr-defined]
+                            if c.tiers:
+                                ok = False
+                                break
+                    zero = ok and hybrid
+                if i and not ok:
+                    continue
+                if zero:
+                    d = 0.0
+                else:
+                    got = cache.get(o)
+                    if got is None:
+                        got = cache[o] = cost(o, key)
+                    d = got
                 if i == 0 and (coldest is None or d < coldest[0]):
                     coldest = (d, o)
-                if droppable(o):
+                if ok:
                     if drop is None or d < drop[0]:
                         drop = (d, o)
                     break

@@ -147,8 +147,10 @@ class Segment(Obj):
 
     @property
     def end_tokens(self) -> int:
-        """Prefix length (tokens) at this segment's end."""
-        return self.start_tokens + self.tokens
+        """Prefix length (tokens) at this segment's end: start_tokens + tokens, written out (policies
+        price states by it in their eviction loops)."""
+        n = self.n
+        return (self.start + n - 1) * self.block_tokens + self.last_tokens if n else self.start * self.block_tokens
 
     @property
     def is_leaf(self) -> bool:
