@@ -2,6 +2,8 @@
 
 Stages (each writes its files atomically, then a stage marker; `resume` skips marked stages):
   workload                 generate or load the requests (sampled if asked) → workload/requests.parquet
+  characterize             the KVCache-in-the-Wild analyses of those requests → workload/characterization/
+                           (for the report: skipped when the run makes none)
   simulate/LABEL           tiered-cache simulation under one policy → policies/LABEL/
   plan/LABEL               ssd_ops → block_ops on the device's capacity → replay/LABEL/
   device/LABEL             play the plan on the device (wear snapshots, eBPF capture) → device/LABEL/
@@ -166,6 +168,18 @@ def workload_stage(cfg: RunConfig, rd: RunDir) -> tuple[pa.Table, dict[str, Path
     rd.mark_done("workload", {"rows": table.num_rows,
                               "inputs_sha256": {k: input_sha256(p) for k, p in inputs.items()}})
     return read_table(REQUESTS, path), inputs
+
+
+def characterize_stage(rd: RunDir, requests: pa.Table, profile: ModelProfile) -> None:
+    """The workload's characterization (ideal hit ratio, reuse times, lifespans, capacity needed)
+    for the report; workloads.characterize does the analyses."""
+    if rd.is_done("characterize"):
+        rd.skip()
+        return
+    from workloads.characterize import characterize
+
+    res, _ = characterize(requests, profile, rd.stage_dir("workload") / "characterization")
+    rd.mark_done("characterize", {"token_hit_ratio": res.token_hit_ratio, "capacity_bytes": res.capacity_bytes})
 
 
 # -- per policy ---------------------------------------------------------------------------------
@@ -541,6 +555,9 @@ def run(cfg: RunConfig, out: str | Path, *, resume: bool = False, replay: bool =
     profile = resolve_profile(cfg.model)
     requests, inputs = workload_stage(cfg, rd)
     progress("workload", 1, 1)
+    if report:          # it feeds the report only (sweep points run without one)
+        characterize_stage(rd, requests, profile)
+        progress("characterize", 1, 1)
     capacity = device_capacity(cfg)
     labels = [policy_label(s) for s in cfg.policies]
     if len(set(labels)) != len(labels):

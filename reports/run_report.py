@@ -1,7 +1,8 @@
 """The report of one run directory: self-contained HTML (figures inlined), Markdown and CSV.
 
-Reads `results.parquet`, `manifest.json`, `estimate/*/crossval.json` and `device/*/timeline.parquet`
-(see harness.rundir for the layout) and writes only below `RUN/report/`. Must not compute
+Reads `results.parquet`, `manifest.json`, `estimate/*/crossval.json`, `device/*/timeline.parquet` and
+the workload's characterization (`workload/characterization/`: summary.json and its figures) (see
+harness.rundir for the layout) and writes only below `RUN/report/`. Must not compute
 metrics or launch anything: every number shown is read from the run directory.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -74,6 +76,54 @@ CHECK_SECTIONS = (
      "Predictions (the analytical WAF, the FTL emulator, lifetime projections) against what the device "
      "measured. A failure is a finding about the model on this workload, not a fault of the run."),
 )
+
+
+# The workload characterization's figures (workloads.characterize.FIGURES), in report order.
+WORKLOAD_FIGURES: tuple[tuple[str, str, str], ...] = (
+    ("hit_ratio_by_category", "Ideal hit ratio",
+     "What an infinite cache would hit, per request category, block- and token-weighted: the ceiling "
+     "every policy's miss ratio is measured against."),
+    ("reuse_time_cdf", "Reuse times",
+     "CDF of the time between a request and the request whose prefix it reuses, per category, with the "
+     "exponential fit (rate = 1/mean) that workload-aware policies use."),
+    ("lifespan_cdf", "KV lifespans", "Time from a block's first to its last access, for reused blocks."),
+    ("reuse_skew", "Reuse skew", "Share of all hits served by the most-reused share of distinct blocks."),
+    ("live_blocks", "Capacity for the ideal hit ratio",
+     "KV that has been accessed and will be again, over time: its peak is the capacity an ideal cache needs."),
+    ("hit_ratio_vs_capacity", "LRU hit ratio vs capacity",
+     "An LRU cache's block hit ratio by capacity against the ideal one and the optimal (Belady) capacity."),
+)
+
+
+def load_characterization(run_dir: Path) -> dict[str, Any] | None:
+    """The workload's characterization summary (harness.run's characterize stage), if it ran."""
+    p = run_dir / "workload" / "characterization" / "summary.json"
+    return dict(json.loads(p.read_text())) if p.is_file() else None
+
+
+def workload_lines(c: dict[str, Any]) -> list[str]:
+    """The characterization's headline numbers, as sentences (all read from its summary.json)."""
+    gib = 2.0**30
+    fit = c.get("request_reuse_fit") or {}
+    skew = c.get("reuse_skew_block_share") or {}
+    lines = [
+        f"{c['requests']:,} requests, {c['block_accesses']:,} block accesses of {c['block_tokens']} tokens, "
+        f"{c['unique_blocks']:,} distinct blocks ({c['model']}).",
+        f"Ideal (infinite-cache) hit ratio: {c['token_hit_ratio']:.1%} of hashed tokens, "
+        f"{c['input_token_hit_ratio']:.1%} of input tokens.",
+        f"Capacity an ideal cache needs: {c['capacity_bytes'] / gib:,.2f} GiB at the peak "
+        f"({c['capacity_blocks']:,} chunks + {c['capacity_states']:,} states); for the KV chunks alone, an "
+        f"optimal (Belady) cache needs {c['peak_live_blocks'] * c['chunk_bytes'] / gib:,.2f} GiB and an LRU "
+        f"cache {c['lru_bytes_for_ideal'] / gib:,.2f} GiB to reach the ideal block hit ratio.",
+    ]
+    if skew:
+        lines.append("Reuse skew: " + ", ".join(f"{float(v):.1%} of the blocks serve {float(k):.0%} of the hits"
+                                               for k, v in sorted(skew.items())) + ".")
+    if fit.get("n"):
+        lines.append(f"Request reuse time ({c.get('reuse_fit_sample', 'all')} reuses, n={fit['n']:,}): mean "
+                     f"{fit['mean_s']:.1f} s; exponential fit KS D={fit['ks_statistic']:.3f}, "
+                     f"p={fit['ks_pvalue']:.2g}.")
+    return lines
 
 
 def load_checks(run_dir: Path) -> pd.DataFrame:
@@ -162,6 +212,14 @@ figure{margin:1.5em 0} figcaption{font-size:13px;color:#555}
 <td>{{ c.predicted }}</td><td>{{ c.measured }}</td><td>{{ c.rel_error }}</td><td>{{ c.tolerance }}</td>
 <td class="{{ 'pass' if c.passed else 'fail' }}">{{ 'pass' if c.passed else 'FAIL' }}</td><td>{{ c.note }}</td></tr>
 {% endfor %}</table>{% endif %}{% endfor %}
+<h2>Workload characterization</h2>
+{% if workload %}{% for line in workload %}<p>{{ line }}</p>{% endfor %}
+{% for fig in workload_figs %}
+<figure>{% if fig.src %}<img src="{{ fig.src }}" alt="{{ fig.title }}">{% else %}
+<p class="missing">{{ fig.title }}: not drawn — {{ fig.why }}</p>{% endif %}
+<figcaption>{{ fig.caption }}</figcaption></figure>
+{% endfor %}{% else %}<p class="missing">the run did not characterize its workload (a sweep point, or a run
+from before kvwear did; `kvwear trace characterize RUN/workload/requests.parquet` does it)</p>{% endif %}
 {% if notes %}<h2>Device and capture notes</h2>{% endif %}
 {% for note in notes %}<p>{{ note }}</p>{% endfor %}
 <h2>Run manifest</h2><pre>{{ manifest }}</pre>
@@ -224,6 +282,19 @@ def build_run_report(run_dir: str | Path, notes: list[str] | None = None) -> Rep
         drawn[key] = path
         figs.append({"title": title, "caption": f"{title}. {caption}", "src": _img(path), "why": why})
 
+    char = load_characterization(run)
+    workload = workload_lines(char) if char else []
+    workload_figs = []
+    for key, title, caption in WORKLOAD_FIGURES if char else ():
+        src = run / "workload" / "characterization" / f"{key}.png"
+        copy: Path | None = None
+        if src.is_file():                # copied so report/ stands alone (the Markdown links it)
+            figdir.mkdir(parents=True, exist_ok=True)
+            copy = Path(shutil.copyfile(src, figdir / f"workload_{key}.png"))
+        drawn[f"workload_{key}"] = copy
+        workload_figs.append({"title": title, "caption": f"{title}. {caption}", "src": _img(copy),
+                              "why": f"{src.name} is missing"})
+
     cols = [c for c in _TABLE if c[0] in df.columns]
     headings = [h for _, h, _ in cols]
     rows = [[_fmt(r[c], k) for c, _, k in cols] for r in df.to_dict("records")]
@@ -243,7 +314,7 @@ def build_run_report(run_dir: str | Path, notes: list[str] | None = None) -> Rep
     summary = (f"{len(df)} policies; device {manifest.get('config', {}).get('device', {}).get('kind', '?')}; "
                + ("; ".join(tallies) if tallies else "no cross-validation checks") + ".")
     html = _HTML.render(name=name, summary=summary, headings=headings, rows=rows, figs=figs, checks=check_rows,
-                        sections=CHECK_SECTIONS,
+                        sections=CHECK_SECTIONS, workload=workload, workload_figs=workload_figs,
                         notes=[*(notes or []), *device_notes(run)],
                         manifest=json.dumps(manifest, indent=2, sort_keys=True, default=str))
     out.mkdir(parents=True, exist_ok=True)
@@ -263,6 +334,8 @@ def build_run_report(run_dir: str | Path, notes: list[str] | None = None) -> Rep
         md += [f"| {c['policy']} | {c['quantity']} | {c['source']} | {c['predicted']} | {c['measured']} | "
                f"{c['rel_error']} | {c['tolerance']} | {'pass' if c['passed'] else 'FAIL'} | {c['note']} |"
                for c in rows_of_kind]
+    if workload:
+        md += ["", "## Workload characterization", "", *workload]
     md += ["", "## Figures", ""]
     md += [f"![{k}](figures/{p.name})" if p else f"- {k}: not drawn" for k, p in drawn.items()]
     md_path = out / "report.md"

@@ -83,6 +83,14 @@ def test_results_and_report(small_run: Path) -> None:
     assert re.search(r"byte accounting: (\d+) of \1 checks within tolerance; models against measurement: "
                      r"\d+ of \d+ checks within tolerance\.", html)
     assert (res["accounting_checks_passed"] == res["accounting_checks_total"]).all()
+    # The workload's characterization (DESIGN: the report's trace figures), read from its summary.
+    char = json.loads((small_run / "workload" / "characterization" / "summary.json").read_text())
+    assert "<h2>Workload characterization</h2>" in html
+    assert f"Ideal (infinite-cache) hit ratio: {char['token_hit_ratio']:.1%} of hashed tokens" in html
+    for title in ("Ideal hit ratio", "Reuse times", "KV lifespans", "Reuse skew", "Capacity for the ideal hit ratio",
+                  "LRU hit ratio vs capacity"):
+        assert '<img src="data:image/png;base64,' in html.split(f'alt="{title}"')[0].rsplit("<figure>", 1)[1]
+    assert (small_run / "report" / "figures" / "workload_live_blocks.png").stat().st_size > 1000
     manifest = json.loads((small_run / "manifest.json").read_text())
     assert manifest["config"]["model"] == "kimi-k3" and manifest["seeds"] == {"workload": 3}
 
@@ -92,6 +100,7 @@ def test_resume_skips_finished_and_refuses_other_config(tmp_path: Path) -> None:
     cfg = _cfg(policies=["lru"])
     run(cfg, out, report=False)
     stages = out / ".stages"
+    assert not (out / "workload" / "characterization").exists()      # it feeds the report only
     before = {p.name: p.stat().st_mtime_ns for p in stages.iterdir()}
     # An interrupted run: the device stage of lru did not finish.
     (stages / "device__lru.json").unlink()

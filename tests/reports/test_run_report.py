@@ -61,6 +61,7 @@ def test_report_files_and_contents(tmp_path: Path) -> None:
     assert "FAIL" in html and "pass" in html            # one check passes, one fails
     # Checks recorded without a kind (older runs) are sorted by their quantity: host bytes = accounting.
     assert "byte accounting: 1 of 2 checks within tolerance." in html and "Models against" not in html
+    assert "the run did not characterize its workload" in html
     assert "gandalf:gamma=8" in html
     md = files.markdown.read_text()
     assert "| lru |" in md and "![lifetime_vs_miss](figures/lifetime_vs_miss.png)" in md
