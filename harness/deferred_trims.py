@@ -27,6 +27,8 @@ import pyarrow.compute as pc
 
 from kvwear.errors import KvwearError
 
+DEFAULT_SEGMENT_OPS = 50_000     # rows per segment: each segment costs one fio start (~0.3 s here)
+
 
 @dataclass(frozen=True)
 class PlanSegment:
@@ -89,7 +91,7 @@ def _segment_trims(op: np.ndarray, off: np.ndarray, ln: np.ndarray, unit_bytes: 
     return offsets, lengths, planned - int(lengths.sum())
 
 
-def segment_plan(plan: pa.Table, *, max_ops: int = 10_000, max_bytes: int = 8 << 30,
+def segment_plan(plan: pa.Table, *, max_ops: int = DEFAULT_SEGMENT_OPS, max_bytes: int = 8 << 30,
                  unit_bytes: int = 4096) -> list[PlanSegment]:
     """Cut `plan` (BLOCK_OPS, in order) into segments; see the module docstring. Offsets and
     lengths must be multiples of `unit_bytes` (kvwear's planner aligns objects to 4 KiB)."""
@@ -124,15 +126,12 @@ def segment_plan(plan: pa.Table, *, max_ops: int = 10_000, max_bytes: int = 8 <<
     return out
 
 
-DEFAULT_SEGMENT_OPS = 50_000
-
-
 def device_segments(plan: pa.Table, *, capacity_bytes: int, block_bytes: int, max_ops: int = DEFAULT_SEGMENT_OPS,
                     max_bytes: int | None = None) -> tuple[list[PlanSegment], dict[str, int]]:
     """`segment_plan` with the device backends' defaults: 4 KiB units when the plan is 4 KiB
     aligned (kvwear's are), else the device's block; segments of at most `max_bytes` written +
     trimmed bytes, by default 1% of the capacity and at least 64 MiB — the bound on the stale data
-    a late trim leaves for GC. Returns the segments and those two settings (for the record)."""
+    a late trim leaves for GC. Returns the segments and the settings used (for the record)."""
     off = plan.column("offset_bytes").to_numpy(zero_copy_only=False)
     ln = plan.column("length_bytes").to_numpy(zero_copy_only=False)
     unit = 4096 if not ((off % 4096).any() or (ln % 4096).any()) else block_bytes
