@@ -295,6 +295,8 @@ def _capture(cfg: RunConfig, device_path: str, out_dir: Path) -> Iterator[dict[s
                  "write_bytes": res.write_bytes, "write_requests": res.write_requests,
                  "bytes_by_op": dict(res.bytes_by_op), "requests_by_op": dict(res.requests_by_op),
                  "unmatched_completions": res.unmatched_completions, "no_completion": res.no_completion,
+                 # bpftrace confirms with its flush barrier that its last events reached the file
+                 "drained": bool(res.extra.get("flushed", True)),
                  "parquet_path": str(res.parquet_path)})
     write_json(out_dir / "capture.json", info)
 

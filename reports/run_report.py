@@ -159,7 +159,10 @@ def device_notes(run_dir: Path) -> list[str]:
         cap = res.get("capture") or {}
         if cap:
             notes.append(f"{label}: eBPF capture by {cap.get('tracer')}: {cap.get('events')} requests, "
-                         f"{cap.get('lost_events')} lost events, {cap.get('no_completion')} without completion.")
+                         f"{cap.get('lost_events')} lost events, {cap.get('no_completion')} without completion."
+                         + ("" if cap.get("drained", True) else
+                            " The tracer could not confirm it had written out its last events before it "
+                            "stopped (flush barrier timed out): requests missing at the end are uncounted losses."))
         obs = (res.get("extra") or {}).get("host_observation")
         if obs and obs not in seen:
             seen.add(obs)

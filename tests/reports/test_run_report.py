@@ -12,7 +12,7 @@ import pytest
 
 from kvwear.errors import KvwearError
 from reports.figures import pareto_mask
-from reports.run_report import build_run_report
+from reports.run_report import build_run_report, device_notes
 from tests.reports.chromium import CHROMIUM, image_status
 
 GIB = 2**30
@@ -66,6 +66,19 @@ def test_report_files_and_contents(tmp_path: Path) -> None:
     md = files.markdown.read_text()
     assert "| lru |" in md and "![lifetime_vs_miss](figures/lifetime_vs_miss.png)" in md
     assert pd.read_csv(files.csv)["policy"].tolist() == ["lru", "gandalf:gamma=1", "gandalf:gamma=8"]
+
+
+def test_device_notes_say_which_tracer_ran_and_whether_it_drained(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _make_run(run)
+    cap = {"tracer": "bpftrace", "events": 10, "lost_events": 0, "no_completion": 1}
+    for label, drained in (("lru", True), ("gandalf_gamma=8", False)):
+        (run / "device" / label / "result.json").write_text(json.dumps({"capture": {**cap, "drained": drained}}))
+    notes = device_notes(run)
+    assert notes[0] == "gandalf_gamma=8: eBPF capture by bpftrace: 10 requests, 0 lost events, 1 without " \
+        "completion. The tracer could not confirm it had written out its last events before it stopped " \
+        "(flush barrier timed out): requests missing at the end are uncounted losses."
+    assert notes[1] == "lru: eBPF capture by bpftrace: 10 requests, 0 lost events, 1 without completion."
 
 
 def test_missing_columns_say_why(tmp_path: Path) -> None:
