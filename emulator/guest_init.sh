@@ -85,10 +85,16 @@ fi
 snapshot before
 if [ -f /job/segments.txt ]; then
   # Deferred trims (the guest's fio drops iolog trims): /job/segments.txt has lines
-  # "K HAS_OPS HAS_TRIMS"; per segment fio plays seg-K.fio, then every "offset length" line of
-  # trims-K.txt becomes one blkdiscard. stdin of both is /dev/null: the loops read the lists.
-  event fio-start "$(cut -d' ' -f1 /proc/uptime)"
-  while read -r k ops trims; do
+  # "K HAS_OPS HAS_TRIMS START_S"; per segment fio plays seg-K.fio, then every "offset length" line
+  # of trims-K.txt becomes one blkdiscard. stdin of both is /dev/null: the loops read the lists.
+  # With KVWEAR_TIMED=1 (job.env) a segment waits until START_S seconds after the first one began.
+  t0="$(cut -d' ' -f1 /proc/uptime)"
+  event fio-start "$t0"
+  while read -r k ops trims start; do
+    if [ "${KVWEAR_TIMED:-0}" = 1 ]; then
+      w="$(awk -v t0="$t0" -v s="$start" '{ w = t0 + s - $1; printf "%.3f", (w > 0 ? w : 0) }' /proc/uptime)"
+      [ "$w" = 0.000 ] || sleep "$w"
+    fi
     if [ "$ops" = 1 ]; then
       (cd /job && fio --output-format=json --output="/out/fio-$k.json" "seg-$k.fio") </dev/null 2>>/out/fio-stderr.txt
       rc "fio-$k" $?

@@ -24,7 +24,7 @@ QEMU arguments, shell-quoted, e.g. "-L /opt/femu/pc-bios"), accel (tcg|kvm|auto)
 memory_mib, boot_timeout_s, job_timeout_s, io_timeout_s, iodepth (1), ioengine (libaio),
 trim_segment_ops / trim_segment_bytes (a plan with TRIM on the guest's fio 3.33, which drops
 iolog trims, runs in segments: fio per segment, then the guest's blkdiscard per trim range, as in
-harness.devices.fio; segments play back to back, so `timed` holds within a segment only),
+harness.devices.fio; `timed` holds across segments too: each waits for its plan time),
 skip_trims (False: drop the plan's trims knowingly), precondition
 (none|fill: one sequential pass over the drive before the first snapshot), guest_dir,
 qemu_binary, femu_binary, femu (a table of FemuGeometry fields, or flat `femu.<field>` keys as
@@ -305,6 +305,7 @@ class GuestDevice:
             segments, settings = device_segments(plan, capacity_bytes=self._capacity, block_bytes=BLOCK_BYTES,
                                                  max_ops=self.trim_segment_ops, max_bytes=self.trim_segment_bytes)
             files, lines = {}, []
+            t_s = plan.column("t_s").to_numpy(zero_copy_only=False)
             for k, seg in enumerate(segments):
                 name = f"{k:05d}"
                 if seg.ops.num_rows:
@@ -318,8 +319,11 @@ class GuestDevice:
                     files[f"trims-{name}.txt"] = "".join(
                         f"{o} {n}\n" for o, n in zip(seg.trim_offsets.tolist(), seg.trim_lengths.tolist(),
                                                       strict=True)).encode()
-                lines.append(f"{name} {int(seg.ops.num_rows > 0)} {int(seg.trim_offsets.size > 0)}\n")
+                start_s = float(t_s[seg.first_row] - t_s[0])
+                lines.append(f"{name} {int(seg.ops.num_rows > 0)} {int(seg.trim_offsets.size > 0)} {start_s:.6f}\n")
             files["segments.txt"] = "".join(lines).encode()
+            if timed:      # the guest keeps the plan's clock across segments (fio keeps it inside one)
+                files["job.env"] = b"KVWEAR_TIMED=1\n"
         else:
             logs["fio.json"] = log = export_iolog_v3(plan, workdir / "replay.iolog", include_trims=can_trim)
             job = fiolib.replay_job("replay.iolog", GUEST_DEVICE, ioengine=self.ioengine, iodepth=self.iodepth,

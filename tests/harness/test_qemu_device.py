@@ -190,7 +190,10 @@ def test_qemu_replays_trims_through_the_guests_blkdiscard(guest_image: GuestImag
         "drive_options": "discard=unmap", "trim_segment_ops": 3}), tmp_path)
     plan = _plan([("write", 0, K), ("write", MiB, K), ("trim", 0, K),
                   ("write", 2 * MiB, 4096), ("trim", MiB, K), ("write", MiB, 4096)])
-    res = dev.replay(plan, tmp_path / "r")
+    # Timed: the second segment's rows are 4 s after the first's, and the guest waits for them
+    # (untimed, both segments take ~1.6 s here).
+    plan = plan.set_column(0, "t_s", pa.array([0.0, 0.001, 0.002, 4.0, 4.001, 4.002]))
+    res = dev.replay(plan, tmp_path / "r", timed=True)
     if fiolib.fio_replays_trim(res.tool):
         pytest.skip(f"the guest's {res.tool} replays trims itself")
     e = res.extra
@@ -200,6 +203,7 @@ def test_qemu_replays_trims_through_the_guests_blkdiscard(guest_image: GuestImag
     assert (res.write_bytes, res.write_ios) == (2 * K + 8192, 4)
     codes = dev.last_run.exit_codes
     assert codes["discard-00000"] == codes["discard-00001"] == 0 and codes["fio-00000"] == 0
+    assert e["timed"] and e["guest_fio_s"] >= 4.0
     with open(img, "rb") as fh:
         fd = fh.fileno()
         assert os.lseek(fd, 0, os.SEEK_DATA) == MiB                # 0-64K written, then discarded
