@@ -301,7 +301,8 @@ def _capture(cfg: RunConfig, device_path: str, out_dir: Path) -> Iterator[dict[s
     write_json(out_dir / "capture.json", info)
 
 
-def device_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int) -> dict[str, Any]:
+def device_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int,
+                 progress: Progress = _no_progress) -> dict[str, Any]:
     d = rd.stage_dir("device", label)
     stage = f"device/{label}"
     if rd.is_done(stage):
@@ -317,7 +318,8 @@ def device_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int) -> dict[
         before = snapshot(cfg.device.target, readers) if readers else []
         t0 = time.monotonic()
         with _capture(cfg, cfg.device.target, d) as cap:
-            res: ReplayResult = dev.replay(plan, d, timed=cfg.replay.time_mode != "afap")
+            res: ReplayResult = dev.replay(plan, d, timed=cfg.replay.time_mode != "afap",
+                                           progress=lambda done, total: progress(stage, done, total))
         after = snapshot(cfg.device.target, readers) if readers else []
         ident = dev.identity()
     finally:
@@ -578,7 +580,7 @@ def run(cfg: RunConfig, out: str | Path, *, resume: bool = False, replay: bool =
             continue
         plan = plan_stage(cfg, rd, label, capacity)
         progress(f"plan/{label}", 1, 1)
-        device = device_stage(cfg, rd, label, capacity)
+        device = device_stage(cfg, rd, label, capacity, progress)
         progress(f"device/{label}", 1, 1)
         outcomes.append(estimate_stage(cfg, rd, label, summary, plan, device, capacity))
     results = pa.Table.from_pylist([o.row for o in outcomes])

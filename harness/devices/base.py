@@ -9,7 +9,7 @@ issued; it can snapshot the device's wear counters. Backends: `sim` (the embedde
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -69,6 +69,9 @@ class ReplayResult:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
+ReplayProgress = Callable[[int, int], None]
+
+
 class DeviceBackend(Protocol):
     """A device that plays block plans. Construct with `open_device(spec, workdir)`."""
 
@@ -78,8 +81,10 @@ class DeviceBackend(Protocol):
 
     def capacity_bytes(self) -> int: ...
 
-    def replay(self, plan: pa.Table, workdir: Path, *, timed: bool = False) -> ReplayResult:
-        """Play `plan` (BLOCK_OPS rows, in order). `timed` honours t_s; else as fast as possible."""
+    def replay(self, plan: pa.Table, workdir: Path, *, timed: bool = False,
+               progress: ReplayProgress | None = None) -> ReplayResult:
+        """Play `plan` (BLOCK_OPS rows, in order). `timed` honours t_s; else as fast as possible.
+        `progress(done, total)` is called as the replay advances, in the backend's own steps."""
         ...
 
     def close(self) -> None: ...

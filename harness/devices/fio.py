@@ -50,7 +50,7 @@ import pyarrow as pa
 
 from harness import fio as fiolib
 from harness.deferred_trims import DEFAULT_SEGMENT_OPS, device_segments, trim_accounting
-from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayResult, option_flag
+from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayProgress, ReplayResult, option_flag
 from harness.fio_iolog import export_iolog_v3
 from harness.identity import path_identity
 from harness.safety import DeviceFacts, check_block_device, loop_serial
@@ -156,14 +156,16 @@ class FioDevice:
     def capacity_bytes(self) -> int:
         return self._capacity
 
-    def replay(self, plan: pa.Table, workdir: Path, *, timed: bool = False) -> ReplayResult:
-        """Validate `plan` against [0, capacity), write it as an iolog, replay it with fio."""
+    def replay(self, plan: pa.Table, workdir: Path, *, timed: bool = False,
+               progress: ReplayProgress | None = None) -> ReplayResult:
+        """Validate `plan` against [0, capacity), write it as an iolog, replay it with fio
+        (`progress` steps: one per deferred-trim segment, else the one fio run)."""
         workdir = Path(workdir)
         fiolib.validate_plan(plan, self._capacity, block_bytes=self.block_bytes)
         trims = fiolib.plan_lengths(plan, "trim")
         can_trim = fiolib.fio_replays_trim(self.fio_version)
         if trims.size and not can_trim and not self.skip_trims:
-            return self._replay_deferring_trims(plan, workdir, timed=timed)
+            return self._replay_deferring_trims(plan, workdir, timed=timed, progress=progress)
         log = export_iolog_v3(plan, workdir / "replay.iolog", include_trims=can_trim)
         job = fiolib.replay_job(log.path, self.path, ioengine=self.ioengine, iodepth=self.iodepth,
                                 timed=timed, chunked=plan.num_rows > CHUNKED_IOLOG_ROWS)
@@ -171,6 +173,8 @@ class FioDevice:
         t0 = time.perf_counter()
         run = fiolib.run_jobs([job], workdir, "replay", runner=self.runner)
         wall = time.perf_counter() - t0
+        if progress is not None:
+            progress(1, 1)
         stat_after = self._diskstats()
         s = run.summary
         # fio 3.33 leaves the last iodepth-1 completions out of io_bytes (module doc of harness.fio).
@@ -200,7 +204,8 @@ class FioDevice:
             },
         )
 
-    def _replay_deferring_trims(self, plan: pa.Table, workdir: Path, *, timed: bool) -> ReplayResult:
+    def _replay_deferring_trims(self, plan: pa.Table, workdir: Path, *, timed: bool,
+                                progress: ReplayProgress | None) -> ReplayResult:
         """Replay for a fio that drops iolog trims: per segment, fio plays the reads and writes, then
         the segment's trims are issued here (module docstring)."""
         segments, settings = device_segments(plan, capacity_bytes=self._capacity, block_bytes=self.block_bytes,
@@ -227,6 +232,8 @@ class FioDevice:
                     parts.append((run.summary, log, str(run.json_path)))
                     jobs.append(str(run.job_path))
                 self._discard(pool, fd, seg.trim_offsets, seg.trim_lengths)
+                if progress is not None:
+                    progress(k + 1, len(segments))
         finally:
             pool.shutdown(cancel_futures=True)     # on an error, queued discards are dropped
             os.close(fd)

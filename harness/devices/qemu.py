@@ -59,7 +59,7 @@ from emulator.guest import (
 )
 from harness import fio as fiolib
 from harness.deferred_trims import DEFAULT_SEGMENT_OPS, PlanSegment, device_segments, trim_accounting
-from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayResult, option_flag
+from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayProgress, ReplayResult, option_flag
 from harness.fio_iolog import export_iolog_v3
 from harness.identity import identity_from_nvme, parse_id_ctrl_json, parse_id_ns_json
 from harness.wear._decode import hexdump
@@ -289,7 +289,8 @@ class GuestDevice:
     def host_observation_note(self) -> str:
         return host_observation_note(self.config.drive.cache, femu=self.femu is not None)
 
-    def replay(self, plan: pa.Table, workdir: Path, *, timed: bool = False) -> ReplayResult:
+    def replay(self, plan: pa.Table, workdir: Path, *, timed: bool = False,
+               progress: ReplayProgress | None = None) -> ReplayResult:
         """Boot the guest, replay `plan` with fio at `iodepth`, read SMART before and after."""
         workdir = Path(workdir)
         fiolib.validate_plan(plan, self._capacity, block_bytes=BLOCK_BYTES)
@@ -336,6 +337,8 @@ class GuestDevice:
         t0 = time.perf_counter()
         run = run_guest(self.config, GuestJob(files), workdir / "guest")
         wall = time.perf_counter() - t0
+        if progress is not None:           # one guest boot plays the whole plan
+            progress(1, 1)
         self.last_run = run
         outdir = workdir / "guest"
         for name, data in run.files.items():

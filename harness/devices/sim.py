@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from emulator.ftl import OP_READ, OP_TRIM, OP_WRITE, Ftl, FtlConfig
-from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayResult, option_flag
+from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayProgress, ReplayResult, option_flag
 from kvwear.errors import InputError, KvwearError
 from kvwear.tables import TableSpec, write_table
 
@@ -129,7 +129,8 @@ class SimDevice:
     def capacity_bytes(self) -> int:
         return self.config.exposed_bytes
 
-    def replay(self, plan: pa.Table, workdir: Path, *, timed: bool = False) -> ReplayResult:
+    def replay(self, plan: pa.Table, workdir: Path, *, timed: bool = False,
+               progress: ReplayProgress | None = None) -> ReplayResult:
         c = self.config
         codes, first, npages = plan_to_requests(plan, c.page_bytes, c.exposed_bytes)
         if self.ftl is None:
@@ -144,6 +145,8 @@ class SimDevice:
         t = time.perf_counter()
         ftl.apply_ops(codes, first, npages)
         wall = time.perf_counter() - t
+        if progress is not None:
+            progress(1, 1)
         d = ftl.counters().minus(before)
         iv = ftl.intervals()
         host, gc, er = iv.host_pages[n_iv:], iv.gc_pages[n_iv:], iv.line_erases[n_iv:]

@@ -132,8 +132,10 @@ def test_deferred_trims_run_fio_once_per_segment(tmp_path: Path) -> None:
                                options={"trim_segment_ops": 7}), tmp_path)
     if fiolib.fio_replays_trim(dev.fio_version):
         pytest.skip(f"{dev.fio_version} replays trims")
-    res = dev.replay(plan, tmp_path / "a")
+    steps: list[tuple[int, int]] = []
+    res = dev.replay(plan, tmp_path / "a", progress=lambda done, total: steps.append((done, total)))
     assert res.extra["segments"] == res.extra["fio_runs"] == 6         # ⌈40 / 7⌉
+    assert steps == [(k, 6) for k in range(1, 7)]                      # the run's progress bar
     assert len(set(res.extra["fio_json_paths"])) == 6
     assert (res.write_bytes, res.trim_bytes, res.extra["trim_bytes_superseded"]) == (20 * 8192, 20 * 8192, 0)
     assert not list((tmp_path / "a").glob("*.iolog"))        # derived iologs are not kept
