@@ -449,18 +449,20 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, An
                                HOST_BYTES_REL_TOL, kind="accounting"))
     extra = device.get("extra") or {}
     if int(plan.get("trim_bytes", 0)) and not extra.get("trims_skipped"):
-        # Trims the backend deferred and then found rewritten later in their segment were not
-        # issued (harness.deferred_trims); issued + superseded must still be the plan's trims.
+        # The plan's trims reached the backend: what it issued, or, deferring them, what it read
+        # from the plan (harness.deferred_trims: of those, the units rewritten later in their
+        # segment are not issued); eBPF then checks the issued bytes.
         issued = int(device.get("trim_bytes") or 0)
         tool = device.get("tool") or cfg.device.kind
-        checks.append(Check.of("trim bytes", int(plan["trim_bytes"]),
-                               issued + int(extra.get("trim_bytes_superseded", 0)), tool, 0.0, kind="accounting"))
+        checks.append(Check.of("trim bytes", int(plan["trim_bytes"]), int(extra.get("trim_bytes_planned", issued)),
+                               tool, 0.0, kind="accounting"))
         if cap.get("bytes_by_op") is not None:
             checks.append(Check.of("trim bytes", issued, int(cap["bytes_by_op"].get("discard", 0)),
                                    f"ebpf:{cap.get('tracer')}", HOST_BYTES_REL_TOL, kind="accounting"))
         if extra.get("trim_bytes_superseded"):
-            notes[f"trim bytes|{tool}"] = ("deferred trims (fio cannot replay iolog trims): units rewritten "
-                                           "later in their segment are not trimmed; measured = issued + those")
+            notes[f"trim bytes|{tool}"] = (f"deferred trims (fio cannot replay iolog trims): {issued:,} bytes "
+                                           f"issued, {int(extra['trim_bytes_superseded']):,} rewritten later in "
+                                           "their segment and not trimmed")
     if extra.get("smart_duw_delta") is not None:          # SMART read inside an emulated drive's guest
         checks.append(duw_check(plan_bytes, int(extra["smart_duw_delta"]), "smart-duw (guest)"))
         notes["host bytes"] = "SMART Data Units Written count 512,000-byte units, rounded up"

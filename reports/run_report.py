@@ -113,7 +113,7 @@ def workload_lines(c: dict[str, Any]) -> list[str]:
         f"{c['input_token_hit_ratio']:.1%} of input tokens.",
         f"Capacity an ideal cache needs: {c['capacity_bytes'] / gib:,.2f} GiB at the peak "
         f"({c['capacity_blocks']:,} chunks + {c['capacity_states']:,} states); for the KV chunks alone, an "
-        f"optimal (Belady) cache needs {c['peak_live_blocks'] * c['chunk_bytes'] / gib:,.2f} GiB and an LRU "
+        f"optimal (Belady) cache needs {c['peak_live_chunk_bytes'] / gib:,.2f} GiB and an LRU "
         f"cache {c['lru_bytes_for_ideal'] / gib:,.2f} GiB to reach the ideal block hit ratio.",
     ]
     if skew:

@@ -209,6 +209,7 @@ class Characterization:
             "capacity_bytes": self.capacity_bytes,
             "capacity_peak_s": clean(self.capacity_peak_s),
             "peak_live_blocks": self.peak_live_blocks,
+            "peak_live_chunk_bytes": self.peak_live_blocks * self.chunk_bytes,   # optimal (Belady), chunks only
             "lru_blocks_for_ideal": self.lru_blocks_for_ideal,
             "lru_bytes_for_ideal": self.lru_blocks_for_ideal * self.chunk_bytes,
             "categories": {

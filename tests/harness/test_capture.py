@@ -248,6 +248,25 @@ def test_bpftrace_stop_waits_for_its_backlog(tmp_path: Path) -> None:
 
 @root_only
 @needs_fio
+def test_bpftrace_without_the_barrier_probe_waits_for_quiet_output(tmp_path: Path) -> None:
+    """A kernel without syscall tracepoints gets no barrier probe: stop() then waits until the
+    output has stopped growing. Forced here after start (which still used the probe to attach)."""
+    plan = plan_for(64 << 20, 500, seed=9)
+    with loop_device(tmp_path / "loop.img", 64 << 20, nomerges=True) as devpath:
+        dev = FioDevice(DeviceSpec("block", devpath), tmp_path)
+        tracer = open_tracer("bpftrace")
+        tracer.start(kernel_dev_t(devpath), tmp_path / "trace.parquet")
+        tracer._barrier = False  # type: ignore[attr-defined]
+        try:
+            res = dev.replay(plan, tmp_path / "run")
+        finally:
+            c = tracer.stop()
+    assert c.extra["flushed"] is True
+    assert_three_way(plan, res, c)
+
+
+@root_only
+@needs_fio
 def test_auto_falls_back_to_bpftrace_when_bcc_cannot_compile(tmp_path: Path) -> None:
     broken = BccTracer(program="this is not C;")
     auto = AutoTracer(tracers={"bcc": broken})
