@@ -1,31 +1,55 @@
-"""`hotprefix`: hotness-gated DRAM admission; what is refused is dropped, never written.
+"""`hotprefix`: hotness-gated DRAM admission (HotPrefix, SIGMOD'25); what is refused is dropped.
 
-Every reference (insertion attempt or re-use) of a block key increments its frequency `freq`;
-an object's freq is the least of its blocks' (a prefix is as hot as its coldest block). Its
-score is freq·clock, clock = the logical time of its last reference (request seq + 1). A newly
-computed object is admitted to DRAM while DRAM has room iff freq ≥ θ; when DRAM is full, iff
-its score beats the lowest score in DRAM (the object the admission would displace). A refused
-object is dropped: never placed, never written to SSD. DRAM evicts the lowest score (leaf side
-first on ties) and writes it to SSD (write-back); SSD is LRU. Frequencies of keys unreferenced
-for `history_requests` requests are forgotten (bounded memory).
+**The paper's rule.** HotPrefix tracks the *hotness of prefix-tree nodes* over time and admits an
+evicted prefix to the lower tier only if it is hot ("selective KV cache admission"); cold
+prefixes are dropped. kvwear's Gandalf-paper baseline reads it as: a newly computed object is
+admitted to DRAM while DRAM has room iff its hotness ≥ θ; when DRAM is full, iff its score
+hotness·clock beats the lowest score in DRAM (the object the admission would displace); a
+refused object is dropped — never placed, never written to SSD. DRAM evicts the lowest score
+(leaf side first on ties) and writes it to SSD (write-back); SSD is LRU.
 
-Sweep: θ 1–10 (the Gandalf paper's range).
+**kvwear's reading of what the paper leaves implicit**, each a choice made here:
+
+- *Hotness is per prefix node* (`hotness=node`, default): the number of requests that reached
+  the node, i.e. the references of the node's root-side block. kvwear's tree prunes what no tier
+  holds, so a missed run merges prefix blocks requested many times with the request's never-seen
+  tail into one segment; counting the node's entry keeps a prefix requested θ times admissible
+  whatever its unseen tail (it is admitted with it, as the paper's radix tree admits a node). A
+  state takes the hotness of the segment it ends (the node it checkpoints). `hotness=block-min`
+  (an object as hot as its coldest block) is the earlier reading, kept to show why it fails:
+  on append-only traces every missed run holds a never-seen block, so θ ≥ 2 admits nothing.
+- *A reference* is a request whose path passes the block (hit, touched or computed), counted
+  once per request; references are kept by stable key across evictions (`_history.KeyHistory`)
+  and forgotten after `history_requests` requests without one (the paper's hotness decays over
+  time; a window in requests is scale-free across traces).
+- *clock* = the request sequence number + 1 (recency in the score, as in HotPrefix's
+  hotness × time product).
+
+Sweep: θ 1–10 (the Gandalf paper's range). θ = 1 admits every computed object while DRAM has
+room (plain hotness-ordered DRAM, write-back).
+
+Must not: do I/O, read the wall clock, keep global state.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from policies._estimators import LazyMinHeap
+from policies._history import KeyHistory
 from policies.base import POLICIES, Policy, PolicyParams, RequestInfo, SimContext, obj_keys, param
 from policies.tree import DRAM, SSD, Obj, Segment
 
 
 @dataclass(frozen=True)
 class HotPrefixParams(PolicyParams):
-    theta: int = param(2, sweep=(1, 10), help="frequency needed to enter DRAM while it has room")
-    history_requests: int = param(100_000, sweep=None,
-                                  help="forget frequencies unreferenced for this many requests")
+    theta: int = param(2, sweep=(1, 10), help="hotness needed to enter DRAM while it has room")
+    hotness: Literal["node", "block-min"] = param(
+        "node", sweep=("node", "block-min"),
+        help="node: requests that reached the object's prefix node; block-min: its coldest block")
+    history_requests: int = param(100_000, sweep=(1_000, 1_000_000),
+                                  help="forget references unseen for this many requests")
 
     def __post_init__(self) -> None:
         if self.theta < 1 or self.history_requests < 1:
@@ -40,49 +64,46 @@ def _depth(obj: Obj) -> int:
 
 @POLICIES.register("hotprefix")
 class HotPrefixPolicy(Policy):
-    """Admit to DRAM iff freq ≥ θ (room) or freq·clock beats the DRAM minimum; refused → dropped."""
+    """Admit to DRAM iff hotness ≥ θ (room) or hotness·clock beats the DRAM minimum; refused → dropped."""
 
     Params = HotPrefixParams
 
     def __init__(self, params: PolicyParams, ctx: SimContext) -> None:
         super().__init__(params, ctx)
         self.p: HotPrefixParams = params  # type: ignore[assignment]
-        self.freq: dict[tuple[int, int], list[int]] = {}
+        self.hist = KeyHistory(self.p.history_requests)
         self.dram = LazyMinHeap()
         self.refused = 0
         self.refused_bytes = 0
 
     def begin_request(self, req: RequestInfo) -> None:
-        h = self.p.history_requests
-        if req.seq and req.seq % max(h // 2, 1) == 0:
-            horizon = req.seq - h
-            self.freq = {k: e for k, e in self.freq.items() if e[1] >= horizon}
+        self.hist.begin_request(req.seq)
+
+    def hotness(self, obj: Obj) -> int:
+        """The object's hotness under the configured reading (references within the history)."""
+        if self.p.hotness == "node":
+            return self.hist.entered(obj)
+        return self.hist.least(obj)
 
     def _ref(self, obj: Obj) -> int:
-        """Count a reference; store the score in pdata; return the object's freq."""
-        seq = self.ctx.seq
-        freq = self.freq
-        lowest = -1
-        for k in obj_keys(obj):
-            e = freq.get(k)
-            if e is None:
-                e = freq[k] = [1, seq]
-            else:
-                e[0] += 1
-                e[1] = seq
-            if lowest < 0 or e[0] < lowest:
-                lowest = e[0]
-        obj.pdata = lowest * (seq + 1)
-        return lowest
+        """Count this request's reference; store the score in pdata; return the hotness."""
+        hist = self.hist
+        hist.ref(obj)
+        if not isinstance(obj, Segment):
+            # a state is placed before the walk reaches its segment: count the node it ends now
+            hist.ref_keys(obj_keys(obj.seg))  # type: ignore[attr-defined]
+        h = self.hotness(obj)
+        obj.pdata = h * (self.ctx.seq + 1)
+        return h
 
     @staticmethod
     def _key(obj: Obj) -> tuple[int, int]:
         return (obj.pdata, -_depth(obj))
 
     def place(self, obj: Obj) -> int:
-        f = self._ref(obj)
+        h = self._ref(obj)
         if self.ctx.free_bytes(DRAM) >= obj.nbytes:
-            ok = f >= self.p.theta
+            ok = h >= self.p.theta
         else:
             top = self.dram.peek()
             ok = top is not None and obj.pdata > top[0][0]  # type: ignore[index]
