@@ -78,3 +78,28 @@ def test_lru_k_writes_on_the_k_th_reference_within_the_retained_period() -> None
             out.append(sim.used_bytes[SSD])
         assert out == written, (gap_s, out)
 
+
+
+# --- MeritKV -------------------------------------------------------------------------------------
+
+
+def test_meritkv_first_three_demands_of_an_object_pass_unconditionally() -> None:
+    """MeritKV admits an object's first 3 demands whatever its merit. Two blocks take turns in an
+    SSD that holds one (DRAM holds none, so every demand is an admission decision); with a
+    threshold no merit reaches, each block is written on its 1st, 2nd and 3rd demand and block 7
+    is dropped on its 4th. Every re-demand that found its block nowhere is an SSD miss, so the
+    hit fraction falls although nothing is admitted any more."""
+    sim = Simulator(cfg(dram=0, ssd=16), "meritkv:tau_s=1e9")
+    run(sim, requests_table([(i, [7 if i % 2 == 0 else 8]) for i in range(8)]))
+    res = sim.finish()
+    causes = res.ssd_ops.column("cause").cast(pa.string()).to_pylist()
+    ops = res.ssd_ops.column("op").cast(pa.string()).to_pylist()
+    assert ops.count("write") == 6 and causes.count("insert") == 6  # too big for DRAM: straight to SSD
+    assert res.summary.dropped_bytes_full == 16  # block 7's 4th demand
+    assert res.requests.column("ssd_hit_tokens").to_pylist()[-1] == 16  # block 8, from SSD
+    assert sim.policy.hit_fraction(0) < 0.1  # type: ignore[attr-defined]
+    # the paper's MeritKV writes about what LRU writes when objects are demanded a few times
+    lru = simulate(requests_table([(i, [7 if i % 2 == 0 else 8]) for i in range(6)]), cfg(dram=0, ssd=16), "lru")
+    mkv = simulate(requests_table([(i, [7 if i % 2 == 0 else 8]) for i in range(6)]), cfg(dram=0, ssd=16),
+                   "meritkv:tau_s=1e9")
+    assert mkv.summary.ssd_write_bytes == lru.summary.ssd_write_bytes
