@@ -198,6 +198,7 @@ def sim_config(cfg: RunConfig, profile: ModelProfile) -> Any:
         dram_bytes=int(cfg.tiers.dram_bytes * f), ssd_bytes=int(cfg.tiers.ssd_bytes * f),
         hbm_bytes=int(cfg.tiers.hbm_bytes * f), kv_bytes_per_token=profile.kv_bytes_per_token,
         state_bytes=profile.state_bytes, chunk_tokens=cfg.workload.block_tokens, model=profile.name,
+        active_params=profile.active_params, attn_flops_per_token=profile.attn_flops_per_token,
     )
 
 

@@ -45,10 +45,11 @@ queued with `ctx.write_to_ssd` (cause `promote`), each preceded by the SSD evict
 room (`victim(SSD, need_bytes)`, `removed`) and followed by `added(obj, SSD)`; HBM bookkeeping
 (a simulator-run LRU); and DRAM evictions until DRAM fits: `victim(DRAM, need_bytes)`, then for
 a victim without an SSD copy `admit_to_ssd(victim)` right after (write, possibly evicting from
-SSD, or drop), then `removed(victim, DRAM)`. A victim must be resident in that tier; a policy
-arbitrating drop vs move can decide both in `victim` and return the decision from the
-`admit_to_ssd` call that follows. Objects placed nowhere stay ghosts and are pruned at the end
-of the request.
+SSD, or drop), then `removed(victim, DRAM)`; then each object of `evict_with(victim, tier)`
+still resident there leaves the same way (a policy's eviction unit of several objects). A
+victim must be resident in that tier; a policy arbitrating drop vs move can decide both in
+`victim` and return the decision from the `admit_to_ssd` call that follows. Objects placed
+nowhere stay ghosts and are pruned at the end of the request.
 
 **Splits**: a segment splits when a request ends or diverges inside it, or when only part of a
 victim is needed (`split_victims`: the simulator then evicts only the leaf-side blocks that free
@@ -70,6 +71,7 @@ import dataclasses
 import types
 import typing
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -281,6 +283,10 @@ class Policy:
     def victim(self, tier: int, need_bytes: int) -> Obj:
         """The object to evict next from `tier` (DRAM or SSD); must be resident there."""
         return next(iter(self.lru[tier]))
+
+    def evict_with(self, victim: Obj, tier: int) -> Sequence[Obj]:
+        """Objects that leave `tier` together with `victim`, right after it (default: none)."""
+        return []
 
     # --- notifications ----------------------------------------------------------------------
     def begin_request(self, req: RequestInfo) -> None:

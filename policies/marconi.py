@@ -1,31 +1,46 @@
 """`marconi`: prefix caching for hybrid models (Marconi, MLSys'25), on the tiered simulator.
 
-**Admission.** Marconi checkpoints recurrent states only where reuse is likely: at predicted
-branch points (a prefix other sequences have already continued differently: speculative
-insertion into the radix tree) and at request ends (input+output reuse by the next turn). The
-simulator checkpoints exactly one state per request, at the end of its hashed input — always a
-request end — so the default `admit=all` caches every state, as Marconi would. `admit=branch`
-is the stricter reading for traces with sessions: a state is cached iff its position is a
-branch point of the radix tree (its segment already has a child: an earlier sequence went on
-past it) or the request belongs to a session (its next turn will extend it). Full-attention KV
-is always cached. DRAM victims are written to SSD (write-back), as in `lru`.
+**The paper's rules.** Marconi keeps a radix tree whose nodes hold the KV of their edge and, at
+their end, a recurrent (SSM) state checkpoint. (1) *Admission*: states are checkpointed only
+where reuse is likely — at predicted branch points (a prefix other sequences have continued
+differently: speculative insertion) and at request ends (a conversation's next turn resumes
+there). (2) *Eviction*: among the tree's leaves, evict the node with the lowest
+S = α·minmax(FLOP efficiency) + minmax(recency), FLOP efficiency = FLOPs a hit on the node
+saves relative to its parent ÷ the node's bytes (its state and its edge's KV); evicting a node
+frees its KV and its state together — without its state no request can hit the edge's KV.
 
-**Eviction**, per tier, among leaves (as in Marconi's radix tree: a state, or a segment with no
-child and no state resident in that tier): the lowest S = α·minmax(FLOP efficiency) + minmax(recency). FLOP
-efficiency = FLOPs a hit on the object saves relative to its parent entry ÷ its bytes: for a
-segment the prefill FLOPs of its own tokens at its depth; for a state those of the edge from
-the previous checkpoint on its path, ÷ (state + edge KV bytes), as for a Marconi radix node
-(`_estimators.FlopModel`: a·L + b·L², a = 2 × `active_params`, b = `attn_flops_coef` ×
-`kv_bytes_per_token`, a proxy of 2·L_full·d_attn). Recency = access order (a counter:
-objects touched by one request keep the simulator's leaf → root order). minmax
-normalizes over the tier's candidates (0 when all are equal).
+**kvwear's reading**, each a choice made here:
+
+- *Admission.* The simulator checkpoints exactly one state per request, at the end of its hashed
+  input — always a request end — so the default `admit=all` caches every state, as Marconi
+  would. `admit=branch` is the stricter reading for traces with sessions: a state is cached iff
+  its position is a branch point of the radix tree (its segment already has a child: an earlier
+  sequence went on past it) or the request belongs to a session (its next turn will extend it).
+  Full-attention KV is always cached. DRAM victims are written to SSD (write-back), as in `lru`.
+- *A node* is a state plus its *edge*: the segments from the state's position up to the previous
+  checkpoint on its path (a segment carrying a resident state), a branch (a segment with another
+  child resident in the tier) or the root. Evicting a state from a tier takes the edge's segments
+  resident there with it (`evict_with`): in DRAM both are written to SSD (write-back) or both
+  dropped, on SSD both are deleted — kvwear never keeps KV below a dropped state that no other
+  state can use. A state whose segment still has children resident in the tier is an inner
+  node: only its state goes (its KV serves the children), as Marconi evicts single-child nodes.
+- *Leaves* per tier: a state, or a segment with no child and no state resident in that tier
+  (KV that no state needs; its own edge).
+- *FLOPs* come from the model profile (`workloads.models`: active parameters and attention FLOPs
+  per token, from the architecture): prefill of L tokens = 2·active_params·L +
+  attn_flops_per_token·L²/2 (`_estimators.FlopModel`). A segment saves the prefill of its own
+  tokens at its depth ÷ its bytes; a state, that of its edge ÷ (state + edge KV bytes). The
+  `active_params` / `attn_flops_per_token` parameters override the profile (a config built
+  without one must give them).
+- *Recency* = access order (a counter: objects touched by one request keep the simulator's leaf →
+  root order). minmax normalizes over the tier's candidates (0 when all are equal).
 
 Per-event work: objects are binned by FLOP efficiency (bins `bin_ratio` apart, log scale) with
 one LRU list per bin and tier; within a bin efficiencies differ by less than the ratio, so the
 bin's oldest leaf (within `scan` entries of its head) is its best candidate, and an eviction
-evaluates the W bin heads (the bins'
-geometric centres give the efficiency range; the heads' ages and the current time give the
-recency range): O(W), exact up to the bin width.
+evaluates the W bin heads (the bins' geometric centres give the efficiency range; the heads'
+ages and the current time give the recency range): O(W), exact up to the bin width. An edge is
+walked up to `EDGE_SEGMENTS` segments.
 
 Must not: do I/O, read the wall clock, keep global state.
 """
@@ -34,12 +49,16 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from kvwear.errors import KvwearError
 from policies._estimators import FlopModel, minmax
 from policies.base import POLICIES, Policy, PolicyParams, SimContext, param
 from policies.tree import DRAM, FULL, LINEAR, SSD, Obj, Segment, State
+
+EDGE_SEGMENTS = 64  # bound on the walk from a state to the previous checkpoint
 
 
 @dataclass(frozen=True)
@@ -47,16 +66,19 @@ class MarconiParams(PolicyParams):
     alpha: float = param(1.0, sweep=(0.0, 2.0), help="weight of FLOP efficiency against recency")
     admit: Literal["all", "branch"] = param("all", sweep=("all", "branch"),
                                             help="which request-end states to cache")
-    active_params: float = param(3e9, sweep=(1e9, 1e11), help="active parameters (linear FLOPs 2·P/token)")
-    attn_flops_coef: float = param(1.0, sweep=(0.25, 8.0),
-                                   help="quadratic FLOPs per token² = coef × kv_bytes_per_token")
+    active_params: float | None = param(None, sweep=None,
+                                        help="active parameters (default: the model profile's)")
+    attn_flops_per_token: float | None = param(
+        None, sweep=None, help="attention FLOPs per token per context token (default: the model profile's)")
     bin_ratio: float = param(1.25, sweep=(1.05, 2.0), help="width of the FLOP-efficiency bins")
     scan: int = param(64, sweep=(1, 256), help="entries per bin examined for a leaf")
 
     def __post_init__(self) -> None:
-        if (self.alpha < 0 or self.active_params <= 0 or self.attn_flops_coef < 0 or self.bin_ratio <= 1
-                or self.scan < 1):
-            raise ValueError("need alpha >= 0, active_params > 0, attn_flops_coef >= 0, bin_ratio > 1, scan >= 1")
+        if (self.alpha < 0 or (self.active_params is not None and self.active_params <= 0)
+                or (self.attn_flops_per_token is not None and self.attn_flops_per_token < 0)
+                or self.bin_ratio <= 1 or self.scan < 1):
+            raise ValueError("need alpha >= 0, active_params > 0, attn_flops_per_token >= 0, bin_ratio > 1, "
+                             "scan >= 1")
 
 
 @POLICIES.register("marconi")
@@ -70,7 +92,7 @@ class MarconiPolicy(Policy):
         super().__init__(params, ctx)
         p: MarconiParams = params  # type: ignore[assignment]
         self.p = p
-        self.flops = FlopModel(2.0 * p.active_params, p.attn_flops_coef * ctx.config.kv_bytes_per_token)
+        self.flops = _flop_model(p, ctx)
         self._log_ratio = math.log(p.bin_ratio)
         self.lists: dict[int, dict[int, OrderedDict[Obj, None]]] = {DRAM: {}, SSD: {}}
         self.where: dict[Obj, int] = {}
@@ -92,7 +114,7 @@ class MarconiPolicy(Policy):
         end = st.seg.end_tokens
         a = st.seg.parent
         start = 0
-        for _ in range(64):
+        for _ in range(EDGE_SEGMENTS):
             if a is None or a.parent is None:
                 break
             if a.state is not None:
@@ -157,6 +179,26 @@ class MarconiPolicy(Policy):
                 if tier == evicting_tier:
                     od.move_to_end(head, last=False)
 
+    def evict_with(self, victim: Obj, tier: int) -> Sequence[Obj]:
+        """A state leaves with its edge's KV resident in `tier` (see the module doc)."""
+        if victim.kind != LINEAR:
+            return []
+        st: State = victim  # type: ignore[assignment]
+        seg: Segment | None = st.seg
+        below: Segment | None = None
+        edge: list[Segment] = []
+        for _ in range(EDGE_SEGMENTS):
+            if seg is None or seg.parent is None or not seg.tiers & tier:
+                break
+            if seg.state is not None and seg.state is not st and seg.state.tiers:
+                break  # the previous checkpoint: its KV serves that state
+            if any(c is not below and c.tiers & tier for c in seg.children.values()):
+                break  # shared with another resident branch (or an inner node's children)
+            edge.append(seg)
+            below = seg
+            seg = seg.parent
+        return edge
+
     def _head(self, od: OrderedDict[Obj, None], tier: int) -> Obj | None:
         """The bin's oldest eviction candidate: like Marconi's radix tree, only leaves — a state,
         or a segment with no child and no state resident in this tier (its extension goes first)."""
@@ -197,3 +239,27 @@ class MarconiPolicy(Policy):
                 best = (s, o)
         assert best is not None
         return best[1]
+
+
+def _flop_model(p: MarconiParams, ctx: SimContext) -> FlopModel:
+    """Prefill FLOPs a·L + b·L² with a = 2·active params, b = attention FLOPs per token / 2 (a
+    causal prefill attends to L/2 tokens on average): the parameters, else the simulation's model
+    profile, else the built-in profile named by the config."""
+    cfg = ctx.config
+    active, attn = cfg.active_params, cfg.attn_flops_per_token
+    if not active and cfg.model:
+        from workloads.models import PROFILES
+
+        if cfg.model in PROFILES:
+            prof = PROFILES.get(cfg.model)
+            active, attn = prof.active_params, prof.attn_flops_per_token
+    if p.active_params is not None:
+        active = p.active_params
+    if p.attn_flops_per_token is not None:
+        attn = p.attn_flops_per_token
+    if not active:
+        raise KvwearError(
+            f"marconi: the model profile {cfg.model or '(none)'!r} has no prefill compute (hidden_size, "
+            "attn_heads, mlp_active_width); give them in the profile or marconi:active_params=…,"
+            "attn_flops_per_token=…")
+    return FlopModel(2.0 * active, attn / 2.0)

@@ -106,6 +106,9 @@ class SimConfig:
     interval_s: float = 600.0            # timeline interval
     record_requests: bool = True
     model: str = ""                      # label only
+    # the model profile's prefill compute (workloads.models; 0 = unknown): marconi's FLOPs model
+    active_params: float = 0.0
+    attn_flops_per_token: float = 0.0
 
     @property
     def gpu_usd_per_s(self) -> float:
@@ -369,6 +372,13 @@ class Simulator:
                 k = 1 if need <= seg.last_bytes else 1 + -(-(need - seg.last_bytes) // seg.block_bytes)
                 if k < seg.n:
                     self._split(seg, seg.n - k, tier)
+        self._leave(v, tier)
+        for o in self.policy.evict_with(v, tier):
+            if o.tiers & tier:
+                self._leave(o, tier)
+
+    def _leave(self, v: Obj, tier: int) -> None:
+        """`v` leaves `tier`: a DRAM victim without an SSD copy is written or dropped first."""
         if tier == DRAM and not v.tiers & SSD and not (
                 self.policy.admit_to_ssd(v) and self._ssd_write(v, CAUSE_DRAM_EVICT)):
             self.acc.dropped(v)

@@ -18,6 +18,26 @@ Formulas (L_full: full-attention layers, L_state: layers that keep a state inste
 - Sliding window "state" per layer = window_tokens·kv_heads·head_dim·2·kv_dtype_bytes
 - state bytes (one checkpoint of the whole model) = L_state · state per layer
 
+Prefill compute (optional inputs; Marconi's FLOP-efficiency needs them). Projections only —
+norms, biases, routers, gates and embeddings are left out (each ≲ 2 % of the total; the
+LM head runs for one token per request, not per prefilled token):
+
+- active_params = L_full·attention projections + L_state·mixer projections
+                  + mlp_layers·mlp_matrices·hidden_size·mlp_active_width
+  GQA (and sliding-window) projections = hidden_size·head_dim·(2·attn_heads + 2·kv_heads)
+  MLA projections = hidden_size·q_lora_rank + q_lora_rank·attn_heads·(qk_nope_head_dim+qk_rope_head_dim)
+                    (hidden_size·attn_heads·(qk_nope+qk_rope) when q_lora_rank = 0)
+                    + hidden_size·(kv_lora_rank+qk_rope_head_dim)
+                    + kv_lora_rank·attn_heads·(qk_nope_head_dim+v_head_dim) + attn_heads·v_head_dim·hidden_size
+  Gated-DeltaNet / KDA projections = hidden_size·(2·H_k·d_k + 2·H_v·d_v)           (q, k, v, out)
+  Mamba2 projections = hidden_size·(2·d_inner + 2·n_groups·ssm_state_size + mamba_heads) + d_inner·hidden_size
+  mlp_active_width = the MLP width one token passes (dense: intermediate size; MoE: the active
+  experts' widths, shared experts included); mlp_matrices = 3 for gated MLPs, 2 for plain ones
+- attn_flops_per_token (per query token, per context token) = L_full·2·attn_heads·(d_qk + d_v)
+  (QKᵀ and AV; GQA d_qk = d_v = head_dim; MLA d_qk = qk_nope+qk_rope, d_v = v_head_dim). A causal
+  prefill of L tokens takes ≈ 2·active_params·L + attn_flops_per_token·L²/2. Sliding-window
+  layers attend to at most `window_tokens`, a term linear in L left out (≈ 2 % for Gemma3-27B).
+
 Families and the inputs each needs besides total_layers (dtype inputs have defaults: kv 2 (bf16), conv 2 (bf16),
 recurrent state 4 (fp32) for Gated-DeltaNet/KDA, 2 (bf16) for Mamba2 — the DESIGN.md table):
 
@@ -50,6 +70,9 @@ or a small TOML file giving the inputs directly::
     linear_value_head_dim = 128
     conv_kernel = 4
     # state_dtype_bytes = 4      # optional dtype overrides
+    # hidden_size = 5120         # optional prefill-compute inputs (all of hidden_size,
+    # attn_heads = 24            # attn_heads, mlp_active_width; MLA also qk_nope_head_dim,
+    # mlp_active_width = 17408   # v_head_dim; optional mlp_layers, mlp_matrices, q_lora_rank)
 """
 
 from __future__ import annotations
@@ -102,6 +125,24 @@ _DEFAULTS: dict[str | None, dict[str, int]] = {
 }
 
 
+# Prefill-compute inputs (optional, all families): without them a profile's active_params and
+# attn_flops_per_token are 0 (unknown). Defaults apply only when the required ones are given.
+_FLOP_REQUIRED: dict[str, tuple[str, ...]] = {
+    "gqa": ("hidden_size", "attn_heads", "mlp_active_width"),
+    "mla": ("hidden_size", "attn_heads", "mlp_active_width", "qk_nope_head_dim", "v_head_dim"),
+}
+_FLOP_OPTIONAL: dict[str, tuple[str, ...]] = {
+    "gqa": ("mlp_layers", "mlp_matrices"),
+    "mla": ("mlp_layers", "mlp_matrices", "q_lora_rank"),
+}
+
+
+def flop_inputs(family: str) -> tuple[str, ...]:
+    """The optional prefill-compute inputs of a family (see the module doc)."""
+    attn = FAMILIES[family][0]
+    return _FLOP_REQUIRED[attn] + _FLOP_OPTIONAL[attn]
+
+
 def family_inputs(family: str) -> tuple[str, ...]:
     """The formula inputs (besides total_layers) a family needs, in display order."""
     attn, state = FAMILIES[family]
@@ -141,6 +182,8 @@ class ModelProfile:
     inputs: tuple[tuple[str, int], ...]
     arithmetic: tuple[str, ...]
     source: str = "built-in"
+    active_params: int = 0          # parameters one token passes in prefill (0: inputs not given)
+    attn_flops_per_token: int = 0   # full-attention FLOPs per query token per context token
 
     @property
     def params(self) -> dict[str, int]:
@@ -179,7 +222,12 @@ def build_profile(
         v = p[key]
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise ValueError(f"input {key!r} must be a non-negative integer, got {v!r}")
-    extra = sorted(set(p) - set(needed))
+    flop_keys = [k for k in flop_inputs(family) if k in p]
+    for key in flop_keys:
+        v = p[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"input {key!r} must be a non-negative integer, got {v!r}")
+    extra = sorted(set(p) - set(needed) - set(flop_keys))
     if extra:
         raise ValueError(f"{family} profile does not use input(s) {', '.join(extra)}")
     if total_layers <= 0:
@@ -250,6 +298,7 @@ def build_profile(
             f"state bytes = L_state·state/layer = {ls}·{_n(per_layer)} = {_n(state_bytes)} "
             f"({state_bytes / MIB:.1f} MiB)"
         )
+    active, attn_flops = _prefill_compute(family, total_layers, p, flop_keys, lines)
     return ModelProfile(
         name=name,
         family=family,
@@ -259,10 +308,70 @@ def build_profile(
         kv_bytes_per_token=kv,
         state_bytes_per_layer=per_layer,
         state_bytes=state_bytes,
-        inputs=tuple((key, p[key]) for key in needed),
+        inputs=tuple((key, p[key]) for key in (*needed, *flop_keys)),
         arithmetic=tuple(lines),
         source=source,
+        active_params=active,
+        attn_flops_per_token=attn_flops,
     )
+
+
+def _prefill_compute(family: str, total_layers: int, p: dict[str, int], given: list[str],
+                     lines: list[str]) -> tuple[int, int]:
+    """(active_params, attn_flops_per_token) from the prefill-compute inputs (module doc), with
+    their arithmetic appended to `lines`; (0, 0) when none is given."""
+    if not given:
+        return 0, 0
+    attn, state = FAMILIES[family]
+    missing = [k for k in _FLOP_REQUIRED[attn] if k not in p]
+    if missing:
+        raise ValueError(f"{family} profile: prefill-compute input {missing[0]!r} is missing "
+                         f"(give all of {', '.join(_FLOP_REQUIRED[attn])} or none)")
+    for key in given:
+        if key in ("hidden_size", "attn_heads", "mlp_matrices") and p[key] <= 0:
+            raise ValueError(f"input {key!r} must be positive, got {p[key]}")
+    d, nq = p["hidden_size"], p["attn_heads"]
+    lf, ls = p["full_attn_layers"], p.get("state_layers", 0)
+    if attn == "gqa":
+        hd, kvh = p["head_dim"], p["kv_heads"]
+        attn_proj = d * hd * (2 * nq + 2 * kvh)
+        lines.append(f"attention projections/layer = hidden·head_dim·(2·attn_heads+2·kv_heads) = "
+                     f"{d}·{hd}·(2·{nq}+2·{kvh}) = {_n(attn_proj)}")
+        d_qk = d_v = hd
+    else:
+        ql, kl, rope = p.get("q_lora_rank", 0), p["kv_lora_rank"], p["qk_rope_head_dim"]
+        nope, dv = p["qk_nope_head_dim"], p["v_head_dim"]
+        q = d * ql + ql * nq * (nope + rope) if ql else d * nq * (nope + rope)
+        attn_proj = q + d * (kl + rope) + kl * nq * (nope + dv) + nq * dv * d
+        lines.append(f"MLA projections/layer = q {_n(q)} + kv_a {d}·({kl}+{rope}) + kv_b {kl}·{nq}·({nope}+{dv})"
+                     f" + o {nq}·{dv}·{d} = {_n(attn_proj)}")
+        d_qk, d_v = nope + rope, dv
+    mixer = 0
+    if state == "gated-delta":
+        hk, hv = p["linear_key_heads"], p["linear_value_heads"]
+        dk, dvl = p["linear_key_head_dim"], p["linear_value_head_dim"]
+        mixer = d * (2 * hk * dk + 2 * hv * dvl)
+        lines.append(f"linear-attention projections/layer = hidden·(2·H_k·d_k+2·H_v·d_v) = "
+                     f"{d}·(2·{hk}·{dk}+2·{hv}·{dvl}) = {_n(mixer)}")
+    elif state == "mamba2":
+        di, g, ds, h = p["d_inner"], p["n_groups"], p["ssm_state_size"], p["mamba_heads"]
+        mixer = d * (2 * di + 2 * g * ds + h) + di * d
+        lines.append(f"Mamba2 projections/layer = hidden·(2·d_inner+2·groups·d_state+heads)+d_inner·hidden = "
+                     f"{d}·(2·{di}+2·{g}·{ds}+{h})+{di}·{d} = {_n(mixer)}")
+    elif state == "sliding":
+        mixer = attn_proj
+    ml, mm, w = p.get("mlp_layers", total_layers), p.get("mlp_matrices", 3), p["mlp_active_width"]
+    if ml > total_layers:
+        raise ValueError(f"mlp_layers {ml} exceeds total_layers {total_layers}")
+    mlp = ml * mm * d * w
+    active = lf * attn_proj + ls * mixer + mlp
+    lines.append(f"MLP = mlp_layers·matrices·hidden·active_width = {ml}·{mm}·{d}·{w} = {_n(mlp)}")
+    lines.append(f"active params = {lf}·{_n(attn_proj)} + {ls}·{_n(mixer)} + {_n(mlp)} = {_n(active)} "
+                 f"({active / 1e9:.2f} B)")
+    attn_flops = lf * 2 * nq * (d_qk + d_v)
+    lines.append(f"attention FLOPs/token/context token = L_full·2·attn_heads·(d_qk+d_v) = "
+                 f"{lf}·2·{nq}·({d_qk}+{d_v}) = {_n(attn_flops)}")
+    return active, attn_flops
 
 
 def explain(profile: ModelProfile, block_tokens: int = 16) -> list[str]:
@@ -288,25 +397,36 @@ _BUILTINS: list[tuple[str, str, int, dict[str, int]]] = [
     # Qwen3.5-27B: 64 layers, every 4th full attention (GQA 4×256), 48 Gated-DeltaNet layers.
     ("qwen3.5-27b", _GDN, 64, dict(
         full_attn_layers=16, kv_heads=4, head_dim=256, state_layers=48, linear_value_heads=48,
-        linear_key_heads=16, linear_key_head_dim=128, linear_value_head_dim=128, conv_kernel=4)),
+        linear_key_heads=16, linear_key_head_dim=128, linear_value_head_dim=128, conv_kernel=4,
+        hidden_size=5120, attn_heads=24, mlp_active_width=17408)),
     # Kimi-K3: 93 layers, 24 MLA (latent 512 + rope 64), 69 KDA layers with 96 heads of 128.
     ("kimi-k3", "mla-kda", 93, dict(
         full_attn_layers=24, kv_lora_rank=512, qk_rope_head_dim=64, state_layers=69,
         linear_value_heads=96, linear_key_heads=96, linear_key_head_dim=128,
-        linear_value_head_dim=128, conv_kernel=4)),
-    # Nemotron-H-8B: pattern of 52 = 24 Mamba2 + 4 attention + 24 MLP-only layers.
+        linear_value_head_dim=128, conv_kernel=4,
+        # hidden 7168, 96 query heads, q_lora 1536, nope 128 / v 128, MoE of 8 routed + 1 shared
+        # experts of 2048 (Kimi-K2's MoE; its first dense layer is counted as MoE: 1 of 93 layers)
+        hidden_size=7168, attn_heads=96, q_lora_rank=1536, qk_nope_head_dim=128, v_head_dim=128,
+        mlp_active_width=9 * 2048)),
+    # Nemotron-H-8B: pattern of 52 = 24 Mamba2 + 4 attention + 24 MLP-only (squared-ReLU) layers.
     ("nemotron-h-8b", "mamba2-hybrid", 52, dict(
         full_attn_layers=4, kv_heads=8, head_dim=128, state_layers=24, mamba_heads=128,
-        mamba_head_dim=64, ssm_state_size=128, n_groups=8, d_inner=8192, conv_kernel=4)),
+        mamba_head_dim=64, ssm_state_size=128, n_groups=8, d_inner=8192, conv_kernel=4,
+        hidden_size=4096, attn_heads=32, mlp_active_width=21504, mlp_layers=24, mlp_matrices=2)),
     # Gemma3-27B: 62 layers, every 6th global (10), 52 sliding with a 1024-token window.
     ("gemma3-27b", "sliding-window", 62, dict(
-        full_attn_layers=10, kv_heads=16, head_dim=128, state_layers=52, window_tokens=1024)),
+        full_attn_layers=10, kv_heads=16, head_dim=128, state_layers=52, window_tokens=1024,
+        hidden_size=5376, attn_heads=32, mlp_active_width=21504)),
     # Qwen3-Next-80B-A3B: 48 layers, 12 full (GQA 2×256), 36 Gated-DeltaNet layers.
     ("qwen3-next-80b-a3b", _GDN, 48, dict(
         full_attn_layers=12, kv_heads=2, head_dim=256, state_layers=36, linear_value_heads=32,
-        linear_key_heads=16, linear_key_head_dim=128, linear_value_head_dim=128, conv_kernel=4)),
-    ("llama3-70b", "dense-gqa", 80, dict(kv_heads=8, head_dim=128)),
-    ("qwen2-7b", "dense-gqa", 28, dict(kv_heads=4, head_dim=128)),
+        linear_key_heads=16, linear_key_head_dim=128, linear_value_head_dim=128, conv_kernel=4,
+        # MoE: 10 routed experts + 1 shared, each 512 wide
+        hidden_size=2048, attn_heads=16, mlp_active_width=11 * 512)),
+    ("llama3-70b", "dense-gqa", 80, dict(kv_heads=8, head_dim=128, hidden_size=8192, attn_heads=64,
+                                         mlp_active_width=28672)),
+    ("qwen2-7b", "dense-gqa", 28, dict(kv_heads=4, head_dim=128, hidden_size=3584, attn_heads=28,
+                                       mlp_active_width=18944)),
 ]
 
 PROFILES: Registry[ModelProfile] = Registry("model profile")
@@ -418,7 +538,8 @@ def _from_toml(p: Path, text: str, name: str | None) -> ModelProfile:
     if family not in FAMILIES:
         raise src.error("family", f"must be one of {', '.join(FAMILIES)}, got {family!r}")
     total = src.int_("total_layers", f"a {family} profile")
-    allowed = {"name", "family", "total_layers", "full_attn_layers", *family_inputs(family)}
+    allowed = {"name", "family", "total_layers", "full_attn_layers", *family_inputs(family),
+               *flop_inputs(family)}
     for key in data:
         if key not in allowed:
             raise src.error(key, f"not an input of a {family} profile; inputs: "
@@ -488,6 +609,29 @@ def profile_from_hf_config(
                             f"{full_name!r} or {state_name!r}")
         return layer_types.count(full_name), layer_types.count(state_name)
 
+    def compute(mla_attn: bool, mlp_layers: int | None = None) -> dict[str, int]:
+        """The prefill-compute inputs when the config has them all (else none: FLOPs unknown)."""
+        d, nq = src.opt_int("hidden_size"), src.opt_int("num_attention_heads")
+        moe = src.opt_int("moe_intermediate_size")
+        top_k = src.opt_int("num_experts_per_tok") or src.opt_int("num_experts_per_token")
+        if moe and top_k:
+            shared = src.opt_int("n_shared_experts") or src.opt_int("num_shared_experts") or 0
+            width: int | None = moe * (top_k + shared) + (src.opt_int("shared_expert_intermediate_size") or 0)
+        else:
+            width = src.opt_int("intermediate_size")
+        out = {"hidden_size": d, "attn_heads": nq, "mlp_active_width": width}
+        if mla_attn:
+            out |= {"qk_nope_head_dim": src.opt_int("qk_nope_head_dim"), "v_head_dim": src.opt_int("v_head_dim"),
+                    "q_lora_rank": src.opt_int("q_lora_rank") or 0}
+        if mlp_layers is not None:
+            out["mlp_layers"] = mlp_layers
+        act = merged.get("mlp_hidden_act") or merged.get("hidden_act")
+        if act == "relu2":  # squared ReLU: up and down projections, no gate
+            out["mlp_matrices"] = 2
+        if any(v is None or v == 0 for k, v in out.items() if k != "q_lora_rank"):
+            return {}
+        return {k: int(v) for k, v in out.items() if v is not None}
+
     def build(family: str, inputs: dict[str, int], key: str) -> ModelProfile:
         try:
             return build_profile(prof_name, family, L, inputs, source=str(p))
@@ -513,7 +657,8 @@ def profile_from_hf_config(
         inputs = {"full_attn_layers": n_full, **mla(why), "state_layers": n_kda,
                   "linear_value_heads": heads, "linear_key_heads": heads,
                   "linear_key_head_dim": hdim, "linear_value_head_dim": hdim,
-                  "conv_kernel": src.int_("linear_attn_config.short_conv_kernel_size", why, lac)}
+                  "conv_kernel": src.int_("linear_attn_config.short_conv_kernel_size", why, lac),
+                  **compute(True)}
         return build("mla-kda", inputs, "linear_attn_config")
 
     pattern = merged.get("hybrid_override_pattern")
@@ -532,7 +677,7 @@ def profile_from_hf_config(
                   "d_inner": heads * hdim,
                   "conv_kernel": src.int_("conv_kernel", why),
                   "state_dtype_bytes": src.dtype_bytes("mamba_ssm_cache_dtype") or model_dtype,
-                  "conv_dtype_bytes": model_dtype}
+                  "conv_dtype_bytes": model_dtype, **compute(False, pattern.count("-"))}
         return build("mamba2-hybrid", inputs, "hybrid_override_pattern")
 
     if merged.get("linear_num_value_heads") is not None or (
@@ -553,7 +698,7 @@ def profile_from_hf_config(
                   "linear_key_heads": src.int_("linear_num_key_heads", why),
                   "linear_key_head_dim": src.int_("linear_key_head_dim", why),
                   "linear_value_head_dim": src.int_("linear_value_head_dim", why),
-                  "conv_kernel": src.int_("linear_conv_kernel_dim", why)}
+                  "conv_kernel": src.int_("linear_conv_kernel_dim", why), **compute(False)}
         return build("hybrid-gdn", inputs, "linear_num_value_heads")
 
     window = merged.get("sliding_window")
@@ -574,12 +719,12 @@ def profile_from_hf_config(
             n_full = sum(1 for i in range(L) if (i + 1) % every == 0)
             n_swa = L - n_full
         inputs = {"full_attn_layers": n_full, **gqa(why), "state_layers": n_swa,
-                  "window_tokens": window}
+                  "window_tokens": window, **compute(False)}
         return build("sliding-window", inputs, "sliding_window")
 
     if merged.get("kv_lora_rank") is not None:
-        return build("dense-mla", mla("a dense MLA profile"), "kv_lora_rank")
-    return build("dense-gqa", gqa("a dense GQA profile"), "num_key_value_heads")
+        return build("dense-mla", {**mla("a dense MLA profile"), **compute(True)}, "kv_lora_rank")
+    return build("dense-gqa", {**gqa("a dense GQA profile"), **compute(False)}, "num_key_value_heads")
 
 
 def _default_name(p: Path, cfg: Mapping[str, Any]) -> str:

@@ -156,7 +156,8 @@ def simulate_cmd(
         chunk_tokens=block_tokens, ssd_read_bytes_per_s=float(_size(ssd_read, "--ssd-read-per-s")),
         dram_to_hbm_bytes_per_s=float(_size(hbm_load, "--hbm-load-per-s")),
         recompute_tokens_per_s=recompute, gpu_usd_per_hour=gpu_usd, ssd_usd_per_tb_written=ssd_usd,
-        interval_s=interval_s, model=profile.name,
+        interval_s=interval_s, model=profile.name, active_params=profile.active_params,
+        attn_flops_per_token=profile.attn_flops_per_token,
     )
     rows, batches, how = _read(trace, fmt)
     if max_requests is not None:

@@ -20,7 +20,8 @@ from policies.sim import SimConfig, simulate
 from workloads.schema import REQUESTS
 
 BLOCK = 16
-ONLINE = ["lru", "wa", "marconi", "meritkv", "gandalf:budget=fixed,gamma=0", "gandalf:budget=fixed",
+ONLINE = ["lru", "wa", "marconi:active_params=1e9,attn_flops_per_token=1e6",
+          "meritkv", "gandalf:budget=fixed,gamma=0", "gandalf:budget=fixed",
           "fifo", "write-through", "belady:mode=min"]
 
 

@@ -50,14 +50,16 @@ def test_marconi_keeps_the_flop_efficient_entry() -> None:
     cfg = SimConfig(dram_bytes=64 * BLOCK * 1000, ssd_bytes=0, kv_bytes_per_token=1000, chunk_tokens=BLOCK)
     t = table(reqs, ns=[0, 1, 0])
     lru = simulate(t, cfg, "lru").requests.column("hit_tokens").to_pylist()
-    mar = simulate(t, cfg, "marconi:alpha=2,active_params=1e3").requests.column("hit_tokens").to_pylist()
+    mar = simulate(t, cfg, "marconi:alpha=2,active_params=1e3,attn_flops_per_token=2e3").requests.column(
+        "hit_tokens").to_pylist()
     assert lru[2] < 64 * BLOCK
     assert mar[2] == 64 * BLOCK
 
 
 def test_marconi_branch_admission_skips_lone_request_ends() -> None:
     # hybrid, no sessions: a request end that nothing else passes is not checkpointed
-    cfg = SimConfig(dram_bytes=10**6, ssd_bytes=0, kv_bytes_per_token=1, state_bytes=100, chunk_tokens=BLOCK)
+    cfg = SimConfig(dram_bytes=10**6, ssd_bytes=0, kv_bytes_per_token=1, state_bytes=100, chunk_tokens=BLOCK,
+                    active_params=1e9, attn_flops_per_token=1e6)
     t = table([(0.0, [1, 2]), (1.0, [1, 2, 3]), (2.0, [1, 2, 3])])
     every = simulate(t, cfg, "marconi").requests.column("hit_tokens").to_pylist()
     branch = simulate(t, cfg, "marconi:admit=branch").requests.column("hit_tokens").to_pylist()
@@ -136,7 +138,8 @@ def test_gandalf_write_budget_adapts() -> None:
 @pytest.mark.parametrize("name", ADVANCED)
 def test_tiers_stay_within_capacity_and_hits_are_served(name: str) -> None:
     reqs = generate_multi_round(MultiRoundConfig(seed=4, sessions=30, turns=5))
-    cfg = SimConfig(dram_bytes=8 * 10**6, ssd_bytes=30 * 10**6, kv_bytes_per_token=500, state_bytes=2 * 10**6)
+    cfg = SimConfig(dram_bytes=8 * 10**6, ssd_bytes=30 * 10**6, kv_bytes_per_token=500, state_bytes=2 * 10**6,
+                    active_params=1e9, attn_flops_per_token=1e6)
     sim = Simulator(cfg, name)
     if sim.policy.needs_future:
         sim.set_future(reqs)
@@ -157,7 +160,7 @@ def test_marconi_without_flop_weight_is_recency_among_leaves() -> None:
     reqs = generate_multi_round(MultiRoundConfig(seed=6, sessions=50, turns=6, system_prompts=2))
     for state_bytes in (0, 2 * 10**6):
         cfg = SimConfig(dram_bytes=8 * 10**6, ssd_bytes=20 * 10**6, kv_bytes_per_token=500,
-                        state_bytes=state_bytes)
+                        state_bytes=state_bytes, active_params=1e9, attn_flops_per_token=1e6)
         lru = simulate(reqs, cfg, "lru").summary
         m0 = simulate(reqs, cfg, "marconi:alpha=0").summary
         assert lru.ssd_evict_bytes > 0

@@ -103,3 +103,79 @@ def test_meritkv_first_three_demands_of_an_object_pass_unconditionally() -> None
     mkv = simulate(requests_table([(i, [7 if i % 2 == 0 else 8]) for i in range(6)]), cfg(dram=0, ssd=16),
                    "meritkv:tau_s=1e9")
     assert mkv.summary.ssd_write_bytes == lru.summary.ssd_write_bytes
+
+
+# --- Marconi -------------------------------------------------------------------------------------
+
+
+def _kv_without_a_state(sim: Simulator) -> list[int]:
+    """Keys of resident KV blocks with no resident state at or below them in the tree."""
+    bad: list[int] = []
+
+    def walk(seg) -> bool:  # True if a resident state sits at or below `seg`
+        has = seg.state is not None and bool(seg.state.tiers)
+        for c in list(seg.children.values()):
+            has = walk(c) or has
+        if seg.tiers and not has and seg.parent is not None:
+            bad.extend(seg.keys)
+        return has
+
+    for root in sim.roots.values():
+        walk(root)
+    return bad
+
+
+def test_marconi_never_keeps_kv_below_a_dropped_state() -> None:
+    """Marconi evicts a radix node — a state and its edge's KV — as one: with no SSD (every DRAM
+    victim is dropped), after every request of interleaved append-only sessions no KV block is
+    left that no resident state can use; evicting only the state (the earlier reading) leaves
+    such blocks behind."""
+    rows = [(s * 0.1 + t, [1000 * s + j for j in range(2 * (t + 1))]) for t in range(6) for s in range(4)]
+    rows.sort()
+    small = SimConfig(dram_bytes=900, ssd_bytes=0, kv_bytes_per_token=1, state_bytes=100, chunk_tokens=16,
+                      active_params=1e9, attn_flops_per_token=1e6)
+    for alpha in ("0", "1", "2"):
+        sim = Simulator(small, f"marconi:alpha={alpha}")
+        evicted_states = 0
+        orig = sim.policy.evict_with
+
+        def counting(victim, tier, orig=orig):  # type: ignore[no-untyped-def]
+            nonlocal evicted_states
+            evicted_states += victim.kind == 1
+            return orig(victim, tier)
+
+        sim.policy.evict_with = counting  # type: ignore[method-assign]
+        for i, row in enumerate(rows):
+            sim.run_batch(requests_table([row]), i)
+            assert _kv_without_a_state(sim) == [], (alpha, i)
+        assert evicted_states > 5
+        assert sim.finish().summary.hit_tokens > 0
+    state_only = Simulator(small, "marconi:alpha=1")
+    state_only.policy.evict_with = lambda victim, tier: []  # type: ignore[method-assign]
+    left = 0
+    for i, row in enumerate(rows):
+        state_only.run_batch(requests_table([row]), i)
+        left += len(_kv_without_a_state(state_only))
+    assert left > 0
+
+
+def test_marconi_takes_flops_from_the_model_profile() -> None:
+    """The FLOPs model is the profile's: 2·active params per token plus attention per context
+    token (Llama3-70B: 68.5 B and 2.6 M), not one constant for every model."""
+    from workloads.models import get_profile
+
+    for name in ("llama3-70b", "qwen3.5-27b"):
+        prof = get_profile(name)
+        c = SimConfig(dram_bytes=10**9, ssd_bytes=0, kv_bytes_per_token=prof.kv_bytes_per_token,
+                      state_bytes=prof.state_bytes, model=prof.name, active_params=prof.active_params,
+                      attn_flops_per_token=prof.attn_flops_per_token)
+        flops = Simulator(c, "marconi").policy.flops  # type: ignore[attr-defined]
+        assert flops.linear_flops_per_token == 2 * prof.active_params
+        assert flops.quadratic_flops_per_token2 == prof.attn_flops_per_token / 2
+    # a config without a profile must say which numbers it lacks
+    import pytest
+
+    from kvwear.errors import KvwearError
+
+    with pytest.raises(KvwearError, match="active_params"):
+        Simulator(cfg(dram=100, ssd=0), "marconi")

@@ -318,3 +318,42 @@ def test_bad_toml(tmp_path: Path) -> None:
                  "linear_key_head_dim = 1\nlinear_value_head_dim = 1\nconv_kernel = 4\n")
     with pytest.raises(InputError, match="exceeds total_layers"):
         load_profile(p)
+
+
+# --- prefill compute (Marconi's FLOPs) ---------------------------------------------------------
+
+
+def test_active_params_and_attention_flops_from_the_architecture(tmp_path: Path) -> None:
+    """Projections only (no embeddings): Llama3-70B 68.5 B of its 70.6 B; Qwen3-Next-80B-A3B 2.8 B
+    active ("A3B" with its 0.3 B of embeddings); attention FLOPs = L_full·2·heads·(d_qk + d_v)."""
+    llama = get_profile("llama3-70b")
+    assert llama.active_params == 80 * (8192 * 128 * (2 * 64 + 2 * 8) + 3 * 8192 * 28672)
+    assert llama.attn_flops_per_token == 80 * 2 * 64 * 256
+    assert get_profile("qwen3-next-80b-a3b").active_params == pytest.approx(2.79e9, rel=0.01)
+    assert get_profile("qwen2-7b").active_params == pytest.approx(6.53e9, rel=0.01)
+    k3 = get_profile("kimi-k3")
+    assert k3.attn_flops_per_token == 24 * 2 * 96 * (192 + 128)  # MLA: d_qk = nope + rope
+    assert any("active params" in line for line in explain(k3))
+    # the same numbers from config.json keys (MoE: routed + shared experts)
+    nxt = load_profile(_write(tmp_path, "Qwen3-Next-80B-A3B-Instruct", {
+        "model_type": "qwen3_next", "hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 16,
+        "num_key_value_heads": 2, "head_dim": 256, "full_attention_interval": 4, "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32, "num_experts": 512, "num_experts_per_tok": 10, "moe_intermediate_size": 512,
+        "shared_expert_intermediate_size": 512, "intermediate_size": 5120}))
+    assert nxt.active_params == get_profile("qwen3-next-80b-a3b").active_params
+    nem = load_profile(_write(tmp_path, "nemotron", {**NEMOTRON_H_8B, "intermediate_size": 21504,
+                                                     "mlp_hidden_act": "relu2"}))
+    assert nem.active_params == get_profile("nemotron-h-8b").active_params
+    # a config without them has no FLOPs (0: unknown), and says nothing false
+    assert load_profile(_write(tmp_path, "plain", {**NEMOTRON_H_8B})).active_params == 0
+
+
+def test_toml_prefill_compute_inputs_are_all_or_none(tmp_path: Path) -> None:
+    base = ('family = "dense-gqa"\ntotal_layers = 80\nkv_heads = 8\nhead_dim = 128\n')
+    p = tmp_path / "l.toml"
+    p.write_text(base + "hidden_size = 8192\nattn_heads = 64\nmlp_active_width = 28672\n")
+    assert load_profile(p).active_params == get_profile("llama3-70b").active_params
+    p.write_text(base + "hidden_size = 8192\n")
+    with pytest.raises(InputError, match="attn_heads"):
+        load_profile(p)
