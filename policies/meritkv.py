@@ -41,7 +41,7 @@ from policies.tree import DRAM, FULL, SSD, Obj
 
 @dataclass(frozen=True)
 class MeritKvParams(PolicyParams):
-    tau_s: float = param(0.0, sweep=(-0.1, 0.5), help="admission threshold on merit (GPU seconds)")
+    tau_s: float = param(0.0, sweep=(0.0, 0.5), help="admission threshold on merit (GPU seconds)")
     warmup: int = param(3, sweep=(0, 10), help="demands of an object admitted unconditionally")
     lookup_s: float = param(50e-6, sweep=(0.0, 1e-3), help="cost of an SSD index lookup")
     write_weight: float = param(1.0, sweep=(0.0, 64.0), help="weight of the SSD wear cost")
