@@ -23,7 +23,9 @@ refused object is dropped — never placed, never written to SSD. DRAM evicts th
   and forgotten after `history_requests` requests without one (the paper's hotness decays over
   time; a window in requests is scale-free across traces).
 - *clock* = the request sequence number + 1 (recency in the score, as in HotPrefix's
-  hotness × time product).
+  hotness × time product). The displaced object is the DRAM heap's top by its full key (score,
+  then leaf side first), so on a tie — objects of one request — a root-side object displaces a
+  leaf-side one, as the simulator's tie-break convention says, rather than being refused.
 
 Sweep: θ 1–10 (the Gandalf paper's range). θ = 1 admits every computed object while DRAM has
 room (plain hotness-ordered DRAM, write-back).
@@ -106,7 +108,7 @@ class HotPrefixPolicy(Policy):
             ok = h >= self.p.theta
         else:
             top = self.dram.peek()
-            ok = top is not None and obj.pdata > top[0][0]  # type: ignore[index]
+            ok = top is not None and self._key(obj) > top[0]  # type: ignore[operator]
         if not ok:
             self.refused += 1
             self.refused_bytes += obj.nbytes
