@@ -373,9 +373,10 @@ class Simulator:
                 if k < seg.n:
                     self._split(seg, seg.n - k, tier)
         self._leave(v, tier)
-        for o in self.policy.evict_with(v, tier):
-            if o.tiers & tier:
-                self._leave(o, tier)
+        if tier != HBM:  # HBM is the simulator's own LRU, not the policy's
+            for o in self.policy.evict_with(v, tier):
+                if o.tiers & tier:
+                    self._leave(o, tier)
 
     def _leave(self, v: Obj, tier: int) -> None:
         """`v` leaves `tier`: a DRAM victim without an SSD copy is written or dropped first."""

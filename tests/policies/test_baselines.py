@@ -179,3 +179,22 @@ def test_marconi_takes_flops_from_the_model_profile() -> None:
 
     with pytest.raises(KvwearError, match="active_params"):
         Simulator(cfg(dram=100, ssd=0), "marconi")
+
+
+def test_marconi_node_eviction_leaves_hbm_to_the_simulator() -> None:
+    """evict_with is the policy's: an HBM eviction (the simulator's LRU) takes nothing with it."""
+    rows = [(s * 0.1 + t, [1000 * s + j for j in range(2 * (t + 1))]) for t in range(4) for s in range(3)]
+    rows.sort()
+    c = SimConfig(dram_bytes=10_000, ssd_bytes=0, hbm_bytes=300, kv_bytes_per_token=1, state_bytes=100,
+                  chunk_tokens=16, active_params=1e9, attn_flops_per_token=1e6)
+    sim = Simulator(c, "marconi")
+    asked: list[int] = []
+    orig = sim.policy.evict_with
+
+    def spy(victim, tier):  # type: ignore[no-untyped-def]
+        asked.append(tier)
+        return orig(victim, tier)
+
+    sim.policy.evict_with = spy  # type: ignore[method-assign]
+    run(sim, requests_table(rows))
+    assert sim.used_bytes[1] <= 300 and 1 not in asked  # tier 1 = HBM
