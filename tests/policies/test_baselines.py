@@ -57,7 +57,7 @@ def test_hotprefix_states_take_their_node_hotness() -> None:
     rows = [(i, list(range(1, 3 + i))) for i in range(6)]  # each turn extends the last by a block
     node = simulate(requests_table(rows), cfg(dram=10_000, ssd=0, state=5), "hotprefix:theta=2")
     hits = node.requests.column("hit_tokens").to_pylist()
-    assert hits[:2] == [0, 0] and all(h > 0 for h in hits[3:]), hits
+    assert hits[:2] == [0, 0] and all(h > 0 for h in hits[2:]), hits
     block_min = simulate(requests_table(rows), cfg(dram=10_000, ssd=0, state=5), "hotprefix:theta=2,hotness=block-min")
     assert block_min.summary.hit_tokens == 0
 
