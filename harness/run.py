@@ -49,6 +49,7 @@ from harness.estimate import (
     tbw_from_dwpd,
     tbw_from_pe_cycles,
 )
+from harness.placement import PlacementConfig, assign_placement
 from harness.replay import ReplayConfig, plan_block_ops
 from harness.rundir import RunDir, build_manifest, input_sha256, write_json
 from harness.schema import BLOCK_OPS, WEAR
@@ -259,8 +260,10 @@ def plan_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int) -> dict[st
                       time_mode=r.time_mode, time_compression=r.time_compression,  # type: ignore[arg-type]
                       log_full=r.log_full)  # type: ignore[arg-type]
     plan = plan_block_ops(ops, rc, source=str(rd.stage_dir("policies", label) / "ssd_ops.parquet"))
-    write_table(BLOCK_OPS, plan.table, d / "block_ops.parquet")
-    accounting = plan.accounting()
+    # the placement post-pass runs on the laid-out plan: handles never change where data goes
+    table, placed = assign_placement(plan.table, _placement(cfg), capacity, r.align_bytes)
+    write_table(BLOCK_OPS, table, d / "block_ops.parquet")
+    accounting: dict[str, Any] = {**plan.accounting(), "placement": placed.as_dict()}
     write_json(d / "plan.json", accounting)
     rd.mark_done(stage, {"write_ios": plan.write_ios})
     return accounting
@@ -310,7 +313,7 @@ def device_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int,
         return dict(json.loads((d / "result.json").read_text()))
     plan = read_table(BLOCK_OPS, rd.stage_dir("replay", label) / "block_ops.parquet")
     spec = DeviceSpec(kind=cfg.device.kind, target=cfg.device.target, capacity_bytes=capacity,
-                      options={**dict(cfg.device.options),
+                      options={**_placement_device_options(cfg), **dict(cfg.device.options),
                                **({"confirm_serial": cfg.device.confirm_serial} if cfg.device.confirm_serial else {})})
     readers = wear_readers(cfg)
     dev = open_device(spec, d)
@@ -344,6 +347,38 @@ def device_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int,
     write_json(d / "result.json", out)
     rd.mark_done(stage, {"write_bytes": res.write_bytes})
     return dict(json.loads((d / "result.json").read_text()))
+
+
+def _placement(cfg: RunConfig) -> PlacementConfig:
+    return PlacementConfig(cfg.replay.placement, cfg.replay.placement_handles)  # type: ignore[arg-type]
+
+
+def _placement_device_options(cfg: RunConfig) -> dict[str, Any]:
+    """The embedded FTL gets as many reclaim unit handles as the placement uses (unless the
+    options name `ruh`); the other backends cannot carry handles (fio 3.33's iolog has none)."""
+    n = _placement(cfg).handles
+    return {"ruh": n} if cfg.device.kind == "sim" and n > 1 else {}
+
+
+def placement_result(plan: dict[str, Any], device: dict[str, Any], measured_waf: float | None) -> tuple[
+        dict[str, Any], list[Check]]:
+    """Placement fields of a results row (the device WAF without placement: the sim twin's, or the
+    measured one when the plan used no handle) and the per-handle byte-accounting checks."""
+    p = plan.get("placement") or {"mode": "none", "write_bytes_by_handle": []}
+    fdp = (device.get("extra") or {}).get("fdp")
+    twin = (device.get("extra") or {}).get("no_placement")
+    used = sum(1 for b in p["write_bytes_by_handle"] if b) > 1
+    row: dict[str, Any] = {
+        "placement": p["mode"],
+        "placement_carried": bool(fdp) or not used,
+        "waf_no_placement": twin["waf"] if twin else (measured_waf if not used else None),
+    }
+    checks = []
+    if fdp:
+        for h, (want, got) in enumerate(zip(fdp["plan_write_bytes_by_handle"], fdp["host_bytes_by_handle"],
+                                            strict=False)):
+            checks.append(Check.of(f"host bytes, handle {h}", want, got, "kvwear-ftl fdp", 0.0, kind="accounting"))
+    return row, checks
 
 
 def _write_parquet(table: pa.Table, path: Path) -> None:
@@ -477,6 +512,8 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, An
         if measured_waf is None and w.get("nand_bytes") and w["host_bytes"]:
             measured_waf = w["nand_bytes"] / w["host_bytes"]
             device = {**device, "nand_write_bytes": w["nand_bytes"]}
+    placement_row, placement_checks = placement_result(plan, device, measured_waf)
+    checks.extend(placement_checks)
     emulated = emulator_waf(cfg, rd, label)
     # The embedded FTL, configured as the device, on the same plan: its WAF is a prediction too.
     if emulated is not None and measured_waf is not None:
@@ -492,6 +529,10 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, An
     life_model = projected_lifetime_days(tbw, per_day, waf_model)
     life_measured = (projected_lifetime_days(tbw, host_bytes_per_day(dev_bytes / f, duration), measured_waf)
                      if measured_waf is not None else None)
+    waf_none = placement_row["waf_no_placement"]
+    placement_row["lifetime_days_no_placement"] = (
+        projected_lifetime_days(tbw, host_bytes_per_day(dev_bytes / f, duration), waf_none)
+        if waf_none is not None else None)
     if life_measured is not None:
         # Both projections against the measurement: Gandalf's WAF 1 and the analytical model.
         checks.append(Check.of("lifetime days (WAF 1)", life_waf1, life_measured, "measured host bytes × WAF",
@@ -537,6 +578,7 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, An
         "lifetime_days_waf1": life_waf1,
         "lifetime_days_model": life_model,
         "lifetime_days_measured": life_measured,
+        **placement_row,
         "load_latency_mean_s": summary["mean_load_latency_s"],
         "cost_recompute_per_1k": summary["gpu_usd"] / n * 1000.0,
         "cost_wear_per_1k": summary["ssd_wear_usd"] / n * 1000.0,
