@@ -3,11 +3,14 @@ handle (NVMe Flexible Data Placement's reclaim unit handle; the `placement_handl
 
 Modes (`[replay] placement`, flag `--placement`):
 - `none`: every row on handle 0 (what a drive without FDP sees).
-- `kind`: linear/sliding states on handle 0, full-attention KV on handle 1. The two kinds have very
-  different lives (a state is superseded within a turn, a KV chunk lives as long as its prefix),
-  so keeping them in separate reclaim units stops GC from copying long-lived KV out of erase
-  units emptied by dead states.
-- `lifetime`: `handles` buckets of expected residency, handle 0 the shortest-lived. The residency
+- `kind`: full-attention KV on handle 0, linear/sliding states on handle 1. The two kinds have
+  very different lives (a state is superseded within a turn, a KV chunk lives as long as its
+  prefix), so keeping them in separate reclaim units stops GC from copying long-lived KV out of
+  erase units emptied by dead states. Why KV on 0: handle 0 is the default one (the one a drive
+  opens first, and the only one a dense model's plan then uses), so a plan without states plays
+  exactly as with `none`.
+- `lifetime`: `handles` buckets of expected residency, handle 0 the longest-lived (for the same
+  reason: the bulk, and data that never dies in the plan, stay on the default handle). The residency
   of a write row is an offline oracle read from the plan itself: the host bytes the plan writes
   between that row's write and the death of its last page (the next write or trim of the same
   logical page; a page that never dies is beyond every edge). Measured in host bytes written,
@@ -40,7 +43,7 @@ from kvwear.errors import InputError, KvwearError
 
 Placement = Literal["none", "kind", "lifetime"]
 PLACEMENTS: tuple[str, ...] = ("none", "kind", "lifetime")
-KIND_HANDLES = {"linear": 0, "full": 1}
+KIND_HANDLES = {"full": 0, "linear": 1}
 MAX_HANDLES = 8          # the embedded FTL's reclaim unit handles (emulator.ftl.MAX_RUH)
 
 
@@ -163,7 +166,8 @@ def assign_placement(plan: pa.Table, config: PlacementConfig, capacity_bytes: in
         e = config.lifetime_edges_bytes(capacity_bytes)
         edges = tuple(float(x) for x in e)
         d = residency_bytes(plan, capacity_bytes, unit_bytes)
-        handle = np.where(is_w, np.searchsorted(e, np.nan_to_num(d, nan=0.0), side="right"), 0).astype(np.int8)
+        longer = np.searchsorted(e, np.nan_to_num(d, nan=0.0), side="right")   # 0 … n−1, shortest first
+        handle = np.where(is_w, len(e) - longer, 0).astype(np.int8)
     ln = plan.column("length_bytes").to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     n = config.handles
     by_bytes = np.bincount(handle[is_w], weights=ln[is_w], minlength=n).astype(np.int64)

@@ -58,8 +58,8 @@ def test_kind_tags_writes_by_object_kind_only() -> None:
     plan = _plan([("write", 0, 4, "full", 1), ("write", 4, 2, "linear", 2), ("read", 0, 4, "full", 1),
                   ("trim", 4, 2, "linear", 2)])
     out, st = assign_placement(plan, PlacementConfig("kind"), 64 * U)
-    assert plan_handles(out).tolist() == [1, 0, 0, 0]
-    assert st.write_bytes_by_handle == (2 * U, 4 * U) and st.write_ios_by_handle == (1, 1)
+    assert plan_handles(out).tolist() == [0, 1, 0, 0]
+    assert st.write_bytes_by_handle == (4 * U, 2 * U) and st.write_ios_by_handle == (1, 1)
     none, st0 = assign_placement(out, PlacementConfig("none"), 64 * U)
     assert plan_handles(none).tolist() == [0, 0, 0, 0] and st0.write_bytes_by_handle == (6 * U,)
     with pytest.raises(InputError, match=r"block_ops:1: field 'obj_kind': unknown object kind 'sliding'"):
@@ -78,7 +78,7 @@ def test_lifetime_oracle_reads_page_deaths_from_the_plan() -> None:
     cfg = PlacementConfig("lifetime", lifetime_handles=4)
     assert cfg.lifetime_edges_bytes(64 * U).tolist() == [16 * U, 32 * U, 64 * U]
     out, st = assign_placement(plan, cfg, 64 * U)
-    assert plan_handles(out).tolist() == [0, 3, 0, 3]
+    assert plan_handles(out).tolist() == [3, 0, 0, 0]       # handle 0: the longest-lived
     assert st.write_bytes_by_handle == (2 * U, 0, 0, 2 * U)
     assert st.as_dict()["lifetime_edges_bytes"] == [16.0 * U, 32.0 * U, 64.0 * U]
 
@@ -113,7 +113,7 @@ def test_sim_keeps_kinds_apart_lowers_waf_and_accounts_bytes_per_handle(tmp_path
 
 
 def test_sim_refuses_a_handle_the_drive_lacks(tmp_path: Path) -> None:
-    plan, _ = assign_placement(_plan([("write", 0, 1, "full", 1)]), PlacementConfig("kind"), 64 * U)
+    plan, _ = assign_placement(_plan([("write", 0, 1, "linear", 1)]), PlacementConfig("kind"), 64 * U)
     dev = SimDevice(DeviceSpec("sim", "", 64 * U * 16, {"op_ratio": 0.2}), tmp_path)
     with pytest.raises(InputError, match="field 'placement_handle': handle 1 but the sim drive has 1"):
         dev.replay(plan, tmp_path)
