@@ -121,13 +121,21 @@ def test_sim_refuses_a_handle_the_drive_lacks(tmp_path: Path) -> None:
 
 def test_run_with_kind_placement_reports_both_wafs(tmp_path: Path) -> None:
     cfg = config_from_mapping({
-        "name": "p", "model": "kimi-k3", "policies": ["lru"],
+        "name": "p", "model": "kimi-k3", "policies": ["lru", "gandalf:budget=fixed,gamma=4"],
         "workload": {"generator": "multi-round", "params": {"sessions": 6, "turns": 6}, "seed": 3},
         "tiers": {"dram": "2GB", "ssd": "12GB"}, "replay": {"placement": "kind"}})
-    out = run(cfg, tmp_path / "r", report=False)
-    row = out.results.to_pylist()[0]
+    out = run(cfg, tmp_path / "r")
+    row, gandalf = out.results.to_pylist()
     assert row["placement"] == "kind" and row["placement_carried"]
     assert row["waf_no_placement"] is not None and row["lifetime_days_no_placement"] is not None
+    assert row["lifetime_gain_vs_lru"] == pytest.approx(row["waf_no_placement"] / row["waf_measured"])
+    assert gandalf["lifetime_gain_vs_lru"] == pytest.approx(
+        gandalf["host_write_gain_vs_lru"] * gandalf["waf_gain_vs_lru"])
+    assert gandalf["host_write_gain_vs_lru"] == pytest.approx(row["plan_write_bytes"] / gandalf["plan_write_bytes"])
+    md = (tmp_path / "r" / "report" / "report.md").read_text()
+    assert "## Physical placement (FDP reclaim unit handles)" in md
+    assert f"| gandalf,gamma=4.0,budget=fixed | kind | {gandalf['waf_no_placement']:,.3f} |" in md
+    assert "Physical placement" in (tmp_path / "r" / "report" / "report.html").read_text()
     plan = json.loads((tmp_path / "r" / "replay" / "lru" / "plan.json").read_text())
     assert plan["placement"]["mode"] == "kind" and sum(plan["placement"]["write_bytes_by_handle"]) == \
         plan["aligned_write_bytes"]
