@@ -48,6 +48,8 @@ def _scalar(v: str) -> Any:
 
   kvwear run --device block:/dev/loop7 --tracer auto --policy lru -o runs/loop
 
+  kvwear run --placement kind -o runs/fdp       # FDP handles by object kind; WAF with and without
+
   kvwear run --device femu --femu-binary ~/femu/build/qemu-system-x86_64 \
       --device-option femu.devsz_mb=192 --device-option precondition=fill --no-trim -o runs/femu
 """)
