@@ -110,6 +110,12 @@ def test_sim_keeps_kinds_apart_lowers_waf_and_accounts_bytes_per_handle(tmp_path
     assert dev.ftl is not None
     assert dev.ftl.handle_counters().media_pages[1] > 0
     dev.ftl.check_invariants()
+    # the lifetime oracle separates by death time directly: no worse than no placement here
+    plan_l, st_l = assign_placement(laid.table, PlacementConfig("lifetime"), cap)
+    dev_l = SimDevice(DeviceSpec("sim", "", cap, {**FEMU_SMALL, "ruh": 4}), tmp_path / "l")
+    res_l = dev_l.replay(plan_l, tmp_path / "l")
+    assert res_l.extra["fdp"]["host_bytes_by_handle"] == list(st_l.write_bytes_by_handle)
+    assert res_l.waf is not None and res_l.waf < twin["waf"], (res_l.waf, twin["waf"])
 
 
 def test_sim_refuses_a_handle_the_drive_lacks(tmp_path: Path) -> None:
