@@ -378,7 +378,7 @@ def placement_result(plan: dict[str, Any], device: dict[str, Any], measured_waf:
     checks = []
     if fdp:
         for h, (want, got) in enumerate(zip(fdp["plan_write_bytes_by_handle"], fdp["host_bytes_by_handle"],
-                                            strict=False)):
+                                            strict=True)):
             checks.append(Check.of(f"host bytes, handle {h}", want, got, "kvwear-ftl fdp", 0.0, kind="accounting"))
     return row, checks
 
@@ -451,7 +451,7 @@ def _model_waf(cfg: RunConfig, capacity: int) -> tuple[float, str]:
     if cfg.device.kind == "sim":
         from harness.devices.sim import ftl_config_from_spec
 
-        spec = DeviceSpec("sim", "", capacity, dict(cfg.device.options))
+        spec = DeviceSpec("sim", "", capacity, {**_placement_device_options(cfg), **dict(cfg.device.options)})
         return ftl_predicted_waf(ftl_config_from_spec(spec)), "analytical"
     if cfg.device.kind == "femu":
         return ftl_predicted_waf(_femu_geometry(cfg).ftl_config()), "analytical (FEMU geometry)"
@@ -625,6 +625,7 @@ def run(cfg: RunConfig, out: str | Path, *, resume: bool = False, replay: bool =
         characterize_stage(rd, requests, profile)
         progress("characterize", 1, 1)
     capacity = device_capacity(cfg)
+    _placement(cfg)                     # a bad placement setting fails before any simulation
     labels = [policy_label(s) for s in cfg.policies]
     if len(set(labels)) != len(labels):
         raise KvwearError(f"two policies resolve to the same label: {labels}")
