@@ -84,11 +84,10 @@ class PlacementStats:
 
 
 @numba.njit(cache=True)
-def _death_distance(op, first, npg, n_units):
+def _death_distance(op, first, npg, last):
     """Per write row: units the plan writes after it until its last page dies (-1 never dies;
-    other rows -1). Units are alignment-sized pages."""
+    other rows -1). Units are alignment-sized pages; `last` (all -1) has one slot per unit."""
     n = op.shape[0]
-    last = np.full(n_units, -1, np.int64)     # the write row that holds each page now
     end = np.zeros(n, np.int64)               # units written up to and including the row
     alive = np.zeros(n, np.int64)
     dist = np.full(n, -1, np.int64)
@@ -129,7 +128,9 @@ def residency_bytes(plan: pa.Table, capacity_bytes: int, unit_bytes: int = 4096)
                          f"I/O [{off[i]}, {off[i] + ln[i]}) is outside the device [0, {capacity_bytes})")
     first = off // unit_bytes
     npg = (off + ln + unit_bytes - 1) // unit_bytes - first
-    d = _death_distance(op, first, npg, -(-capacity_bytes // unit_bytes)).astype(np.float64) * unit_bytes
+    # the write row holding each unit now: int32 where rows allow (4 bytes per unit of the device)
+    last = np.full(-(-capacity_bytes // unit_bytes), -1, np.int32 if len(op) < 2**31 - 1 else np.int64)
+    d = _death_distance(op, first, npg, last).astype(np.float64) * unit_bytes
     d[(d < 0) & (op == 0)] = np.inf
     d[op != 0] = np.nan
     return d
