@@ -21,8 +21,23 @@ Victim selection: `greedy` (fewest valid pages; O(1) through per-valid-count buc
 line). Lines with every page valid are never victims (FEMU keeps them off its victim queue). GC
 copies go to the host write pointer (FEMU's single write pointer) unless `separate_gc_line`.
 
+Flexible Data Placement (NVMe TP4146): `ruh` reclaim unit handles (1–8; a reclaim unit is one
+line). Each write request carries a placement handle; each handle has its own host write frontier
+(open line), so data of different handles never shares a line. GC keeps a victim's valid pages
+apart per handle (`gc_handles="per-handle"`, FDP's persistently isolated handles: copies go to the
+victim's own handle, whose lines only ever hold that handle's data) or mixes them
+(`gc_handles="shared"`, initially isolated: one GC frontier for every handle). With
+`separate_gc_line` the GC frontier(s) are lines of their own; without it GC copies into the host
+frontier (of the victim's handle, or of handle 0 when shared), which with `ruh=1` is FEMU's single
+write pointer exactly. Victims are chosen over every line whatever its handle (one device-wide
+pool, as FDP leaves victim choice to the drive). FDP statistics per handle (`handle_counters`):
+host pages, media pages (host + GC copies written into the handle's lines; slot `ruh` is the shared
+GC frontier) and line erases, from which the FDP statistics log's host / media bytes written and
+media bytes erased follow.
+
 Counters: host pages written, GC-copied pages, line and block erases, WAF = (host + GC) / host,
-erase count per block, host read pages, trimmed pages; per interval of `interval_host_pages`.
+erase count per block, host read pages, trimmed pages; per interval of `interval_host_pages`;
+per placement handle (above).
 
 This module must not read files, time anything or know about block_ops tables: it takes page
 numbers (numpy arrays). The hot loop is one numba-jitted kernel (`cache=True`).
@@ -42,6 +57,9 @@ from kvwear.errors import KvwearError
 GcMode = Literal["line", "block"]
 Victim = Literal["greedy", "cost-benefit", "fifo"]
 VICTIMS: tuple[str, ...] = ("greedy", "cost-benefit", "fifo")
+GcHandles = Literal["per-handle", "shared"]
+GC_HANDLES: tuple[str, ...] = ("per-handle", "shared")
+MAX_RUH = 8
 
 # op codes of `Ftl.apply_ops` (the sim backend maps block_ops' op column onto these)
 OP_WRITE = 0
@@ -50,19 +68,28 @@ OP_TRIM = 2
 
 # scalar-state slots (one int64 array, so the kernel keeps everything in registers/arrays)
 _FREE_HEAD, _FREE_TAIL, _FREE_CNT = 0, 1, 2
-_HOST_LINE, _HOST_OFF, _GC_LINE, _GC_OFF = 3, 4, 5, 6
-_HOST_PAGES, _GC_PAGES, _LINE_ERASES, _CLOSE_SEQ = 7, 8, 9, 10
-_READ_PAGES, _UNMAPPED_READS, _TRIM_PAGES, _GC_RUNS, _FORCED_GC_RUNS = 11, 12, 13, 14, 15
-_ERR_REQ = 16
-_NSCALARS = 17
+_HOST_PAGES, _GC_PAGES, _LINE_ERASES, _CLOSE_SEQ = 3, 4, 5, 6
+_READ_PAGES, _UNMAPPED_READS, _TRIM_PAGES, _GC_RUNS, _FORCED_GC_RUNS = 7, 8, 9, 10, 11
+_ERR_REQ = 12
+# write frontiers follow: frontier f holds (open line, write offset) at _FRONT + 2f, _FRONT + 2f + 1.
+# Frontiers 0 … ruh−1 are the handles' host frontiers, then the GC frontier(s) of separate_gc_line.
+_FRONT = 13
 
 # params slots
 _P_PPL, _P_LINES, _P_NLPN, _P_MODE, _P_BG, _P_HIGH, _P_MININV, _P_VICTIM, _P_RESERVE = range(9)
-_P_SEPGC, _P_TRIM = 9, 10
-_NPARAMS = 11
+_P_SEPGC, _P_TRIM, _P_RUH, _P_GCSHARED = 9, 10, 11, 12
+_NPARAMS = 13
 
 # line states
 _FREE, _OPEN, _CLOSED, _VICTIM = 0, 1, 2, 3
+
+
+def _open_lines(ruh: int, separate_gc_line: bool, gc_handles: str) -> int:
+    """Write frontiers: one host frontier per handle, plus GC's own (separate_gc_line): one per
+    handle, or one shared."""
+    if not separate_gc_line:
+        return ruh
+    return ruh + (ruh if gc_handles == "per-handle" else 1)
 
 
 @dataclass(frozen=True)
@@ -81,6 +108,8 @@ class FtlConfig:
     min_invalid_pages: int = 0         # line mode: background victim needs ≥ this many invalid
     reserve_lines: int = 2             # block mode: GC before a host page while free ≤ this
     separate_gc_line: bool = False     # GC copies to their own open line (else FEMU's shared one)
+    ruh: int = 1                       # FDP reclaim unit handles: one host write frontier each
+    gc_handles: GcHandles = "per-handle"  # GC copies stay in the victim's handle, or share one frontier
     honor_trim: bool = True            # FEMU's bbssd ignored DSM in older releases: set False
     interval_host_pages: int = 0       # per-interval counters every N host pages (0: none)
     description: str = ""
@@ -94,7 +123,11 @@ class FtlConfig:
             raise KvwearError(f"FtlConfig.gc_mode must be 'line' or 'block', got {self.gc_mode!r}")
         if self.victim not in VICTIMS:
             raise KvwearError(f"FtlConfig.victim {self.victim!r}; valid: {', '.join(VICTIMS)}")
-        open_lines = 2 if self.separate_gc_line else 1
+        if not 1 <= self.ruh <= MAX_RUH:
+            raise KvwearError(f"FtlConfig.ruh (reclaim unit handles) must be 1–{MAX_RUH}, got {self.ruh}")
+        if self.gc_handles not in GC_HANDLES:
+            raise KvwearError(f"FtlConfig.gc_handles {self.gc_handles!r}; valid: {', '.join(GC_HANDLES)}")
+        open_lines = self.open_lines
         if self.exposed_pages > (self.lines - open_lines) * self.pages_per_line:
             raise KvwearError(
                 f"exposed capacity {self.exposed_pages} pages does not fit in {self.lines} lines of "
@@ -102,6 +135,11 @@ class FtlConfig:
             )
         if self.gc_mode == "block" and self.reserve_lines < 1:
             raise KvwearError("FtlConfig.reserve_lines must be ≥ 1 in block mode (GC needs a free line)")
+
+    @property
+    def open_lines(self) -> int:
+        """Lines that can be open at once: one per handle, plus GC's own frontier(s)."""
+        return _open_lines(self.ruh, self.separate_gc_line, self.gc_handles)
 
     @property
     def pages_per_line(self) -> int:
@@ -138,6 +176,8 @@ class FtlConfig:
         gc_thres_pcent_high: int = 95,
         *,
         victim: Victim = "greedy",
+        ruh: int = 1,
+        gc_handles: GcHandles = "per-handle",
         honor_trim: bool = True,
         interval_host_pages: int = 0,
     ) -> FtlConfig:
@@ -165,6 +205,8 @@ class FtlConfig:
             gc_thres_lines_high=int((1 - gc_thres_pcent_high / 100.0) * lines),
             min_invalid_pages=ppl // 8,
             separate_gc_line=False,
+            ruh=ruh,
+            gc_handles=gc_handles,
             honor_trim=honor_trim,
             interval_host_pages=interval_host_pages,
             description=(
@@ -189,19 +231,22 @@ class FtlConfig:
         reserve_lines: int = 2,
         victim: Victim = "greedy",
         separate_gc_line: bool = False,
+        ruh: int = 1,
+        gc_handles: GcHandles = "per-handle",
         honor_trim: bool = True,
         interval_host_pages: int = 0,
     ) -> FtlConfig:
         """A plain block-level FTL with over-provisioning ρ = `op_ratio`.
 
         The space GC can use is ⌈exposed·(1+ρ)⌉ rounded up to whole blocks; the GC reserve
-        (`reserve_lines` free blocks) and the open block(s) are added on top, so the analytical
-        model's α = 1 + ρ describes this drive (see harness.estimate.effective_alpha)."""
+        (`reserve_lines` free blocks) and the open block(s) (one per write frontier: `ruh` host
+        frontiers plus GC's own) are added on top, so the analytical model's α = 1 + ρ describes
+        this drive (see harness.estimate.effective_alpha)."""
         if op_ratio < 0:
             raise KvwearError(f"op_ratio must be ≥ 0, got {op_ratio}")
         exposed_pages = -(-exposed_bytes // page_bytes)
         data_blocks = math.ceil(exposed_pages * (1.0 + op_ratio) / pages_per_block - 1e-9)
-        open_lines = 2 if separate_gc_line else 1
+        open_lines = _open_lines(ruh, separate_gc_line, gc_handles)
         return cls(
             page_bytes=page_bytes,
             pages_per_block=pages_per_block,
@@ -212,9 +257,12 @@ class FtlConfig:
             victim=victim,
             reserve_lines=reserve_lines,
             separate_gc_line=separate_gc_line,
+            ruh=ruh,
+            gc_handles=gc_handles,
             honor_trim=honor_trim,
             interval_host_pages=interval_host_pages,
-            description=f"block-level ρ={op_ratio:g}, {data_blocks} data blocks of {pages_per_block} pages",
+            description=f"block-level ρ={op_ratio:g}, {data_blocks} data blocks of {pages_per_block} pages"
+                        + (f", {ruh} reclaim unit handles (GC {gc_handles})" if ruh > 1 else ""),
         )
 
     def with_(self, **changes: object) -> FtlConfig:
@@ -273,6 +321,45 @@ class FtlCounters:
 
 
 @dataclass(frozen=True)
+class FtlHandleCounters:
+    """FDP statistics per reclaim unit handle. `host_pages[h]`: host pages written with handle h;
+    `media_pages[h]`: pages programmed into handle h's lines (host + GC copies), the last slot the
+    shared GC frontier's; `line_erases[h]`: erased lines that held handle h's data (same slots).
+    Totals: host / media bytes written and media bytes erased, the FDP statistics log's HBMW,
+    MBMW and MBE (no metadata here)."""
+
+    page_bytes: int
+    pages_per_line: int
+    host_pages: tuple[int, ...]
+    media_pages: tuple[int, ...]
+    line_erases: tuple[int, ...]
+
+    @property
+    def host_bytes(self) -> int:
+        return sum(self.host_pages) * self.page_bytes
+
+    @property
+    def media_bytes(self) -> int:
+        return sum(self.media_pages) * self.page_bytes
+
+    @property
+    def media_bytes_erased(self) -> int:
+        return sum(self.line_erases) * self.pages_per_line * self.page_bytes
+
+    def waf(self, handle: int) -> float | None:
+        """Media pages ÷ host pages of one handle (None when it wrote nothing)."""
+        h = self.host_pages[handle]
+        return self.media_pages[handle] / h if h else None
+
+    def minus(self, before: FtlHandleCounters) -> FtlHandleCounters:
+        def sub(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+            return tuple(x - y for x, y in zip(a, b, strict=True))
+
+        return FtlHandleCounters(self.page_bytes, self.pages_per_line, sub(self.host_pages, before.host_pages),
+                                 sub(self.media_pages, before.media_pages), sub(self.line_erases, before.line_erases))
+
+
+@dataclass(frozen=True)
 class FtlIntervals:
     """Counter snapshots taken every `interval_host_pages` host pages (cumulative values)."""
 
@@ -296,10 +383,24 @@ class FtlIntervals:
 # adjusts its reference count, ~100 ns for a dozen arrays — 20× the cost of programming a page.
 # So the per-page paths (host write, GC copy, invalidation) are written inline; only rare events
 # (closing a line, one GC run, picking a victim) are calls.
+#
+# `lhandle[line]` is the handle whose frontier opened the line (ruh: the shared GC frontier);
+# `hs` holds the per-handle counters: host pages [0, ruh), media pages [ruh+1, 2·ruh+2) and line
+# erases [2·ruh+2, 3·ruh+3), each with one slot per handle plus the shared GC slot.
 
 
 @numba.njit(cache=True)
-def _close_line(line, li, sc, vpc, lstate, head, nxt, prv, close_seq, free_ring, n_lines):
+def _frontier_handle(f, pr):
+    """The handle a frontier writes for: host frontiers and per-handle GC frontiers their handle,
+    the shared GC frontier slot `ruh`."""
+    ruh = pr[_P_RUH]
+    if f < ruh:
+        return f
+    return ruh if pr[_P_GCSHARED] == 1 else f - ruh
+
+
+@numba.njit(cache=True)
+def _close_line(line, li, sc, vpc, lstate, head, nxt, prv, close_seq, free_ring, lhandle, n_lines):
     """The line at pointer slot `li` is full: close it (into its valid-count bucket; FEMU: the full
     list if all valid, else the victim queue) and take the next free line right away, as FEMU's
     write-pointer advance does (-1 when none is left)."""
@@ -321,18 +422,20 @@ def _close_line(line, li, sc, vpc, lstate, head, nxt, prv, close_seq, free_ring,
     sc[_FREE_HEAD] = (sc[_FREE_HEAD] + 1) % (n_lines + 1)
     sc[_FREE_CNT] -= 1
     lstate[nl] = _OPEN
+    lhandle[nl] = lhandle[line]
     sc[li] = nl
 
 
 @numba.njit(cache=True)
-def _open_line(li, sc, lstate, free_ring, n_lines):
-    """Give pointer slot `li` a free line; False when none is left."""
+def _open_line(li, sc, lstate, free_ring, lhandle, tag, n_lines):
+    """Give pointer slot `li` a free line for handle `tag`; False when none is left."""
     if sc[_FREE_CNT] == 0:
         return False
     nl = free_ring[sc[_FREE_HEAD]]
     sc[_FREE_HEAD] = (sc[_FREE_HEAD] + 1) % (n_lines + 1)
     sc[_FREE_CNT] -= 1
     lstate[nl] = _OPEN
+    lhandle[nl] = tag
     sc[li] = nl
     sc[li + 1] = 0
     return True
@@ -386,10 +489,12 @@ def _select_victim(sc, vpc, lstate, head, close_seq, pr):
 
 
 @numba.njit(cache=True)
-def _gc(force, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring, line_erases, pr):
+def _gc(force, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring, line_erases, lhandle, hs,
+        pr):
     """One GC run: relocate the victim's valid pages, erase it. 1 done, 0 no victim, -1 no space."""
     ppl = pr[_P_PPL]
     n_lines = pr[_P_LINES]
+    ruh = pr[_P_RUH]
     victim = _select_victim(sc, vpc, lstate, head, close_seq, pr)
     if victim < 0:
         return 0
@@ -405,7 +510,12 @@ def _gc(force, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring, 
     if n >= 0:
         prv[n] = p
     lstate[victim] = _VICTIM
-    li = _GC_LINE if pr[_P_SEPGC] == 1 else _HOST_LINE
+    vh = lhandle[victim]
+    # the destination frontier: per-handle GC keeps the victim's handle, shared GC has one frontier
+    sep = pr[_P_SEPGC] == 1
+    f = (ruh if sep else 0) if pr[_P_GCSHARED] == 1 else (vh + ruh if sep else vh)
+    li = _FRONT + 2 * f
+    tag = _frontier_handle(f, pr)
     base = victim * ppl
     line = sc[li]
     woff = sc[li + 1]
@@ -415,8 +525,9 @@ def _gc(force, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring, 
         if lpn < 0:
             continue
         if line < 0:
-            if not _open_line(li, sc, lstate, free_ring, n_lines):
+            if not _open_line(li, sc, lstate, free_ring, lhandle, tag, n_lines):
                 sc[_GC_PAGES] += copied
+                hs[ruh + 1 + tag] += copied
                 return -1
             line = sc[li]
             woff = 0
@@ -430,12 +541,14 @@ def _gc(force, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring, 
         woff += 1
         copied += 1
         if woff == ppl:
-            _close_line(line, li, sc, vpc, lstate, head, nxt, prv, close_seq, free_ring, n_lines)
+            _close_line(line, li, sc, vpc, lstate, head, nxt, prv, close_seq, free_ring, lhandle, n_lines)
             line = sc[li]
             woff = 0
     sc[li] = line
     sc[li + 1] = woff
     sc[_GC_PAGES] += copied
+    hs[ruh + 1 + tag] += copied
+    hs[2 * (ruh + 1) + vh] += 1
     vpc[victim] = 0
     lstate[victim] = _FREE
     line_erases[victim] += 1
@@ -450,10 +563,11 @@ def _gc(force, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring, 
 
 
 @numba.njit(cache=True)
-def _run(ops, starts, npages, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring,
-         line_erases, pr):
-    """Play requests in order. Returns -1 when done, else the index of the request that found no
-    free line to write to (the device is out of space: GC could not reclaim anything)."""
+def _run(ops, starts, npages, handles, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring,
+         line_erases, lhandle, hs, pr):
+    """Play requests in order (`handles`: each request's placement handle). Returns -1 when done,
+    else the index of the request that found no free line to write to (the device is out of space:
+    GC could not reclaim anything)."""
     line_mode = pr[_P_MODE] == 0
     ppl = pr[_P_PPL]
     n_lines = pr[_P_LINES]
@@ -461,6 +575,7 @@ def _run(ops, starts, npages, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_s
     bg = pr[_P_BG]
     reserve = pr[_P_RESERVE]
     do_trim = pr[_P_TRIM] == 1
+    ruh = pr[_P_RUH]
     for r in range(ops.shape[0]):
         op = ops[r]
         s = starts[r]
@@ -469,29 +584,33 @@ def _run(ops, starts, npages, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_s
             if line_mode:
                 while sc[_FREE_CNT] <= high:
                     if _gc(True, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring,
-                           line_erases, pr) != 1:
+                           line_erases, lhandle, hs, pr) != 1:
                         break
             # hot scalars live in locals; sc is synced around the calls that use them
-            line = sc[_HOST_LINE]
-            off = sc[_HOST_OFF]
+            hd = handles[r]
+            li = _FRONT + 2 * hd
+            line = sc[li]
+            off = sc[li + 1]
             fc = sc[_FREE_CNT]
             for lpn in range(s, s + n):
                 if not line_mode and fc <= reserve:
-                    sc[_HOST_LINE] = line
-                    sc[_HOST_OFF] = off
+                    sc[li] = line
+                    sc[li + 1] = off
                     while sc[_FREE_CNT] <= reserve:
                         if _gc(True, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring,
-                               line_erases, pr) != 1:
+                               line_erases, lhandle, hs, pr) != 1:
                             break
-                    line = sc[_HOST_LINE]
-                    off = sc[_HOST_OFF]
+                    line = sc[li]
+                    off = sc[li + 1]
                     fc = sc[_FREE_CNT]
                 if line < 0:
-                    if not _open_line(_HOST_LINE, sc, lstate, free_ring, n_lines):
+                    if not _open_line(li, sc, lstate, free_ring, lhandle, hd, n_lines):
                         sc[_HOST_PAGES] += lpn - s
+                        hs[hd] += lpn - s
+                        hs[ruh + 1 + hd] += lpn - s
                         sc[_ERR_REQ] = r
                         return r
-                    line = sc[_HOST_LINE]
+                    line = sc[li]
                     off = 0
                     fc = sc[_FREE_CNT]
                 old = l2p[lpn]
@@ -522,14 +641,16 @@ def _run(ops, starts, npages, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_s
                 vpc[line] += 1
                 off += 1
                 if off == ppl:
-                    _close_line(line, _HOST_LINE, sc, vpc, lstate, head, nxt, prv, close_seq, free_ring,
+                    _close_line(line, li, sc, vpc, lstate, head, nxt, prv, close_seq, free_ring, lhandle,
                                 n_lines)
-                    line = sc[_HOST_LINE]
+                    line = sc[li]
                     off = 0
                     fc = sc[_FREE_CNT]
-            sc[_HOST_LINE] = line
-            sc[_HOST_OFF] = off
+            sc[li] = line
+            sc[li + 1] = off
             sc[_HOST_PAGES] += n
+            hs[hd] += n
+            hs[ruh + 1 + hd] += n
         elif op == 1:
             for lpn in range(s, s + n):
                 if l2p[lpn] >= 0:
@@ -565,12 +686,10 @@ def _run(ops, starts, npages, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_s
         # background GC: one run after each request (FEMU's ftl_thread)
         if line_mode and sc[_FREE_CNT] <= bg and _gc(
                 False, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring, line_erases,
-                pr) < 0:
+                lhandle, hs, pr) < 0:
             sc[_ERR_REQ] = r
             return r
     return -1
-
-
 # ----------------------------------------------------------------------------------------------
 
 
@@ -592,10 +711,12 @@ class Ftl:
         # free lines as a FIFO ring (FEMU: take the head of the free list, append freed lines)
         self._free_ring = np.zeros(c.lines + 1, dtype=np.int64)
         self._free_ring[: c.lines] = np.arange(c.lines)
-        sc = np.zeros(_NSCALARS, dtype=np.int64)
+        sc = np.zeros(_FRONT + 2 * c.open_lines, dtype=np.int64)
         sc[_FREE_HEAD], sc[_FREE_TAIL], sc[_FREE_CNT] = 0, c.lines, c.lines
-        sc[_HOST_LINE] = sc[_GC_LINE] = -1
+        sc[_FRONT::2] = -1                 # every frontier starts without a line
         sc[_ERR_REQ] = -1
+        self._lhandle = np.zeros(c.lines, dtype=np.int64)
+        self._hs = np.zeros(3 * (c.ruh + 1), dtype=np.int64)
         self._sc = sc
         pr = np.zeros(_NPARAMS, dtype=np.int64)
         pr[_P_PPL] = ppl
@@ -609,12 +730,14 @@ class Ftl:
         pr[_P_RESERVE] = c.reserve_lines
         pr[_P_SEPGC] = 1 if c.separate_gc_line else 0
         pr[_P_TRIM] = 1 if c.honor_trim else 0
+        pr[_P_RUH] = c.ruh
+        pr[_P_GCSHARED] = 1 if c.gc_handles == "shared" else 0
         self._pr = pr
         # FEMU opens its first line at start-up (ssd_init_write_pointer): the free count starts
         # at lines − 1, which matters for the GC thresholds
         sc[_FREE_HEAD], sc[_FREE_CNT] = 1, c.lines - 1
         self._lstate[0] = _OPEN
-        sc[_HOST_LINE], sc[_HOST_OFF] = 0, 0
+        sc[_FRONT], sc[_FRONT + 1] = 0, 0  # … as handle 0's host frontier
         self._iv_host: list[int] = []
         self._iv_gc: list[int] = []
         self._iv_erase: list[int] = []
@@ -622,10 +745,11 @@ class Ftl:
 
     # -- entry points --------------------------------------------------------------------------
 
-    def write(self, lpns: np.ndarray) -> None:
-        """Write each LPN as its own one-page request, in order."""
+    def write(self, lpns: np.ndarray, handle: int = 0) -> None:
+        """Write each LPN as its own one-page request, in order, with placement handle `handle`."""
         lpns = np.ascontiguousarray(lpns, dtype=np.int64)
-        self.apply_ops(np.zeros(len(lpns), np.int8), lpns, np.ones(len(lpns), np.int64))
+        self.apply_ops(np.zeros(len(lpns), np.int8), lpns, np.ones(len(lpns), np.int64),
+                       np.full(len(lpns), handle, np.int64) if handle else None)
 
     def trim(self, lpns: np.ndarray) -> None:
         lpns = np.ascontiguousarray(lpns, dtype=np.int64)
@@ -635,18 +759,28 @@ class Ftl:
         lpns = np.ascontiguousarray(lpns, dtype=np.int64)
         self.apply_ops(np.full(len(lpns), OP_READ, np.int8), lpns, np.ones(len(lpns), np.int64))
 
-    def apply_ops(self, op_codes: np.ndarray, start_lpn: np.ndarray, npages: np.ndarray) -> None:
-        """Play requests (OP_WRITE/OP_READ/OP_TRIM, first LPN, page count) in order.
+    def apply_ops(self, op_codes: np.ndarray, start_lpn: np.ndarray, npages: np.ndarray,
+                  handles: np.ndarray | None = None) -> None:
+        """Play requests (OP_WRITE/OP_READ/OP_TRIM, first LPN, page count, placement handle — all
+        0 when `handles` is None; reads and trims ignore it) in order.
 
-        Raises KvwearError on an LPN outside the exposed capacity or when the drive has no free
-        line left (every line full of valid data)."""
+        Raises KvwearError on an LPN outside the exposed capacity, a handle outside [0, ruh), or
+        when the drive has no free line left (every line full of valid data)."""
         ops = np.ascontiguousarray(op_codes, dtype=np.int8)
         starts = np.ascontiguousarray(start_lpn, dtype=np.int64)
         n = np.ascontiguousarray(npages, dtype=np.int64)
-        if not (len(ops) == len(starts) == len(n)):
-            raise KvwearError("apply_ops: op_codes, start_lpn and npages differ in length")
+        hd = (np.zeros(len(ops), np.int64) if handles is None
+              else np.ascontiguousarray(handles, dtype=np.int64))
+        if not (len(ops) == len(starts) == len(n) == len(hd)):
+            raise KvwearError("apply_ops: op_codes, start_lpn, npages and handles differ in length")
         if len(ops) == 0:
             return
+        if handles is not None:
+            badh = np.flatnonzero((hd < 0) | (hd >= self.config.ruh))
+            if badh.size:
+                i = int(badh[0])
+                raise KvwearError(f"request {i}: placement handle {int(hd[i])} outside [0, {self.config.ruh}) "
+                                  f"(the drive has {self.config.ruh} reclaim unit handle(s))")
         bad = (starts < 0) | (n < 0) | (starts + n > self.config.exposed_pages) | (ops < 0) | (ops > 2)
         if bad.any():
             i = int(np.argmax(bad))
@@ -656,7 +790,7 @@ class Ftl:
             )
         every = self.config.interval_host_pages
         if every <= 0:
-            self._run(ops, starts, n)
+            self._run(ops, starts, n, hd)
             return
         # split at request boundaries where the cumulative host pages cross an interval mark
         wpages = np.where(ops == OP_WRITE, n, 0)
@@ -666,9 +800,9 @@ class Ftl:
             hi = int(np.searchsorted(cum, self._next_mark, side="left")) + 1
             hi = max(hi, lo + 1)
             if hi > len(ops):
-                self._run(ops[lo:], starts[lo:], n[lo:])
+                self._run(ops[lo:], starts[lo:], n[lo:], hd[lo:])
                 break
-            self._run(ops[lo:hi], starts[lo:hi], n[lo:hi])
+            self._run(ops[lo:hi], starts[lo:hi], n[lo:hi], hd[lo:hi])
             lo = hi
             while self._sc[_HOST_PAGES] >= self._next_mark:
                 self._iv_host.append(int(self._sc[_HOST_PAGES]))
@@ -676,9 +810,10 @@ class Ftl:
                 self._iv_erase.append(int(self._sc[_LINE_ERASES]))
                 self._next_mark += every
 
-    def _run(self, ops: np.ndarray, starts: np.ndarray, n: np.ndarray) -> None:
-        r = _run(ops, starts, n, self._sc, self._l2p, self._p2l, self._vpc, self._lstate, self._head,
-                 self._nxt, self._prv, self._close_seq, self._free_ring, self._line_erases, self._pr)
+    def _run(self, ops: np.ndarray, starts: np.ndarray, n: np.ndarray, hd: np.ndarray) -> None:
+        r = _run(ops, starts, n, hd, self._sc, self._l2p, self._p2l, self._vpc, self._lstate, self._head,
+                 self._nxt, self._prv, self._close_seq, self._free_ring, self._line_erases, self._lhandle,
+                 self._hs, self._pr)
         if r >= 0:
             c = self.counters()
             raise KvwearError(
@@ -706,6 +841,17 @@ class Ftl:
             valid_pages=int(self._vpc.sum()),
         )
 
+    def handle_counters(self) -> FtlHandleCounters:
+        """Cumulative FDP statistics per reclaim unit handle (slot `ruh`: the shared GC frontier)."""
+        k = self.config.ruh + 1
+        hs = self._hs
+        return FtlHandleCounters(
+            page_bytes=self.config.page_bytes, pages_per_line=self.config.pages_per_line,
+            host_pages=tuple(int(x) for x in hs[:k - 1]),
+            media_pages=tuple(int(x) for x in hs[k:2 * k]),
+            line_erases=tuple(int(x) for x in hs[2 * k:3 * k]),
+        )
+
     def intervals(self) -> FtlIntervals:
         return FtlIntervals(
             host_pages=np.asarray(self._iv_host, dtype=np.int64),
@@ -716,6 +862,11 @@ class Ftl:
     def erase_counts(self) -> np.ndarray:
         """Erase count per block (a line's blocks are erased together)."""
         return np.repeat(self._line_erases, self.config.blocks_per_line)
+
+    def handle_of(self, lpns: np.ndarray) -> np.ndarray:
+        """The handle whose line holds each LPN now (-1 where unmapped; `ruh`: the shared GC line)."""
+        ppn = self._l2p[np.asarray(lpns, dtype=np.int64)]
+        return np.where(ppn >= 0, self._lhandle[np.maximum(ppn, 0) // self.config.pages_per_line], -1)
 
     def mapped_pages(self) -> int:
         return int((self._l2p >= 0).sum())

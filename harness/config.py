@@ -56,6 +56,8 @@ class ReplaySettings:
     time_mode: str = "afap"               # afap (as fast as possible) | original | compressed
     time_compression: float = 1.0
     log_full: str = "evict"               # log layout, head reaches a live object: evict | error
+    placement: str = "none"               # FDP placement handles: none | kind | lifetime (harness.placement)
+    placement_handles: int = 4            # lifetime: residency buckets, one handle each
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,10 @@ microseconds (measured: entries 500,000 apart replay 0.5 s apart). Replay with
 `--read_iolog=LOG --replay_redirect=TARGET` (the log's filename is then only a token) and
 `--replay_no_stall=1` to ignore the timestamps. Version 3 has no `wait` action.
 
+Placement handles (block_ops' `placement_handle`) are not exported: an iolog line has no field
+for them, and fio's FDP options (fio ≥ 3.34, `fdp=1`, `fdp_pli=`) choose a job's placement ID
+by their own rule, not per logged I/O.
+
 fio 3.33 drops an iolog's trim lines ('bad ddir: 2'; see harness.fio.fio_replays_trim), so
 callers replaying on such a fio pass `include_trims=False`.
 

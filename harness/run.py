@@ -49,6 +49,7 @@ from harness.estimate import (
     tbw_from_dwpd,
     tbw_from_pe_cycles,
 )
+from harness.placement import PlacementConfig, assign_placement
 from harness.replay import ReplayConfig, plan_block_ops
 from harness.rundir import RunDir, build_manifest, input_sha256, write_json
 from harness.schema import BLOCK_OPS, WEAR
@@ -260,8 +261,10 @@ def plan_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int) -> dict[st
                       time_mode=r.time_mode, time_compression=r.time_compression,  # type: ignore[arg-type]
                       log_full=r.log_full)  # type: ignore[arg-type]
     plan = plan_block_ops(ops, rc, source=str(rd.stage_dir("policies", label) / "ssd_ops.parquet"))
-    write_table(BLOCK_OPS, plan.table, d / "block_ops.parquet")
-    accounting = plan.accounting()
+    # the placement post-pass runs on the laid-out plan: handles never change where data goes
+    table, placed = assign_placement(plan.table, _placement(cfg), capacity, r.align_bytes)
+    write_table(BLOCK_OPS, table, d / "block_ops.parquet")
+    accounting: dict[str, Any] = {**plan.accounting(), "placement": placed.as_dict()}
     write_json(d / "plan.json", accounting)
     rd.mark_done(stage, {"write_ios": plan.write_ios})
     return accounting
@@ -311,7 +314,7 @@ def device_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int,
         return dict(json.loads((d / "result.json").read_text()))
     plan = read_table(BLOCK_OPS, rd.stage_dir("replay", label) / "block_ops.parquet")
     spec = DeviceSpec(kind=cfg.device.kind, target=cfg.device.target, capacity_bytes=capacity,
-                      options={**dict(cfg.device.options),
+                      options={**_placement_device_options(cfg), **dict(cfg.device.options),
                                **({"confirm_serial": cfg.device.confirm_serial} if cfg.device.confirm_serial else {})})
     readers = wear_readers(cfg)
     dev = open_device(spec, d)
@@ -345,6 +348,56 @@ def device_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int,
     write_json(d / "result.json", out)
     rd.mark_done(stage, {"write_bytes": res.write_bytes})
     return dict(json.loads((d / "result.json").read_text()))
+
+
+def _placement(cfg: RunConfig) -> PlacementConfig:
+    return PlacementConfig(cfg.replay.placement, cfg.replay.placement_handles)  # type: ignore[arg-type]
+
+
+def _placement_device_options(cfg: RunConfig) -> dict[str, Any]:
+    """The embedded FTL gets as many reclaim unit handles as the placement uses (unless the
+    options name `ruh`); the other backends cannot carry handles (fio 3.33's iolog has none)."""
+    n = _placement(cfg).handles
+    return {"ruh": n} if cfg.device.kind == "sim" and n > 1 else {}
+
+
+def placement_result(plan: dict[str, Any], device: dict[str, Any], measured_waf: float | None) -> tuple[
+        dict[str, Any], list[Check]]:
+    """Placement fields of a results row (the device WAF without placement: the sim twin's, or the
+    measured one when the plan used no handle) and the per-handle byte-accounting checks."""
+    p = plan.get("placement") or {"mode": "none", "write_bytes_by_handle": []}
+    fdp = (device.get("extra") or {}).get("fdp")
+    twin = (device.get("extra") or {}).get("no_placement")
+    used = sum(1 for b in p["write_bytes_by_handle"] if b) > 1
+    carried = bool(fdp) and used
+    row: dict[str, Any] = {
+        "placement": p["mode"],
+        "placement_carried": carried or not used,
+        # a device that did not play the handles measured the WAF without placement
+        "waf_no_placement": twin["waf"] if twin else (None if carried else measured_waf),
+    }
+    checks = []
+    if fdp:
+        for h, (want, got) in enumerate(zip(fdp["plan_write_bytes_by_handle"], fdp["host_bytes_by_handle"],
+                                            strict=True)):
+            checks.append(Check.of(f"host bytes, handle {h}", want, got, "kvwear-ftl fdp", 0.0, kind="accounting"))
+    return row, checks
+
+
+def placement_gains(rows: list[dict[str, Any]], reference: str = "lru") -> list[dict[str, Any]]:
+    """Each row plus its lifetime gain over `reference` without placement, split as host-write gain
+    (reference host bytes ÷ this policy's) × WAF gain (reference WAF without placement ÷ this
+    policy's WAF as measured, with its placement): lifetime ∝ 1 / (host bytes × WAF) on one drive."""
+    ref = next((r for r in rows if r.get("policy") == reference), None)
+    out = []
+    for r in rows:
+        g: dict[str, Any] = {"host_write_gain_vs_lru": None, "waf_gain_vs_lru": None, "lifetime_gain_vs_lru": None}
+        if ref is not None and r.get("plan_write_bytes") and ref.get("waf_no_placement") and r.get("waf_measured"):
+            hg = ref["plan_write_bytes"] / r["plan_write_bytes"]
+            wg = ref["waf_no_placement"] / r["waf_measured"]
+            g = {"host_write_gain_vs_lru": hg, "waf_gain_vs_lru": wg, "lifetime_gain_vs_lru": hg * wg}
+        out.append({**r, **g})
+    return out
 
 
 def _write_parquet(table: pa.Table, path: Path) -> None:
@@ -399,7 +452,7 @@ def _model_waf(cfg: RunConfig, capacity: int) -> tuple[float, str]:
     if cfg.device.kind == "sim":
         from harness.devices.sim import ftl_config_from_spec
 
-        spec = DeviceSpec("sim", "", capacity, dict(cfg.device.options))
+        spec = DeviceSpec("sim", "", capacity, {**_placement_device_options(cfg), **dict(cfg.device.options)})
         return ftl_predicted_waf(ftl_config_from_spec(spec)), "analytical"
     if cfg.device.kind == "femu":
         return ftl_predicted_waf(_femu_geometry(cfg).ftl_config()), "analytical (FEMU geometry)"
@@ -478,6 +531,8 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, An
         if measured_waf is None and w.get("nand_bytes") and w["host_bytes"]:
             measured_waf = w["nand_bytes"] / w["host_bytes"]
             device = {**device, "nand_write_bytes": w["nand_bytes"]}
+    placement_row, placement_checks = placement_result(plan, device, measured_waf)
+    checks.extend(placement_checks)
     emulated = emulator_waf(cfg, rd, label)
     # The embedded FTL, configured as the device, on the same plan: its WAF is a prediction too.
     if emulated is not None and measured_waf is not None:
@@ -493,6 +548,10 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, An
     life_model = projected_lifetime_days(tbw, per_day, waf_model)
     life_measured = (projected_lifetime_days(tbw, host_bytes_per_day(dev_bytes / f, duration), measured_waf)
                      if measured_waf is not None else None)
+    waf_none = placement_row["waf_no_placement"]
+    placement_row["lifetime_days_no_placement"] = (
+        projected_lifetime_days(tbw, host_bytes_per_day(dev_bytes / f, duration), waf_none)
+        if waf_none is not None else None)
     if life_measured is not None:
         # Both projections against the measurement: Gandalf's WAF 1 and the analytical model.
         checks.append(Check.of("lifetime days (WAF 1)", life_waf1, life_measured, "measured host bytes × WAF",
@@ -538,6 +597,7 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, An
         "lifetime_days_waf1": life_waf1,
         "lifetime_days_model": life_model,
         "lifetime_days_measured": life_measured,
+        **placement_row,
         "load_latency_mean_s": summary["mean_load_latency_s"],
         "cost_recompute_per_1k": summary["gpu_usd"] / n * 1000.0,
         "cost_wear_per_1k": summary["ssd_wear_usd"] / n * 1000.0,
@@ -566,6 +626,7 @@ def run(cfg: RunConfig, out: str | Path, *, resume: bool = False, replay: bool =
         characterize_stage(rd, requests, profile)
         progress("characterize", 1, 1)
     capacity = device_capacity(cfg)
+    _placement(cfg)                     # a bad placement setting fails before any simulation
     labels = [policy_label(s) for s in cfg.policies]
     if len(set(labels)) != len(labels):
         raise KvwearError(f"two policies resolve to the same label: {labels}")
@@ -586,7 +647,7 @@ def run(cfg: RunConfig, out: str | Path, *, resume: bool = False, replay: bool =
         device = device_stage(cfg, rd, label, capacity, progress)
         progress(f"device/{label}", 1, 1)
         outcomes.append(estimate_stage(cfg, rd, label, summary, plan, device, capacity))
-    results = pa.Table.from_pylist([o.row for o in outcomes])
+    results = pa.Table.from_pylist(placement_gains([o.row for o in outcomes]) if replay else [o.row for o in outcomes])
     _write_parquet(results, rd.results_path)
     rd.mark_done("results")
     html = None

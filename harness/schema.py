@@ -9,9 +9,11 @@ from kvwear.tables import TableSpec
 
 _DICT = pa.dictionary(pa.int8(), pa.string())
 
+# version 2 adds placement_handle: the FDP placement handle of each write (harness.placement;
+# 0 = the default handle, also what a version-1 plan means)
 BLOCK_OPS = TableSpec(
     kind="block_ops",
-    version=1,
+    version=2,
     schema=pa.schema(
         [
             pa.field("t_s", pa.float64(), nullable=False),
@@ -20,8 +22,10 @@ BLOCK_OPS = TableSpec(
             pa.field("length_bytes", pa.int64(), nullable=False),
             pa.field("obj_kind", _DICT, nullable=False),
             pa.field("obj_id", pa.int64(), nullable=False),
+            pa.field("placement_handle", pa.int8(), nullable=False),
         ]
     ),
+    defaults=(("placement_handle", 0),),
 )
 
 BLOCK_TRACE = TableSpec(

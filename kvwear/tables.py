@@ -26,6 +26,9 @@ class TableSpec:
     kind: str
     version: int
     schema: pa.Schema
+    # columns added in a later version, with the value a table written without them means:
+    # `conform` fills them in, so producers that predate the column keep working
+    defaults: tuple[tuple[str, object], ...] = ()
 
     def with_metadata(self) -> pa.Schema:
         meta = dict(self.schema.metadata or {})
@@ -34,11 +37,15 @@ class TableSpec:
         return self.schema.with_metadata(meta)
 
     def conform(self, table: pa.Table) -> pa.Table:
-        """Select and cast `table`'s columns to this spec (raises on a missing column)."""
-        missing = [f.name for f in self.schema if f.name not in table.column_names]
+        """Select and cast `table`'s columns to this spec (raises on a missing column that has no
+        default)."""
+        defaults = dict(self.defaults)
+        missing = [f.name for f in self.schema if f.name not in table.column_names and f.name not in defaults]
         if missing:
             raise KvwearError(f"{self.kind} table lacks columns: {', '.join(missing)}")
-        cols = [table.column(f.name).cast(f.type) for f in self.schema]
+        cols = [table.column(f.name).cast(f.type) if f.name in table.column_names
+                else pa.repeat(pa.scalar(defaults[f.name], f.type), table.num_rows)
+                for f in self.schema]
         return pa.Table.from_arrays(cols, schema=self.with_metadata())
 
     def empty(self) -> pa.Table:

@@ -64,6 +64,10 @@ def _fmt(value: Any, kind: str) -> str:
             return "∞" if math.isinf(value) else f"{value:,.1f}"
         case "ms":
             return f"{value * 1e3:,.2f}"
+        case "f3":
+            return f"{value:,.3f}"
+        case "x":
+            return f"{value:,.2f}×"
     return str(value)
 
 
@@ -200,6 +204,10 @@ figure{margin:1.5em 0} figcaption{font-size:13px;color:#555}
 <h2>Per-policy results</h2>
 <div class="wide"><table><tr>{% for h in headings %}<th>{{ h }}</th>{% endfor %}</tr>
 {% for row in rows %}<tr>{% for c in row %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}</table></div>
+{% if placement_rows %}<h2>Physical placement (FDP reclaim unit handles)</h2>
+{% for note in placement_notes %}<p>{{ note }}</p>{% endfor %}
+<table><tr>{% for h in placement_headings %}<th>{{ h }}</th>{% endfor %}</tr>
+{% for row in placement_rows %}<tr>{% for c in row %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}</table>{% endif %}
 {% for fig in figs %}
 <figure>{% if fig.src %}<img src="{{ fig.src }}" alt="{{ fig.title }}">{% else %}
 <p class="missing">{{ fig.title }}: not drawn — {{ fig.why }}</p>{% endif %}
@@ -229,6 +237,37 @@ from before kvwear did; `kvwear trace characterize RUN/workload/requests.parquet
 </body></html>
 """
 )
+
+
+# The placement section (harness.placement): (column, heading, formatter).
+_PLACEMENT: list[tuple[str, str, str]] = [
+    ("policy", "policy", "s"),
+    ("placement", "placement", "s"),
+    ("waf_no_placement", "WAF without placement", "f3"),
+    ("waf_measured", "WAF with placement", "f3"),
+    ("lifetime_days_no_placement", "lifetime without (days)", "days"),
+    ("lifetime_days_measured", "lifetime with (days)", "days"),
+    ("host_write_gain_vs_lru", "host-write gain vs LRU", "x"),
+    ("waf_gain_vs_lru", "WAF gain vs LRU", "x"),
+    ("lifetime_gain_vs_lru", "lifetime gain vs LRU", "x"),
+]
+
+
+def placement_section(df: pd.DataFrame) -> tuple[list[str], list[list[str]], list[str]]:
+    """Headings, rows and notes of the physical-placement table; empty when the run used none."""
+    if "placement" not in df.columns or not (df["placement"] != "none").any():
+        return [], [], []
+    cols = [c for c in _PLACEMENT if c[0] in df.columns]
+    rows = [[_fmt(r[c], k) for c, _, k in cols] for r in df.to_dict("records")]
+    notes = ["Device WAF with the plan's placement handles and, on the same drive, without them (the "
+             "embedded FTL plays the plan twice). Lifetime gain over LRU without placement = host-write "
+             "gain × WAF gain."]
+    if "placement_carried" in df.columns:
+        lost = [str(p) for p, ok in zip(df["policy"], df["placement_carried"], strict=True) if not ok]
+        if lost:
+            notes.append(f"This device cannot carry placement handles (only the embedded FTL does; fio 3.33's "
+                         f"iolog has no placement field): the WAF of {', '.join(lost)} is without placement.")
+    return [h for _, h, _ in cols], rows, notes
 
 
 def _num(v: Any) -> str:
@@ -316,7 +355,9 @@ def build_run_report(run_dir: str | Path, notes: list[str] | None = None) -> Rep
             tallies.append(f"{title.lower()}: {int(group['passed'].sum())} of {len(group)} checks within tolerance")
     summary = (f"{len(df)} policies; device {manifest.get('config', {}).get('device', {}).get('kind', '?')}; "
                + ("; ".join(tallies) if tallies else "no cross-validation checks") + ".")
+    p_headings, p_rows, p_notes = placement_section(df)
     html = _HTML.render(name=name, summary=summary, headings=headings, rows=rows, figs=figs, checks=check_rows,
+                        placement_headings=p_headings, placement_rows=p_rows, placement_notes=p_notes,
                         sections=CHECK_SECTIONS, workload=workload, workload_figs=workload_figs,
                         notes=[*(notes or []), *device_notes(run)],
                         manifest=json.dumps(manifest, indent=2, sort_keys=True, default=str))
@@ -327,6 +368,10 @@ def build_run_report(run_dir: str | Path, notes: list[str] | None = None) -> Rep
     md = [f"# kvwear report — {name}", "", summary, "", "| " + " | ".join(headings) + " |",
           "|" + "---|" * len(headings)]
     md += ["| " + " | ".join(r) + " |" for r in rows]
+    if p_rows:
+        md += ["", "## Physical placement (FDP reclaim unit handles)", "", *p_notes, "",
+               "| " + " | ".join(p_headings) + " |", "|" + "---|" * len(p_headings)]
+        md += ["| " + " | ".join(r) + " |" for r in p_rows]
     md += ["", "## Cross-validation"]
     for kind, title, meaning in CHECK_SECTIONS:
         rows_of_kind = [c for c in check_rows if c["kind"] == kind]

@@ -48,6 +48,8 @@ def _scalar(v: str) -> Any:
 
   kvwear run --device block:/dev/loop7 --tracer auto --policy lru -o runs/loop
 
+  kvwear run --placement kind -o runs/fdp       # FDP handles by object kind; WAF with and without
+
   kvwear run --device femu --femu-binary ~/femu/build/qemu-system-x86_64 \
       --device-option femu.devsz_mb=192 --device-option precondition=fill --no-trim -o runs/femu
 """)
@@ -79,6 +81,8 @@ def run_cmd(
     tracer: str | None = typer.Option(None, "--tracer", help="eBPF capture: none | auto | bcc | bpftrace."),
     layout: str | None = typer.Option(None, "--layout", help="Block layout: log | slab | extent."),
     trim: bool | None = typer.Option(None, "--trim/--no-trim", help="TRIM evicted objects."),
+    placement: str | None = typer.Option(None, "--placement",
+                                         help="FDP placement handles: none | kind | lifetime."),
     time_mode: str | None = typer.Option(None, "--time-mode", help="afap | original | compressed."),
     dwpd: float | None = typer.Option(None, "--dwpd", help="Drive writes per day rating."),
     warranty_years: float | None = typer.Option(None, "--warranty-years", help="Warranty years."),
@@ -102,6 +106,7 @@ def run_cmd(
                      ("workload.seed", seed), ("device.capacity", capacity),
                      ("device.confirm_serial", confirm_serial), ("capture.tracer", tracer),
                      ("replay.layout", layout), ("replay.trim_on_evict", trim), ("replay.time_mode", time_mode),
+                     ("replay.placement", placement),
                      ("estimate.dwpd", dwpd), ("estimate.warranty_years", warranty_years)):
         if val is not None:
             ov[key] = val

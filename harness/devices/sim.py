@@ -7,10 +7,19 @@ No root, no hardware. The drive is built from `DeviceSpec.options`:
 - `geometry="femu"`: FEMU's black-box FTL from its -device parameters given as options (`devsz_mb`,
   `pgs_per_blk`, `blks_per_pl`, `pls_per_lun`, `luns_per_ch`, `nchs`, `gc_thres_pcent`,
   `gc_thres_pcent_high`, `secsz`, `secs_per_pg`); capacity is devsz_mb MiB.
-`interval_host_pages` (default: about 1/200 of the plan's written pages) sets the WAF-over-time
-resolution. Each block op becomes one request on pages ⌊offset/page⌋ … ⌈(offset+length)/page⌉ − 1
-(a partially covered page counts as a whole page, as in FEMU). The FTL persists across replays of
-one opened device, like a real drive. `timed` is ignored: the emulator has no clock.
+Either geometry takes `ruh` (FDP reclaim unit handles, default 1) and `gc_handles` (per-handle |
+shared; see emulator.ftl). `interval_host_pages` (default: about 1/200 of the plan's written pages)
+sets the WAF-over-time resolution. Each block op becomes one request on pages ⌊offset/page⌋ … ⌈(offset+length)/page⌉ − 1
+(a partially covered page counts as a whole page, as in FEMU), written with the row's
+`placement_handle`. The FTL persists across replays of one opened device, like a real drive.
+`timed` is ignored: the emulator has no clock.
+
+Placement: when the plan uses a handle other than 0, a twin FTL of the same geometry (same raw
+NAND, same `ruh`) plays the same plan with every write on handle 0 (option
+`placement_baseline`, default true), so a run measures the device WAF with and without placement
+on the same drive; its counters are `extra["no_placement"]`. The FDP statistics per handle are
+`extra["fdp"]`: host / media bytes written and media bytes erased per handle (the FDP statistics
+log's HBMW / MBMW / MBE), and the plan's write bytes per handle beside them.
 
 ReplayResult: write_bytes = host pages × page size (the FTL's own count), read_bytes and trim_bytes
 = pages the requests covered × page size, nand_write_bytes = (host + GC pages) × page size, waf,
@@ -31,8 +40,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from emulator.ftl import OP_READ, OP_TRIM, OP_WRITE, Ftl, FtlConfig
+from emulator.ftl import OP_READ, OP_TRIM, OP_WRITE, Ftl, FtlConfig, FtlCounters, FtlHandleCounters
 from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayProgress, ReplayResult, option_flag
+from harness.placement import plan_handles
 from kvwear.errors import InputError, KvwearError
 from kvwear.tables import TableSpec, write_table
 
@@ -60,11 +70,13 @@ def ftl_config_from_spec(spec: DeviceSpec) -> FtlConfig:
     o = dict(spec.options)
     geometry = o.get("geometry", "block")
     interval = int(o.get("interval_host_pages", 0))
+    ruh = int(o.get("ruh", 1))
+    gc_handles = o.get("gc_handles", "per-handle")
     if geometry == "femu":
         femu = {k: int(o[k]) for k in _FEMU_KEYS if k in o}
         if "devsz_mb" not in femu:
             raise KvwearError("sim geometry=femu needs option devsz_mb (FEMU's exposed size in MiB)")
-        cfg = FtlConfig.femu(**femu, victim=o.get("victim", "greedy"),
+        cfg = FtlConfig.femu(**femu, victim=o.get("victim", "greedy"), ruh=ruh, gc_handles=gc_handles,
                              honor_trim=option_flag(o, "honor_trim", True), interval_host_pages=interval)
         if spec.capacity_bytes not in (None, cfg.exposed_bytes):
             raise KvwearError(f"sim femu: capacity {spec.capacity_bytes} ≠ devsz_mb {femu['devsz_mb']} MiB")
@@ -81,6 +93,8 @@ def ftl_config_from_spec(spec: DeviceSpec) -> FtlConfig:
         reserve_lines=int(o.get("reserve_lines", 2)),
         victim=o.get("victim", "greedy"),
         separate_gc_line=option_flag(o, "separate_gc_line"),
+        ruh=ruh,
+        gc_handles=gc_handles,
         honor_trim=option_flag(o, "honor_trim", True),
         interval_host_pages=interval,
     )
@@ -115,6 +129,8 @@ class SimDevice:
         self.workdir = Path(workdir)
         self.config = ftl_config_from_spec(spec)
         self.ftl: Ftl | None = None
+        self.twin: Ftl | None = None         # the same drive without placement (module docstring)
+        self.baseline = option_flag(spec.options, "placement_baseline", True)
 
     def identity(self) -> DeviceIdentity:
         c = self.config
@@ -123,6 +139,7 @@ class SimDevice:
             logical_block_bytes=c.page_bytes,
             extra={"description": c.description, "raw_bytes": c.raw_bytes, "lines": c.lines,
                    "pages_per_line": c.pages_per_line, "gc_mode": c.gc_mode, "victim": c.victim,
+                   "ruh": c.ruh, "gc_handles": c.gc_handles,
                    **({"femu": dict(c.femu_params)} if c.femu_params else {})},
         )
 
@@ -133,6 +150,13 @@ class SimDevice:
                progress: ReplayProgress | None = None) -> ReplayResult:
         c = self.config
         codes, first, npages = plan_to_requests(plan, c.page_bytes, c.exposed_bytes)
+        handles = plan_handles(plan)
+        if handles.size and int(handles.max()) >= c.ruh:
+            i = int(np.argmax(handles >= c.ruh))
+            raise InputError("block_ops", i + 1, "placement_handle",
+                             f"handle {int(handles[i])} but the sim drive has {c.ruh} reclaim unit handle(s) "
+                             f"(device option ruh)")
+        placed = bool(handles.size and handles[codes == OP_WRITE].any())
         if self.ftl is None:
             if c.interval_host_pages <= 0:
                 wpages = int(npages[codes == OP_WRITE].sum())
@@ -141,13 +165,22 @@ class SimDevice:
             self.ftl = Ftl(c)
         ftl = self.ftl
         before = ftl.counters()
+        hbefore = ftl.handle_counters()
         n_iv = len(ftl.intervals().host_pages)
         t = time.perf_counter()
-        ftl.apply_ops(codes, first, npages)
+        ftl.apply_ops(codes, first, npages, handles)
         wall = time.perf_counter() - t
+        no_placement: FtlCounters | None = None
+        if placed and self.baseline:
+            if self.twin is None:
+                self.twin = Ftl(c.with_(interval_host_pages=0))
+            tb = self.twin.counters()
+            self.twin.apply_ops(codes, first, npages)
+            no_placement = self.twin.counters().minus(tb)
         if progress is not None:
             progress(1, 1)
         d = ftl.counters().minus(before)
+        hd = ftl.handle_counters().minus(hbefore)
         iv = ftl.intervals()
         host, gc, er = iv.host_pages[n_iv:], iv.gc_pages[n_iv:], iv.line_erases[n_iv:]
         waf_iv = iv.interval_waf[n_iv:]
@@ -182,11 +215,39 @@ class SimDevice:
                 "erase_count_mean": float(erases.mean()) if erases.size else 0.0,
                 "trimmed_mapped_bytes": d.trim_pages * c.page_bytes,
                 "unmapped_read_bytes": d.unmapped_read_pages * c.page_bytes,
+                "fdp": fdp_summary(hd, plan, codes, handles),
+                **({"no_placement": {**asdict(no_placement), "waf": no_placement.waf,
+                                     "nand_write_bytes": no_placement.nand_bytes}}
+                   if no_placement is not None else {}),
             },
         )
 
     def close(self) -> None:
         self.ftl = None
+        self.twin = None
+
+
+def fdp_summary(hc: FtlHandleCounters, plan: pa.Table, codes: np.ndarray, handles: np.ndarray) -> dict[str, Any]:
+    """FDP statistics of one replay, per handle, with the plan's write bytes per handle beside the
+    FTL's host bytes (they must be equal: a page-aligned plan)."""
+    ln = plan.column("length_bytes").to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    w = codes == OP_WRITE
+    ruh = len(hc.host_pages)
+    plan_bytes = np.bincount(handles[w], weights=ln[w], minlength=ruh).astype(np.int64) if w.any() \
+        else np.zeros(ruh, np.int64)
+    pb = hc.page_bytes
+    return {
+        "ruh": ruh,
+        "host_bytes_written": hc.host_bytes,
+        "media_bytes_written": hc.media_bytes,
+        "media_bytes_erased": hc.media_bytes_erased,
+        "plan_write_bytes_by_handle": [int(x) for x in plan_bytes],
+        "host_bytes_by_handle": [x * pb for x in hc.host_pages],
+        # the last slot is the shared GC frontier's (0 unless gc_handles = shared)
+        "media_bytes_by_handle": [x * pb for x in hc.media_pages],
+        "line_erases_by_handle": list(hc.line_erases),
+        "waf_by_handle": [hc.waf(h) for h in range(ruh)],
+    }
 
 
 def _open_sim(spec: DeviceSpec, workdir: Path) -> SimDevice:
