@@ -15,8 +15,8 @@ Two parts.
    model below. It is versioned (`SUMMARY_VERSION`) and stored in the
    plan's `plan.json`.
 
-2. The model (`workload_waf`): log-structured FIFO cleaning over the death distances, in two
-   forms that share one derivation.
+2. The model (`workload_waf`): log-structured cleaning over the death distances, in two forms that
+   share one derivation.
    Derivation. GC reclaims the physical space P_eff that it can use (`ftl_alpha`'s accounting:
    raw minus the GC reserve minus the open line(s)) as a log: a page written at physical position p
    is examined when the write pointer comes round to p again, after P_eff more physical writes, of
@@ -33,24 +33,31 @@ Two parts.
    1 − x = e^(−α·x): the Lambert-W formula WAF = α/(α + W₀(−α·e^(−α))) (`estimate.analytical_waf`).
    When every page dies within one pass (S(D) = 0: circular logs, whole-object TRIM) WAF = 1.
    A plan is not in steady state: the drive starts empty (no GC until P_eff is written), a
-   sequential fill dies later than the random writes after it, a cache warms up. So the headline
-   (`fluid_waf`) integrates the same log in time instead of solving its fixed point: a fluid
-   (mean-field) FIFO log of chunks of host pages; a chunk written at host time t holds
-   m·S_b(τ − t) valid pages at time τ (S_b: the survival curve of its write-time band), the
-   cleaner takes the head of the log whenever it holds more than P_eff pages, copies the head's
-   valid pages to the tail and frees the rest. Its steady state is the fixed point above.
-   Greedy GC (the emulator, FEMU) picks the line with the fewest valid pages, which can only beat
-   FIFO; with FEMU's single write pointer GC copies and host writes share lines, lines age alike
-   and greedy ≈ FIFO, within the errors `bench/waf_model.py` measures.
+   sequential fill dies later than the random writes after it, a cache warms up. And greedy GC
+   (the emulator, FEMU) first takes a line whose pages all died (whole objects trimmed or
+   overwritten at once, as the extent layout does), which costs nothing. So the headline
+   (`fluid_waf`) integrates the log in time instead of solving the fixed point: a fluid
+   (mean-field) queue of chunks of host pages in physical order; a chunk of m pages written at
+   host time t holds m·S_b(τ − t) valid pages at time τ and occupies m·E_b(τ − t), where S_b is
+   the page survival of its write-time band and E_b the share of its pages whose line (an aligned
+   run of pages-per-line consecutive host pages, nearest of `LINE_PAGES`) still holds a valid page
+   — emptied lines are free. Whenever the log occupies more than P_eff the head chunk is cleaned:
+   its valid pages are copied to the tail (they keep their write time, so their later deaths
+   follow S_b; GC copies share the write pointer with the host, as in FEMU and the emulator) and
+   the rest is freed. Among lines that still hold valid pages this is FIFO, not greedy: for
+   uniform random deaths the oldest line has the fewest valid pages and the two agree (the
+   steady state is the fixed point above); where young lines die first (no TRIM, objects
+   overwritten in place) the model overstates the copies, which the bench measures.
 
-   FEMU line GC (`gc_mode == "line"`). Background GC cleans while the log holds more than
-   P_bg = (lines − ⌊(1 − gc_thres)·lines⌋ − 1) lines, but only a victim line with ≥ 1/8 invalid
-   pages; the fluid log applies that rule to its head line (the chunks of the first pages-per-line
-   physical pages) and otherwise lets the log grow (the free lines fall below the threshold) until
-   the head qualifies, or the log passes the forced threshold's space P_high
-   (lines − ⌊(1 − gc_thres_high)·lines⌋ − 1 lines), where forced GC cleans without the rule. This
-   is what drives FEMU's WAF to ≈ 8 (victims 7/8 valid) when P_bg is smaller than the live data.
-   `regime` says which GC did most of the copying.
+   FEMU line GC (`gc_mode == "line"`). Background GC cleans while the pool occupies more than
+   P_bg = (lines − ⌊(1 − gc_thres)·lines⌋ − 1) lines, but only a victim with ≥ 1/8 invalid pages;
+   otherwise the log grows (the free lines fall below the threshold) until the head line qualifies,
+   or it passes the forced threshold's space P_high (lines − ⌊(1 − gc_thres_high)·lines⌋ − 1 lines),
+   where forced GC cleans without the rule. This is what drives FEMU's WAF to ≈ 8 (victims 7/8
+   valid) under uniform random writes when P_bg is smaller than the live data. The fluid's step is
+   about a line long, so it cannot see a line that is 1/8 overwritten while the host overwrites it
+   in order (a circular log on such a drive: FEMU cleans it then, with 7/8 still valid); the bench
+   shows that case. `regime` says which GC did most of the copying.
 
 Must not: read files or run an FTL; it takes page requests (numpy arrays) and numbers.
 """
@@ -75,7 +82,10 @@ GRID_POINTS_PER_OCTAVE = 8           # survival grid resolution (log-spaced dist
 # empty drive, a cache warming up), and pooling its pages into one curve biases the tail that the
 # GC model is most sensitive to (a sequential fill before uniform random writes: +18 % WAF).
 BANDS = 16
-MODEL_NAME = "fluid log-structured FIFO cleaning over page death distances"
+# Line sizes (4 KiB pages) with a line-empty survival each: the model takes the device's pages per
+# line, or the nearest of these (FEMU's fixture: 1,024; the block-level default: 64).
+LINE_PAGES = (64, 256, 1024, 4096)
+MODEL_NAME = "fluid log-structured cleaning over page and line death distances"
 
 Regime = Literal["no GC", "block", "line background", "line forced"]
 
@@ -87,7 +97,9 @@ class DeathSummary:
     `host_pages`); `band_survival[b][i]` = S_b(`grid_pages[i]`) over the band's pages old enough to
     tell, `survival[i]` the same over all pages, `observed[i]` how many pages that was;
     `hist_pages[i]` = deaths with distance in [grid_pages[i], grid_pages[i+1]) (the last bin open),
-    `survivor_pages` never died."""
+    `survivor_pages` never died. `band_line_survival[k][b][i]`: the share of band b's pages whose
+    line — an aligned run of `line_pages[k]` consecutive host pages — still holds a valid page at
+    age `grid_pages[i]` (greedy GC reclaims an emptied line for free)."""
 
     version: int
     page_bytes: int
@@ -103,6 +115,8 @@ class DeathSummary:
     hist_pages: tuple[int, ...]
     band_start_pages: tuple[int, ...]
     band_survival: tuple[tuple[float, ...], ...]
+    line_pages: tuple[int, ...]
+    band_line_survival: tuple[tuple[tuple[float, ...], ...], ...]
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -117,11 +131,14 @@ class DeathSummary:
             raise KvwearError(f"{source}: death_summary lacks field {missing[0]!r}")
         s = cls(**{k: d[k] for k in cls.__dataclass_fields__})
         s = cls(**{**s.__dict__, "band_survival": tuple(tuple(b) for b in s.band_survival),
+                   "band_line_survival": tuple(tuple(tuple(b) for b in k) for k in s.band_line_survival),
                    **{k: tuple(s.__dict__[k]) for k in ("grid_pages", "survival", "observed", "hist_pages",
-                                                         "band_start_pages")}})
+                                                         "band_start_pages", "line_pages")}})
         g = len(s.grid_pages)
         if not (len(s.survival) == len(s.observed) == len(s.hist_pages) == g) or \
-                len(s.band_survival) != len(s.band_start_pages) or any(len(b) != g for b in s.band_survival):
+                len(s.band_survival) != len(s.band_start_pages) or any(len(b) != g for b in s.band_survival) or \
+                len(s.band_line_survival) != len(s.line_pages) or \
+                any(len(k) != len(s.band_start_pages) or any(len(b) != g for b in k) for k in s.band_line_survival):
             raise KvwearError(f"{source}: death_summary grid, survival, observed, hist and bands differ in length")
         return s
 
@@ -136,9 +153,11 @@ def survival_grid(host_pages: int, per_octave: int = GRID_POINTS_PER_OCTAVE) -> 
 
 
 @numba.njit(cache=True)
-def _deaths(ops, first, npages, last, grid, total, band_len, dead_diff, hist, counts):
+def _deaths(ops, first, npages, last, grid, total, band_len, dead_diff, hist, counts, line_sizes, line_off,
+            line_last):
     """One pass over the page requests. last[lpn] = host time of the page's live write (−1: none).
-    dead_diff[band]: +1/−1 over the grid range [d, T − t) where a death at distance d is visible."""
+    dead_diff[band]: +1/−1 over the grid range [d, T − t) where a death at distance d is visible.
+    line_last[line_off[k] + t // line_sizes[k]]: the host time its last page died so far."""
     now = 0
     for r in range(ops.shape[0]):
         op = ops[r]
@@ -152,6 +171,10 @@ def _deaths(ops, first, npages, last, grid, total, band_len, dead_diff, hist, co
                 dead_diff[b, np.searchsorted(grid, d)] += 1
                 dead_diff[b, np.searchsorted(grid, total - tw)] -= 1
                 hist[np.searchsorted(grid, d, side="right") - 1] += 1
+                for k in range(line_sizes.shape[0]):
+                    c = line_off[k] + tw // line_sizes[k]
+                    if line_last[c] < now:
+                        line_last[c] = now
                 if op == 0:
                     counts[0] += 1
                 else:
@@ -183,7 +206,12 @@ def death_summary(op_codes: np.ndarray, first_page: np.ndarray, npages: np.ndarr
     dead_diff = np.zeros((nb, len(grid) + 1), np.int64)
     hist = np.zeros(len(grid), np.int64)
     counts = np.zeros(3, np.int64)
-    done = _deaths(ops, first, n, last, grid, total, band_len, dead_diff, hist, counts)
+    sizes = np.asarray(LINE_PAGES, np.int64)
+    n_lines = -(-max(total, 1) // sizes)
+    line_off = np.concatenate([[0], np.cumsum(n_lines)[:-1]]).astype(np.int64)
+    line_last = np.zeros(int(n_lines.sum()), np.int64)
+    done = _deaths(ops, first, n, last, grid, total, band_len, dead_diff, hist, counts, sizes, line_off,
+                   line_last)
     if done != total:
         raise KvwearError(f"internal error: death_summary counted {done} host pages, expected {total}")
     dead = np.cumsum(dead_diff[:, :-1], axis=1)
@@ -197,6 +225,23 @@ def death_summary(op_codes: np.ndarray, first_page: np.ndarray, npages: np.ndarr
     # where a band has no page old enough yet, it takes the pooled value (never read by the model:
     # such ages lie beyond the plan's end for that band)
     band_s = np.where(np.isnan(band_s), pooled[None, :], band_s)
+    live_t = np.asarray(last)[np.asarray(last) >= 0].astype(np.int64)
+    line_s = []
+    for k, w in enumerate(sizes):
+        ll = line_last[line_off[k]: line_off[k] + n_lines[k]].copy()
+        ll[live_t // w] = np.iinfo(np.int64).max          # a line with a page alive at the end never empties
+        start = np.arange(n_lines[k], dtype=np.int64) * w
+        pages = np.minimum(start + w, total) - start
+        emptied = ll < np.iinfo(np.int64).max
+        age = ll[emptied] - start[emptied]
+        diff = np.zeros((nb, len(grid) + 1), np.int64)
+        b = start[emptied] // band_len
+        np.add.at(diff, (b, np.searchsorted(grid, age)), pages[emptied])
+        np.add.at(diff, (b, np.searchsorted(grid, total - start[emptied])), -pages[emptied])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            e = np.where(obs > 0, 1.0 - np.cumsum(diff[:, :-1], axis=1) / np.maximum(obs, 1), np.nan)
+        # never below the page survival: a line with a valid page is not empty
+        line_s.append(np.maximum(np.where(np.isnan(e), 1.0, e), band_s))
     return DeathSummary(
         version=SUMMARY_VERSION, page_bytes=PAGE_BYTES, exposed_pages=int(exposed_pages), host_pages=total,
         overwritten_pages=int(counts[0]), trimmed_pages=int(counts[1]),
@@ -205,8 +250,14 @@ def death_summary(op_codes: np.ndarray, first_page: np.ndarray, npages: np.ndarr
         survival=tuple(float(x) for x in np.clip(pooled, 0.0, 1.0)),
         observed=tuple(int(x) for x in obs.sum(0)), hist_pages=tuple(int(x) for x in hist),
         band_start_pages=tuple(int(x) for x in starts),
-        band_survival=tuple(tuple(float(x) for x in row) for row in np.clip(band_s, 0.0, 1.0)),
+        band_survival=_rows(band_s), line_pages=tuple(int(w) for w in sizes),
+        band_line_survival=tuple(_rows(e) for e in line_s),
     )
+
+
+def _rows(a: np.ndarray) -> tuple[tuple[float, ...], ...]:
+    """Rows of shares for JSON, at 6 significant digits (the summary stays small in plan.json)."""
+    return tuple(tuple(float(f"{x:.6g}") for x in row) for row in np.clip(a, 0.0, 1.0))
 
 
 # -- the GC model -------------------------------------------------------------------------------
@@ -270,49 +321,64 @@ def steady_state_waf(summary: DeathSummary, p_eff_pages: float) -> float:
 
 
 @numba.njit(cache=True)
-def _fluid(per_band, band_of, step_pages, last_step, p_bg, p_high, min_invalid_share, line_pages, line_mode,
-           out):
-    """The FIFO log as a queue of chunks (pages written in one step, their write step, their
-    physical size now). Host pages arrive one step at a time; while the log holds more than p_bg
-    pages the head chunk is cleaned: its valid share S_band(age) is copied to the tail, the rest
-    freed. Line mode cleans above p_bg only a head line (the chunks of the first `line_pages`
-    physical pages) with ≥ `min_invalid_share` invalid, above p_high any. Returns GC-copied pages
-    (out: [background copies, forced copies, stalls, pages cleaned]); −1 when the data does not fit."""
+def _push(q_step, q_copy, q_mass, q_occ, head, tail, step, copy, mass, occ):
+    """Append to the queue arrays (compacting the consumed front when full); returns head, tail."""
+    if tail == q_step.shape[0]:
+        n = tail - head
+        q_step[:n] = q_step[head:tail]
+        q_copy[:n] = q_copy[head:tail]
+        q_mass[:n] = q_mass[head:tail]
+        q_occ[:n] = q_occ[head:tail]
+        head, tail = 0, n
+    q_step[tail] = step
+    q_copy[tail] = copy
+    q_mass[tail] = mass
+    q_occ[tail] = occ
+    return head, tail + 1
+
+
+@numba.njit(cache=True)
+def _fluid(surv, line_surv, band_of, step_pages, last_step, p_bg, p_high, min_invalid_share, line_pages,
+           line_mode, out):
+    """The log as a queue of chunks in physical order: the host pages written in one step
+    (`q_copy` 0) or the valid pages GC copied out of one (1). A host chunk of m pages written at
+    step j holds m·surv[b, i−j] valid pages at step i and occupies m·line_surv[b, i−j] (its emptied
+    lines are free: greedy GC takes a line without valid pages first); a copy keeps the space it
+    was written to. While the log occupies more than p_bg pages the head is cleaned: its valid
+    pages go to the tail (GC copies share the write pointer with the host), the rest is freed; a
+    head without invalid pages is passed over, as greedy never picks it. Line mode cleans above
+    p_bg only a head line (the chunks of its first `line_pages` pages) with ≥ `min_invalid_share`
+    invalid, above p_high any. Returns GC-copied pages (out: background copies, forced copies,
+    stalls, pages cleaned)."""
     n_steps = band_of.shape[0]
     cap = 4 * n_steps + 16
     q_step = np.empty(cap, np.int64)
-    q_mass = np.empty(cap, np.float64)        # pages written originally (for S)
-    q_occ = np.empty(cap, np.float64)         # pages it occupies now
+    q_copy = np.zeros(cap, np.int8)
+    q_mass = np.empty(cap, np.float64)        # host pages the chunk came from (for S)
+    q_occ = np.empty(cap, np.float64)         # pages it occupies
     head = 0
     tail = 0
-    used = 0.0
     gc = 0.0
-    approved = 0.0                             # physical pages of a line the rule let through
+    approved = 0.0                             # pages of a head line the victim rule let through
     for i in range(n_steps):
         m = step_pages if i < n_steps - 1 else last_step
-        if tail == cap:                        # compact the ring's consumed front
-            q_step[: tail - head] = q_step[head:tail]
-            q_mass[: tail - head] = q_mass[head:tail]
-            q_occ[: tail - head] = q_occ[head:tail]
-            tail -= head
-            head = 0
-        q_step[tail] = i
-        q_mass[tail] = m
-        q_occ[tail] = m
-        tail += 1
-        used += m
-        pops = 0
+        head, tail = _push(q_step, q_copy, q_mass, q_occ, head, tail, i, 0, m, m)
+        used = 0.0
+        for k in range(head, tail):
+            if q_copy[k] == 0:
+                q_occ[k] = q_mass[k] * line_surv[band_of[q_step[k]], i - q_step[k]]
+            used += q_occ[k]
+        passed = 0
         while used > p_bg and head < tail:
             forced = used > p_high
             if line_mode and not forced and approved <= 0:
-                # the victim rule looks at a whole line: the head chunks filling line_pages
                 lo = 0.0
                 lv = 0.0
                 k = head
                 while k < tail and lo < line_pages:
                     jk = q_step[k]
                     lo += q_occ[k]
-                    lv += min(q_mass[k] * per_band[band_of[jk], i - jk], q_occ[k])
+                    lv += min(q_mass[k] * surv[band_of[jk], i - jk], q_occ[k])
                     k += 1
                 if lo - lv < min_invalid_share * lo:
                     out[2] += 1
@@ -320,31 +386,29 @@ def _fluid(per_band, band_of, step_pages, last_step, p_bg, p_high, min_invalid_s
                 approved = lo
             j = q_step[head]
             mass = q_mass[head]
-            valid = min(mass * per_band[band_of[j], i - j], q_occ[head])
             occ = q_occ[head]
-            approved -= occ
+            copy = q_copy[head]
+            valid = min(mass * surv[band_of[j], i - j], occ)
             head += 1
+            if occ - valid <= 1e-9 * occ:
+                # nothing to gain here: greedy leaves it where it is
+                head, tail = _push(q_step, q_copy, q_mass, q_occ, head, tail, j, copy, mass, occ)
+                passed += 1
+                if passed > tail - head:
+                    out[2] += 1
+                    break
+                continue
+            passed = 0
+            approved -= occ
             out[3] += occ
             used -= occ - valid
             if valid > 0:
-                if tail == cap:
-                    q_step[: tail - head] = q_step[head:tail]
-                    q_mass[: tail - head] = q_mass[head:tail]
-                    q_occ[: tail - head] = q_occ[head:tail]
-                    tail -= head
-                    head = 0
-                q_step[tail] = j
-                q_mass[tail] = mass
-                q_occ[tail] = valid
-                tail += 1
+                head, tail = _push(q_step, q_copy, q_mass, q_occ, head, tail, j, 1, mass, valid)
                 gc += valid
                 if forced:
                     out[1] += valid
                 else:
                     out[0] += valid
-            pops += 1
-            if pops > 2 * (tail - head) + 2:
-                return -1.0                    # a whole pass freed nothing: the live data does not fit
     return gc
 
 
@@ -362,21 +426,33 @@ class WafPrediction:
 _MAX_STEPS = 8192                    # fluid-model resolution: steps over the plan (and ≥ 64 per P_eff)
 
 
-def _age_table(summary: DeathSummary, step: float, n_steps: int) -> tuple[np.ndarray, np.ndarray]:
-    """per_band[b, a] = S_b(a·step), and the band of each step's pages."""
+def _age_table(summary: DeathSummary, step: float, n_steps: int,
+               line_pages: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """surv[b, a] = S_b(a·step), line_surv[b, a] the same for lines of the stored size nearest to
+    `line_pages` (log scale), and the band of each step's pages."""
     grid = np.asarray(summary.grid_pages, np.float64)
     starts = np.asarray(summary.band_start_pages, np.float64)
     ages = np.arange(n_steps) * step
-    per_band = np.stack([np.interp(ages, grid, np.asarray(b, np.float64)) for b in summary.band_survival])
+
+    def table(bands: tuple[tuple[float, ...], ...]) -> np.ndarray:
+        return np.stack([np.interp(ages, grid, np.asarray(b, np.float64)) for b in bands])
+
+    surv = table(summary.band_survival)
+    if line_pages > 0:
+        k = int(np.argmin(np.abs(np.log(np.asarray(summary.line_pages, np.float64) / line_pages))))
+        line_surv = np.maximum(table(summary.band_line_survival[k]), surv)
+    else:
+        line_surv = np.ones_like(surv)
     band_of = np.clip(np.searchsorted(starts, (np.arange(n_steps) + 0.5) * step, side="right") - 1,
                       0, len(starts) - 1)
-    return per_band, band_of.astype(np.int64)
+    return surv, line_surv, band_of.astype(np.int64)
 
 
 def fluid_waf(summary: DeathSummary, p_bg: float, p_high: float | None = None,
               min_invalid_share: float = 0.0, line_pages: float = 0.0) -> tuple[float, Regime]:
-    """The plan's WAF under FIFO cleaning of a log of `p_bg` 4 KiB pages (line GC: `p_high`, the
-    forced threshold's space, and the background victim rule); see the module docstring."""
+    """The plan's WAF under log cleaning of `p_bg` 4 KiB pages of space (line GC: `p_high`, the
+    forced threshold's space, and the background victim rule), lines of `line_pages` (0: the page
+    survival alone); see the module docstring."""
     t = summary.host_pages
     line_mode = p_high is not None
     if t == 0 or t <= p_bg:
@@ -385,12 +461,10 @@ def fluid_waf(summary: DeathSummary, p_bg: float, p_high: float | None = None,
     n_steps = min(n_steps, t)
     step = -(-t // n_steps)
     n_steps = -(-t // step)
-    per_band, band_of = _age_table(summary, float(step), n_steps)
+    surv, line_surv, band_of = _age_table(summary, float(step), n_steps, line_pages)
     out = np.zeros(4)
-    gc = _fluid(per_band, band_of, float(step), float(t - step * (n_steps - 1)), float(p_bg),
+    gc = _fluid(surv, line_surv, band_of, float(step), float(t - step * (n_steps - 1)), float(p_bg),
                 float(p_bg if p_high is None else p_high), float(min_invalid_share), float(line_pages), line_mode, out)
-    if gc < 0:
-        return WAF_CEILING, "line forced" if line_mode else "block"
     regime: Regime = ("line forced" if out[1] > out[0] else "line background") if line_mode else "block"
     return 1.0 + gc / t, regime
 
@@ -404,7 +478,7 @@ def workload_waf(summary: DeathSummary, config: FtlConfig) -> WafPrediction:
     open_lines = 2 if config.separate_gc_line else 1
     if config.gc_mode != "line":
         p = _pages4k(config, config.reserve_lines + open_lines)
-        waf, regime = fluid_waf(summary, p)
+        waf, regime = fluid_waf(summary, p, line_pages=config.pages_per_line * config.page_bytes / PAGE_BYTES)
         return WafPrediction(waf, p, regime)
     p_bg = _pages4k(config, config.gc_thres_lines + open_lines)
     p_high = _pages4k(config, config.gc_thres_lines_high + open_lines)
