@@ -42,14 +42,14 @@ def drives() -> dict[str, FtlConfig]:
     }
 
 
-def policy_plans(sessions: int) -> list[tuple[str, tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+def policy_plans(sessions: int, ssd_mb: int) -> list[tuple[str, tuple[np.ndarray, np.ndarray, np.ndarray]]]:
     from policies.sim import SimConfig, simulate
     from workloads.models import resolve_profile
     from workloads.synthetic import generate
 
     req = generate("multi-round", seed=1, sessions=sessions, turns=10)
     prof = resolve_profile("qwen2-7b")
-    sim = SimConfig(dram_bytes=200 * 10**6, ssd_bytes=180 * 10**6, hbm_bytes=0,
+    sim = SimConfig(dram_bytes=200 * 10**6, ssd_bytes=ssd_mb * 10**6, hbm_bytes=0,
                     kv_bytes_per_token=prof.kv_bytes_per_token, state_bytes=prof.state_bytes, chunk_tokens=16,
                     model=prof.name)
     out = []
@@ -83,10 +83,11 @@ def ftl_waf(cfg: FtlConfig, req: tuple[np.ndarray, np.ndarray, np.ndarray]) -> f
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sessions", type=int, default=20)
+    ap.add_argument("--ssd-mb", type=int, default=150, help="SSD tier of the simulation (MB)")
     ap.add_argument("--only-uniform", action="store_true")
     args = ap.parse_args()
     t0 = time.perf_counter()
-    plans = [] if args.only_uniform else policy_plans(args.sessions)
+    plans = [] if args.only_uniform else policy_plans(args.sessions, args.ssd_mb)
     plans.append(("uniform random", uniform_plan()))
     t_model = t_ftl = 0.0
     rows = []

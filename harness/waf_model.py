@@ -423,7 +423,7 @@ class WafPrediction:
     model: str = MODEL_NAME
 
 
-_MAX_STEPS = 8192                    # fluid-model resolution: steps over the plan (and ≥ 64 per P_eff)
+_MAX_STEPS = 16384                   # fluid-model resolution: at most this many steps over the plan
 
 
 def _age_table(summary: DeathSummary, step: float, n_steps: int,
@@ -457,7 +457,9 @@ def fluid_waf(summary: DeathSummary, p_bg: float, p_high: float | None = None,
     line_mode = p_high is not None
     if t == 0 or t <= p_bg:
         return 1.0, "no GC"
-    n_steps = int(min(_MAX_STEPS, max(1, math.ceil(64 * t / p_bg))))
+    # ≥ 64 steps per pass over P_eff; line GC: ≥ 8 per line, so a line 1/8 overwritten shows
+    per_line = 8 * t / line_pages if line_mode and line_pages > 0 else 0.0
+    n_steps = int(min(_MAX_STEPS, max(1, math.ceil(64 * t / p_bg), math.ceil(per_line))))
     n_steps = min(n_steps, t)
     step = -(-t // n_steps)
     n_steps = -(-t // step)
