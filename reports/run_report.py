@@ -254,8 +254,9 @@ def _num(v: Any) -> str:
     return str(v)
 
 
-def build_run_report(run_dir: str | Path, notes: list[str] | None = None) -> ReportFiles:
-    """Write RUN/report/{report.html, report.md, results.csv, figures/*.png}."""
+def build_run_report(run_dir: str | Path, notes: list[str] | None = None, waf: str = "auto") -> ReportFiles:
+    """Write RUN/report/{report.html, report.md, results.csv, figures/*.png}; the lifetime figure
+    projects with `waf` (reports.sweep_report.lifetime_col)."""
     run = Path(run_dir)
     out = run / "report"
     figdir = out / "figures"
@@ -267,10 +268,13 @@ def build_run_report(run_dir: str | Path, notes: list[str] | None = None) -> Rep
     checks = load_checks(run)
     timelines = load_timelines(run)
 
-    try:
-        life_col = lifetime_col(df)
-    except KvwearError:                  # a run without lifetimes: the figure says it is not drawn
-        life_col = "lifetime_days_waf1"
+    if waf == "auto":
+        try:
+            life_col = lifetime_col(df)
+        except KvwearError:              # a run without lifetimes: the figure says it is not drawn
+            life_col = "lifetime_days_waf1"
+    else:
+        life_col = lifetime_col(df, waf)
     makers: list[tuple[str, str, str, Callable[[], Path | None], str]] = [
         ("lifetime_vs_miss", "SSD lifetime vs miss ratio",
          f"Projected lifetime under WAF {life_col.removeprefix('lifetime_days_')} (the workload model on the "

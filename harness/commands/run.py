@@ -163,14 +163,18 @@ def _summary(rows: list[dict[str, Any]], wall_s: float) -> None:
     Console(width=max(Console().width, 160)).print(t)
 
 
-@app.command("report", epilog="Example:\n\n  kvwear report runs/demo")
-def report_cmd(run_dir: Path = typer.Argument(..., help="A run directory (or a sweep directory).")) -> None:
+@app.command("report", epilog="Examples:\n\n  kvwear report runs/demo\n\n  kvwear report runs/demo --waf uniform")
+def report_cmd(run_dir: Path = typer.Argument(..., help="A run directory (or a sweep directory)."),
+               waf: str = typer.Option("auto", "--waf",
+                                       help="WAF of the lifetime-vs-miss figures: auto (the workload model on "
+                                            "sim, measured on a real device), waf1, uniform, workload, "
+                                            "measured.")) -> None:
     """Rebuild the report of a finished run or sweep from its files."""
     if (run_dir / "sweep.json").exists():
         from reports.sweep_report import build_sweep_report
 
-        console.print(f"report: {build_sweep_report(run_dir).html}")
+        console.print(f"report: {build_sweep_report(run_dir, waf).html}")
         return
     from reports.run_report import build_run_report
 
-    console.print(f"report: {build_run_report(run_dir).html}")
+    console.print(f"report: {build_run_report(run_dir, waf=waf).html}")

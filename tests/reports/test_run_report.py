@@ -106,3 +106,28 @@ def test_unfinished_run_is_named(tmp_path: Path) -> None:
     (tmp_path / "config.toml").write_text("")
     with pytest.raises(KvwearError, match=r"no results\.parquet.*--resume"):
         build_run_report(tmp_path)
+
+
+def test_lifetime_figures_pick_the_named_waf(tmp_path: Path) -> None:
+    """auto: the workload model on the embedded FTL, the measurement on a real device; a named
+    WAF the results lack is refused, not silently replaced."""
+    import pytest
+
+    from kvwear.errors import KvwearError
+    from reports.sweep_report import lifetime_col
+
+    df = pd.DataFrame({"device": ["sim", "sim"], "lifetime_days_waf1": [3.0, 4.0],
+                       "lifetime_days_uniform": [1.0, 1.5], "lifetime_days_workload": [2.0, 3.0],
+                       "lifetime_days_measured": [2.1, 2.9]})
+    assert lifetime_col(df) == "lifetime_days_workload"
+    assert lifetime_col(df.assign(device="block")) == "lifetime_days_measured"
+    assert lifetime_col(df, "uniform") == "lifetime_days_uniform"
+    assert lifetime_col(df.drop(columns=["lifetime_days_workload"])) == "lifetime_days_measured"
+    with pytest.raises(KvwearError, match="no lifetime under WAF 'workload'"):
+        lifetime_col(df.assign(lifetime_days_workload=None), "workload")
+    with pytest.raises(KvwearError, match="unknown WAF"):
+        lifetime_col(df, "gandalf")
+    run = tmp_path / "run"
+    _make_run(run)
+    html = build_run_report(run, waf="uniform").html.read_text()
+    assert "Projected lifetime under WAF uniform" in html
