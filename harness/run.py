@@ -530,7 +530,9 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, An
                                    kind="model"))
             notes["WAF (workload model)"] = notes["lifetime days (workload model)"] = (
                 f"{prediction.model} (harness.waf_model) on {prediction.p_eff_pages * 4096 / 2**20:,.0f} MiB "
-                f"of GC space; {prediction.regime} GC")
+                f"of GC space; {prediction.regime} GC"
+                + ("; the model plays the plan on an empty drive, this one was filled first (precondition=fill)"
+                   if str(cfg.device.options.get("precondition", "none")) == "fill" else ""))
         checks.append(Check.of("WAF (uniform reference)", waf_uniform, measured_waf, tool, WAF_REL_TOL,
                                kind="reference"))
         notes["WAF (uniform reference)"] = notes["lifetime days (uniform reference WAF)"] = (
