@@ -363,11 +363,22 @@ def _fluid(surv, line_surv, band_of, step_pages, last_step, p_bg, p_high, min_in
     for i in range(n_steps):
         m = step_pages if i < n_steps - 1 else last_step
         head, tail = _push(q_step, q_copy, q_mass, q_occ, head, tail, i, 0, m, m)
+        # refresh the host chunks' occupancy and squeeze out what emptied (the order stays)
         used = 0.0
+        w = head
         for k in range(head, tail):
             if q_copy[k] == 0:
                 q_occ[k] = q_mass[k] * line_surv[band_of[q_step[k]], i - q_step[k]]
-            used += q_occ[k]
+            elif q_mass[k] * surv[band_of[q_step[k]], i - q_step[k]] <= 0.0:
+                q_occ[k] = 0.0                 # a copy whose pages all died: its line space is free too
+            if q_occ[k] > 0.0:
+                q_step[w] = q_step[k]
+                q_copy[w] = q_copy[k]
+                q_mass[w] = q_mass[k]
+                q_occ[w] = q_occ[k]
+                w += 1
+                used += q_occ[k]
+        tail = w
         passed = 0
         while used > p_bg and head < tail:
             forced = used > p_high
@@ -423,7 +434,7 @@ class WafPrediction:
     model: str = MODEL_NAME
 
 
-_MAX_STEPS = 16384                   # fluid-model resolution: at most this many steps over the plan
+_MAX_STEPS = 1 << 18                 # fluid-model resolution: at most this many steps over the plan
 
 
 def _age_table(summary: DeathSummary, step: float, n_steps: int,
