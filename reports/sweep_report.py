@@ -211,8 +211,10 @@ def build_sweep_report(root: str | Path, waf: str = "auto") -> ReportFiles:
     pareto_html = "<p class='missing'>no results</p>"
     if not df.empty:
         mask = pareto_mask(df["miss_ratio_tokens"].to_numpy(float), df[lt].to_numpy(float))
+        # the frontier is drawn under `lt`; every lifetime the results carry is shown beside it
+        lives = [lt, *(f"lifetime_days_{w}" for w in LIFETIME_WAFS if f"lifetime_days_{w}" != lt)]
         cols = [c for c in ("axis_trace", "axis_model", "axis_dram_bytes", "axis_ssd_bytes", "axis_policy",
-                            "miss_ratio_tokens", lt) if c in df.columns]
+                            "miss_ratio_tokens", *lives) if c in df.columns]
         pareto_html = df.loc[mask, cols].sort_values("miss_ratio_tokens").to_html(index=False)
     summary = (f"{len(df)} of {meta.get('points', '?')} points finished, {len(errors)} failed."
                + (f" Lifetimes project with WAF: {lt.removeprefix('lifetime_days_')}." if lt else ""))

@@ -139,8 +139,9 @@ def _summary(rows: list[dict[str, Any]], wall_s: float) -> None:
               caption="checks within tolerance — bytes: the same bytes counted at two points (a failure is a "
                       "fault); models: the workload WAF model's predictions against the measurement (a failure is "
                       "a finding)")
-    for col in ("policy", "miss ratio", "SSD writes", "linear share", "WAF workload model", "device WAF",
-                "lifetime WAF=1", "lifetime WAF workload model", "lifetime WAF measured", "bytes", "models"):
+    for col in ("policy", "miss ratio", "SSD writes", "linear share", "WAF uniform ref.", "WAF workload model",
+                "device WAF", "lifetime WAF=1", "lifetime WAF workload model", "lifetime WAF measured", "bytes",
+                "models"):
         t.add_column(col, justify="left" if col == "policy" else "right")
 
     def years(days: float | None) -> str:
@@ -155,6 +156,7 @@ def _summary(rows: list[dict[str, Any]], wall_s: float) -> None:
     for r in rows:
         t.add_row(r["policy"], f"{r['miss_ratio_tokens']:.4f}", format_bytes(r["ssd_write_bytes"]),
                   f"{r.get('linear_share_of_ssd_write_bytes', 0):.0%}",
+                  "—" if r.get("waf_uniform") is None else f"{r['waf_uniform']:.2f}",
                   "—" if r.get("waf_workload") is None else f"{r['waf_workload']:.2f}",
                   "—" if r.get("waf_measured") is None else f"{r['waf_measured']:.2f}",
                   years(r.get("lifetime_days_waf1")), years(r.get("lifetime_days_workload")),
