@@ -48,8 +48,8 @@ DAYS_PER_YEAR = 365.0
 HOST_BYTES_REL_TOL = 0.01
 # SMART data units are 512,000-byte units rounded up: compare with their own rounding, 2%.
 SMART_HOST_BYTES_REL_TOL = 0.02
-# WAF: the analytical model vs an FTL emulator / FEMU / drive logs. The model is exact only in the
-# many-pages-per-block limit for uniform random writes; real traces are not uniform. 10%.
+# WAF: a model (the workload model, the FTL emulator configured as the device) vs the device's
+# counters. The workload model is mean-field (bench/waf_model.py: 95 % of plans within it). 10%.
 WAF_REL_TOL = 0.10
 # Lifetime inherits both errors (product of host bytes and WAF), so the sum of the two.
 LIFETIME_REL_TOL = HOST_BYTES_REL_TOL + WAF_REL_TOL

@@ -44,20 +44,26 @@ Two parts.
    — emptied lines are free. Whenever the log occupies more than P_eff the head chunk is cleaned:
    its valid pages are copied to the tail (they keep their write time, so their later deaths
    follow S_b; GC copies share the write pointer with the host, as in FEMU and the emulator) and
-   the rest is freed. Among lines that still hold valid pages this is FIFO, not greedy: for
+   the rest is freed; a head without invalid pages is passed over, as greedy never takes such a
+   line. Among lines that still hold valid pages this is FIFO, not greedy: for
    uniform random deaths the oldest line has the fewest valid pages and the two agree (the
    steady state is the fixed point above); where young lines die first (no TRIM, objects
    overwritten in place) the model overstates the copies, which the bench measures.
 
-   FEMU line GC (`gc_mode == "line"`). Background GC cleans while the pool occupies more than
+   FEMU line GC (`gc_mode == "line"`). Background GC cleans while the log occupies more than
    P_bg = (lines − ⌊(1 − gc_thres)·lines⌋ − 1) lines, but only a victim with ≥ 1/8 invalid pages;
    otherwise the log grows (the free lines fall below the threshold) until the head line qualifies,
    or it passes the forced threshold's space P_high (lines − ⌊(1 − gc_thres_high)·lines⌋ − 1 lines),
    where forced GC cleans without the rule. This is what drives FEMU's WAF to ≈ 8 (victims 7/8
-   valid) under uniform random writes when P_bg is smaller than the live data. The fluid's step is
-   about a line long, so it cannot see a line that is 1/8 overwritten while the host overwrites it
-   in order (a circular log on such a drive: FEMU cleans it then, with 7/8 still valid); the bench
-   shows that case. `regime` says which GC did most of the copying.
+   valid) under uniform random writes when P_bg is smaller than the live data. The fluid steps
+   ≤ 1/8 line in line mode, but death distances are binned at `GRID_POINTS_PER_OCTAVE`, so around
+   a distance x deaths smear over ~9 % of x: for a circular log on such a drive (every page dies
+   at the same distance) the model cannot tell a line 1/8 overwritten, which FEMU cleans with 7/8
+   still valid, from one emptying; it predicts ≈ 1 where the FTL measures ≈ 4.5 (the bench shows
+   it). Being mean-field per band, it also has no line-to-line variance beyond "emptied or not":
+   a drive preconditioned full, whose fill lines FEMU cleans as soon as an overwrite leaves 1/8 of
+   one invalid, is outside it (the estimate says so when the device preconditions). `regime` says
+   which GC did most of the copying.
 
 Must not: read files or run an FTL; it takes page requests (numpy arrays) and numbers.
 """
