@@ -11,7 +11,7 @@ Two parts.
    S(x) = 1 − #{deaths at d ≤ x among pages with t < T − x} / #{pages with t < T − x}.
    Without that correction the pages still live when the plan ends (a whole device's worth) would
    read as "never dies" and fake a WAF. The summary also keeps the plain histogram of distances
-   (survivors in an ∞ bin) for the report, and S per write-time band (`BANDS`) for the time-resolved
+   (survivors counted apart), the counts the report quotes, and S per write-time band (`BANDS`) for the time-resolved
    model below. It is versioned (`SUMMARY_VERSION`) and stored in the
    plan's `plan.json`.
 
@@ -161,7 +161,8 @@ def survival_grid(host_pages: int, per_octave: int = GRID_POINTS_PER_OCTAVE) -> 
 @numba.njit(cache=True)
 def _deaths(ops, first, npages, last, grid, total, band_len, dead_diff, hist, counts, line_sizes, line_off,
             line_last):
-    """One pass over the page requests. last[lpn] = host time of the page's live write (−1: none).
+    """One pass over the page requests. last[lpn] = host time of the page's live write (−1: never
+    written, −2: trimmed).
     dead_diff[band]: +1/−1 over the grid range [d, T − t) where a death at distance d is visible.
     line_last[line_off[k] + t // line_sizes[k]]: the host time its last page died so far."""
     now = 0
@@ -185,13 +186,13 @@ def _deaths(ops, first, npages, last, grid, total, band_len, dead_diff, hist, co
                     counts[0] += 1
                 else:
                     counts[1] += 1
-            elif op == 0:
+            elif op == 0 and tw == -1:
                 counts[2] += 1                     # a page never written before: footprint
             if op == 0:
                 last[lpn] = now
                 now += 1
-            else:
-                last[lpn] = -1
+            elif tw != -1:
+                last[lpn] = -2                     # trimmed (−1: never written)
     return now
 
 

@@ -182,6 +182,12 @@ def device_notes(run_dir: Path) -> list[str]:
             notes.append(f"Host-side observation: {obs}")
     for p in sorted((run_dir / "replay").glob("*/plan.json")):
         plan = json.loads(p.read_text())
+        ds = plan.get("death_summary")
+        if ds:
+            notes.append(f"{p.parent.name}: the plan wrote {ds['host_pages']:,} pages of 4 KiB over "
+                         f"{ds['footprint_pages']:,} distinct ones; {ds['overwritten_pages']:,} died by overwrite, "
+                         f"{ds['trimmed_pages']:,} by TRIM, {ds['survivor_pages']:,} were live at the end "
+                         "(the workload WAF model's input, harness.waf_model).")
         if plan.get("forced_evictions"):
             notes.append(f"{p.parent.name}: the {plan.get('layout')} layout's head reached "
                          f"{plan['forced_evictions']} live objects ({plan['forced_evict_bytes']:,} bytes) and evicted "

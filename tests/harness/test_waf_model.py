@@ -34,6 +34,10 @@ def test_summary_counts_deaths_trims_and_survivors() -> None:
     assert sum(s.hist_pages) == 2                          # the two deaths: distances 2 and 2
     assert s.hist_pages[s.grid_pages.index(2)] == 2
     assert DeathSummary.from_dict(s.as_dict()) == s
+    # a trimmed page written again is not new footprint
+    again = death_summary(np.array([OP_WRITE, OP_TRIM, OP_WRITE], np.int8), np.array([0, 0, 0]),
+                          np.array([2, 2, 2]), 4)
+    assert (again.footprint_pages, again.trimmed_pages, again.survivor_pages) == (2, 2, 2)
     with pytest.raises(KvwearError, match="version"):
         DeathSummary.from_dict({**s.as_dict(), "version": 99})
     with pytest.raises(KvwearError, match="outside"):
