@@ -90,7 +90,7 @@ GRID_POINTS_PER_OCTAVE = 8           # survival grid resolution (log-spaced dist
 BANDS = 16
 # Line sizes (4 KiB pages) with a line-empty survival each: the model takes the device's pages per
 # line, or the nearest of these (FEMU's fixture: 1,024; the block-level default: 64).
-LINE_PAGES = (64, 256, 1024, 4096)
+LINE_PAGES = (64, 256, 1024, 4096)      # powers of two (the summary pass shifts by them)
 MODEL_NAME = "fluid log-structured cleaning over page and line death distances"
 
 Regime = Literal["no GC", "block", "line background", "line forced"]
@@ -159,12 +159,12 @@ def survival_grid(host_pages: int, per_octave: int = GRID_POINTS_PER_OCTAVE) -> 
 
 
 @numba.njit(cache=True)
-def _deaths(ops, first, npages, last, grid, total, band_len, dead_diff, hist, counts, line_sizes, line_off,
+def _deaths(ops, first, npages, last, grid, total, band_len, dead_diff, hist, counts, line_shifts, line_off,
             line_last):
     """One pass over the page requests. last[lpn] = host time of the page's live write (−1: never
     written, −2: trimmed).
     dead_diff[band]: +1/−1 over the grid range [d, T − t) where a death at distance d is visible.
-    line_last[line_off[k] + t // line_sizes[k]]: the host time its last page died so far."""
+    line_last[line_off[k] + (t >> line_shifts[k])]: the host time its last page died so far."""
     now = 0
     for r in range(ops.shape[0]):
         op = ops[r]
@@ -175,11 +175,12 @@ def _deaths(ops, first, npages, last, grid, total, band_len, dead_diff, hist, co
             if tw >= 0:
                 d = now - tw - 1
                 b = tw // band_len
-                dead_diff[b, np.searchsorted(grid, d)] += 1
+                lo = np.searchsorted(grid, d)      # first grid distance ≥ d
+                dead_diff[b, lo] += 1
                 dead_diff[b, np.searchsorted(grid, total - tw)] -= 1
-                hist[np.searchsorted(grid, d, side="right") - 1] += 1
-                for k in range(line_sizes.shape[0]):
-                    c = line_off[k] + tw // line_sizes[k]
+                hist[lo if lo < grid.shape[0] and grid[lo] == d else lo - 1] += 1
+                for k in range(line_shifts.shape[0]):
+                    c = line_off[k] + (tw >> line_shifts[k])
                     if line_last[c] < now:
                         line_last[c] = now
                 if op == 0:
@@ -194,6 +195,17 @@ def _deaths(ops, first, npages, last, grid, total, band_len, dead_diff, hist, co
             elif tw != -1:
                 last[lpn] = -2                     # trimmed (−1: never written)
     return now
+
+
+@numba.njit(cache=True)
+def _mark_live_lines(last, line_shifts, line_off, line_last):
+    """A line with a page still live when the plan ends never empties: its last death is 'never'."""
+    never = np.iinfo(np.int64).max
+    for lpn in range(last.shape[0]):
+        tw = last[lpn]
+        if tw >= 0:
+            for k in range(line_shifts.shape[0]):
+                line_last[line_off[k] + (tw >> line_shifts[k])] = never
 
 
 def death_summary(op_codes: np.ndarray, first_page: np.ndarray, npages: np.ndarray,
@@ -214,10 +226,11 @@ def death_summary(op_codes: np.ndarray, first_page: np.ndarray, npages: np.ndarr
     hist = np.zeros(len(grid), np.int64)
     counts = np.zeros(3, np.int64)
     sizes = np.asarray(LINE_PAGES, np.int64)
+    shifts = np.log2(sizes).astype(np.int64)        # LINE_PAGES are powers of two
     n_lines = -(-max(total, 1) // sizes)
     line_off = np.concatenate([[0], np.cumsum(n_lines)[:-1]]).astype(np.int64)
     line_last = np.zeros(int(n_lines.sum()), np.int64)
-    done = _deaths(ops, first, n, last, grid, total, band_len, dead_diff, hist, counts, sizes, line_off,
+    done = _deaths(ops, first, n, last, grid, total, band_len, dead_diff, hist, counts, shifts, line_off,
                    line_last)
     if done != total:
         raise KvwearError(f"internal error: death_summary counted {done} host pages, expected {total}")
@@ -232,19 +245,19 @@ def death_summary(op_codes: np.ndarray, first_page: np.ndarray, npages: np.ndarr
     # where a band has no page old enough yet, it takes the pooled value (never read by the model:
     # such ages lie beyond the plan's end for that band)
     band_s = np.where(np.isnan(band_s), pooled[None, :], band_s)
-    live_t = np.asarray(last)[np.asarray(last) >= 0].astype(np.int64)
+    _mark_live_lines(last, shifts, line_off, line_last)
     line_s = []
     for k, w in enumerate(sizes):
-        ll = line_last[line_off[k]: line_off[k] + n_lines[k]].copy()
-        ll[live_t // w] = np.iinfo(np.int64).max          # a line with a page alive at the end never empties
+        ll = line_last[line_off[k]: line_off[k] + n_lines[k]]
         start = np.arange(n_lines[k], dtype=np.int64) * w
         pages = np.minimum(start + w, total) - start
         emptied = ll < np.iinfo(np.int64).max
         age = ll[emptied] - start[emptied]
-        diff = np.zeros((nb, len(grid) + 1), np.int64)
-        b = start[emptied] // band_len
-        np.add.at(diff, (b, np.searchsorted(grid, age)), pages[emptied])
-        np.add.at(diff, (b, np.searchsorted(grid, total - start[emptied])), -pages[emptied])
+        row = start[emptied] // band_len * (len(grid) + 1)
+        w_e = pages[emptied].astype(np.float64)
+        size = nb * (len(grid) + 1)
+        diff = (np.bincount(row + np.searchsorted(grid, age), w_e, size)
+                - np.bincount(row + np.searchsorted(grid, total - start[emptied]), w_e, size)).reshape(nb, -1)
         with np.errstate(invalid="ignore", divide="ignore"):
             e = np.where(obs > 0, 1.0 - np.cumsum(diff[:, :-1], axis=1) / np.maximum(obs, 1), np.nan)
         # never below the page survival: a line with a valid page is not empty
