@@ -7,8 +7,14 @@ Formulas (DESIGN.md, "Lifetime estimator and cross-validation"):
   simulated trace wrote, scaled to one day (`host_bytes_per_day`). TBW here is the budget at WAF 1,
   so call `tbw_from_pe_cycles` with its default waf=1 when the WAF goes into the lifetime formula
   (passing it to both would count it twice).
-- WAF: 1 (Gandalf's assumption), measured, or the analytical model for uniform random writes
-  WAF ≈ α / (α + W₀(−α·e^(−α))) (`analytical_waf`), α = effective physical / logical space.
+- Four WAFs side by side: 1 (Gandalf's assumption); the uniform-random reference
+  WAF ≈ α / (α + W₀(−α·e^(−α))) (`analytical_waf`, α = effective physical / logical space), which
+  describes none of the plans kvwear replays and stays a labelled reference; the workload model
+  (harness.waf_model: GC over the plan's page death distances, the estimator's prediction); and
+  the measured one.
+- P/E cycles consumed per day = NAND bytes per day ÷ raw NAND capacity (`pe_cycles_per_day`), so
+  a drive rated in P/E cycles (3,000 for TLC by default, `TLC_PE_CYCLES`) gets a lifetime too
+  (`pe_lifetime_days`).
 
 Effective space (`ftl_alpha`): only space GC can use counts. Block-level FTL: lines − GC reserve
 lines − open lines (one host line, plus one GC line if separate). FEMU line GC: lines − the
@@ -42,8 +48,8 @@ DAYS_PER_YEAR = 365.0
 HOST_BYTES_REL_TOL = 0.01
 # SMART data units are 512,000-byte units rounded up: compare with their own rounding, 2%.
 SMART_HOST_BYTES_REL_TOL = 0.02
-# WAF: the analytical model vs an FTL emulator / FEMU / drive logs. The model is exact only in the
-# many-pages-per-block limit for uniform random writes; real traces are not uniform. 10%.
+# WAF: a model (the workload model, the FTL emulator configured as the device) vs the device's
+# counters. The workload model is mean-field (bench/waf_model.py: 95 % of plans within it). 10%.
 WAF_REL_TOL = 0.10
 # Lifetime inherits both errors (product of host bytes and WAF), so the sum of the two.
 LIFETIME_REL_TOL = HOST_BYTES_REL_TOL + WAF_REL_TOL
@@ -87,9 +93,9 @@ def effective_alpha(raw_bytes: float, exposed_bytes: float, unusable_bytes: floa
 def ftl_alpha(config: FtlConfig) -> float:
     """Effective α of an emulated drive (see the module docstring for what is excluded)."""
     ppl = config.pages_per_line
-    open_lines = 2 if config.separate_gc_line else 1
     reserve = config.gc_thres_lines if config.gc_mode == "line" else config.reserve_lines
-    return effective_alpha(config.raw_pages, config.exposed_pages, (reserve + open_lines) * ppl)
+    # one open line per write frontier: with FDP handles each handle (and its GC frontier) holds one
+    return effective_alpha(config.raw_pages, config.exposed_pages, (reserve + config.open_lines) * ppl)
 
 
 def ftl_predicted_waf(config: FtlConfig) -> float:
@@ -99,6 +105,21 @@ def ftl_predicted_waf(config: FtlConfig) -> float:
         cap = config.pages_per_line / config.min_invalid_pages
         return cap if alpha <= 1.0 else min(analytical_waf(alpha), cap)
     return analytical_waf(alpha)
+
+
+TLC_PE_CYCLES = 3000                 # a typical TLC rating, when the config names none
+
+
+def pe_cycles_per_day(host_bytes_day: float, waf: float, raw_bytes: float) -> float:
+    """Program/erase cycles the whole drive consumes per day: NAND bytes per day ÷ raw capacity."""
+    if raw_bytes <= 0 or waf < 1.0:
+        raise KvwearError(f"P/E cycles per day need raw capacity > 0 and WAF ≥ 1 (got {raw_bytes}, {waf})")
+    return host_bytes_day * waf / raw_bytes
+
+
+def pe_lifetime_days(rated_pe_cycles: float, pe_per_day: float) -> float:
+    """Days until the rated P/E cycles are used up; infinite when nothing is written."""
+    return math.inf if pe_per_day <= 0 else rated_pe_cycles / pe_per_day
 
 
 def host_bytes_per_day(ssd_write_bytes: float, trace_duration_s: float) -> float:
@@ -117,7 +138,7 @@ def projected_lifetime_days(tbw_bytes: float, host_bytes_day: float, waf: float)
     return tbw_bytes / (host_bytes_day * waf)
 
 
-CheckKind = Literal["accounting", "model"]
+CheckKind = Literal["accounting", "model", "reference"]
 
 
 @dataclass(frozen=True)
@@ -128,7 +149,9 @@ class Check:
     pipeline (policy → plan → fio → eBPF → SMART); a failure is lost or extra I/O, a fault of the
     harness or the device. "model": a prediction (the analytical WAF, the FTL emulator, a lifetime
     projection) against the measurement; a failure is a finding — the model does not describe
-    this workload on this device — not a fault of the run."""
+    this workload on this device — not a fault of the run. "reference": a prediction shown for
+    comparison only (the uniform-random WAF, Gandalf's WAF 1), which the run's model tally does not
+    count."""
 
     name: str
     predicted: float

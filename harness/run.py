@@ -29,22 +29,26 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from emulator.ftl import FtlConfig
 from harness.config import RunConfig
 from harness.devices.base import DeviceSpec, ReplayResult, open_device
 from harness.estimate import (
     HOST_BYTES_REL_TOL,
     LIFETIME_REL_TOL,
     SMART_HOST_BYTES_REL_TOL,
+    TLC_PE_CYCLES,
     WAF_REL_TOL,
     Check,
     host_bytes_per_day,
+    pe_cycles_per_day,
+    pe_lifetime_days,
     projected_lifetime_days,
     tbw_from_dwpd,
     tbw_from_pe_cycles,
@@ -53,6 +57,7 @@ from harness.placement import PlacementConfig, assign_placement
 from harness.replay import ReplayConfig, plan_block_ops
 from harness.rundir import RunDir, build_manifest, input_sha256, write_json
 from harness.schema import BLOCK_OPS, WEAR
+from harness.waf_model import PAGE_BYTES, DeathSummary, WafPrediction, death_summary, workload_waf
 from harness.wear.base import NVME_DATA_UNIT_BYTES
 from harness.wear.snapshot import delta as wear_delta
 from harness.wear.snapshot import snapshot, wear_rows, wear_table
@@ -264,10 +269,19 @@ def plan_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int) -> dict[st
     # the placement post-pass runs on the laid-out plan: handles never change where data goes
     table, placed = assign_placement(plan.table, _placement(cfg), capacity, r.align_bytes)
     write_table(BLOCK_OPS, table, d / "block_ops.parquet")
-    accounting: dict[str, Any] = {**plan.accounting(), "placement": placed.as_dict()}
+    accounting: dict[str, Any] = {**plan.accounting(), "placement": placed.as_dict(),
+                                  "death_summary": plan_death_summary(table, capacity).as_dict()}
     write_json(d / "plan.json", accounting)
     rd.mark_done(stage, {"write_ios": plan.write_ios})
     return accounting
+
+
+def plan_death_summary(block_ops: pa.Table, capacity: int) -> DeathSummary:
+    """The plan's page death distances (harness.waf_model), in 4 KiB pages of the device."""
+    from harness.devices.sim import plan_to_requests
+
+    codes, first, npages = plan_to_requests(block_ops, PAGE_BYTES, capacity)
+    return death_summary(codes, first, npages, -(-capacity // PAGE_BYTES))
 
 
 @contextmanager
@@ -445,18 +459,44 @@ def _femu_geometry(cfg: RunConfig) -> Any:
     return FemuGeometry.from_options(femu, "device.options.femu")
 
 
-def _model_waf(cfg: RunConfig, capacity: int) -> tuple[float, str]:
-    """The analytical WAF for the device: from the FTL geometry for `sim` and `femu`, else 1."""
-    from harness.estimate import ftl_predicted_waf
-
+def device_ftl_config(cfg: RunConfig, capacity: int) -> FtlConfig | None:
+    """The FTL geometry of the device when kvwear knows it (`sim`, and `femu` from its -device
+    parameters); None for files, block devices and stock QEMU."""
     if cfg.device.kind == "sim":
         from harness.devices.sim import ftl_config_from_spec
 
         spec = DeviceSpec("sim", "", capacity, {**_placement_device_options(cfg), **dict(cfg.device.options)})
-        return ftl_predicted_waf(ftl_config_from_spec(spec)), "analytical"
+        return ftl_config_from_spec(spec)
     if cfg.device.kind == "femu":
-        return ftl_predicted_waf(_femu_geometry(cfg).ftl_config()), "analytical (FEMU geometry)"
-    return 1.0, "assumed-1"
+        return cast(FtlConfig, _femu_geometry(cfg).ftl_config())
+    return None
+
+
+def uniform_waf(cfg: RunConfig, capacity: int) -> tuple[float, str]:
+    """The uniform-random reference WAF for the device's geometry (1 where none is known)."""
+    from harness.estimate import ftl_predicted_waf
+
+    ftl = device_ftl_config(cfg, capacity)
+    if ftl is None:
+        return 1.0, "assumed-1 (no FTL geometry)"
+    where = " (FEMU geometry)" if cfg.device.kind == "femu" else ""
+    return ftl_predicted_waf(ftl), f"uniform random, Lambert W{where}"
+
+
+def plan_workload_waf(cfg: RunConfig, rd: RunDir, label: str, plan: dict[str, Any],
+                      capacity: int) -> WafPrediction | None:
+    """The workload model (harness.waf_model) over the plan's death summary, for the device's
+    geometry; None where the geometry is unknown. A plan.json written before the summary existed
+    gets it from block_ops.parquet."""
+    ftl = device_ftl_config(cfg, capacity)
+    if ftl is None:
+        return None
+    path = rd.stage_dir("replay", label) / "plan.json"
+    if "death_summary" in plan:
+        ds = DeathSummary.from_dict(plan["death_summary"], str(path))
+    else:
+        ds = plan_death_summary(read_table(BLOCK_OPS, path.with_name("block_ops.parquet")), capacity)
+    return workload_waf(ds, ftl)
 
 
 def emulator_waf(cfg: RunConfig, rd: RunDir, label: str) -> float | None:
@@ -488,7 +528,9 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, An
     tbw, duration = tbw_and_duration(cfg, float(summary["span_s"]))
     plan_bytes = int(plan["aligned_write_bytes"])
     per_day = host_bytes_per_day(plan_bytes / f, duration)
-    waf_model, waf_model_src = _model_waf(cfg, capacity)
+    waf_uniform, waf_uniform_src = uniform_waf(cfg, capacity)
+    prediction = plan_workload_waf(cfg, rd, label, plan, capacity)
+    waf_workload = prediction.waf if prediction is not None else None
     measured_waf = device.get("waf")
     dev_bytes = int(device["write_bytes"])
     checks: list[Check] = []
@@ -538,26 +580,44 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, An
     if emulated is not None and measured_waf is not None:
         checks.append(Check.of("WAF (FTL emulator)", emulated, measured_waf, cfg.device.kind, WAF_REL_TOL,
                                kind="model"))
+    tool = device.get("tool") or cfg.device.kind
     if measured_waf is not None:
-        checks.append(Check.of("WAF", waf_model, measured_waf, device.get("tool") or cfg.device.kind, WAF_REL_TOL,
-                               kind="model"))
-        notes["WAF"] = notes["lifetime days (model WAF)"] = (
-            "the analytical model assumes uniform random overwrites of the whole exposed space; "
+        if prediction is not None:
+            checks.append(Check.of("WAF (workload model)", prediction.waf, measured_waf, tool, WAF_REL_TOL,
+                                   kind="model"))
+            notes["WAF (workload model)"] = notes["lifetime days (workload model)"] = (
+                f"{prediction.model} (harness.waf_model) on {prediction.p_eff_pages * 4096 / 2**20:,.0f} MiB "
+                f"of GC space; {prediction.regime} GC"
+                + ("; the model plays the plan on an empty drive, this one was filled first (precondition=fill)"
+                   if str(cfg.device.options.get("precondition", "none")) == "fill" else ""))
+        checks.append(Check.of("WAF (uniform reference)", waf_uniform, measured_waf, tool, WAF_REL_TOL,
+                               kind="reference"))
+        notes["WAF (uniform reference)"] = notes["lifetime days (uniform reference WAF)"] = (
+            "reference only: uniform random overwrites of the whole exposed space; "
             f"the {cfg.replay.layout} layout's write pattern is not that")
+        notes["lifetime days (WAF 1)"] = "reference only: Gandalf's assumption"
     life_waf1 = projected_lifetime_days(tbw, per_day, 1.0)
-    life_model = projected_lifetime_days(tbw, per_day, waf_model)
-    life_measured = (projected_lifetime_days(tbw, host_bytes_per_day(dev_bytes / f, duration), measured_waf)
+    life_uniform = projected_lifetime_days(tbw, per_day, waf_uniform)
+    life_workload = projected_lifetime_days(tbw, per_day, waf_workload) if waf_workload is not None else None
+    measured_per_day = host_bytes_per_day(dev_bytes / f, duration)
+    life_measured = (projected_lifetime_days(tbw, measured_per_day, measured_waf)
                      if measured_waf is not None else None)
     waf_none = placement_row["waf_no_placement"]
     placement_row["lifetime_days_no_placement"] = (
         projected_lifetime_days(tbw, host_bytes_per_day(dev_bytes / f, duration), waf_none)
         if waf_none is not None else None)
     if life_measured is not None:
-        # Both projections against the measurement: Gandalf's WAF 1 and the analytical model.
+        # Each projection against the measurement; only the workload model's counts in the tally.
+        if life_workload is not None:
+            checks.append(Check.of("lifetime days (workload model)", life_workload, life_measured,
+                                   "measured host bytes × WAF", LIFETIME_REL_TOL, kind="model"))
         checks.append(Check.of("lifetime days (WAF 1)", life_waf1, life_measured, "measured host bytes × WAF",
-                               LIFETIME_REL_TOL, kind="model"))
-        checks.append(Check.of("lifetime days (model WAF)", life_model, life_measured,
-                               "measured host bytes × WAF", LIFETIME_REL_TOL, kind="model"))
+                               LIFETIME_REL_TOL, kind="reference"))
+        checks.append(Check.of("lifetime days (uniform reference WAF)", life_uniform, life_measured,
+                               "measured host bytes × WAF", LIFETIME_REL_TOL, kind="reference"))
+    pe = pe_projections(cfg, capacity, {"waf1": (per_day, 1.0), "uniform": (per_day, waf_uniform),
+                                        "workload": (per_day, waf_workload),
+                                        "measured": (measured_per_day, measured_waf)})
     check_rows = [{"quantity": c.name, "source": c.source, "predicted": c.predicted, "measured": c.measured,
                    "rel_error": None if math.isinf(c.rel_error) else c.rel_error, "tolerance": c.tolerance,
                    "passed": c.passed, "kind": c.kind,
@@ -590,14 +650,18 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, An
         "smart_write_bytes": extra.get("smart_host_bytes"),
         "waf_measured": measured_waf,
         "waf_emulator": emulated,
-        "waf_model": waf_model,
-        "waf_model_source": waf_model_src,
+        "waf_uniform": waf_uniform,
+        "waf_uniform_source": waf_uniform_src,
+        "waf_workload": waf_workload,
+        "waf_workload_regime": prediction.regime if prediction is not None else None,
         "tbw_bytes": tbw,
         "host_bytes_per_day": per_day,
         "lifetime_days_waf1": life_waf1,
-        "lifetime_days_model": life_model,
+        "lifetime_days_uniform": life_uniform,
+        "lifetime_days_workload": life_workload,
         "lifetime_days_measured": life_measured,
         **placement_row,
+        **pe,
         "load_latency_mean_s": summary["mean_load_latency_s"],
         "cost_recompute_per_1k": summary["gpu_usd"] / n * 1000.0,
         "cost_wear_per_1k": summary["ssd_wear_usd"] / n * 1000.0,
@@ -702,7 +766,24 @@ def _projections_without_device(cfg: RunConfig, row: dict[str, Any]) -> dict[str
     f = cfg.workload.sample_fraction
     tbw, duration = tbw_and_duration(cfg, float(row["span_s"]))
     per_day = host_bytes_per_day(row["ssd_write_bytes"] / f, duration)
-    waf_model, _ = _model_waf(cfg, device_capacity(cfg))
-    return {"tbw_bytes": tbw, "host_bytes_per_day": per_day, "waf_model": waf_model,
+    waf_uniform, src = uniform_waf(cfg, device_capacity(cfg))
+    return {"tbw_bytes": tbw, "host_bytes_per_day": per_day, "waf_uniform": waf_uniform, "waf_uniform_source": src,
             "lifetime_days_waf1": projected_lifetime_days(tbw, per_day, 1.0),
-            "lifetime_days_model": projected_lifetime_days(tbw, per_day, waf_model)}
+            "lifetime_days_uniform": projected_lifetime_days(tbw, per_day, waf_uniform),
+            **pe_projections(cfg, device_capacity(cfg), {"waf1": (per_day, 1.0), "uniform": (per_day, waf_uniform)})}
+
+
+def pe_projections(cfg: RunConfig, capacity: int,
+                   wafs: dict[str, tuple[float, float | None]]) -> dict[str, Any]:
+    """P/E cycles the full-size drive consumes per day under each WAF (name → host bytes per day,
+    WAF), and the days a drive rated `estimate.rated_pe_cycles` (else TLC's 3,000) lasts. Raw NAND =
+    the SSD tier × the device's raw/exposed ratio (1 where its geometry is unknown)."""
+    ftl = device_ftl_config(cfg, capacity)
+    raw = cfg.tiers.ssd_bytes * (ftl.raw_bytes / ftl.exposed_bytes if ftl is not None else 1.0)
+    rating = cfg.estimate.rated_pe_cycles or TLC_PE_CYCLES
+    out: dict[str, Any] = {"raw_nand_bytes": raw, "pe_rating_cycles": rating}
+    for name, (per_day, waf) in wafs.items():
+        cycles = pe_cycles_per_day(per_day, waf, raw) if waf is not None else None
+        out[f"pe_cycles_per_day_{name}"] = cycles
+        out[f"lifetime_days_pe_{name}"] = pe_lifetime_days(rating, cycles) if cycles is not None else None
+    return out

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from kvwear.errors import KvwearError
 from reports import figures
 from reports.figures import ReportFiles
+from reports.sweep_report import lifetime_col
 
 # Columns of the per-policy table: (column, heading, formatter).
 GIB = 2**30
@@ -35,12 +36,18 @@ _TABLE: list[tuple[str, str, str]] = [
     ("hits_per_ssd_write", "hits / SSD write", "f2"),
     ("device_write_bytes", "device host writes (GiB)", "gib"),
     ("nand_write_bytes", "NAND writes (GiB)", "gib"),
+    ("waf_uniform", "WAF uniform ref.", "f2"),
+    ("waf_workload", "WAF workload model", "f2"),
     ("waf_measured", "WAF measured", "f2"),
-    ("waf_model", "WAF model", "f2"),
     ("waf_emulator", "WAF FTL emulator", "f2"),
     ("lifetime_days_waf1", "lifetime WAF=1 (days)", "days"),
-    ("lifetime_days_model", "lifetime model WAF (days)", "days"),
+    ("lifetime_days_uniform", "lifetime uniform-ref. WAF (days)", "days"),
+    ("lifetime_days_workload", "lifetime workload-model WAF (days)", "days"),
     ("lifetime_days_measured", "lifetime measured WAF (days)", "days"),
+    ("pe_cycles_per_day_workload", "P/E cycles/day, workload model", "f4"),
+    ("pe_cycles_per_day_measured", "P/E cycles/day, measured", "f4"),
+    ("lifetime_days_pe_workload", "lifetime at rated P/E, workload model (days)", "days"),
+    ("lifetime_days_pe_measured", "lifetime at rated P/E, measured (days)", "days"),
     ("load_latency_mean_s", "load latency (ms)", "ms"),
     ("cost_per_1k", "cost / 1k req ($)", "f4"),
 ]
@@ -77,9 +84,15 @@ CHECK_SECTIONS = (
      "The same bytes counted at two points of the pipeline (policy, block plan, fio, eBPF, SMART). "
      "A failure means I/O was lost or added on the way: a fault of the harness or the device."),
     ("model", "Models against measurement",
-     "Predictions (the analytical WAF, the FTL emulator, lifetime projections) against what the device "
-     "measured. A failure is a finding about the model on this workload, not a fault of the run."),
+     "The estimator's predictions (the workload WAF model over the plan's page death distances, the "
+     "FTL emulator configured as the device, the lifetime projected with the workload model) against what "
+     "the device measured. A failure is a finding about the model on this workload, not a fault of the run."),
+    ("reference", "Reference projections",
+     "For comparison only, not counted above: Gandalf's WAF 1 and the uniform-random (Lambert W) WAF, "
+     "against the same measurement."),
 )
+# Sections the summary line counts (the reference rows are shown, not tallied).
+TALLIED = ("accounting", "model")
 
 
 # The workload characterization's figures (workloads.characterize.FIGURES), in report order.
@@ -173,6 +186,12 @@ def device_notes(run_dir: Path) -> list[str]:
             notes.append(f"Host-side observation: {obs}")
     for p in sorted((run_dir / "replay").glob("*/plan.json")):
         plan = json.loads(p.read_text())
+        ds = plan.get("death_summary")
+        if ds:
+            notes.append(f"{p.parent.name}: the plan wrote {ds['host_pages']:,} pages of 4 KiB over "
+                         f"{ds['footprint_pages']:,} distinct ones; {ds['overwritten_pages']:,} died by overwrite, "
+                         f"{ds['trimmed_pages']:,} by TRIM, {ds['survivor_pages']:,} were live at the end "
+                         "(the workload WAF model's input, harness.waf_model).")
         if plan.get("forced_evictions"):
             notes.append(f"{p.parent.name}: the {plan.get('layout')} layout's head reached "
                          f"{plan['forced_evictions']} live objects ({plan['forced_evict_bytes']:,} bytes) and evicted "
@@ -280,8 +299,9 @@ def _num(v: Any) -> str:
     return str(v)
 
 
-def build_run_report(run_dir: str | Path, notes: list[str] | None = None) -> ReportFiles:
-    """Write RUN/report/{report.html, report.md, results.csv, figures/*.png}."""
+def build_run_report(run_dir: str | Path, notes: list[str] | None = None, waf: str = "auto") -> ReportFiles:
+    """Write RUN/report/{report.html, report.md, results.csv, figures/*.png}; the lifetime figure
+    projects with `waf` (reports.sweep_report.lifetime_col)."""
     run = Path(run_dir)
     out = run / "report"
     figdir = out / "figures"
@@ -293,11 +313,20 @@ def build_run_report(run_dir: str | Path, notes: list[str] | None = None) -> Rep
     checks = load_checks(run)
     timelines = load_timelines(run)
 
+    if waf == "auto":
+        try:
+            life_col = lifetime_col(df)
+        except KvwearError:              # a run without lifetimes: the figure says it is not drawn
+            life_col = "lifetime_days_waf1"
+    else:
+        life_col = lifetime_col(df, waf)
     makers: list[tuple[str, str, str, Callable[[], Path | None], str]] = [
         ("lifetime_vs_miss", "SSD lifetime vs miss ratio",
-         "Projected lifetime (measured WAF where the device reports it, else WAF 1) against the token miss "
-         "ratio; one line per policy through its hyperparameter; dashed: Pareto frontier.",
-         lambda: figures.lifetime_vs_miss(df, figdir / "lifetime_vs_miss.png"), "no miss ratio or lifetime"),
+         f"Projected lifetime under WAF {life_col.removeprefix('lifetime_days_')} (the workload model on the "
+         "embedded FTL, the measured WAF on a real device) against the token miss ratio; one line per policy "
+         "through its hyperparameter; dashed: Pareto frontier.",
+         lambda: figures.lifetime_vs_miss(df, figdir / "lifetime_vs_miss.png", life_col),
+         "no miss ratio or lifetime"),
         ("ssd_writes_by_kind", "SSD writes by object kind",
          "Bytes each policy wrote to the SSD tier, by object kind; the label is the share of written objects "
          "that were ever read back.",
@@ -350,6 +379,8 @@ def build_run_report(run_dir: str | Path, notes: list[str] | None = None) -> Rep
     name = str(manifest.get("config", {}).get("name", run.name))
     tallies = []
     for kind, title, _ in CHECK_SECTIONS:
+        if kind not in TALLIED:
+            continue
         group = checks[checks["kind"] == kind]
         if len(group):
             tallies.append(f"{title.lower()}: {int(group['passed'].sum())} of {len(group)} checks within tolerance")

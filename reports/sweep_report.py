@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
+from kvwear.errors import KvwearError
 from reports.figures import ReportFiles, pareto_mask, policy_family, save_figure
 
 
@@ -35,11 +36,26 @@ def read_results(root: Path) -> pd.DataFrame:
     return df.drop_duplicates("point_key", keep="last").reset_index(drop=True)
 
 
-def _lifetime_col(df: pd.DataFrame) -> str:
-    for c in ("lifetime_days_measured", "lifetime_days_model", "lifetime_days_waf1"):
+# The WAFs a lifetime can be projected with (results columns lifetime_days_<name>): Gandalf's 1, the
+# uniform-random reference, the workload model (harness.waf_model), the device's measurement.
+LIFETIME_WAFS = ("waf1", "uniform", "workload", "measured")
+
+
+def lifetime_col(df: pd.DataFrame, waf: str = "auto") -> str:
+    """The lifetime column the figures use. `auto`: the workload model on a `sim` device (the
+    measurement there is the emulator the model was validated against), the measured WAF on a
+    real one; then whichever of measured, workload, uniform, WAF 1 the results have."""
+    if waf != "auto" and waf not in LIFETIME_WAFS:
+        raise KvwearError(f"unknown WAF {waf!r} for the lifetime figures; valid: auto, {', '.join(LIFETIME_WAFS)}")
+    sim = "device" in df.columns and (df["device"] == "sim").all()
+    order = [waf] if waf != "auto" else (["workload", "measured"] if sim else ["measured", "workload"])
+    for name in (*order, "measured", "workload", "uniform", "waf1"):
+        c = f"lifetime_days_{name}"
         if c in df.columns and df[c].notna().any():
+            if waf != "auto" and name != waf:
+                raise KvwearError(f"the sweep results have no lifetime under WAF {waf!r} (column {c!r} is empty)")
             return c
-    raise KeyError("no lifetime column in the sweep results")
+    raise KvwearError("no lifetime column in the sweep results")
 
 
 def _short(x: object) -> str:
@@ -47,10 +63,9 @@ def _short(x: object) -> str:
     return Path(s).stem if "/" in s else (s or "synthetic")
 
 
-def fig_lifetime_vs_miss(df: pd.DataFrame, path: Path) -> Path | None:
+def fig_lifetime_vs_miss(df: pd.DataFrame, path: Path, lt: str) -> Path | None:
     if df.empty or "miss_ratio_tokens" not in df.columns:
         return None
-    lt = _lifetime_col(df)
     groups = list(df.groupby(["axis_trace", "axis_model", "axis_dram_bytes", "axis_ssd_bytes"], sort=True))
     n = len(groups)
     cols = min(n, 2)
@@ -70,7 +85,7 @@ def fig_lifetime_vs_miss(df: pd.DataFrame, path: Path) -> Path | None:
         dram_gb, ssd_gb = float(str(dram)) / 1e9, float(str(ssd)) / 1e9
         ax.set_title(f"{_short(trace)} · {model} · DRAM {dram_gb:g} GB · SSD {ssd_gb:g} GB", fontsize=9)
         ax.set_xlabel("miss ratio (token-weighted)")
-        ax.set_ylabel("SSD lifetime (years, log)")
+        ax.set_ylabel(f"SSD lifetime, WAF {lt.removeprefix('lifetime_days_')} (years, log)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     for ax in list(axes.flat)[n:]:
@@ -90,12 +105,11 @@ def _best_per_family(df: pd.DataFrame, lt: str) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def fig_capacity_ratio(df: pd.DataFrame, path: Path) -> Path | None:
+def fig_capacity_ratio(df: pd.DataFrame, path: Path, lt: str) -> Path | None:
     """One row of panels per (trace, model): lifetime and miss ratio against the DRAM share of the
     most common total capacity, one line per policy family (its best configuration)."""
     if df.empty or df["axis_dram_bytes"].nunique() < 2:
         return None
-    lt = _lifetime_col(df)
     d = _best_per_family(df, lt)
     d = d.assign(total=d["axis_dram_bytes"] + d["axis_ssd_bytes"],
                  dram_share=d["axis_dram_bytes"] / (d["axis_dram_bytes"] + d["axis_ssd_bytes"]))
@@ -111,7 +125,7 @@ def fig_capacity_ratio(df: pd.DataFrame, path: Path) -> Path | None:
             a1.plot(gg["dram_share"], gg[lt] / 365.0, marker="o", label=fam)
             a2.plot(gg["dram_share"], gg["miss_ratio_tokens"], marker="o", label=fam)
         a1.set_yscale("log")
-        a1.set_ylabel("SSD lifetime (years, log)")
+        a1.set_ylabel(f"SSD lifetime, WAF {lt.removeprefix('lifetime_days_')} (years, log)")
         a2.set_ylabel("miss ratio (token-weighted)")
         for a in (a1, a2):
             a.set_title(f"{_short(trace)} · {model}", fontsize=9)
@@ -122,10 +136,9 @@ def fig_capacity_ratio(df: pd.DataFrame, path: Path) -> Path | None:
     return save_figure(fig, path)
 
 
-def fig_models(df: pd.DataFrame, path: Path) -> Path | None:
+def fig_models(df: pd.DataFrame, path: Path, lt: str) -> Path | None:
     if df.empty or df["axis_model"].nunique() < 2:
         return None
-    lt = _lifetime_col(df)
     d = _best_per_family(df, lt)
     pivot = d.pivot_table(index="axis_model", columns="family", values=lt, aggfunc="max") / 365.0
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
@@ -135,16 +148,15 @@ def fig_models(df: pd.DataFrame, path: Path) -> Path | None:
         ax.bar(x + i * w - 0.4 + w / 2, pivot[fam], w, label=fam)
     ax.set_xticks(x, pivot.index)
     ax.set_yscale("log")
-    ax.set_ylabel("SSD lifetime (years, log)")
+    ax.set_ylabel(f"SSD lifetime, WAF {lt.removeprefix('lifetime_days_')} (years, log)")
     ax.set_title("Model sensitivity (best configuration per policy)")
     ax.legend(fontsize=7)
     return save_figure(fig, path)
 
 
-def fig_cost(df: pd.DataFrame, path: Path) -> Path | None:
+def fig_cost(df: pd.DataFrame, path: Path, lt: str) -> Path | None:
     if df.empty or not {"cost_recompute_per_1k", "cost_wear_per_1k"} <= set(df.columns):
         return None
-    lt = _lifetime_col(df)
     d = _best_per_family(df, lt).groupby("family", sort=True)[["cost_recompute_per_1k", "cost_wear_per_1k"]].mean()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     x = np.arange(len(d))
@@ -172,7 +184,8 @@ th{background:#f3f3f3}.missing{color:#777;font-style:italic}</style></head><body
 </body></html>""")
 
 
-def build_sweep_report(root: str | Path) -> ReportFiles:
+def build_sweep_report(root: str | Path, waf: str = "auto") -> ReportFiles:
+    """Write SWEEP/report/; lifetimes under `waf` (see `lifetime_col`)."""
     root = Path(root)
     out = root / "report"
     fig_dir = out / "figures"
@@ -189,19 +202,22 @@ def build_sweep_report(root: str | Path) -> ReportFiles:
     ]
     drawn: dict[str, Path | None] = {}
     figs = []
+    lt = lifetime_col(df, waf) if not df.empty else ""
     for key, title, make, why in specs:
-        p = make(df, fig_dir / f"{key}.png") if not df.empty else None
+        p = make(df, fig_dir / f"{key}.png", lt) if not df.empty else None
         drawn[key] = p
         src = "data:image/png;base64," + base64.b64encode(p.read_bytes()).decode() if p else None
         figs.append({"title": title, "src": src, "why": why})
     pareto_html = "<p class='missing'>no results</p>"
     if not df.empty:
-        lt = _lifetime_col(df)
         mask = pareto_mask(df["miss_ratio_tokens"].to_numpy(float), df[lt].to_numpy(float))
+        # the frontier is drawn under `lt`; every lifetime the results carry is shown beside it
+        lives = [lt, *(f"lifetime_days_{w}" for w in LIFETIME_WAFS if f"lifetime_days_{w}" != lt)]
         cols = [c for c in ("axis_trace", "axis_model", "axis_dram_bytes", "axis_ssd_bytes", "axis_policy",
-                            "miss_ratio_tokens", lt) if c in df.columns]
+                            "miss_ratio_tokens", *lives) if c in df.columns]
         pareto_html = df.loc[mask, cols].sort_values("miss_ratio_tokens").to_html(index=False)
-    summary = f"{len(df)} of {meta.get('points', '?')} points finished, {len(errors)} failed."
+    summary = (f"{len(df)} of {meta.get('points', '?')} points finished, {len(errors)} failed."
+               + (f" Lifetimes project with WAF: {lt.removeprefix('lifetime_days_')}." if lt else ""))
     out.mkdir(parents=True, exist_ok=True)
     html = out / "sweep_report.html"
     html.write_text(_HTML.render(name=meta.get("name", root.name), summary=summary, figs=figs,

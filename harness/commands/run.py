@@ -142,9 +142,11 @@ def run_cmd(
 def _summary(rows: list[dict[str, Any]], wall_s: float) -> None:
     t = Table(title=f"kvwear run — {len(rows)} policies in {wall_s:.1f} s",
               caption="checks within tolerance — bytes: the same bytes counted at two points (a failure is a "
-                      "fault); models: predictions against the measurement (a failure is a finding)")
-    for col in ("policy", "miss ratio", "SSD writes", "linear share", "device WAF", "lifetime WAF=1",
-                "lifetime measured", "bytes", "models"):
+                      "fault); models: the workload WAF model's predictions against the measurement (a failure is "
+                      "a finding)")
+    for col in ("policy", "miss ratio", "SSD writes", "linear share", "WAF uniform ref.", "WAF workload model",
+                "device WAF", "lifetime WAF=1", "lifetime WAF workload model", "lifetime WAF measured", "bytes",
+                "models"):
         t.add_column(col, justify="left" if col == "policy" else "right")
 
     def years(days: float | None) -> str:
@@ -159,20 +161,27 @@ def _summary(rows: list[dict[str, Any]], wall_s: float) -> None:
     for r in rows:
         t.add_row(r["policy"], f"{r['miss_ratio_tokens']:.4f}", format_bytes(r["ssd_write_bytes"]),
                   f"{r.get('linear_share_of_ssd_write_bytes', 0):.0%}",
+                  "—" if r.get("waf_uniform") is None else f"{r['waf_uniform']:.2f}",
+                  "—" if r.get("waf_workload") is None else f"{r['waf_workload']:.2f}",
                   "—" if r.get("waf_measured") is None else f"{r['waf_measured']:.2f}",
-                  years(r.get("lifetime_days_waf1")), years(r.get("lifetime_days_measured")),
+                  years(r.get("lifetime_days_waf1")), years(r.get("lifetime_days_workload")),
+                  years(r.get("lifetime_days_measured")),
                   tally(r, "accounting"), tally(r, "model"))
     Console(width=max(Console().width, 160)).print(t)
 
 
-@app.command("report", epilog="Example:\n\n  kvwear report runs/demo")
-def report_cmd(run_dir: Path = typer.Argument(..., help="A run directory (or a sweep directory).")) -> None:
+@app.command("report", epilog="Examples:\n\n  kvwear report runs/demo\n\n  kvwear report runs/demo --waf uniform")
+def report_cmd(run_dir: Path = typer.Argument(..., help="A run directory (or a sweep directory)."),
+               waf: str = typer.Option("auto", "--waf",
+                                       help="WAF of the lifetime-vs-miss figures: auto (the workload model on "
+                                            "sim, measured on a real device), waf1, uniform, workload, "
+                                            "measured.")) -> None:
     """Rebuild the report of a finished run or sweep from its files."""
     if (run_dir / "sweep.json").exists():
         from reports.sweep_report import build_sweep_report
 
-        console.print(f"report: {build_sweep_report(run_dir).html}")
+        console.print(f"report: {build_sweep_report(run_dir, waf).html}")
         return
     from reports.run_report import build_run_report
 
-    console.print(f"report: {build_run_report(run_dir).html}")
+    console.print(f"report: {build_run_report(run_dir, waf=waf).html}")

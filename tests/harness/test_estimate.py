@@ -114,3 +114,14 @@ def test_check_records() -> None:
     nothing = Check.of("host bytes", 0, 4096, "fio", 0.5, kind="accounting")
     assert not nothing.passed and math.isinf(nothing.rel_error)
     assert Check.of("lifetime days", math.inf, math.inf, "x", 0.0, kind="model").passed
+
+
+def test_pe_cycles_per_day_and_rated_lifetime() -> None:
+    from harness.estimate import TLC_PE_CYCLES, pe_cycles_per_day, pe_lifetime_days
+
+    # 1 TB of host writes a day at WAF 2 on 2 TB of raw NAND: one full-drive program a day
+    assert pe_cycles_per_day(1e12, 2.0, 2e12) == 1.0
+    assert pe_lifetime_days(TLC_PE_CYCLES, 1.0) == 3000.0
+    assert pe_lifetime_days(3000, 0.0) == math.inf
+    with pytest.raises(KvwearError, match="raw capacity"):
+        pe_cycles_per_day(1e12, 2.0, 0)

@@ -65,9 +65,15 @@ def test_every_byte_accounted(small_run: Path, label: str) -> None:
     checks = json.loads((small_run / "estimate" / label / "crossval.json").read_text())["checks"]
     host = [c for c in checks if c["quantity"] == "host bytes"]
     assert host and all(c["passed"] and c["rel_error"] == 0 and c["kind"] == "accounting" for c in host)
-    # Byte identities are accounting checks; WAF and lifetime comparisons test models.
+    # Byte identities are accounting checks; the workload model's WAF and lifetime are the model
+    # checks (issue 13); the uniform-random WAF and Gandalf's WAF 1 are labelled references.
     assert {c["quantity"] for c in checks if c["kind"] == "model"} == {
-        "WAF", "lifetime days (WAF 1)", "lifetime days (model WAF)"}
+        "WAF (workload model)", "lifetime days (workload model)"}
+    assert {c["quantity"] for c in checks if c["kind"] == "reference"} == {
+        "WAF (uniform reference)", "lifetime days (WAF 1)", "lifetime days (uniform reference WAF)"}
+    assert all(c["passed"] for c in checks if c["kind"] == "model")
+    # the plan's death summary counts exactly the plan's written pages
+    assert plan["death_summary"]["host_pages"] * 4096 == aligned
 
 
 def test_results_and_report(small_run: Path) -> None:
@@ -160,7 +166,8 @@ def test_no_replay_projects_lifetime_without_a_device(tmp_path: Path) -> None:
                                    "--param", "turns=3", "--dram", "1GB", "--ssd", "8GB"])
     assert res.exit_code == 0, res.output
     row = pq.read_table(out / "results.parquet").to_pylist()[0]
-    assert row["lifetime_days_waf1"] > row["lifetime_days_model"] > 0          # model WAF > 1 for the sim geometry
+    assert row["lifetime_days_waf1"] > row["lifetime_days_uniform"] > 0        # uniform WAF > 1 for the sim geometry
+    assert row["lifetime_days_pe_waf1"] > row["lifetime_days_pe_uniform"] > 0
     assert not (out / "replay").exists() and not (out / "device").exists()
 
 
@@ -180,13 +187,13 @@ def test_resume_refuses_a_changed_trace_file(tmp_path: Path, mooncake_path: Path
 
 def test_sim_with_femu_geometry_is_planned_on_devsz() -> None:
     """The sim backend's FEMU geometry exposes devsz_mb MiB and refuses any other capacity."""
-    from harness.run import _model_waf, device_capacity
+    from harness.run import device_capacity, uniform_waf
 
     geo = {"geometry": "femu", "devsz_mb": 192, "pgs_per_blk": 256, "blks_per_pl": 64, "luns_per_ch": 2, "nchs": 2}
     cfg = config_from_mapping({**SMALL, "device": {"kind": "sim", "options": geo}})
     assert device_capacity(cfg) == 192 << 20
-    waf, source = _model_waf(cfg, device_capacity(cfg))
-    assert source == "analytical" and waf > 1.0
+    waf, source = uniform_waf(cfg, device_capacity(cfg))
+    assert source == "uniform random, Lambert W" and waf > 1.0
 
 
 @pytest.mark.parametrize(("value", "expected"), [("false", False), ("TRUE", True), ("off", False), (1, True),

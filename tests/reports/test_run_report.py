@@ -25,8 +25,9 @@ def _make_run(root: Path) -> None:
         "ssd_write_bytes_full": [2 * GIB, GIB, GIB // 2], "ssd_write_bytes_linear": [8 * GIB, 2 * GIB, GIB],
         "frac_ssd_writes_hit": [0.1, 0.3, 0.5], "hits_per_ssd_write": [0.2, 0.6, 1.1],
         "device_write_bytes": [10 * GIB, 3 * GIB, 3 * GIB // 2], "nand_write_bytes": [25 * GIB, 6 * GIB, 3 * GIB],
-        "waf_measured": [2.5, 2.0, 2.0], "waf_model": [2.2, 2.2, 2.2],
-        "lifetime_days_waf1": [100.0, 330.0, 660.0], "lifetime_days_model": [45.0, 150.0, 300.0],
+        "waf_measured": [2.5, 2.0, 2.0], "waf_uniform": [2.2, 2.2, 2.2], "waf_workload": [2.4, 2.1, 2.0],
+        "lifetime_days_waf1": [100.0, 330.0, 660.0], "lifetime_days_uniform": [45.0, 150.0, 300.0],
+        "lifetime_days_workload": [42.0, 157.0, 330.0],
         "lifetime_days_measured": [40.0, 165.0, 330.0],
         "load_latency_mean_s": [0.01, 0.011, 0.012], "cost_recompute_per_1k": [1.0, 1.1, 1.2],
         "cost_wear_per_1k": [0.5, 0.1, 0.05], "cost_per_1k": [1.5, 1.2, 1.25],
@@ -105,3 +106,28 @@ def test_unfinished_run_is_named(tmp_path: Path) -> None:
     (tmp_path / "config.toml").write_text("")
     with pytest.raises(KvwearError, match=r"no results\.parquet.*--resume"):
         build_run_report(tmp_path)
+
+
+def test_lifetime_figures_pick_the_named_waf(tmp_path: Path) -> None:
+    """auto: the workload model on the embedded FTL, the measurement on a real device; a named
+    WAF the results lack is refused, not silently replaced."""
+    import pytest
+
+    from kvwear.errors import KvwearError
+    from reports.sweep_report import lifetime_col
+
+    df = pd.DataFrame({"device": ["sim", "sim"], "lifetime_days_waf1": [3.0, 4.0],
+                       "lifetime_days_uniform": [1.0, 1.5], "lifetime_days_workload": [2.0, 3.0],
+                       "lifetime_days_measured": [2.1, 2.9]})
+    assert lifetime_col(df) == "lifetime_days_workload"
+    assert lifetime_col(df.assign(device="block")) == "lifetime_days_measured"
+    assert lifetime_col(df, "uniform") == "lifetime_days_uniform"
+    assert lifetime_col(df.drop(columns=["lifetime_days_workload"])) == "lifetime_days_measured"
+    with pytest.raises(KvwearError, match="no lifetime under WAF 'workload'"):
+        lifetime_col(df.assign(lifetime_days_workload=None), "workload")
+    with pytest.raises(KvwearError, match="unknown WAF"):
+        lifetime_col(df, "gandalf")
+    run = tmp_path / "run"
+    _make_run(run)
+    html = build_run_report(run, waf="uniform").html.read_text()
+    assert "Projected lifetime under WAF uniform" in html

@@ -1,0 +1,520 @@
+"""The workload WAF model: a GC model solved over the block plan's page death distances.
+
+Two parts.
+
+1. The plan summary (`death_summary`, one numba pass over the plan's page requests). Every written
+   4 KiB page gets a *death distance*: the host pages written after it and before its invalidation
+   by an overwrite or a TRIM (0 when the very next host page overwrites it; ∞ when it survives the
+   plan). Pages written late in the plan are censored: a page written at host time t can only be
+   seen to outlive x when t + x < T (T = host pages of the plan). The survival function is therefore
+   estimated, on a log-spaced grid of distances x, only over the pages old enough to tell:
+   S(x) = 1 − #{deaths at d ≤ x among pages with t < T − x} / #{pages with t < T − x}.
+   Without that correction the pages still live when the plan ends (a whole device's worth) would
+   read as "never dies" and fake a WAF. The summary also keeps the plain histogram of distances
+   (survivors counted apart), the counts the report quotes, and S per write-time band (`BANDS`) for the time-resolved
+   model below. It is versioned (`SUMMARY_VERSION`) and stored in the
+   plan's `plan.json`.
+
+2. The model (`workload_waf`): log-structured cleaning over the death distances, in two forms that
+   share one derivation.
+   Derivation. GC reclaims the physical space P_eff that it can use (`ftl_alpha`'s accounting:
+   raw minus the GC reserve minus the open line(s)) as a log: a page written at physical position p
+   is examined when the write pointer comes round to p again, after P_eff more physical writes, of
+   which D = P_eff / WAF are host pages. It is copied if it is still valid, i.e. if its death
+   distance exceeds D; a copied page is examined again D host pages later, so a host page is copied
+   once for every k ≥ 1 with d > k·D. In expectation over the pages, GC copies per host page are
+   Σ_k S(k·D), exactly (linearity; no independence or memorylessness needed), for any mixture of
+   hot and cold pages. Hence the steady-state fixed point (`steady_state_waf`)
+
+       WAF = 1 + Σ_{k≥1} S(k·P_eff/WAF).
+
+   For uniform random overwrites of L pages S(x) = e^(−x/L), the sum is geometric,
+   1 + Σ = 1/(1 − e^(−D/L)), and with x = D/P_eff, α = P_eff/L the fixed point is
+   1 − x = e^(−α·x): the Lambert-W formula WAF = α/(α + W₀(−α·e^(−α))) (`estimate.analytical_waf`).
+   When every page dies within one pass (S(D) = 0: circular logs, whole-object TRIM) WAF = 1.
+   A plan is not in steady state: the drive starts empty (no GC until P_eff is written), a
+   sequential fill dies later than the random writes after it, a cache warms up. And greedy GC
+   (the emulator, FEMU) first takes a line whose pages all died (whole objects trimmed or
+   overwritten at once, as the extent layout does), which costs nothing. So the headline
+   (`fluid_waf`) integrates the log in time instead of solving the fixed point: a fluid
+   (mean-field) queue of chunks of host pages in physical order; a chunk of m pages written at
+   host time t holds m·S_b(τ − t) valid pages at time τ and occupies m·E_b(τ − t), where S_b is
+   the page survival of its write-time band and E_b the share of its pages whose line (an aligned
+   run of pages-per-line consecutive host pages, nearest of `LINE_PAGES`) still holds a valid page
+   — emptied lines are free. Whenever the log occupies more than P_eff the head chunk is cleaned:
+   its valid pages are copied to the tail (they keep their write time, so their later deaths
+   follow S_b; GC copies share the write pointer with the host, as in FEMU and the emulator) and
+   the rest is freed; a head without invalid pages is passed over, as greedy never takes such a
+   line. Among lines that still hold valid pages this is FIFO, not greedy: for
+   uniform random deaths the oldest line has the fewest valid pages and the two agree (the
+   steady state is the fixed point above); where young lines die first (no TRIM, objects
+   overwritten in place) the model overstates the copies, which the bench measures.
+
+   FEMU line GC (`gc_mode == "line"`). Background GC cleans while the log occupies more than
+   P_bg = (lines − ⌊(1 − gc_thres)·lines⌋ − 1) lines, but only a victim with ≥ 1/8 invalid pages;
+   otherwise the log grows (the free lines fall below the threshold) until the head line qualifies,
+   or it passes the forced threshold's space P_high (lines − ⌊(1 − gc_thres_high)·lines⌋ − 1 lines),
+   where forced GC cleans without the rule. This is what drives FEMU's WAF to ≈ 8 (victims 7/8
+   valid) under uniform random writes when P_bg is smaller than the live data. The fluid steps
+   ≤ 1/8 line in line mode, but death distances are binned at `GRID_POINTS_PER_OCTAVE`, so around
+   a distance x deaths smear over ~9 % of x: for a circular log on such a drive (every page dies
+   at the same distance) the model cannot tell a line 1/8 overwritten, which FEMU cleans with 7/8
+   still valid, from one emptying; it predicts ≈ 1 where the FTL measures ≈ 4.5 (the bench shows
+   it). Being mean-field per band, it also has no line-to-line variance beyond "emptied or not":
+   a drive preconditioned full, whose fill lines FEMU cleans as soon as an overwrite leaves 1/8 of
+   one invalid, is outside it (the estimate says so when the device preconditions). `regime` says
+   which GC did most of the copying.
+
+Must not: read files or run an FTL; it takes page requests (numpy arrays) and numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import numba
+import numpy as np
+
+from emulator.ftl import OP_WRITE, FtlConfig
+from kvwear.errors import KvwearError
+
+SUMMARY_VERSION = 1
+PAGE_BYTES = 4096                    # the summary's page: the plan's 4 KiB alignment unit
+GRID_POINTS_PER_OCTAVE = 8           # survival grid resolution (log-spaced distances)
+# Write-time bands with a survival curve each: a plan is not stationary (the first pass over an
+# empty drive, a cache warming up), and pooling its pages into one curve biases the tail that the
+# GC model is most sensitive to (a sequential fill before uniform random writes: +18 % WAF).
+BANDS = 16
+# Line sizes (4 KiB pages) with a line-empty survival each: the model takes the device's pages per
+# line, or the nearest of these (FEMU's fixture: 1,024; the block-level default: 64).
+LINE_PAGES = (64, 256, 1024, 4096)      # powers of two (the summary pass shifts by them)
+MODEL_NAME = "fluid log-structured cleaning over page and line death distances"
+
+Regime = Literal["no GC", "block", "line background", "line forced"]
+
+
+@dataclass(frozen=True)
+class DeathSummary:
+    """Page death distances of one block plan (module docstring). Distances in 4 KiB host pages.
+    `band_start_pages[b]` is the first host page of write-time band b (the last band ends at
+    `host_pages`); `band_survival[b][i]` = S_b(`grid_pages[i]`) over the band's pages old enough to
+    tell, `survival[i]` the same over all pages, `observed[i]` how many pages that was;
+    `hist_pages[i]` = deaths with distance in [grid_pages[i], grid_pages[i+1]) (the last bin open),
+    `survivor_pages` never died. `band_line_survival[k][b][i]`: the share of band b's pages whose
+    line — an aligned run of `line_pages[k]` consecutive host pages — still holds a valid page at
+    age `grid_pages[i]` (greedy GC reclaims an emptied line for free)."""
+
+    version: int
+    page_bytes: int
+    exposed_pages: int
+    host_pages: int
+    overwritten_pages: int
+    trimmed_pages: int
+    survivor_pages: int
+    footprint_pages: int
+    grid_pages: tuple[int, ...]
+    survival: tuple[float, ...]
+    observed: tuple[int, ...]
+    hist_pages: tuple[int, ...]
+    band_start_pages: tuple[int, ...]
+    band_survival: tuple[tuple[float, ...], ...]
+    line_pages: tuple[int, ...]
+    band_line_survival: tuple[tuple[tuple[float, ...], ...], ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], source: str = "plan.json") -> DeathSummary:
+        v = d.get("version")
+        if v != SUMMARY_VERSION:
+            raise KvwearError(f"{source}: death_summary version {v!r}, this kvwear reads {SUMMARY_VERSION}")
+        missing = [k for k in cls.__dataclass_fields__ if k not in d]
+        if missing:
+            raise KvwearError(f"{source}: death_summary lacks field {missing[0]!r}")
+        s = cls(**{k: d[k] for k in cls.__dataclass_fields__})
+        s = cls(**{**s.__dict__, "band_survival": tuple(tuple(b) for b in s.band_survival),
+                   "band_line_survival": tuple(tuple(tuple(b) for b in k) for k in s.band_line_survival),
+                   **{k: tuple(s.__dict__[k]) for k in ("grid_pages", "survival", "observed", "hist_pages",
+                                                         "band_start_pages", "line_pages")}})
+        g = len(s.grid_pages)
+        if not (len(s.survival) == len(s.observed) == len(s.hist_pages) == g) or \
+                len(s.band_survival) != len(s.band_start_pages) or any(len(b) != g for b in s.band_survival) or \
+                len(s.band_line_survival) != len(s.line_pages) or \
+                any(len(k) != len(s.band_start_pages) or any(len(b) != g for b in k) for k in s.band_line_survival):
+            raise KvwearError(f"{source}: death_summary grid, survival, observed, hist and bands differ in length")
+        return s
+
+
+def survival_grid(host_pages: int, per_octave: int = GRID_POINTS_PER_OCTAVE) -> np.ndarray:
+    """0, then log-spaced integer distances below `host_pages`."""
+    if host_pages <= 1:
+        return np.zeros(1, np.int64)
+    n = max(2, math.ceil(math.log2(host_pages) * per_octave) + 1)
+    g = np.unique(np.round(np.geomspace(1, host_pages - 1, n)).astype(np.int64))
+    return np.concatenate([np.zeros(1, np.int64), g[g < host_pages]])
+
+
+@numba.njit(cache=True)
+def _deaths(ops, first, npages, last, grid, total, band_len, dead_diff, hist, counts, line_shifts, line_off,
+            line_last):
+    """One pass over the page requests. last[lpn] = host time of the page's live write (−1: never
+    written, −2: trimmed).
+    dead_diff[band]: +1/−1 over the grid range [d, T − t) where a death at distance d is visible.
+    line_last[line_off[k] + (t >> line_shifts[k])]: the host time its last page died so far."""
+    now = 0
+    for r in range(ops.shape[0]):
+        op = ops[r]
+        if op == 1:
+            continue
+        for lpn in range(first[r], first[r] + npages[r]):
+            tw = last[lpn]
+            if tw >= 0:
+                d = now - tw - 1
+                b = tw // band_len
+                lo = np.searchsorted(grid, d)      # first grid distance ≥ d
+                dead_diff[b, lo] += 1
+                dead_diff[b, np.searchsorted(grid, total - tw)] -= 1
+                hist[lo if lo < grid.shape[0] and grid[lo] == d else lo - 1] += 1
+                for k in range(line_shifts.shape[0]):
+                    c = line_off[k] + (tw >> line_shifts[k])
+                    if line_last[c] < now:
+                        line_last[c] = now
+                if op == 0:
+                    counts[0] += 1
+                else:
+                    counts[1] += 1
+            elif op == 0 and tw == -1:
+                counts[2] += 1                     # a page never written before: footprint
+            if op == 0:
+                last[lpn] = now
+                now += 1
+            elif tw != -1:
+                last[lpn] = -2                     # trimmed (−1: never written)
+    return now
+
+
+@numba.njit(cache=True)
+def _mark_live_lines(last, line_shifts, line_off, line_last):
+    """A line with a page still live when the plan ends never empties: its last death is 'never'."""
+    never = np.iinfo(np.int64).max
+    for lpn in range(last.shape[0]):
+        tw = last[lpn]
+        if tw >= 0:
+            for k in range(line_shifts.shape[0]):
+                line_last[line_off[k] + (tw >> line_shifts[k])] = never
+
+
+def death_summary(op_codes: np.ndarray, first_page: np.ndarray, npages: np.ndarray,
+                  exposed_pages: int, bands: int = BANDS) -> DeathSummary:
+    """Summarise page requests (emulator.ftl op codes, first 4 KiB page, page count, in plan order)."""
+    ops = np.ascontiguousarray(op_codes, dtype=np.int8)
+    first = np.ascontiguousarray(first_page, dtype=np.int64)
+    n = np.ascontiguousarray(npages, dtype=np.int64)
+    if len(ops) and (first.min() < 0 or (first + n).max() > exposed_pages or n.min() < 0):
+        raise KvwearError(f"death_summary: a request falls outside [0, {exposed_pages}) pages")
+    total = int(n[ops == OP_WRITE].sum())
+    # host times fit int32 for plans under 2³¹ pages (8 TiB): half the memory on a large drive
+    last = np.full(exposed_pages, -1, dtype=np.int32 if total < 2**31 - 1 else np.int64)
+    grid = survival_grid(total)
+    band_len = max(1, -(-total // bands))
+    nb = max(1, -(-total // band_len))
+    dead_diff = np.zeros((nb, len(grid) + 1), np.int64)
+    hist = np.zeros(len(grid), np.int64)
+    counts = np.zeros(3, np.int64)
+    sizes = np.asarray(LINE_PAGES, np.int64)
+    shifts = np.log2(sizes).astype(np.int64)        # LINE_PAGES are powers of two
+    n_lines = -(-max(total, 1) // sizes)
+    line_off = np.concatenate([[0], np.cumsum(n_lines)[:-1]]).astype(np.int64)
+    line_last = np.zeros(int(n_lines.sum()), np.int64)
+    done = _deaths(ops, first, n, last, grid, total, band_len, dead_diff, hist, counts, shifts, line_off,
+                   line_last)
+    if done != total:
+        raise KvwearError(f"internal error: death_summary counted {done} host pages, expected {total}")
+    dead = np.cumsum(dead_diff[:, :-1], axis=1)
+    starts = np.arange(nb, dtype=np.int64) * band_len
+    ends = np.minimum(starts + band_len, total)
+    # pages of band b old enough at distance x: host times in [start_b, min(end_b, T − x))
+    obs = np.clip(np.minimum(ends[:, None], total - grid[None, :]) - starts[:, None], 0, None)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        band_s = np.where(obs > 0, 1.0 - dead / np.maximum(obs, 1), np.nan)
+        pooled = np.where(obs.sum(0) > 0, 1.0 - dead.sum(0) / np.maximum(obs.sum(0), 1), 0.0)
+    # where a band has no page old enough yet, it takes the pooled value (never read by the model:
+    # such ages lie beyond the plan's end for that band)
+    band_s = np.where(np.isnan(band_s), pooled[None, :], band_s)
+    _mark_live_lines(last, shifts, line_off, line_last)
+    line_s = []
+    for k, w in enumerate(sizes):
+        ll = line_last[line_off[k]: line_off[k] + n_lines[k]]
+        start = np.arange(n_lines[k], dtype=np.int64) * w
+        pages = np.minimum(start + w, total) - start
+        emptied = ll < np.iinfo(np.int64).max
+        age = ll[emptied] - start[emptied]
+        row = start[emptied] // band_len * (len(grid) + 1)
+        w_e = pages[emptied].astype(np.float64)
+        size = nb * (len(grid) + 1)
+        diff = (np.bincount(row + np.searchsorted(grid, age), w_e, size)
+                - np.bincount(row + np.searchsorted(grid, total - start[emptied]), w_e, size)).reshape(nb, -1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            e = np.where(obs > 0, 1.0 - np.cumsum(diff[:, :-1], axis=1) / np.maximum(obs, 1), np.nan)
+        # never below the page survival: a line with a valid page is not empty
+        line_s.append(np.maximum(np.where(np.isnan(e), 1.0, e), band_s))
+    return DeathSummary(
+        version=SUMMARY_VERSION, page_bytes=PAGE_BYTES, exposed_pages=int(exposed_pages), host_pages=total,
+        overwritten_pages=int(counts[0]), trimmed_pages=int(counts[1]),
+        survivor_pages=int(np.count_nonzero(np.asarray(last) >= 0)),
+        footprint_pages=int(counts[2]), grid_pages=tuple(int(x) for x in grid),
+        survival=tuple(float(x) for x in np.clip(pooled, 0.0, 1.0)),
+        observed=tuple(int(x) for x in obs.sum(0)), hist_pages=tuple(int(x) for x in hist),
+        band_start_pages=tuple(int(x) for x in starts),
+        band_survival=_rows(band_s), line_pages=tuple(int(w) for w in sizes),
+        band_line_survival=tuple(_rows(e) for e in line_s),
+    )
+
+
+def _rows(a: np.ndarray) -> tuple[tuple[float, ...], ...]:
+    """Rows of shares for JSON, at 6 significant digits (the summary stays small in plan.json)."""
+    return tuple(tuple(float(f"{x:.6g}") for x in row) for row in np.clip(a, 0.0, 1.0))
+
+
+# -- the GC model -------------------------------------------------------------------------------
+
+WAF_CEILING = 1000.0                 # "the live data does not fit": reported as this, never as ∞
+
+
+def _tail_extended(summary: DeathSummary) -> tuple[np.ndarray, np.ndarray, float]:
+    """Pooled S where at least half the pages are old enough to tell (x ≤ T/2), and the decay
+    length of its last octave: beyond T/2 the model continues S exponentially (∞ when flat)."""
+    grid = np.asarray(summary.grid_pages, np.float64)
+    surv = np.asarray(summary.survival, np.float64)
+    keep = grid <= max(summary.host_pages / 2.0, 1.0)
+    g, s = grid[keep], surv[keep]
+    x1 = g[-1]
+    s1 = s[-1]
+    s0 = float(np.interp(x1 / 2, g, s))
+    tau = (x1 / 2) / math.log(s0 / s1) if s1 > 0 and s0 > s1 else (math.inf if s1 > 0 else 0.0)
+    return g, s, tau
+
+
+def _steady_copies(g: np.ndarray, s: np.ndarray, tau: float, p_eff: float, waf: float) -> float:
+    """Σ_{k≥1} S(k·D), D = P_eff/WAF, with S continued beyond the observed range (_tail_extended)."""
+    d = p_eff / waf
+    x1 = g[-1]
+    x = d * np.arange(1, int(x1 / d) + 1)
+    total = float(np.interp(x, g, s).sum())
+    if s[-1] > 0:
+        if math.isinf(tau):
+            return math.inf
+        first = (int(x1 / d) + 1) * d
+        r = math.exp(-d / tau)
+        total += s[-1] * math.exp(-(first - x1) / tau) / (1.0 - r)
+    return total
+
+
+def steady_state_waf(summary: DeathSummary, p_eff_pages: float) -> float:
+    """WAF = 1 + Σ_{k≥1} S(k·P_eff/WAF) over the pooled survival: the FIFO log's steady state on
+    P_eff 4 KiB pages (smallest root; `WAF_CEILING` when none lies below it)."""
+    if summary.host_pages == 0:
+        return 1.0
+    if p_eff_pages <= 0:
+        return WAF_CEILING
+    g, s, tau = _tail_extended(summary)
+    ws = np.geomspace(1.0, WAF_CEILING, 121)
+    h = np.array([1.0 + _steady_copies(g, s, tau, p_eff_pages, w) - w for w in ws])
+    neg = np.flatnonzero(h <= 0)
+    if not len(neg):
+        return WAF_CEILING
+    j = int(neg[0])
+    if j == 0:
+        return 1.0
+    lo, hi = float(ws[j - 1]), float(ws[j])
+    while hi - lo > 1e-7 * hi:
+        mid = 0.5 * (lo + hi)
+        if 1.0 + _steady_copies(g, s, tau, p_eff_pages, mid) - mid > 0:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+@numba.njit(cache=True)
+def _push(q_step, q_copy, q_mass, q_occ, head, tail, step, copy, mass, occ):
+    """Append to the queue arrays (compacting the consumed front when full); returns head, tail."""
+    if tail == q_step.shape[0]:
+        n = tail - head
+        q_step[:n] = q_step[head:tail]
+        q_copy[:n] = q_copy[head:tail]
+        q_mass[:n] = q_mass[head:tail]
+        q_occ[:n] = q_occ[head:tail]
+        head, tail = 0, n
+    q_step[tail] = step
+    q_copy[tail] = copy
+    q_mass[tail] = mass
+    q_occ[tail] = occ
+    return head, tail + 1
+
+
+@numba.njit(cache=True)
+def _fluid(surv, line_surv, band_of, step_pages, last_step, p_bg, p_high, min_invalid_share, line_pages,
+           line_mode, out):
+    """The log as a queue of chunks in physical order: the host pages written in one step
+    (`q_copy` 0) or the valid pages GC copied out of one (1). A host chunk of m pages written at
+    step j holds m·surv[b, i−j] valid pages at step i and occupies m·line_surv[b, i−j] (its emptied
+    lines are free: greedy GC takes a line without valid pages first); a copy keeps the space it
+    was written to. While the log occupies more than p_bg pages the head is cleaned: its valid
+    pages go to the tail (GC copies share the write pointer with the host), the rest is freed; a
+    head without invalid pages is passed over, as greedy never picks it. Line mode cleans above
+    p_bg only a head line (the chunks of its first `line_pages` pages) with ≥ `min_invalid_share`
+    invalid, above p_high any. Returns GC-copied pages (out: background copies, forced copies,
+    stalls, pages cleaned)."""
+    n_steps = band_of.shape[0]
+    cap = 4 * n_steps + 16
+    q_step = np.empty(cap, np.int64)
+    q_copy = np.zeros(cap, np.int8)
+    q_mass = np.empty(cap, np.float64)        # host pages the chunk came from (for S)
+    q_occ = np.empty(cap, np.float64)         # pages it occupies
+    head = 0
+    tail = 0
+    gc = 0.0
+    approved = 0.0                             # pages of a head line the victim rule let through
+    for i in range(n_steps):
+        m = step_pages if i < n_steps - 1 else last_step
+        head, tail = _push(q_step, q_copy, q_mass, q_occ, head, tail, i, 0, m, m)
+        # refresh the host chunks' occupancy and squeeze out what emptied (the order stays)
+        used = 0.0
+        w = head
+        for k in range(head, tail):
+            if q_copy[k] == 0:
+                q_occ[k] = q_mass[k] * line_surv[band_of[q_step[k]], i - q_step[k]]
+            elif q_mass[k] * surv[band_of[q_step[k]], i - q_step[k]] <= 0.0:
+                q_occ[k] = 0.0                 # a copy whose pages all died: its line space is free too
+            if q_occ[k] > 0.0:
+                q_step[w] = q_step[k]
+                q_copy[w] = q_copy[k]
+                q_mass[w] = q_mass[k]
+                q_occ[w] = q_occ[k]
+                w += 1
+                used += q_occ[k]
+        tail = w
+        passed = 0
+        while used > p_bg and head < tail:
+            forced = used > p_high
+            if line_mode and not forced and approved <= 0:
+                lo = 0.0
+                lv = 0.0
+                k = head
+                while k < tail and lo < line_pages:
+                    jk = q_step[k]
+                    lo += q_occ[k]
+                    lv += min(q_mass[k] * surv[band_of[jk], i - jk], q_occ[k])
+                    k += 1
+                if lo - lv < min_invalid_share * lo:
+                    out[2] += 1
+                    break
+                approved = lo
+            j = q_step[head]
+            mass = q_mass[head]
+            occ = q_occ[head]
+            copy = q_copy[head]
+            valid = min(mass * surv[band_of[j], i - j], occ)
+            head += 1
+            if occ - valid <= 1e-9 * occ:
+                # nothing to gain here: greedy leaves it where it is
+                head, tail = _push(q_step, q_copy, q_mass, q_occ, head, tail, j, copy, mass, occ)
+                passed += 1
+                if passed > tail - head:
+                    out[2] += 1
+                    break
+                continue
+            passed = 0
+            approved -= occ
+            out[3] += occ
+            used -= occ - valid
+            if valid > 0:
+                head, tail = _push(q_step, q_copy, q_mass, q_occ, head, tail, j, 1, mass, valid)
+                gc += valid
+                if forced:
+                    out[1] += valid
+                else:
+                    out[0] += valid
+    return gc
+
+
+@dataclass(frozen=True)
+class WafPrediction:
+    """The workload model's answer for one drive: `waf` over the plan, the space GC cleans
+    (P_eff, 4 KiB pages; line GC: the background threshold's) and which GC did the copying."""
+
+    waf: float
+    p_eff_pages: float
+    regime: Regime
+    model: str = MODEL_NAME
+
+
+_MAX_STEPS = 1 << 18                 # fluid-model resolution: at most this many steps over the plan
+
+
+def _age_table(summary: DeathSummary, step: float, n_steps: int,
+               line_pages: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """surv[b, a] = S_b(a·step), line_surv[b, a] the same for lines of the stored size nearest to
+    `line_pages` (log scale), and the band of each step's pages."""
+    grid = np.asarray(summary.grid_pages, np.float64)
+    starts = np.asarray(summary.band_start_pages, np.float64)
+    ages = np.arange(n_steps) * step
+
+    def table(bands: tuple[tuple[float, ...], ...]) -> np.ndarray:
+        return np.stack([np.interp(ages, grid, np.asarray(b, np.float64)) for b in bands])
+
+    surv = table(summary.band_survival)
+    if line_pages > 0:
+        k = int(np.argmin(np.abs(np.log(np.asarray(summary.line_pages, np.float64) / line_pages))))
+        line_surv = np.maximum(table(summary.band_line_survival[k]), surv)
+    else:
+        line_surv = np.ones_like(surv)
+    band_of = np.clip(np.searchsorted(starts, (np.arange(n_steps) + 0.5) * step, side="right") - 1,
+                      0, len(starts) - 1)
+    return surv, line_surv, band_of.astype(np.int64)
+
+
+def fluid_waf(summary: DeathSummary, p_bg: float, p_high: float | None = None,
+              min_invalid_share: float = 0.0, line_pages: float = 0.0) -> tuple[float, Regime]:
+    """The plan's WAF under log cleaning of `p_bg` 4 KiB pages of space (line GC: `p_high`, the
+    forced threshold's space, and the background victim rule), lines of `line_pages` (0: the page
+    survival alone); see the module docstring."""
+    t = summary.host_pages
+    line_mode = p_high is not None
+    if t == 0 or t <= p_bg:
+        return 1.0, "no GC"
+    # ≥ 64 steps per pass over P_eff; line GC: ≥ 8 per line, so a line 1/8 overwritten shows
+    per_line = 8 * t / line_pages if line_mode and line_pages > 0 else 0.0
+    n_steps = int(min(_MAX_STEPS, max(1, math.ceil(64 * t / p_bg), math.ceil(per_line))))
+    n_steps = min(n_steps, t)
+    step = -(-t // n_steps)
+    n_steps = -(-t // step)
+    surv, line_surv, band_of = _age_table(summary, float(step), n_steps, line_pages)
+    out = np.zeros(4)
+    gc = _fluid(surv, line_surv, band_of, float(step), float(t - step * (n_steps - 1)), float(p_bg),
+                float(p_bg if p_high is None else p_high), float(min_invalid_share), float(line_pages), line_mode, out)
+    regime: Regime = ("line forced" if out[1] > out[0] else "line background") if line_mode else "block"
+    return 1.0 + gc / t, regime
+
+
+def _pages4k(config: FtlConfig, lines_unusable: int) -> float:
+    return (config.lines - lines_unusable) * config.pages_per_line * config.page_bytes / PAGE_BYTES
+
+
+def workload_waf(summary: DeathSummary, config: FtlConfig) -> WafPrediction:
+    """The workload model on drive `config` (see the module docstring for the derivation)."""
+    open_lines = config.open_lines  # one per write frontier (FDP handles included)
+    if config.gc_mode != "line":
+        p = _pages4k(config, config.reserve_lines + open_lines)
+        waf, regime = fluid_waf(summary, p, line_pages=config.pages_per_line * config.page_bytes / PAGE_BYTES)
+        return WafPrediction(waf, p, regime)
+    p_bg = _pages4k(config, config.gc_thres_lines + open_lines)
+    p_high = _pages4k(config, config.gc_thres_lines_high + open_lines)
+    share = config.min_invalid_pages / config.pages_per_line
+    waf, regime = fluid_waf(summary, p_bg, p_high, share, config.pages_per_line * config.page_bytes / PAGE_BYTES)
+    return WafPrediction(waf, p_bg, regime)
