@@ -81,7 +81,7 @@ def parse_ruh_status_binary(data: bytes, source: str = "nvme fdp status -o binar
     need_length(data, RUH_STATUS_HEADER_BYTES, source, "reclaim unit handle status", exact=False)
     n = le_uint(data, 14, 2)
     need_length(data, RUH_STATUS_HEADER_BYTES + n * RUH_STATUS_DESCRIPTOR_BYTES, source,
-                f"reclaim unit handle status with {n} descriptors")
+                f"reclaim unit handle status with {n} descriptors", exact=False)
     out = []
     for i in range(n):
         o = RUH_STATUS_HEADER_BYTES + i * RUH_STATUS_DESCRIPTOR_BYTES
