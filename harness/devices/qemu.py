@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from emulator.guest import (
     GUEST_DEVICE,
@@ -364,9 +365,13 @@ class GuestDevice:
         logs: dict[str, fiolib.IologStats] = {}      # guest fio output name → the iolog it replayed
         segments: list[PlanSegment] = []
         settings: dict[str, int] = {}
+        dw_plan = plan
         if use_dw:
             require_dw_tool(self.image)              # a stale image is refused by name, before booting
-            files = {"dw.plan": encode_plan(plan, directives=fdp is not None, timed=timed)}
+            # the tool plays trims itself; skip_trims drops them knowingly, as with fio
+            if self.skip_trims and trims.size:
+                dw_plan = plan.filter(pc.not_equal(plan.column("op").cast(pa.string()), "trim"))
+            files = {"dw.plan": encode_plan(dw_plan, directives=fdp is not None, timed=timed)}
             if fdp is not None:
                 files["job.env"] = b"KVWEAR_FDP=1\nKVWEAR_ENDGID=1\n"
         elif deferred:
@@ -433,6 +438,8 @@ class GuestDevice:
             counts = (rep.write_bytes, rep.read_bytes, rep.trim_bytes, rep.write_cmds, rep.read_cmds)
             tool, tool_output = "kvwear-dw 1", str(outdir / "dw.json")
             extra.update(self._dw_extra(plan, rep, fdp, run, str(outdir)))
+            if dw_plan is not plan:
+                extra.update({"trims_skipped": int(trims.size), "trim_mode": "skipped"})
         else:
             parts = []
             for name, log in logs.items():

@@ -160,6 +160,15 @@ def test_the_tool_counts_the_encoded_plan_exactly(tool: Path, tmp_path: Path) ->
     assert r0.write_bytes_by_handle == (r.write_bytes,) and r0.directive_writes == 0
 
 
+def test_the_tool_keeps_the_plans_clock_when_timed(tool: Path, tmp_path: Path) -> None:
+    f = tmp_path / "t.plan"
+    f.write_bytes(encode_plan(_plan(ROWS[:3]), directives=False, timed=True))     # t_s 0, 0.5, 1.0
+    r = parse_report(_dry(tool, f).stdout)
+    assert 1.0 <= r.elapsed_s < 3.0
+    f.write_bytes(encode_plan(_plan(ROWS[:3]), directives=False))
+    assert parse_report(_dry(tool, f).stdout).elapsed_s < 0.5
+
+
 def test_the_tool_refuses_bad_plans_naming_the_record(tool: Path, tmp_path: Path) -> None:
     f = tmp_path / "p.plan"
     data = bytearray(encode_plan(_plan(ROWS), directives=True))

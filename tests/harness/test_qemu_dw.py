@@ -156,13 +156,19 @@ def test_kvwear_dw_issues_exactly_the_plans_bytes_on_qemu(guest_image: GuestImag
 
 
 @pytest.mark.guest
-def test_dropped_handles_play_with_fio_and_say_so(guest_image: GuestImage, tmp_path: Path) -> None:
+def test_dropped_handles_and_skipped_trims_say_so(guest_image: GuestImage, tmp_path: Path) -> None:
+    """drop_handles (asked for): the placed plan plays with plain writes; skip_trims: kvwear-dw
+    leaves the trims out and the result counts them as skipped."""
     if supports_fdp(QEMU, femu=False):
         pytest.skip(f"QEMU {emulator_version(QEMU)} has FDP: handles are not dropped")
-    plan = _plan([r for r in PLACED if r[0] != "trim"])
-    res = _device(tmp_path, drop_handles="true").replay(plan, tmp_path / "r")
-    assert (res.extra["player"], res.extra["placement_dropped"]) == ("fio", True)
-    assert res.write_bytes == _sums(plan)["write"] and res.tool.startswith("fio-3")
+    plan = _plan(PLACED)
+    res = _device(tmp_path, drop_handles="true", skip_trims="true", player="kvwear-dw").replay(plan, tmp_path / "r")
+    e = res.extra
+    assert (e["player"], e["placement_dropped"], e["dw_directive_writes"]) == ("kvwear-dw", True, 0)
+    assert (e["trim_mode"], e["trims_skipped"], res.trim_bytes) == ("skipped", 1, 0)
+    assert res.write_bytes == _sums(plan)["write"] and "fdp" not in e
+    with open(tmp_path / "d.img", "rb") as fh:                  # nothing deallocated
+        assert os.lseek(fh.fileno(), 0, os.SEEK_HOLE) == 2 * MiB
 
 
 @pytest.mark.guest
