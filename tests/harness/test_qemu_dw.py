@@ -6,6 +6,7 @@ land on the handle each write asked for (FDP statistics, reclaim unit handle sta
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -189,3 +190,34 @@ def test_kvwear_dw_places_pages_on_the_handle_asked(guest_image: GuestImage, tmp
     # 96 MiB: none fills up here)
     used = {s["placement_id"]: s["ruamw_blocks_before"] - s["ruamw_blocks_after"] for s in e["fdp_ruh_status"]}
     assert used == {h: b // 512 for h, b in enumerate(want)}
+
+
+@pytest.mark.guest
+def test_kvwear_run_with_placement_on_a_qemu_without_fdp(guest_image: GuestImage, tmp_path: Path) -> None:
+    """`kvwear run --placement kind` on QEMU 7.2: refused naming the version; with drop_handles
+    (and kvwear-dw as the player) the run completes and the tool's bytes match the plan."""
+    if supports_fdp(QEMU, femu=False):
+        pytest.skip(f"QEMU {emulator_version(QEMU)} has FDP: nothing to refuse")
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    args = ["run", "--device", "qemu", "--policy", "lru", "--placement", "kind", "--param", "sessions=2",
+            "--param", "turns=3", "--param", "system_prompt_tokens=256", "--model", "qwen3-next-80b-a3b",
+            "--dram", "200MB", "--ssd", "300MB"]
+    res = CliRunner().invoke(app, [*args, "-o", str(tmp_path / "refused")])
+    assert res.exit_code != 0
+    assert f"(QEMU {emulator_version(QEMU)}) has no NVMe Flexible Data Placement" in res.output + str(res.exception)
+    out = tmp_path / "dropped"
+    res = CliRunner().invoke(app, [*args, "-o", str(out), "--device-option", "drop_handles=true",
+                                   "--device-option", "player=kvwear-dw"])
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    plan = json.loads((out / "replay" / "lru" / "plan.json").read_text())
+    device = json.loads((out / "device" / "lru" / "result.json").read_text())
+    assert plan["placement"]["mode"] == "kind" and plan["placement"]["write_bytes_by_handle"][1] > 0
+    assert device["tool"] == "kvwear-dw 1" and device["extra"]["placement_dropped"]
+    assert device["write_bytes"] == plan["aligned_write_bytes"]
+    checks = json.loads((out / "estimate" / "lru" / "crossval.json").read_text())["checks"]
+    host = [c for c in checks if c["quantity"] == "host bytes" and c["source"] == "kvwear-dw 1"]
+    smart = [c for c in checks if c["source"] == "smart-duw (guest)"]
+    assert host and host[0]["passed"] and smart and smart[0]["passed"]
