@@ -131,14 +131,3 @@ def parse_report(data: bytes | str, source: str = "kvwear-dw report") -> DwRepor
         raise KvwearError(f"{source}: write bytes per handle sum to {sum(rep.write_bytes_by_handle)}, "
                           f"not the {rep.write_bytes} written")
     return rep
-
-
-def plan_write_bytes_by_handle(plan: pa.Table) -> list[int]:
-    """Write bytes per placement handle, 0 … the largest handle a write names."""
-    ops = plan.column("op").cast(pa.string()).to_numpy(zero_copy_only=False)
-    w = ops == "write"
-    if not w.any():
-        return [0]
-    h = plan_handles(plan)[w]
-    ln = plan.column("length_bytes").to_numpy(zero_copy_only=False)[w].astype(np.int64)
-    return [int(x) for x in np.bincount(h, weights=ln, minlength=int(h.max()) + 1).astype(np.int64)]

@@ -82,10 +82,10 @@ from emulator.guest import (
 from harness import fio as fiolib
 from harness.deferred_trims import DEFAULT_SEGMENT_OPS, PlanSegment, device_segments, trim_accounting
 from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayProgress, ReplayResult, option_flag
-from harness.directive_plan import DwReport, encode_plan, parse_report, plan_write_bytes_by_handle
+from harness.directive_plan import DwReport, encode_plan, parse_report
 from harness.fio_iolog import export_iolog_v3
 from harness.identity import identity_from_nvme, parse_id_ctrl_json, parse_id_ns_json
-from harness.placement import plan_handles
+from harness.placement import plan_handles, plan_write_bytes_by_handle
 from harness.wear._decode import hexdump
 from harness.wear.fdp import parse_fdp_stats_binary, parse_ruh_status_binary
 from harness.wear.femu import (

@@ -21,8 +21,8 @@ from harness.directive_plan import (
     RECORD,
     encode_plan,
     parse_report,
-    plan_write_bytes_by_handle,
 )
+from harness.placement import plan_write_bytes_by_handle
 from harness.schema import BLOCK_OPS
 from kvwear.errors import InputError, KvwearError
 

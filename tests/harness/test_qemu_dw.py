@@ -30,7 +30,7 @@ from emulator.guest import (
 )
 from harness.devices.base import DeviceSpec, open_device
 from harness.devices.qemu import GuestDevice
-from harness.directive_plan import plan_write_bytes_by_handle
+from harness.placement import plan_write_bytes_by_handle
 from harness.schema import BLOCK_OPS
 from harness.wear.base import NVME_DATA_UNIT_BYTES
 from kvwear.errors import KvwearError
