@@ -18,8 +18,11 @@ Protocol (one QEMU process per job; the guest runs the job once and powers off):
   frame's length and sha256 and that `done` came, so a truncated or garbled result is an error,
   never a short result. The first serial port is the kernel console (kept as `console.log`).
 - Outputs: `id-ctrl.json`, `id-ns.json`, `smart-{before,after}.{json,bin}`,
-  `smartctl-{before,after}.json`, `fio.json` (+ `precondition.json`), `dmesg.txt`, `rc.txt`
-  (exit status of each command), stderr files.
+  `smartctl-{before,after}.json`, `fio.json` (+ `precondition.json`), or `dw.json` when the job
+  holds `dw.plan` for kvwear-dw (the directive-write tool, `emulator/kvwear_dw.c`, in the image as
+  /bin/kvwear-dw; `require_dw_tool` refuses an image whose stamp names another build of it), with
+  an FDP drive (`FdpConfig`, job.env `KVWEAR_FDP=1`) also `fdp-stats-{before,after}.bin` and
+  `ruh-status-{before,after}.bin`; `dmesg.txt`, `rc.txt` (exit status of each command), stderr files.
 
 Failure is never silent: a boot that does not reach `ready` within `boot_timeout_s`, a job that
 does not finish within `job_timeout_s`, QEMU exiting early, or NVMe I/O timeouts / controller
