@@ -18,8 +18,11 @@ Protocol (one QEMU process per job; the guest runs the job once and powers off):
   frame's length and sha256 and that `done` came, so a truncated or garbled result is an error,
   never a short result. The first serial port is the kernel console (kept as `console.log`).
 - Outputs: `id-ctrl.json`, `id-ns.json`, `smart-{before,after}.{json,bin}`,
-  `smartctl-{before,after}.json`, `fio.json` (+ `precondition.json`), `dmesg.txt`, `rc.txt`
-  (exit status of each command), stderr files.
+  `smartctl-{before,after}.json`, `fio.json` (+ `precondition.json`), or `dw.json` when the job
+  holds `dw.plan` for kvwear-dw (the directive-write tool, `emulator/kvwear_dw.c`, in the image as
+  /bin/kvwear-dw; `require_dw_tool` refuses an image whose stamp names another build of it), with
+  an FDP drive (`FdpConfig`, job.env `KVWEAR_FDP=1`) also `fdp-stats-{before,after}.bin` and
+  `ruh-status-{before,after}.bin`; `dmesg.txt`, `rc.txt` (exit status of each command), stderr files.
 
 Failure is never silent: a boot that does not reach `ready` within `boot_timeout_s`, a job that
 does not finish within `job_timeout_s`, QEMU exiting early, or NVMe I/O timeouts / controller
@@ -60,9 +63,11 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parents[1]
 BUILD_SCRIPT = REPO / "scripts" / "build-guest.sh"
 INIT_SCRIPT = Path(__file__).with_name("guest_init.sh")
+DW_SOURCE = Path(__file__).with_name("kvwear_dw.c")     # the directive-write tool (/bin/kvwear-dw)
 GUEST_DEVICE = "/dev/nvme0n1"          # the drive under test, seen from inside the guest
 GUEST_CONTROLLER = "/dev/nvme0"
 JOB_DIR = "job"                        # where the appended archive lands in the guest
+SUBSYS_ID = "kvwear-subsys"            # the NVMe subsystem an FDP drive's controller joins
 
 Accel = Literal["tcg", "kvm", "auto"]
 CacheMode = Literal["none", "writeback"]
@@ -144,6 +149,46 @@ def build_guest(folder: Path | None = None, *, timeout_s: float = 900) -> GuestI
         raise GuestError(f"{build_command(folder)} failed (exit {proc.returncode}): "
                          f"{(proc.stderr or proc.stdout).strip()[-2000:]}")
     return find_guest(folder)
+
+
+def dw_stamp_line() -> str:
+    """The stamp line of an image whose /bin/kvwear-dw was built from this checkout's source
+    (scripts/build-guest.sh writes it: the first 16 hex digits of the source's sha256)."""
+    return f"kvwear-dw {hashlib.sha256(DW_SOURCE.read_bytes()).hexdigest()[:16]}"
+
+
+def require_dw_tool(image: GuestImage) -> None:
+    """Refuse an image without the current kvwear-dw (older build, or the source changed since)."""
+    want = dw_stamp_line()
+    have = next((ln for ln in image.stamp.splitlines() if ln.startswith("kvwear-dw ")), None)
+    if have != want:
+        folder = image.kernel.parent
+        raise GuestError(f"the guest image in {folder} has {'a stale ' + repr(have) if have else 'no kvwear-dw'} "
+                         f"(this checkout's is {want!r}): rebuild it with: {build_command(folder)}")
+
+
+@functools.cache
+def emulator_version(binary: str) -> str:
+    """'7.2.22' from `BINARY --version` (QEMU and FEMU print QEMU's version); '?' if it says none."""
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
+    except OSError as exc:
+        raise GuestError(f"{binary} --version failed: {exc}") from None
+    m = re.search(r"version (\d+\.\d+(?:\.\d+)?)", out)
+    return m.group(1) if m else "?"
+
+
+@functools.cache
+def supports_fdp(binary: str, femu: bool) -> bool:
+    """Does the emulator's NVMe subsystem device take `fdp` (stock QEMU ≥ 8.0: nvme-subsys; FEMU
+    HEAD: femu-subsys)? Asked from `-device <subsys>,help`, which boots nothing."""
+    dev = "femu-subsys" if femu else "nvme-subsys"
+    try:
+        proc = subprocess.run([binary, "-device", f"{dev},help"], capture_output=True, text=True, timeout=30,
+                              check=False)
+    except OSError as exc:
+        raise GuestError(f"{binary} -device {dev},help failed: {exc}") from None
+    return re.search(r"^\s*fdp=", proc.stdout, re.MULTILINE) is not None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,6 +281,32 @@ class FemuGeometry:
 
 
 @dataclass(frozen=True)
+class FdpConfig:
+    """NVMe Flexible Data Placement on the drive's subsystem (one reclaim group: kvwear-dw's
+    placement identifier is then the placement handle itself, and FEMU implements only one).
+    Stock QEMU ≥ 8.0: `nvme-subsys,fdp=on,fdp.nrg=1,fdp.nruh=…[,fdp.runs=…]` and the namespace's
+    `fdp.ruhs` lists every handle; FEMU: `femu-subsys,fdp=on,fdp.nrg=1,fdp.nruh=…[,fdp.nru=…]`."""
+
+    nruh: int = 2                        # reclaim unit handles = placement handles 0 … nruh−1
+    runs_bytes: int | None = None        # stock QEMU's reclaim unit size (None: QEMU's 96 MiB)
+    nru: int | None = None               # FEMU's reclaim units per group (None: FEMU's default)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.nruh <= 128:
+            raise KvwearError(f"FDP nruh must be 1–128, got {self.nruh}")
+        for f in ("runs_bytes", "nru"):
+            v = getattr(self, f)
+            if v is not None and v <= 0:
+                raise KvwearError(f"FDP {f} must be > 0, got {v}")
+
+    def subsys_arg(self, femu: bool) -> str:
+        extra = (f",fdp.nru={self.nru}" if femu and self.nru else "") + \
+                (f",fdp.runs={self.runs_bytes}" if not femu and self.runs_bytes else "")
+        return (f"{'femu-subsys' if femu else 'nvme-subsys'},id={SUBSYS_ID},nqn={SUBSYS_ID},fdp=on,fdp.nrg=1,"
+                f"fdp.nruh={self.nruh}{extra}")
+
+
+@dataclass(frozen=True)
 class DriveConfig:
     """The emulated NVMe drive. `image` is the raw file backing a stock QEMU drive (created by the
     caller); a FEMU drive keeps its data in FEMU's memory and has no image."""
@@ -245,6 +316,7 @@ class DriveConfig:
     cache: CacheMode = "none"            # none: O_DIRECT on the host; writeback: host page cache
     femu: FemuGeometry | None = None
     drive_options: str = ""              # extra QEMU -drive options, e.g. "throttling.bps-write=8388608"
+    fdp: FdpConfig | None = None         # Flexible Data Placement on (stock QEMU ≥ 8.0 or FEMU)
 
     def __post_init__(self) -> None:
         if self.cache not in ("none", "writeback"):
@@ -309,15 +381,23 @@ def qemu_argv(cfg: GuestConfig, image: GuestImage, initrd: Path, console_log: Pa
         "-chardev", f"file,id=result,path={_qemu_path(result_log)}", "-serial", "chardev:result",
     ]
     d = cfg.drive
+    # With FDP the subsystem comes first: the controller names it (subsys=).
     if d.femu is not None:
-        argv += ["-device", d.femu.device_arg()]
+        if d.fdp is not None:
+            argv += ["-device", d.fdp.subsys_arg(femu=True), "-device", f"{d.femu.device_arg()},subsys={SUBSYS_ID}"]
+        else:
+            argv += ["-device", d.femu.device_arg()]
     else:
         assert d.image is not None
-        argv += [
-            "-drive", f"file={_qemu_path(d.image)},if=none,id=nvm,format=raw,cache={d.cache},aio=threads"
-            + (f",{d.drive_options}" if d.drive_options else ""),
-            "-device", f"nvme,serial={d.serial},drive=nvm",
-        ]
+        argv += ["-drive", f"file={_qemu_path(d.image)},if=none,id=nvm,format=raw,cache={d.cache},aio=threads"
+                 + (f",{d.drive_options}" if d.drive_options else "")]
+        if d.fdp is not None:   # stock QEMU: the namespace is its own device, naming its handles
+            ruhs = f"0-{d.fdp.nruh - 1}" if d.fdp.nruh > 1 else "0"
+            argv += ["-device", d.fdp.subsys_arg(femu=False),
+                     "-device", f"nvme,serial={d.serial},subsys={SUBSYS_ID}",
+                     "-device", f"nvme-ns,drive=nvm,nsid=1,fdp.ruhs={ruhs}"]
+        else:
+            argv += ["-device", f"nvme,serial={d.serial},drive=nvm"]
     return argv + list(cfg.extra_args)
 
 

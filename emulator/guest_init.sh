@@ -3,7 +3,9 @@
 #
 # Protocol (host side: emulator/guest.py). IN: the host appends a cpio archive with /job/job.env
 # (shell variables), /job/job.fio (a fio job file) and the files it names (the iolog), or instead
-# /job/segments.txt with per-segment job files and trim lists (see below). OUT: on the
+# /job/segments.txt with per-segment job files and trim lists, or /job/dw.plan, a plan that
+# kvwear's directive-write tool /bin/kvwear-dw replays with NVMe passthrough (placement handles in
+# each write's directive; emulator/kvwear_dw.c, harness/directive_plan.py) (see below). OUT: on the
 # second serial port (/dev/ttyS1, a file on the host), lines
 #   KVWEAR-EVENT <name> <value>
 #   KVWEAR-BEGIN <name> <byte length> <sha256>   / base64 lines /   KVWEAR-END <name>
@@ -39,7 +41,7 @@ finish() {
 rc() { echo "$1 $2" >> /out/rc.txt; }   # rc NAME STATUS
 
 event init "$(cut -d' ' -f1 /proc/uptime)"
-event protocol 2     # 2: segments.txt (deferred trims)
+event protocol 3     # 2: segments.txt (deferred trims); 3: dw.plan (kvwear-dw), FDP logs
 # insmod (unlike modprobe) does not read module options from the kernel command line: pass the
 # `module.param=value` words (nvme_core.io_timeout=…) to the module they name ourselves.
 while read -r m; do
@@ -74,6 +76,14 @@ snapshot() {  # snapshot PHASE
   # Newer FEMU's stats log (C0h); other controllers refuse or answer with their own layout.
   nvme get-log /dev/nvme0 --log-id=0xc0 --log-len=512 -b > "/out/femu-stats-$1.bin" 2>>/out/stderr.txt
   rc "femu-stats-$1" $?
+  # FDP drives (KVWEAR_FDP=1 in job.env): the FDP statistics log (22h) of the endurance group,
+  # and the namespace's reclaim unit handle status (RUAMW per placement identifier).
+  if [ "${KVWEAR_FDP:-0}" = 1 ]; then
+    nvme fdp stats /dev/nvme0 --endgrp-id="${KVWEAR_ENDGID:-1}" -o binary > "/out/fdp-stats-$1.bin" \
+      2>>/out/stderr.txt; rc "fdp-stats-$1" $?
+    nvme fdp status /dev/nvme0n1 -o binary > "/out/ruh-status-$1.bin" 2>>/out/stderr.txt
+    rc "ruh-status-$1" $?
+  fi
 }
 
 nvme id-ctrl /dev/nvme0 -o json > /out/id-ctrl.json 2>>/out/stderr.txt; rc id-ctrl $?
@@ -107,6 +117,13 @@ if [ -f /job/segments.txt ]; then
       rc "discard-$k" $st
     fi
   done < /job/segments.txt
+  event fio-end "$(cut -d' ' -f1 /proc/uptime)"
+elif [ -f /job/dw.plan ]; then
+  # kvwear-dw plays the whole plan (writes with or without placement directives, reads, trims)
+  # and prints its byte counts as JSON.
+  event fio-start "$(cut -d' ' -f1 /proc/uptime)"
+  kvwear-dw /dev/nvme0n1 /job/dw.plan > /out/dw.json 2>>/out/dw-stderr.txt
+  rc kvwear-dw $?
   event fio-end "$(cut -d' ' -f1 /proc/uptime)"
 elif [ -f /job/job.fio ]; then
   event fio-start "$(cut -d' ' -f1 /proc/uptime)"

@@ -185,3 +185,11 @@ def plan_handles(plan: pa.Table) -> np.ndarray:
     if "placement_handle" not in plan.column_names:
         return np.zeros(plan.num_rows, np.int64)
     return plan.column("placement_handle").to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def plan_write_bytes_by_handle(plan: pa.Table, minlength: int = 1) -> list[int]:
+    """Write bytes per placement handle, 0 … max(the largest handle a write names, minlength − 1)."""
+    w = pc.equal(plan.column("op").cast(pa.string()), "write").to_numpy(zero_copy_only=False)
+    h = plan_handles(plan)[w]
+    ln = plan.column("length_bytes").to_numpy(zero_copy_only=False)[w].astype(np.int64)
+    return [int(x) for x in np.bincount(h, weights=ln, minlength=minlength).astype(np.int64)]

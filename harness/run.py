@@ -394,7 +394,8 @@ def placement_result(plan: dict[str, Any], device: dict[str, Any], measured_waf:
     if fdp:
         for h, (want, got) in enumerate(zip(fdp["plan_write_bytes_by_handle"], fdp["host_bytes_by_handle"],
                                             strict=True)):
-            checks.append(Check.of(f"host bytes, handle {h}", want, got, "kvwear-ftl fdp", 0.0, kind="accounting"))
+            checks.append(Check.of(f"host bytes, handle {h}", want, got, f"{fdp.get('measured_by', 'kvwear-ftl')} fdp",
+                                   0.0, kind="accounting"))
     return row, checks
 
 

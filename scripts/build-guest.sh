@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
 # Build the small Linux guest kvwear boots under QEMU/FEMU: a Debian kernel and a busybox
 # initramfs holding fio, nvme-cli, smartctl (the host's Debian binaries plus the libraries `ldd`
-# lists), the NVMe driver modules and kvwear's /init (emulator/guest_init.sh).
+# lists), the NVMe driver modules, kvwear's /init (emulator/guest_init.sh) and kvwear's
+# directive-write tool /bin/kvwear-dw (emulator/kvwear_dw.c, compiled here with gcc -static).
 #
 #   scripts/build-guest.sh [OUT_DIR]      default: $KVWEAR_GUEST_DIR or ~/.cache/kvwear/guest
 #
-# Output: OUT_DIR/vmlinuz, OUT_DIR/initrd.img, OUT_DIR/stamp (package versions + /init hash).
+# Output: OUT_DIR/vmlinuz, OUT_DIR/initrd.img, OUT_DIR/stamp (package versions, /init and
+# kvwear-dw source hashes; emulator.guest refuses an image whose kvwear-dw line is stale).
 # Idempotent: rebuilds only when the stamp changes. Network: only Debian's package mirrors
 # (`apt-get download linux-image-…`; the kernel is extracted with dpkg-deb -x, never installed).
-# Needs: apt-get, dpkg-deb, busybox-static, fio, nvme-cli, smartmontools, zstd or gzip, xz-utils
-# (scripts/install-system-deps.sh installs them).
+# Needs: apt-get, dpkg-deb, busybox-static, fio, nvme-cli, smartmontools, zstd or gzip, xz-utils,
+# gcc with the static C library (libc6-dev) (scripts/install-system-deps.sh installs them).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
 out="${1:-${KVWEAR_GUEST_DIR:-$HOME/.cache/kvwear/guest}}"
 init_src="$repo/emulator/guest_init.sh"
+dw_src="$repo/emulator/kvwear_dw.c"
 # Load order matters: each module needs the ones before it (modinfo depends of the 6.1 kernel).
 modules=(crct10dif_common crct10dif_generic crc-t10dif crc64 crc64_rocksoft_generic crc64-rocksoft
          t10-pi nvme-core nvme)
@@ -33,6 +36,8 @@ for b in "${!bins[@]}"; do
   [ -n "${bins[$b]}" ] || die "$b not found: run scripts/install-system-deps.sh (packages fio nvme-cli smartmontools)"
 done
 [ -f "$init_src" ] || die "$init_src missing"
+[ -f "$dw_src" ] || die "$dw_src missing"
+command -v gcc >/dev/null || die "gcc not found: install gcc and libc6-dev (kvwear-dw is compiled statically)"
 if command -v zstd >/dev/null; then compress=(zstd -q -T0 -10); else compress=(gzip -6); fi
 
 # The kernel package the metapackage points at (e.g. linux-image-6.1.0-57-amd64 (= 6.1.192-3)).
@@ -47,6 +52,7 @@ kver="$(apt-cache policy "$kpkg" | awk '/Candidate:/{print $2}')"
 pkgver() { dpkg-query -W -f='${Package}=${Version}' "$1" 2>/dev/null || echo "$1=?"; }
 stamp="$(printf '%s\n' "kernel $kpkg=$kver" "$(pkgver busybox-static)" "$(pkgver fio)" "$(pkgver nvme-cli)" \
   "$(pkgver smartmontools)" "init $(sha256sum "$init_src" | cut -c1-16)" \
+  "kvwear-dw $(sha256sum "$dw_src" | cut -c1-16)" \
   "script $(sha256sum "${BASH_SOURCE[0]}" | cut -c1-16)" "compress ${compress[0]}")"
 
 if [ -f "$out/stamp" ] && [ -f "$out/vmlinuz" ] && [ -f "$out/initrd.img" ] \
@@ -90,6 +96,8 @@ for m in "${modules[@]}"; do
   echo "$m" >> "$root/lib/modules/load-order"
 done
 install -m 0755 "$init_src" "$root/init"
+gcc -static -O2 -Wall -Wextra -Werror -o "$root/bin/kvwear-dw" "$dw_src" \
+  || die "compiling $dw_src failed (gcc -static needs libc6-dev)"
 echo "$stamp" > "$root/etc/kvwear-guest"
 
 (cd "$root" && find . | LC_ALL=C sort | "$busybox" cpio -o -H newc -R 0:0 2>/dev/null) | "${compress[@]}" > "$work/initrd.img"

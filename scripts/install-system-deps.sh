@@ -4,7 +4,7 @@
 # time), smartmontools + nvme-cli (wear counters), QEMU (emulated NVMe guest), busybox-static
 # (guest initramfs), chromium (report rendering test), util-linux/e2fsprogs (loop devices,
 # filesystem signatures for the safety tests), python3-venv (`make` creates .venv), xz-utils
-# (build-guest decompresses .ko.xz modules).
+# (build-guest decompresses .ko.xz modules), gcc + libc6-dev (build-guest compiles kvwear-dw statically).
 set -euo pipefail
 if [ "$(id -u)" != 0 ]; then
   echo "install-system-deps: not root, skipping Debian packages" >&2
@@ -12,7 +12,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 pkgs=(fio bpfcc-tools python3-bpfcc bpftrace linux-headers-amd64 smartmontools nvme-cli
       qemu-system-x86 qemu-utils busybox-static chromium util-linux e2fsprogs cpio zstd
-      python3-venv xz-utils)
+      python3-venv xz-utils gcc libc6-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -12,7 +12,21 @@ its own memory, so every replay starts on an empty FTL (one FEMU process per rep
 SMART counters (host / GC-relocated 4 KiB pages) give `nand_write_bytes` and `waf` exactly.
 
 Each replay boots one guest (emulator.guest.run_guest): the plan becomes a fio iolog v3
-(harness.fio_iolog.export_iolog_v3), fio replays it on /dev/nvme0n1 with direct I/O. iodepth defaults to
+(harness.fio_iolog.export_iolog_v3), fio replays it on /dev/nvme0n1 with direct I/O. A plan that
+places writes on placement handles (`[replay] placement` other than none, some write on a handle
+> 0) is played instead by kvwear's directive-write tool kvwear-dw (emulator/kvwear_dw.c, plan
+format harness.directive_plan) with each write's handle in its data placement directive, on a
+drive with NVMe Flexible Data Placement on (emulator.guest.FdpConfig; `fdp_nruh` handles, default
+the plan's largest handle + 1): stock QEMU ≥ 8.0 (`nvme-subsys` with `fdp`) or a FEMU build with
+`femu-subsys`. The tool plays trims itself (Dataset Management), so no deferred segments. Before and
+after, the guest reads the FDP statistics log (22h: host / media bytes written → DLWA,
+`extra["fdp_stats"]`) and the reclaim unit handle status (RUAMW per handle,
+`extra["fdp_ruh_status"]`); `extra["fdp"]` holds the plan's and the tool's write bytes per handle
+(the per-handle accounting checks of harness.run). An emulator without FDP (Debian 12's QEMU 7.2)
+refuses such a plan, naming its version, unless `drop_handles` is set: then fio plays the plan
+with plain writes and the result says so (`placement_dropped`). Option `player`: auto (the tool
+when the plan carries handles, else fio), fio, or kvwear-dw (the tool even without handles: plain
+writes). iodepth defaults to
 1 because Debian's QEMU 7.2 NVMe controller can stall at iodepth > 1; a run whose guest kernel
 logged NVMe timeouts raises (emulator.guest.GuestIOTimeoutError) and is never reported. Every
 guest output (fio JSON, SMART json/binary/smartctl, dmesg, exit codes) is kept under
@@ -28,7 +42,9 @@ harness.devices.fio; `timed` holds across segments too: each waits for its plan 
 skip_trims (False: drop the plan's trims knowingly), precondition
 (none|fill: one sequential pass over the drive before the first snapshot), guest_dir,
 qemu_binary, femu_binary, femu (a table of FemuGeometry fields, or flat `femu.<field>` keys as
-`--device-option femu.nchs=4` gives them). Text values from the command line are accepted.
+`--device-option femu.nchs=4` gives them), player (auto|fio|kvwear-dw), drop_handles (False),
+fdp_nruh, fdp_runs_bytes (stock QEMU's reclaim unit size), fdp_nru (FEMU's reclaim units).
+Text values from the command line are accepted.
 
 This module never writes outside the drive image it created (or was pointed at as a regular
 file) and never parses tool output itself (harness.fio, harness.wear, harness.identity do).
@@ -42,27 +58,36 @@ import shlex
 import stat
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from emulator.guest import (
     GUEST_DEVICE,
     DriveConfig,
+    FdpConfig,
     FemuGeometry,
     GuestConfig,
     GuestJob,
     GuestRun,
+    emulator_version,
     find_guest,
+    require_dw_tool,
     run_guest,
+    supports_fdp,
 )
 from harness import fio as fiolib
 from harness.deferred_trims import DEFAULT_SEGMENT_OPS, PlanSegment, device_segments, trim_accounting
 from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayProgress, ReplayResult, option_flag
+from harness.directive_plan import DwReport, encode_plan, parse_report
 from harness.fio_iolog import export_iolog_v3
 from harness.identity import identity_from_nvme, parse_id_ctrl_json, parse_id_ns_json
+from harness.placement import plan_handles, plan_write_bytes_by_handle
 from harness.wear._decode import hexdump
+from harness.wear.fdp import parse_fdp_stats_binary, parse_ruh_status_binary
 from harness.wear.femu import (
     FEMU_PAGE_BYTES,
     STATS_LOG_BYTES,
@@ -84,7 +109,9 @@ OPTIONS = ("serial", "cache", "accel", "cpus", "memory_mib", "boot_timeout_s", "
            "iodepth", "ioengine", "skip_trims", "trim_segment_ops",
            "trim_segment_bytes", "precondition", "guest_dir", "qemu_binary", "femu_binary",
            # confirm_serial: `kvwear run` passes it to every backend; a drive we create needs none
-           "confirm_serial", "drive_options", "qemu_args")
+           "confirm_serial", "drive_options", "qemu_args", "player", "drop_handles", "fdp_nruh", "fdp_runs_bytes",
+           "fdp_nru")
+PLAYERS = ("auto", "fio", "kvwear-dw")
 
 
 def host_observation_note(cache: str, femu: bool = False) -> str:
@@ -209,6 +236,16 @@ class GuestDevice:
         self.precondition = str(opts.get("precondition", "none"))
         if self.precondition not in ("none", "fill"):
             raise KvwearError(f"device option precondition must be none or fill, got {self.precondition!r}")
+        self.player = str(opts.get("player", "auto"))
+        if self.player not in PLAYERS:
+            raise KvwearError(f"device option player must be one of {', '.join(PLAYERS)}, got {self.player!r}")
+        self.drop_handles = option_flag(opts, "drop_handles")
+        self.fdp_nruh = _int(opts, "fdp_nruh", 0) or None
+        runs = opts.get("fdp_runs_bytes")
+        self.fdp_runs_bytes = parse_size(str(runs)) if runs is not None else None
+        self.fdp_nru = _int(opts, "fdp_nru", 0) or None
+        if self.fdp_nruh is not None:
+            FdpConfig(self.fdp_nruh, self.fdp_runs_bytes, self.fdp_nru)     # validates now, not at replay
         guest_folder = Path(str(opts["guest_dir"])) if opts.get("guest_dir") else None
         self.image = find_guest(guest_folder)     # fails early, naming the build command
         self.femu: FemuGeometry | None = None
@@ -289,18 +326,55 @@ class GuestDevice:
     def host_observation_note(self) -> str:
         return host_observation_note(self.config.drive.cache, femu=self.femu is not None)
 
+    def _placement(self, plan: pa.Table) -> tuple[bool, FdpConfig | None, bool]:
+        """(play with kvwear-dw, the FDP drive to play on or None, handles dropped). Refuses a plan
+        with handles on an emulator without FDP unless `drop_handles`; see the module docstring."""
+        ops = plan.column("op").cast(pa.string()).to_numpy(zero_copy_only=False)
+        handles = plan_handles(plan)[ops == "write"]
+        placed = bool(handles.size and handles.max() > 0)
+        if not placed or self.drop_handles:
+            return self.player == "kvwear-dw", None, placed
+        binary = self.config.qemu_binary
+        if not supports_fdp(binary, self.femu is not None):
+            what = ("femu-subsys" if self.femu is not None else "nvme-subsys") + " takes no fdp"
+            raise KvwearError(
+                f"device {self.spec.kind}: the plan places writes on {int(handles.max()) + 1} FDP handles, but "
+                f"{binary} (QEMU {emulator_version(binary)}) has no NVMe Flexible Data Placement ({what}; stock "
+                f"QEMU has it from 8.0, FEMU in builds with femu-subsys): use such a build (qemu_binary / "
+                f"femu_binary), or set device option drop_handles=true to play the plan with plain writes "
+                f"(its WAF is then the WAF without placement)")
+        if self.player == "fio":
+            raise KvwearError(f"device {self.spec.kind}: player fio cannot carry placement handles (the guest's "
+                              f"{self.fio_version} has no FDP); use player auto or kvwear-dw")
+        nruh = self.fdp_nruh or int(handles.max()) + 1
+        if int(handles.max()) >= nruh:
+            raise KvwearError(f"device {self.spec.kind}: the plan uses placement handle {int(handles.max())} but "
+                              f"fdp_nruh is {nruh}")
+        return True, FdpConfig(nruh, self.fdp_runs_bytes, self.fdp_nru), False
+
     def replay(self, plan: pa.Table, workdir: Path, *, timed: bool = False,
                progress: ReplayProgress | None = None) -> ReplayResult:
-        """Boot the guest, replay `plan` with fio at `iodepth`, read SMART before and after."""
+        """Boot the guest, replay `plan` with fio at `iodepth` (or kvwear-dw, see the module
+        docstring), read SMART (and FDP logs) before and after."""
         workdir = Path(workdir)
         fiolib.validate_plan(plan, self._capacity, block_bytes=BLOCK_BYTES)
+        use_dw, fdp, dropped = self._placement(plan)
         trims = fiolib.plan_lengths(plan, "trim")
         can_trim = fiolib.fio_replays_trim(self.fio_version)
-        deferred = bool(trims.size) and not can_trim and not self.skip_trims
+        deferred = bool(trims.size) and not can_trim and not self.skip_trims and not use_dw
         logs: dict[str, fiolib.IologStats] = {}      # guest fio output name → the iolog it replayed
         segments: list[PlanSegment] = []
         settings: dict[str, int] = {}
-        if deferred:
+        dw_plan = plan
+        if use_dw:
+            require_dw_tool(self.image)              # a stale image is refused by name, before booting
+            # the tool plays trims itself; skip_trims drops them knowingly, as with fio
+            if self.skip_trims and trims.size:
+                dw_plan = plan.filter(pc.not_equal(plan.column("op").cast(pa.string()), "trim"))
+            files = {"dw.plan": encode_plan(dw_plan, directives=fdp is not None, timed=timed)}
+            if fdp is not None:
+                files["job.env"] = b"KVWEAR_FDP=1\nKVWEAR_ENDGID=1\n"
+        elif deferred:
             # The guest's fio drops iolog trims: per segment, fio plays the reads and writes and
             # the guest's blkdiscard then issues the trims (harness.deferred_trims).
             segments, settings = device_segments(plan, capacity_bytes=self._capacity, block_bytes=BLOCK_BYTES,
@@ -334,8 +408,9 @@ class GuestDevice:
             fill = fiolib.seq_fill_job(GUEST_DEVICE, self._capacity, loops=1, ioengine=self.ioengine,
                                        iodepth=self.iodepth, name="precondition")
             files["precondition.fio"] = fiolib.render_job_file([fill]).encode()
+        config = replace(self.config, drive=replace(self.config.drive, fdp=fdp))
         t0 = time.perf_counter()
-        run = run_guest(self.config, GuestJob(files), workdir / "guest")
+        run = run_guest(config, GuestJob(files), workdir / "guest")
         wall = time.perf_counter() - t0
         if progress is not None:           # one guest boot plays the whole plan
             progress(1, 1)
@@ -347,39 +422,54 @@ class GuestDevice:
         failed = {k: v for k, v in run.exit_codes.items()
                   if v != 0 and not k.startswith(("smartctl", "femu-stats"))}
         if failed:
-            raise KvwearError(f"guest commands failed {failed} (outputs in {outdir}): "
-                              f"{run.files.get('fio-stderr.txt', b'').decode(errors='replace')[-500:]}"
-                              f"{run.files.get('stderr.txt', b'').decode(errors='replace')[-500:]}")
+            stderr = "".join(run.files.get(f, b"").decode(errors="replace")[-500:]
+                             for f in ("fio-stderr.txt", "dw-stderr.txt", "stderr.txt"))
+            raise KvwearError(f"guest commands failed {failed} (outputs in {outdir}): {stderr}")
         self._identity = self._identity_from_run(run)
-        if deferred and run.events.get("protocol") != "2":
+        if deferred and run.events.get("protocol") not in ("2", "3"):
             raise KvwearError(f"the guest image in {self.image.kernel.parent} predates deferred trims (its /init "
                               "ignored segments.txt): rebuild it with scripts/build-guest.sh")
-        parts = []
-        for name, log in logs.items():
-            if name not in run.files:
-                raise KvwearError(f"the guest returned no {name} (outputs in {outdir})")
-            s = fiolib.parse_fio_json(run.files[name], str(outdir / name))
-            if s.errors:
-                raise fiolib.FioError(f"fio reported errors {s.errors} in the guest (report {outdir / name})")
-            parts.append((s, log, str(outdir / name)))
-        fio = fiolib.combine_segment_replays(parts, iodepth=self.iodepth, max_io_bytes=fiolib.plan_max_length(plan))
-        if deferred:
-            trim_bytes = sum(seg.issued_trim_bytes for seg in segments)
-            trim_extra: dict[str, Any] = {**trim_accounting(segments), **settings}
+        extra: dict[str, Any] = {"player": "kvwear-dw" if use_dw else "fio", "placement_dropped": dropped}
+        if use_dw:
+            if "dw.json" not in run.files:
+                raise KvwearError(f"the guest returned no dw.json (outputs in {outdir}; its /init predates "
+                                  f"kvwear-dw: rebuild it with scripts/build-guest.sh)")
+            rep = parse_report(run.files["dw.json"], str(outdir / "dw.json"))
+            counts = (rep.write_bytes, rep.read_bytes, rep.trim_bytes, rep.write_cmds, rep.read_cmds)
+            tool, tool_output = "kvwear-dw 1", str(outdir / "dw.json")
+            extra.update(self._dw_extra(plan, rep, fdp, run, str(outdir)))
+            if dw_plan is not plan:
+                extra.update({"trims_skipped": int(trims.size), "trim_mode": "skipped"})
         else:
-            trim_bytes = fiolib.issued_log_bytes(parts[0][0], parts[0][1], parts[0][2], iodepth=self.iodepth,
-                                                 max_io_bytes=fiolib.plan_max_length(plan))[2]
-            trim_extra = {"trims_skipped": int(trims.size) if not can_trim else 0,
-                          "trim_mode": "none" if not trims.size else "fio" if can_trim else "skipped"}
-
-        extra: dict[str, Any] = {
-            **fio.extra(), **trim_extra,
-            "ioengine": self.ioengine, "iodepth": self.iodepth, "timed": timed,
+            parts = []
+            for name, log in logs.items():
+                if name not in run.files:
+                    raise KvwearError(f"the guest returned no {name} (outputs in {outdir})")
+                s = fiolib.parse_fio_json(run.files[name], str(outdir / name))
+                if s.errors:
+                    raise fiolib.FioError(f"fio reported errors {s.errors} in the guest (report {outdir / name})")
+                parts.append((s, log, str(outdir / name)))
+            fio = fiolib.combine_segment_replays(parts, iodepth=self.iodepth,
+                                                 max_io_bytes=fiolib.plan_max_length(plan))
+            if deferred:
+                trim_bytes = sum(seg.issued_trim_bytes for seg in segments)
+                trim_extra: dict[str, Any] = {**trim_accounting(segments), **settings}
+            else:
+                trim_bytes = fiolib.issued_log_bytes(parts[0][0], parts[0][1], parts[0][2], iodepth=self.iodepth,
+                                                     max_io_bytes=fiolib.plan_max_length(plan))[2]
+                trim_extra = {"trims_skipped": int(trims.size) if not can_trim else 0,
+                              "trim_mode": "none" if not trims.size else "fio" if can_trim else "skipped"}
+            counts = (fio.write_bytes, fio.read_bytes, trim_bytes, fio.write_ios, fio.read_ios)
+            tool = parts[0][0].fio_version if parts else self.fio_version
+            tool_output = fio.json_paths[0] if fio.json_paths else str(outdir)
+            extra.update({**fio.extra(), **trim_extra, "ioengine": self.ioengine})
+        extra.update({
+            "iodepth": self.iodepth, "timed": timed,
             "boot_s": run.boot_s, "guest_wall_s": run.wall_s, "guest_fio_s": run.fio_s, "accel": run.accel,
             "guest_outputs": str(outdir), "host_observation": self.host_observation_note(),
             **smart_deltas(run.files["smart-before.bin"], run.files["smart-after.bin"],
                            run.files["smart-before.json"], run.files["smart-after.json"], str(outdir)),
-        }
+        })
         nand: int | None = None
         waf: float | None = None
         if self.femu is not None:
@@ -388,11 +478,44 @@ class GuestDevice:
                              stats_after=run.files.get("femu-stats-after.bin"))
             nand, waf = fd["femu_nand_bytes_delta"], fd["femu_waf"]
             extra.update(fd)
+        write_bytes, read_bytes, trim_bytes, write_ios, read_ios = counts
         return ReplayResult(
-            device=f"{self.spec.kind}:{self._path()}", write_bytes=fio.write_bytes, read_bytes=fio.read_bytes,
-            trim_bytes=trim_bytes, write_ios=fio.write_ios, read_ios=fio.read_ios, wall_s=wall,
-            nand_write_bytes=nand, waf=waf, tool=parts[0][0].fio_version if parts else self.fio_version,
-            tool_output_path=fio.json_paths[0] if fio.json_paths else str(outdir), extra=extra)
+            device=f"{self.spec.kind}:{self._path()}", write_bytes=write_bytes, read_bytes=read_bytes,
+            trim_bytes=trim_bytes, write_ios=write_ios, read_ios=read_ios, wall_s=wall,
+            nand_write_bytes=nand, waf=waf, tool=tool, tool_output_path=tool_output, extra=extra)
+
+    @staticmethod
+    def _dw_extra(plan: pa.Table, rep: DwReport, fdp: FdpConfig | None, run: GuestRun,
+                  outdir: str) -> dict[str, Any]:
+        """kvwear-dw's counts, and on an FDP drive the per-handle accounting, the FDP statistics
+        (DLWA = media ÷ host bytes of this replay) and the reclaim unit handle status."""
+        extra: dict[str, Any] = {"dw_write_cmds": rep.write_cmds, "dw_read_cmds": rep.read_cmds,
+                                 "dw_trim_cmds": rep.trim_cmds, "dw_directive_writes": rep.directive_writes,
+                                 "dw_max_io_bytes": rep.max_io_bytes, "dw_elapsed_s": rep.elapsed_s,
+                                 "trim_mode": "kvwear-dw" if rep.trim_cmds else "none"}
+        if fdp is None:
+            return extra
+        want = plan_write_bytes_by_handle(plan)
+        n = max(len(want), len(rep.write_bytes_by_handle))
+        src = f"{outdir}/fdp-stats"
+        before = parse_fdp_stats_binary(run.files["fdp-stats-before.bin"], f"{src}-before.bin")
+        after = parse_fdp_stats_binary(run.files["fdp-stats-after.bin"], f"{src}-after.bin")
+        host = after.host_bytes_with_metadata_written - before.host_bytes_with_metadata_written
+        media = after.media_bytes_with_metadata_written - before.media_bytes_with_metadata_written
+        rb = parse_ruh_status_binary(run.files["ruh-status-before.bin"], f"{outdir}/ruh-status-before.bin")
+        ra = parse_ruh_status_binary(run.files["ruh-status-after.bin"], f"{outdir}/ruh-status-after.bin")
+        extra["fdp"] = {
+            "measured_by": "kvwear-dw", "nruh": fdp.nruh,
+            "plan_write_bytes_by_handle": want + [0] * (n - len(want)),
+            "host_bytes_by_handle": list(rep.write_bytes_by_handle) + [0] * (n - len(rep.write_bytes_by_handle)),
+        }
+        extra["fdp_stats"] = {"host_bytes_delta": host, "media_bytes_delta": media,
+                              "media_bytes_erased_delta": after.media_bytes_erased - before.media_bytes_erased,
+                              "dlwa": media / host if host else None}
+        extra["fdp_ruh_status"] = [
+            {"placement_id": a.placement_id, "ruh_id": a.ruh_id, "ruamw_blocks_before": b.ruamw_blocks,
+             "ruamw_blocks_after": a.ruamw_blocks} for b, a in zip(rb, ra, strict=True)]
+        return extra
 
     def _identity_from_run(self, run: GuestRun) -> DeviceIdentity:
         ctrl = parse_id_ctrl_json(run.files["id-ctrl.json"], "guest nvme id-ctrl -o json")

@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 
 from emulator.ftl import OP_READ, OP_TRIM, OP_WRITE, Ftl, FtlConfig, FtlCounters, FtlHandleCounters
 from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayProgress, ReplayResult, option_flag
-from harness.placement import plan_handles
+from harness.placement import plan_handles, plan_write_bytes_by_handle
 from kvwear.errors import InputError, KvwearError
 from kvwear.tables import TableSpec, write_table
 
@@ -215,7 +215,7 @@ class SimDevice:
                 "erase_count_mean": float(erases.mean()) if erases.size else 0.0,
                 "trimmed_mapped_bytes": d.trim_pages * c.page_bytes,
                 "unmapped_read_bytes": d.unmapped_read_pages * c.page_bytes,
-                "fdp": fdp_summary(hd, plan, codes, handles),
+                "fdp": fdp_summary(hd, plan),
                 **({"no_placement": {**asdict(no_placement), "waf": no_placement.waf,
                                      "nand_write_bytes": no_placement.nand_bytes}}
                    if no_placement is not None else {}),
@@ -227,21 +227,17 @@ class SimDevice:
         self.twin = None
 
 
-def fdp_summary(hc: FtlHandleCounters, plan: pa.Table, codes: np.ndarray, handles: np.ndarray) -> dict[str, Any]:
+def fdp_summary(hc: FtlHandleCounters, plan: pa.Table) -> dict[str, Any]:
     """FDP statistics of one replay, per handle, with the plan's write bytes per handle beside the
     FTL's host bytes (they must be equal: a page-aligned plan)."""
-    ln = plan.column("length_bytes").to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-    w = codes == OP_WRITE
     ruh = len(hc.host_pages)
-    plan_bytes = np.bincount(handles[w], weights=ln[w], minlength=ruh).astype(np.int64) if w.any() \
-        else np.zeros(ruh, np.int64)
     pb = hc.page_bytes
     return {
         "ruh": ruh,
         "host_bytes_written": hc.host_bytes,
         "media_bytes_written": hc.media_bytes,
         "media_bytes_erased": hc.media_bytes_erased,
-        "plan_write_bytes_by_handle": [int(x) for x in plan_bytes],
+        "plan_write_bytes_by_handle": plan_write_bytes_by_handle(plan, ruh),
         "host_bytes_by_handle": [x * pb for x in hc.host_pages],
         # the last slot is the shared GC frontier's (0 unless gc_handles = shared)
         "media_bytes_by_handle": [x * pb for x in hc.media_pages],

@@ -8,6 +8,14 @@ TP4146, libnvme `struct nvme_fdp_stats_log`):
 | 16     | MBMW: media bytes with metadata written         |
 | 32     | MBE: media bytes erased                         |
 
+(Checked against NVMe 2.1's FDP Statistics log page: bytes 15:00 HBMW, 31:16 MBMW, 47:32 MBE,
+63:48 reserved; the log is per endurance group, named by the Log Specific Identifier, so it has
+no per-handle counters: per handle, `parse_ruh_status_binary` reads the namespace's Reclaim Unit
+Handle Status (I/O Management Receive, `nvme fdp status DEV -o binary`): bytes 13:00 reserved,
+15:14 the number of descriptors, then 32 bytes per placement identifier: PID (1:0), RUHID (3:2),
+EARUTR in seconds (7:4), RUAMW in logical blocks (15:8) — the media writes left in the handle's
+open reclaim unit, which falls as writes land on that handle.)
+
 Inputs: `nvme fdp stats DEV --endgrp-id=N -o json` (`{"hbmw": ..., "mbmw": ..., "mbe": ...}`,
 128-bit values as numbers or decimal strings) and `-o binary` (the 64 bytes). The counters include
 metadata bytes, so on a namespace formatted with metadata they exceed the data bytes. Drives
@@ -53,6 +61,33 @@ def parse_fdp_stats_json(text: str | bytes, source: str = "nvme fdp stats -o jso
     obj = need_object(load_json(text, source), source)
     return FdpStats(json_uint(obj, "hbmw", source), json_uint(obj, "mbmw", source),
                     json_uint(obj, "mbe", source))
+
+
+@dataclass(frozen=True)
+class RuhStatus:
+    """One Reclaim Unit Handle Status descriptor."""
+
+    placement_id: int
+    ruh_id: int
+    earutr_s: int               # estimated active reclaim unit time remaining
+    ruamw_blocks: int           # reclaim unit available media writes, in logical blocks
+
+
+RUH_STATUS_HEADER_BYTES = 16
+RUH_STATUS_DESCRIPTOR_BYTES = 32
+
+
+def parse_ruh_status_binary(data: bytes, source: str = "nvme fdp status -o binary") -> tuple[RuhStatus, ...]:
+    need_length(data, RUH_STATUS_HEADER_BYTES, source, "reclaim unit handle status", exact=False)
+    n = le_uint(data, 14, 2)
+    need_length(data, RUH_STATUS_HEADER_BYTES + n * RUH_STATUS_DESCRIPTOR_BYTES, source,
+                f"reclaim unit handle status with {n} descriptors", exact=False)
+    out = []
+    for i in range(n):
+        o = RUH_STATUS_HEADER_BYTES + i * RUH_STATUS_DESCRIPTOR_BYTES
+        out.append(RuhStatus(le_uint(data, o, 2), le_uint(data, o + 2, 2), le_uint(data, o + 4, 4),
+                             le_uint(data, o + 8, 8)))
+    return tuple(out)
 
 
 def sample_from_fdp(stats: FdpStats, raw: str) -> WearSample:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.wear._decode import LogUnsupported, describe_nvme_status, parse_nvme_refusal
-from harness.wear.fdp import FdpStats, parse_fdp_stats_binary, parse_fdp_stats_json
+from harness.wear.fdp import FdpStats, RuhStatus, parse_fdp_stats_binary, parse_fdp_stats_json, parse_ruh_status_binary
 from harness.wear.intel import (
     INTEL_CA_UNIT_BYTES,
     IntelCaLog,
@@ -141,3 +141,17 @@ def test_fdp_stats_binary_and_json() -> None:
         parse_fdp_stats_binary(page[:48], "fdp.bin")
     with pytest.raises(InputError, match="field 'mbe': missing"):
         parse_fdp_stats_json('{"hbmw": "1", "mbmw": "2"}', "fdp.json")
+
+
+def test_ruh_status_binary_layout() -> None:
+    # NVMe 2.1 Reclaim Unit Handle Status: 14 reserved bytes, NRUHSD (u16), then 32-byte
+    # descriptors: PID u16, RUHID u16, EARUTR u32, RUAMW u64, 16 reserved bytes.
+    def desc(pid: int, ruhid: int, earutr: int, ruamw: int) -> bytes:
+        return (pid.to_bytes(2, "little") + ruhid.to_bytes(2, "little") + earutr.to_bytes(4, "little")
+                + ruamw.to_bytes(8, "little") + bytes(16))
+
+    page = bytes(14) + (2).to_bytes(2, "little") + desc(0, 0, 0, 196_608) + desc(1, 5, 7, (1 << 40) + 3)
+    assert parse_ruh_status_binary(page) == (RuhStatus(0, 0, 0, 196_608), RuhStatus(1, 5, 7, (1 << 40) + 3))
+    assert parse_ruh_status_binary(bytes(16)) == ()
+    with pytest.raises(InputError, match=r"2 descriptors.*expected 80 bytes, got 79"):
+        parse_ruh_status_binary(page[:-1], "ruhs.bin")
