@@ -47,15 +47,16 @@ class TierConfig:
 class ReplaySettings:
     """How SSD operations become block I/O (see harness.replay.ReplayConfig for each field)."""
 
-    # extent (first fit) keeps every object where the policy put it until the policy evicts it,
-    # so the plan matches the simulation; log can overwrite live objects when its head wraps
+    # extent (first fit) keeps every object where the policy put it until the policy evicts it, so
+    # the plan writes exactly the simulation's bytes; log and slab add the relocation writes of
+    # their cleaning (counted apart in plan.json)
     layout: str = "extent"                # extent | log | slab
     trim_on_evict: bool = True
     align_bytes: int = 4096
     max_io_bytes: int = 1 << 20
     time_mode: str = "afap"               # afap (as fast as possible) | original | compressed
     time_compression: float = 1.0
-    log_full: str = "evict"               # log layout, head reaches a live object: evict | error
+    log_full: str = "relocate"            # log layout, head reaches a live object: relocate | evict | error
 
 
 @dataclass(frozen=True)

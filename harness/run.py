@@ -55,7 +55,7 @@ from harness.schema import BLOCK_OPS, WEAR
 from harness.wear.base import NVME_DATA_UNIT_BYTES
 from harness.wear.snapshot import delta as wear_delta
 from harness.wear.snapshot import snapshot, wear_rows, wear_table
-from kvwear.errors import KvwearError
+from kvwear.errors import InputError, KvwearError
 from kvwear.tables import atomic_path, read_table, write_table
 from workloads.blocks import splitmix64
 from workloads.models import ModelProfile, resolve_profile
@@ -258,7 +258,10 @@ def plan_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int) -> dict[st
                       trim_on_evict=r.trim_on_evict, max_io_bytes=r.max_io_bytes,
                       time_mode=r.time_mode, time_compression=r.time_compression,  # type: ignore[arg-type]
                       log_full=r.log_full)  # type: ignore[arg-type]
-    plan = plan_block_ops(ops, rc, source=str(rd.stage_dir("policies", label) / "ssd_ops.parquet"))
+    try:
+        plan = plan_block_ops(ops, rc, source=str(rd.stage_dir("policies", label) / "ssd_ops.parquet"))
+    except InputError as exc:     # name the policy whose plan did not fit
+        raise InputError(exc.path, exc.line, exc.field, f"policy {label}: {exc.message}") from None
     write_table(BLOCK_OPS, plan.table, d / "block_ops.parquet")
     accounting = plan.accounting()
     write_json(d / "plan.json", accounting)
