@@ -36,11 +36,16 @@ class WorkloadConfig:
     seed: int = 1
 
 
+DEFAULT_SSD_BYTES = 256 * 10**9
+
+
 @dataclass(frozen=True)
 class TierConfig:
     hbm_bytes: int = 0
     dram_bytes: int = 32 * 10**9
-    ssd_bytes: int = 256 * 10**9
+    # 0: the device's usable capacity when the device's size is fixed (a block device, an existing
+    # file or image, femu's devsz_mb), else DEFAULT_SSD_BYTES (harness.run.size_tiers)
+    ssd_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -62,11 +67,14 @@ class ReplaySettings:
 @dataclass(frozen=True)
 class DeviceConfig:
     """`kind`: sim | file | block | qemu | femu. `capacity_bytes` 0 = the SSD tier × sample fraction
-    + 5% (femu: devsz_mb), rounded up to the alignment (harness.run.device_capacity)."""
+    + 5% (femu: devsz_mb), rounded up to the alignment (harness.run.device_capacity). `fit`: scale
+    the workload to the device (sample sessions, both tiers by the same factor) instead of
+    refusing an SSD tier larger than it (harness.run.size_tiers)."""
 
     kind: str = "sim"
     target: str = ""
     capacity_bytes: int = 0
+    fit: bool = False
     confirm_serial: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)   # backend-specific (FTL geometry…)
 
