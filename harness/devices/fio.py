@@ -226,6 +226,8 @@ class FioDevice:
         workdir = Path(workdir)
         fiolib.validate_plan(plan, self._capacity, block_bytes=self.block_bytes)
         self._check_room(plan_written_bytes(plan))
+        if plan.num_rows == 0:        # a policy that never touched the SSD: fio refuses an empty iolog
+            return self._empty_replay()
         trims = fiolib.plan_lengths(plan, "trim")
         can_trim = fiolib.fio_replays_trim(self.fio_version)
         if trims.size and not can_trim and not self.skip_trims:
@@ -267,6 +269,13 @@ class FioDevice:
                    if self.precondition_result else {}),
             },
         )
+
+    def _empty_replay(self) -> ReplayResult:
+        """The result of a plan without rows: nothing issued, fio not started."""
+        return ReplayResult(device=f"{self.spec.kind}:{self.path}", write_bytes=0, read_bytes=0, trim_bytes=0,
+                            write_ios=0, read_ios=0, wall_s=0.0, tool=self.fio_version,
+                            extra={"empty_plan": True, "trim_mode": "none", "trims_skipped": 0,
+                                   "ioengine": self.ioengine, "iodepth": self.iodepth})
 
     def _replay_deferring_trims(self, plan: pa.Table, workdir: Path, *, timed: bool,
                                 progress: ReplayProgress | None) -> ReplayResult:

@@ -111,3 +111,13 @@ def test_a_qemu_drive_that_cannot_fit_is_refused_before_the_guest_boots(tmp_path
         assert time.monotonic() - t0 < 5 and dev.last_run is None        # no guest was started
         dev.close()
         assert list(small.iterdir()) == []
+
+
+@needs_root
+def test_an_empty_plan_issues_nothing(tmp_path: Path) -> None:
+    """A policy that never wrote to the SSD plans no I/O; fio would refuse the empty iolog."""
+    dev = FioDevice(DeviceSpec("file", str(tmp_path / "e.img"), capacity_bytes=1 << 20), tmp_path)
+    res = dev.replay(block_ops([]), tmp_path)
+    assert res.write_bytes == res.read_bytes == res.write_ios == 0 and res.extra["empty_plan"]
+    dev.close()
+    assert not (tmp_path / "e.img").exists()
