@@ -188,6 +188,17 @@ def _full(info, i, a, live_bytes):
     info[3] = live_bytes
 
 
+@numba.njit(cache=True, inline="always")
+def _q_push(q_obj, q_cum, qh, qn, v, cum):
+    """Append a placement to the ring; returns the new count, or -1 when the ring is full."""
+    qsize = q_obj.shape[0]
+    if qn == qsize:
+        return -1
+    q_obj[(qh + qn) % qsize] = v
+    q_cum[(qh + qn) % qsize] = cum
+    return qn + 1
+
+
 @numba.njit(cache=True)
 def _plan_log(ops, oid, alen, n_obj, cap, trim, mode, qsize, out, stats, info):
     live = np.zeros(n_obj, np.bool_)
@@ -257,12 +268,10 @@ def _plan_log(ops, oid, alen, n_obj, cap, trim, mode, qsize, out, stats, info):
                     stats[_S_RELOC_BYTES] += lv
                     stats[_S_EXTENTS] += 1
                 start[v] = cum
-                if qn == qsize:
+                qn = _q_push(q_obj, q_cum, qh, qn, v, cum)
+                if qn < 0:
                     info[0] = _ERR_GROW
                     return k
-                q_obj[(qh + qn) % qsize] = v
-                q_cum[(qh + qn) % qsize] = cum
-                qn += 1
                 cum += lv
                 end = cum + a
             k = _emit_span(out, k, i, 0, cum % cap, a, cap, o)
@@ -270,12 +279,10 @@ def _plan_log(ops, oid, alen, n_obj, cap, trim, mode, qsize, out, stats, info):
             live[o] = True
             start[o] = cum
             olen[o] = a
-            if qn == qsize:
+            qn = _q_push(q_obj, q_cum, qh, qn, o, cum)
+            if qn < 0:
                 info[0] = _ERR_GROW
                 return k
-            q_obj[(qh + qn) % qsize] = o
-            q_cum[(qh + qn) % qsize] = cum
-            qn += 1
             cum = end
             live_bytes += a
             if live_bytes > stats[_S_PEAK]:
