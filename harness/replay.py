@@ -149,11 +149,10 @@ class BlockPlan:
 
 
 # ----------------------------------------------------------------------------------------------
-# kernels: each walks the ops once and emits extents into `out` (one row per extent: the ssd_ops
+# kernels: each walks the ops once and emits extents into `out` (one column per extent: the ssd_ops
 # row whose time it takes, the op, offset, length, and the object index it belongs to — a
 # relocation's row is the write that caused it, its object the one moved)
 
-_O_ROW, _O_OP, _O_OFF, _O_LEN, _O_OBJ = range(5)
 (_S_EMPTY, _S_REWRITES, _S_READ_MISS, _S_EVICT_MISS, _S_FORCED, _S_FORCED_BYTES, _S_PEAK, _S_WRITES,
  _S_RELOC, _S_RELOC_BYTES, _S_SPLIT, _S_STEPPED, _S_STEPPED_BYTES, _S_EXTENTS) = range(14)
 _N_STATS = 16
@@ -162,12 +161,12 @@ _LOG_RELOCATE, _LOG_EVICT, _LOG_ERROR = 0, 1, 2
 
 @numba.njit(cache=True, inline="always")
 def _emit(out, k, row, op, off, ln, obj):
-    if k < out.shape[0]:
-        out[k, 0] = row
-        out[k, 1] = op
-        out[k, 2] = off
-        out[k, 3] = ln
-        out[k, 4] = obj
+    if k < out.shape[1]:
+        out[0, k] = row
+        out[1, k] = op
+        out[2, k] = off
+        out[3, k] = ln
+        out[4, k] = obj
     return k + 1
 
 
@@ -877,7 +876,7 @@ def plan_block_ops(ssd_ops: pa.Table, config: ReplayConfig, *, source: str = "ss
 
     out_size = 2 * n + 16
     while True:
-        out = np.empty((out_size, 5), np.int64)
+        out = np.empty((5, out_size), np.int64)        # one row per field: contiguous columns below
         stats = np.zeros(_N_STATS, np.int64)
         info = np.zeros(8, np.int64)
         k = kernel(*args_of(), out, stats, info)
@@ -890,8 +889,7 @@ def plan_block_ops(ssd_ops: pa.Table, config: ReplayConfig, *, source: str = "ss
         break
     if info[0]:
         _raise_kernel_error(info, config, source, uniq, t)
-    out = out[:k]
-    out_row, out_op, out_off, out_len, out_obj = (out[:, j] for j in range(5))
+    out_row, out_op, out_off, out_len, out_obj = (out[j, :k] for j in range(5))
 
     # split extents into I/Os of at most max_io_bytes
     mx = config.max_io_bytes
