@@ -1,8 +1,8 @@
 """Every `kvwear …` example in README.md and in each command's `--help` names a real command and
 only options that command takes, with values it accepts: click parses each one as written, in a
 scratch directory where the input files an example names (the user's traces, config.json…) exist
-as empty files; the command is not invoked. Running them is a separate matter: the `kvwear run
---help` loop device example is run in tests/harness/test_run_block.py."""
+as empty files; the command is not invoked. The `kvwear run --help` loop device example is also run
+as written, on a loop device the test makes, in tests/harness/test_run_block.py."""
 
 from __future__ import annotations
 

@@ -46,7 +46,8 @@ def _scalar(v: str) -> Any:
   kvwear run --trace ../shared/traces/mooncake/conversation_trace.jsonl --model qwen3.5-27b \\
       --dram 64GB --ssd 1TB --sample-fraction 0.05 --policy lru --policy gandalf:gamma=8 -o runs/mc
 
-  kvwear run --device block:/dev/loop7 --tracer auto --policy lru --param sessions=10 -o runs/loop
+  kvwear run --device block:/dev/loop7 --tracer auto --policy lru --dram 1GB \\
+      --param sessions=2 --param turns=3 -o runs/loop
 
       (/dev/loop7: a loop device you made, e.g. losetup -f --show disk.img; with no --ssd the SSD tier is
       the device's capacity ÷ 1.05, and --fit-device scales a larger --ssd/--dram workload down to it)
