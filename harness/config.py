@@ -36,26 +36,32 @@ class WorkloadConfig:
     seed: int = 1
 
 
+DEFAULT_SSD_BYTES = 256 * 10**9
+
+
 @dataclass(frozen=True)
 class TierConfig:
     hbm_bytes: int = 0
     dram_bytes: int = 32 * 10**9
-    ssd_bytes: int = 256 * 10**9
+    # 0: the device's usable capacity when the device's size is fixed (a block device, an existing
+    # file or image, femu's devsz_mb), else DEFAULT_SSD_BYTES (harness.run.size_tiers)
+    ssd_bytes: int = 0
 
 
 @dataclass(frozen=True)
 class ReplaySettings:
     """How SSD operations become block I/O (see harness.replay.ReplayConfig for each field)."""
 
-    # extent (first fit) keeps every object where the policy put it until the policy evicts it,
-    # so the plan matches the simulation; log can overwrite live objects when its head wraps
+    # extent (first fit) keeps every object where the policy put it until the policy evicts it, so
+    # the plan writes exactly the simulation's bytes; log and slab add the relocation writes of
+    # their cleaning (counted apart in plan.json)
     layout: str = "extent"                # extent | log | slab
     trim_on_evict: bool = True
     align_bytes: int = 4096
     max_io_bytes: int = 1 << 20
     time_mode: str = "afap"               # afap (as fast as possible) | original | compressed
     time_compression: float = 1.0
-    log_full: str = "evict"               # log layout, head reaches a live object: evict | error
+    log_full: str = "relocate"            # log layout, head reaches a live object: relocate | evict | error
     placement: str = "none"               # FDP placement handles: none | kind | lifetime (harness.placement)
     placement_handles: int = 4            # lifetime: residency buckets, one handle each
 
@@ -63,11 +69,14 @@ class ReplaySettings:
 @dataclass(frozen=True)
 class DeviceConfig:
     """`kind`: sim | file | block | qemu | femu. `capacity_bytes` 0 = the SSD tier × sample fraction
-    + 5% (femu: devsz_mb), rounded up to the alignment (harness.run.device_capacity)."""
+    + 5% (femu: devsz_mb), rounded up to the alignment (harness.run.device_capacity). `fit`: scale
+    the workload to the device (sample sessions, both tiers by the same factor) instead of
+    refusing an SSD tier larger than it (harness.run.size_tiers)."""
 
     kind: str = "sim"
     target: str = ""
     capacity_bytes: int = 0
+    fit: bool = False
     confirm_serial: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)   # backend-specific (FTL geometry…)
 

@@ -1,21 +1,30 @@
 """The replayer: object-granularity `ssd_ops` (write/read/evict of obj_id) → LBA-level `block_ops`.
 
-Placement on a device of `capacity_bytes` (ReplayConfig.layout):
+Placement on a device of `capacity_bytes` (ReplayConfig.layout). Every layout places each write
+while the live (aligned) bytes fit the device; a plan fails only when they do not, and the error
+names the ssd_ops row, its time and the shortfall.
 - `log`: circular append, like a flash cache. A write goes at the head; the head wraps at the end
-  of the device (an object crossing the end gets two extents). Freed space is simply left behind;
-  when the head reaches an object that is still live, that object is overwritten: with
-  `log_full="evict"` (default) the planner evicts it (counted in `forced_evictions` /
-  `forced_evict_bytes`; later reads and evicts of it are misses), with `log_full="error"` the plan
-  fails naming the object, the head offset and the capacity. Evicts never move the head.
-- `slab`: size classes, in place. Each object goes to the smallest class ≥ its aligned size (default
-  classes: powers of two from the alignment up to the largest object). Slabs of
-  max(`slab_bytes`, class size) are carved from the device on demand and never returned; a freed
-  slot is reused by the next object of its class. No slab left → error naming the numbers.
+  of the device (an object crossing the end gets two extents). Freed space is simply left behind.
+  When the head reaches an object that is still live, `log_full` decides:
+  `relocate` (default) cleans, as a log-structured cache's cleaner does: the live object is read
+  and written again at the head (trimming the part of its old copy the new one does not cover,
+  when trimming), which makes room behind it; those writes are host writes in the plan, counted
+  apart (`relocations`, `relocation_write_bytes`; the reads in `relocation_read_bytes`). A live
+  object with no free byte before it already sits where the cleaner would copy it: the head steps
+  over it without I/O (`stepped_over`). `evict` drops it instead (`forced_evictions`; later reads
+  and evicts of it are misses — the plan then diverges from the simulation), `error` fails
+  naming the object, the head offset and the capacity. Evicts never move the head.
+- `slab`: size classes, in place (see the comment above `_plan_slab`). Each object goes to the
+  smallest class ≥ its aligned size (default_slab_classes: the few sizes the stream writes, else
+  memcached's ×1.25 classes). Slabs of `slab_bytes` are shared by all classes: a class takes one
+  when it runs out of slots, an emptied slab returns to the pool at once, and when no slab is free
+  the class with the most slack is compacted (its top live slots move into its free slots —
+  relocation writes, counted as for `log`) until a slab is released.
 - `extent`: first fit (lowest-addressed hole that is large enough) over a free list kept in
   address order; freed extents merge with their neighbours. A segment tree over address chunks
-  finds the first fit and a freed extent's neighbours in O(log chunks). Each object is one
-  contiguous extent; no hole large enough → error naming the request, the largest hole and the
-  free total.
+  finds the first fit and a freed extent's neighbours in O(log chunks). An object no hole holds
+  whole is spread over the lowest holes in address order (`split_writes`), one block_ops row per
+  extent (`write_extents` counts them).
 
 Byte accounting and rounding: each object occupies ceil(bytes / align)·align (align = 4 KiB by
 default) and that is what is written, read and trimmed; the plan reports the logical object bytes
@@ -35,7 +44,7 @@ loop is one numba kernel per layout; everything around it is vectorized numpy/py
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numba
 import numpy as np
@@ -51,8 +60,13 @@ LAYOUTS: tuple[str, ...] = ("log", "slab", "extent")
 BLOCK_OP_NAMES: tuple[str, ...] = ("write", "read", "trim")
 _SSD_OPS = {"write": 0, "read": 1, "evict": 2}
 
-# kernel error codes (info[0]); info[1] is the ssd_ops row
-_ERR_LOG_FULL, _ERR_NO_HOLE, _ERR_NO_SLAB = 2, 3, 4
+# kernel error codes (info[0]); info[1] is the ssd_ops row. _ERR_GROW: a pool sized by a guess ran
+# out; the caller doubles it and runs the kernel again.
+_ERR_FULL, _ERR_LOG_FULL, _ERR_SLAB_FULL, _ERR_GROW = 1, 2, 3, 4
+LOG_FULL_MODES: tuple[str, ...] = ("relocate", "evict", "error")
+# default_slab_classes: exact sizes up to this many distinct ones, else memcached's growth factor
+SLAB_EXACT_CLASSES = 32
+SLAB_GROWTH_FACTOR = 1.25
 
 
 @dataclass(frozen=True)
@@ -64,7 +78,7 @@ class ReplayConfig:
     max_io_bytes: int = 1 << 20
     time_mode: TimeMode = "original"
     time_compression: float = 1.0
-    log_full: Literal["evict", "error"] = "evict"
+    log_full: Literal["relocate", "evict", "error"] = "relocate"
     slab_classes_bytes: tuple[int, ...] | None = None
     slab_bytes: int = 4 << 20
 
@@ -82,8 +96,8 @@ class ReplayConfig:
             raise KvwearError(f"time_mode {self.time_mode!r}; valid: original, compressed, afap")
         if not self.time_compression > 0:
             raise KvwearError(f"time_compression must be > 0, got {self.time_compression}")
-        if self.log_full not in ("evict", "error"):
-            raise KvwearError(f"log_full {self.log_full!r}; valid: evict, error")
+        if self.log_full not in LOG_FULL_MODES:
+            raise KvwearError(f"log_full {self.log_full!r}; valid: {', '.join(LOG_FULL_MODES)}")
         if self.slab_classes_bytes is not None:
             cl = self.slab_classes_bytes
             if not cl or any(c % self.align_bytes or c <= 0 for c in cl) or list(cl) != sorted(set(cl)):
@@ -97,7 +111,7 @@ class BlockPlan:
 
     table: pa.Table
     object_write_bytes: int        # Σ bytes of planned writes, as in ssd_ops
-    aligned_write_bytes: int       # Σ write lengths in block_ops (each object rounded up to align)
+    aligned_write_bytes: int       # Σ write lengths in block_ops: policy_write_bytes + relocation_write_bytes
     trim_bytes: int
     read_bytes: int
     write_ios: int
@@ -114,6 +128,15 @@ class BlockPlan:
     peak_live_bytes: int           # most aligned bytes resident at once
     capacity_bytes: int
     layout: str
+    # host writes by cause: the policy's objects (each rounded up to align) and the layout's cleaning
+    policy_write_bytes: int = 0
+    relocation_write_bytes: int = 0
+    relocations: int = 0           # live objects the log cleaner or the slab compactor moved
+    relocation_read_bytes: int = 0
+    stepped_over: int = 0          # log: live objects the head stepped over in place (no I/O)
+    stepped_over_bytes: int = 0
+    write_extents: int = 0         # extents written (an object crossing the device end or split: several)
+    split_writes: int = 0          # extent: objects spread over more than one hole
 
     @property
     def ios(self) -> int:
@@ -126,45 +149,64 @@ class BlockPlan:
 
 
 # ----------------------------------------------------------------------------------------------
-# kernels: each walks the ops once and emits extents (row, op, offset, length)
+# kernels: each walks the ops once and emits extents into `out` (one column per extent: the ssd_ops
+# row whose time it takes, the op, offset, length, and the object index it belongs to — a
+# relocation's row is the write that caused it, its object the one moved)
+
+(_S_EMPTY, _S_REWRITES, _S_READ_MISS, _S_EVICT_MISS, _S_FORCED, _S_FORCED_BYTES, _S_PEAK, _S_WRITES,
+ _S_RELOC, _S_RELOC_BYTES, _S_SPLIT, _S_STEPPED, _S_STEPPED_BYTES, _S_EXTENTS) = range(14)
+_N_STATS = 16
+_LOG_RELOCATE, _LOG_EVICT, _LOG_ERROR = 0, 1, 2
 
 
 @numba.njit(cache=True, inline="always")
-def _emit(out_row, out_op, out_off, out_len, k, row, op, off, ln):
-    if k < out_row.shape[0]:
-        out_row[k] = row
-        out_op[k] = op
-        out_off[k] = off
-        out_len[k] = ln
+def _emit(out, k, row, op, off, ln, obj):
+    if k < out.shape[1]:
+        out[0, k] = row
+        out[1, k] = op
+        out[2, k] = off
+        out[3, k] = ln
+        out[4, k] = obj
     return k + 1
 
 
-_S_EMPTY, _S_REWRITES, _S_READ_MISS, _S_EVICT_MISS, _S_FORCED, _S_FORCED_BYTES, _S_PEAK, _S_WRITES = range(8)
-
-
 @numba.njit(cache=True)
-def _emit_span(out_row, out_op, out_off, out_len, k, row, op, pos, ln, cap):
+def _emit_span(out, k, row, op, pos, ln, cap, obj):
     """An extent at `pos` of `ln` bytes, split in two where it crosses the end of the device."""
     if pos + ln <= cap:
-        return _emit(out_row, out_op, out_off, out_len, k, row, op, pos, ln)
-    k = _emit(out_row, out_op, out_off, out_len, k, row, op, pos, cap - pos)
-    return _emit(out_row, out_op, out_off, out_len, k, row, op, 0, ln - (cap - pos))
+        return _emit(out, k, row, op, pos, ln, obj)
+    k = _emit(out, k, row, op, pos, cap - pos, obj)
+    return _emit(out, k, row, op, 0, ln - (cap - pos), obj)
+
+
+@numba.njit(cache=True, inline="always")
+def _full(info, i, a, live_bytes):
+    info[0] = _ERR_FULL
+    info[1] = i
+    info[2] = a
+    info[3] = live_bytes
+
+
+@numba.njit(cache=True, inline="always")
+def _q_push(q_obj, q_cum, qh, qn, v, cum):
+    """Append a placement to the ring; returns the new count, or -1 when the ring is full."""
+    qsize = q_obj.shape[0]
+    if qn == qsize:
+        return -1
+    q_obj[(qh + qn) % qsize] = v
+    q_cum[(qh + qn) % qsize] = cum
+    return qn + 1
 
 
 @numba.njit(cache=True)
-def _plan_log(ops, oid, alen, n_obj, cap, trim, error_when_full, out_row, out_op, out_off, out_len,
-              stats, info):
+def _plan_log(ops, oid, alen, n_obj, cap, trim, mode, qsize, out, stats, info):
     live = np.zeros(n_obj, np.bool_)
     start = np.zeros(n_obj, np.int64)          # cumulative head position of the live copy
     olen = np.zeros(n_obj, np.int64)
-    nwr = 0
-    for i in range(ops.shape[0]):
-        if ops[i] == 0:
-            nwr += 1
-    q_obj = np.empty(nwr + 1, np.int64)         # writes in head order (FIFO)
-    q_cum = np.empty(nwr + 1, np.int64)
+    q_obj = np.empty(qsize, np.int64)           # placements in head order: a ring (FIFO)
+    q_cum = np.empty(qsize, np.int64)
     qh = 0
-    qt = 0
+    qn = 0
     cum = 0
     k = 0
     live_bytes = 0
@@ -180,47 +222,79 @@ def _plan_log(ops, oid, alen, n_obj, cap, trim, error_when_full, out_row, out_op
             if live[o]:                         # rewrite: the old copy dies where it is
                 stats[_S_REWRITES] += 1
                 if trim:
-                    k = _emit_span(out_row, out_op, out_off, out_len, k, i, 2, start[o] % cap, olen[o], cap)
+                    k = _emit_span(out, k, i, 2, start[o] % cap, olen[o], cap, o)
                 live[o] = False
                 live_bytes -= olen[o]
+            if mode == _LOG_RELOCATE and live_bytes + a > cap:
+                _full(info, i, a, live_bytes)
+                return k
             end = cum + a
-            # live objects whose first byte the head reaches in this lap are overwritten
-            while qh < qt and q_cum[qh] + cap < end:
+            # live objects whose first byte the head reaches in this lap: clean (relocate), evict or fail
+            while qn > 0 and q_cum[qh] + cap < end:
                 v = q_obj[qh]
-                if live[v] and start[v] == q_cum[qh]:
-                    if error_when_full:
-                        info[0] = _ERR_LOG_FULL
-                        info[1] = i
-                        info[2] = v
-                        info[3] = cum % cap
-                        info[4] = live_bytes
-                        info[5] = a
-                        return k
+                s = q_cum[qh]
+                qh = (qh + 1) % qsize
+                qn -= 1
+                if not (live[v] and start[v] == s):
+                    continue                    # a dead or superseded placement: its space is free
+                lv = olen[v]
+                if mode == _LOG_ERROR:
+                    info[0] = _ERR_LOG_FULL
+                    info[1] = i
+                    info[2] = v
+                    info[3] = cum % cap
+                    info[4] = live_bytes
+                    info[5] = a
+                    return k
+                if mode == _LOG_EVICT:
                     live[v] = False
-                    live_bytes -= olen[v]
+                    live_bytes -= lv
                     stats[_S_FORCED] += 1
-                    stats[_S_FORCED_BYTES] += olen[v]
-                qh += 1
-            k = _emit_span(out_row, out_op, out_off, out_len, k, i, 0, cum % cap, a, cap)
+                    stats[_S_FORCED_BYTES] += lv
+                    continue
+                p = s + cap                     # the live copy in this lap's coordinates (p ≥ cum)
+                if p == cum:
+                    # nothing free before it: the copy already sits where the cleaner would write it
+                    stats[_S_STEPPED] += 1
+                    stats[_S_STEPPED_BYTES] += lv
+                else:
+                    k = _emit_span(out, k, i, 1, s % cap, lv, cap, v)
+                    tail = max(p, cum + lv)     # the part of the old copy the new one does not cover
+                    if trim and p + lv > tail:
+                        k = _emit_span(out, k, i, 2, tail % cap, p + lv - tail, cap, v)
+                    k = _emit_span(out, k, i, 0, cum % cap, lv, cap, v)
+                    stats[_S_RELOC] += 1
+                    stats[_S_RELOC_BYTES] += lv
+                    stats[_S_EXTENTS] += 1
+                start[v] = cum
+                qn = _q_push(q_obj, q_cum, qh, qn, v, cum)
+                if qn < 0:
+                    info[0] = _ERR_GROW
+                    return k
+                cum += lv
+                end = cum + a
+            k = _emit_span(out, k, i, 0, cum % cap, a, cap, o)
+            stats[_S_EXTENTS] += 1
             live[o] = True
             start[o] = cum
             olen[o] = a
-            q_obj[qt] = o
-            q_cum[qt] = cum
-            qt += 1
+            qn = _q_push(q_obj, q_cum, qh, qn, o, cum)
+            if qn < 0:
+                info[0] = _ERR_GROW
+                return k
             cum = end
             live_bytes += a
             if live_bytes > stats[_S_PEAK]:
                 stats[_S_PEAK] = live_bytes
         elif op == 1:
             if live[o]:
-                k = _emit_span(out_row, out_op, out_off, out_len, k, i, 1, start[o] % cap, olen[o], cap)
+                k = _emit_span(out, k, i, 1, start[o] % cap, olen[o], cap, o)
             else:
                 stats[_S_READ_MISS] += 1
         else:
             if live[o]:
                 if trim:
-                    k = _emit_span(out_row, out_op, out_off, out_len, k, i, 2, start[o] % cap, olen[o], cap)
+                    k = _emit_span(out, k, i, 2, start[o] % cap, olen[o], cap, o)
                 live[o] = False
                 live_bytes -= olen[o]
             else:
@@ -228,108 +302,200 @@ def _plan_log(ops, oid, alen, n_obj, cap, trim, error_when_full, out_row, out_op
     return k
 
 
+# Slab layout. The device is cut into regions of `region` bytes (slab_bytes); a size class lays its
+# slots out back to back in a logical space of its own, mapped region by region onto the device
+# (like a file's blocks), so a slot may cross a region boundary (one block_ops row per physical
+# piece; neighbouring regions are usually adjacent and the pieces merge). A class's slots are
+# [0, hw): a freed slot goes on the class's free stack; a freed top slot lowers hw and the regions
+# above it go back to the shared pool at once (empty slabs return). When a class needs a region
+# and none is free, the class with the most reclaimable regions is compacted: its top live slot
+# is moved into one of its free slots (read, trim when trimming, write: relocation writes), until
+# a region is released. So a plan fails only when Σ_classes ⌈live slots·class / region⌉ exceeds
+# the device's regions: at most one partly used region per class plus the device's tail
+# (capacity mod region) are lost to the layout.
+
+
 @numba.njit(cache=True)
-def _plan_slab(ops, oid, alen, cls, n_obj, cls_size, slab_size, cap, trim, out_row, out_op, out_off,
-               out_len, stats, info):
+def _slab_io(out, k, row, op, s, ln, c, obj, cls_size, region, reg_tab, reg_base):
+    """The I/O for `ln` bytes of slot s of class c, one row per physically contiguous piece."""
+    lo = s * cls_size[c]
+    first = -1
+    run = 0
+    while ln > 0:
+        r = lo // region
+        within = lo % region
+        piece = min(region - within, ln)
+        phys = reg_tab[reg_base[c] + r] * region + within
+        if first >= 0 and first + run == phys:
+            run += piece
+        else:
+            if first >= 0:
+                k = _emit(out, k, row, op, first, run, obj)
+            first = phys
+            run = piece
+        lo += piece
+        ln -= piece
+    if first >= 0:
+        k = _emit(out, k, row, op, first, run, obj)
+    return k
+
+
+@numba.njit(cache=True)
+def _slab_shrink(c, hw, slot_obj, slot_base, n_mapped, cls_size, region, reg_tab, reg_base, free_reg, nfree):
+    """Lower class c's hw over free top slots and return the regions above it; returns nfree."""
+    b = slot_base[c]
+    while hw[c] > 0 and slot_obj[b + hw[c] - 1] < 0:
+        hw[c] -= 1
+    need = (hw[c] * cls_size[c] + region - 1) // region
+    while n_mapped[c] > need:
+        n_mapped[c] -= 1
+        free_reg[nfree] = reg_tab[reg_base[c] + n_mapped[c]]
+        nfree += 1
+    return nfree
+
+
+@numba.njit(cache=True)
+def _slab_pop(c, hw, slot_obj, slot_base, fs, fs_top, in_stack):
+    """A free slot of class c below hw, or -1; entries made stale by a lower hw are dropped."""
+    b = slot_base[c]
+    while fs_top[c] > 0:
+        fs_top[c] -= 1
+        s = fs[b + fs_top[c]]
+        in_stack[b + s] = False
+        if s < hw[c] and slot_obj[b + s] < 0:
+            return s
+    return -1
+
+
+@numba.njit(cache=True)
+def _plan_slab(ops, oid, alen, cls, n_obj, cls_size, slot_cap, region, n_reg, trim, out, stats, info):
+    nc = cls_size.shape[0]
     live = np.zeros(n_obj, np.bool_)
-    ooff = np.zeros(n_obj, np.int64)
+    oslot = np.zeros(n_obj, np.int64)
     olen = np.zeros(n_obj, np.int64)
     ocls = np.zeros(n_obj, np.int64)
-    nc = cls_size.shape[0]
-    free_head = np.full(nc, -1, np.int64)        # per class: stack of freed slots
-    cur = np.zeros(nc, np.int64)                # per class: next unused slot of its open slab
-    cur_end = np.zeros(nc, np.int64)
-    nwr = 0
-    for i in range(ops.shape[0]):
-        if ops[i] == 0:
-            nwr += 1
-    pool_off = np.empty(nwr + 1, np.int64)
-    pool_next = np.empty(nwr + 1, np.int64)
-    pool_free = -1                              # recycled pool entries
-    pool_top = 0
-    bump = 0
+    slot_base = np.zeros(nc + 1, np.int64)
+    reg_base = np.zeros(nc + 1, np.int64)
+    for c in range(nc):
+        slot_base[c + 1] = slot_base[c] + slot_cap[c]
+        reg_base[c + 1] = reg_base[c] + (slot_cap[c] * cls_size[c] + region - 1) // region + 1
+    slot_obj = np.full(slot_base[nc], -1, np.int64)
+    in_stack = np.zeros(slot_base[nc], np.bool_)
+    fs = np.empty(slot_base[nc], np.int64)        # per class: stack of freed slots
+    fs_top = np.zeros(nc, np.int64)
+    hw = np.zeros(nc, np.int64)
+    n_live = np.zeros(nc, np.int64)
+    n_mapped = np.zeros(nc, np.int64)
+    reg_tab = np.empty(reg_base[nc], np.int64)
+    free_reg = np.empty(n_reg, np.int64)          # a stack: the lowest region on top
+    for j in range(n_reg):
+        free_reg[j] = n_reg - 1 - j
+    nfree = n_reg
     k = 0
     live_bytes = 0
     for i in range(ops.shape[0]):
         o = oid[i]
         a = alen[i]
         op = ops[i]
-        if op == 0:
-            if a == 0:
-                stats[_S_EMPTY] += 1
-                continue
-            stats[_S_WRITES] += 1
+        if op == 1:
             if live[o]:
-                stats[_S_REWRITES] += 1
-                if trim:
-                    k = _emit(out_row, out_op, out_off, out_len, k, i, 2, ooff[o], olen[o])
-                # push the old slot on its class's free stack
-                if pool_free >= 0:
-                    e = pool_free
-                    pool_free = pool_next[e]
-                else:
-                    e = pool_top
-                    pool_top += 1
-                pool_off[e] = ooff[o]
-                pool_next[e] = free_head[ocls[o]]
-                free_head[ocls[o]] = e
-                live[o] = False
-                live_bytes -= olen[o]
-            c = cls[i]
-            size = cls_size[c]
-            if free_head[c] >= 0:
-                e = free_head[c]
-                off = pool_off[e]
-                free_head[c] = pool_next[e]
-                pool_next[e] = pool_free
-                pool_free = e
-            elif cur[c] + size <= cur_end[c]:
-                off = cur[c]
-                cur[c] += size
-            else:
-                ss = slab_size[c]
-                if bump + ss > cap:
-                    info[0] = _ERR_NO_SLAB
-                    info[1] = i
-                    info[2] = size
-                    info[3] = ss
-                    info[4] = bump
-                    info[5] = live_bytes
-                    return k
-                off = bump
-                cur[c] = bump + size
-                cur_end[c] = bump + (ss // size) * size
-                bump += ss
-            k = _emit(out_row, out_op, out_off, out_len, k, i, 0, off, a)
-            live[o] = True
-            ooff[o] = off
-            olen[o] = a
-            ocls[o] = c
-            live_bytes += a
-            if live_bytes > stats[_S_PEAK]:
-                stats[_S_PEAK] = live_bytes
-        elif op == 1:
-            if live[o]:
-                k = _emit(out_row, out_op, out_off, out_len, k, i, 1, ooff[o], olen[o])
+                c = ocls[o]
+                k = _slab_io(out, k, i, 1, oslot[o], olen[o], c, o, cls_size, region, reg_tab, reg_base)
             else:
                 stats[_S_READ_MISS] += 1
-        else:
-            if live[o]:
-                if trim:
-                    k = _emit(out_row, out_op, out_off, out_len, k, i, 2, ooff[o], olen[o])
-                if pool_free >= 0:
-                    e = pool_free
-                    pool_free = pool_next[e]
-                else:
-                    e = pool_top
-                    pool_top += 1
-                pool_off[e] = ooff[o]
-                pool_next[e] = free_head[ocls[o]]
-                free_head[ocls[o]] = e
-                live[o] = False
-                live_bytes -= olen[o]
-            else:
-                stats[_S_EVICT_MISS] += 1
+            continue
+        if op == 0 and a == 0:
+            stats[_S_EMPTY] += 1
+            continue
+        if op == 0:
+            stats[_S_WRITES] += 1
+        if live[o]:
+            if op == 0:
+                stats[_S_REWRITES] += 1
+            c = ocls[o]
+            s = oslot[o]
+            if trim:
+                k = _slab_io(out, k, i, 2, s, olen[o], c, o, cls_size, region, reg_tab, reg_base)
+            b = slot_base[c]
+            slot_obj[b + s] = -1
+            n_live[c] -= 1
+            if not in_stack[b + s]:
+                fs[b + fs_top[c]] = s
+                fs_top[c] += 1
+                in_stack[b + s] = True
+            nfree = _slab_shrink(c, hw, slot_obj, slot_base, n_mapped, cls_size, region, reg_tab, reg_base,
+                                 free_reg, nfree)
+            live[o] = False
+            live_bytes -= olen[o]
+        elif op == 2:
+            stats[_S_EVICT_MISS] += 1
+            continue
+        if op == 2:
+            continue
+        if live_bytes + a > n_reg * region:
+            _full(info, i, a, live_bytes)
+            return k
+        c = cls[i]
+        size = cls_size[c]
+        b = slot_base[c]
+        s = _slab_pop(c, hw, slot_obj, slot_base, fs, fs_top, in_stack)
+        if s < 0:
+            s = hw[c]
+            if s >= slot_cap[c]:
+                info[0] = _ERR_GROW
+                return k
+            need = ((s + 1) * size + region - 1) // region - n_mapped[c]
+            while nfree < need:
+                # compact the class with the most regions beyond what its live slots need
+                best = -1
+                gain = 0
+                for d in range(nc):
+                    g = n_mapped[d] - (n_live[d] * cls_size[d] + region - 1) // region
+                    if g > gain:
+                        gain = g
+                        best = d
+                if best < 0:
+                    info[0] = _ERR_SLAB_FULL
+                    info[1] = i
+                    info[2] = a
+                    info[3] = live_bytes
+                    info[4] = need - nfree
+                    return k
+                d = best
+                bd = slot_base[d]
+                before = n_mapped[d]
+                while n_mapped[d] == before:
+                    t = hw[d] - 1               # live: _slab_shrink keeps the top slot live
+                    f = _slab_pop(d, hw, slot_obj, slot_base, fs, fs_top, in_stack)
+                    v = slot_obj[bd + t]
+                    k = _slab_io(out, k, i, 1, t, olen[v], d, v, cls_size, region, reg_tab, reg_base)
+                    if trim:
+                        k = _slab_io(out, k, i, 2, t, olen[v], d, v, cls_size, region, reg_tab, reg_base)
+                    k = _slab_io(out, k, i, 0, f, olen[v], d, v, cls_size, region, reg_tab, reg_base)
+                    stats[_S_RELOC] += 1
+                    stats[_S_RELOC_BYTES] += olen[v]
+                    stats[_S_EXTENTS] += 1
+                    slot_obj[bd + f] = v
+                    oslot[v] = f
+                    slot_obj[bd + t] = -1
+                    nfree = _slab_shrink(d, hw, slot_obj, slot_base, n_mapped, cls_size, region, reg_tab,
+                                         reg_base, free_reg, nfree)
+            for _ in range(need):
+                nfree -= 1
+                reg_tab[reg_base[c] + n_mapped[c]] = free_reg[nfree]
+                n_mapped[c] += 1
+            hw[c] = s + 1
+        slot_obj[b + s] = o
+        n_live[c] += 1
+        k = _slab_io(out, k, i, 0, s, a, c, o, cls_size, region, reg_tab, reg_base)
+        stats[_S_EXTENTS] += 1
+        live[o] = True
+        oslot[o] = s
+        olen[o] = a
+        ocls[o] = c
+        live_bytes += a
+        if live_bytes > stats[_S_PEAK]:
+            stats[_S_PEAK] = live_bytes
     return k
 
 
@@ -337,7 +503,9 @@ def _plan_slab(ops, oid, alen, cls, n_obj, cls_size, slab_size, cap, trim, out_r
 # first fit and a freed extent's neighbours without walking that list, the address space is cut
 # into M chunks (a power of two): chunk_head[c] is the first hole starting in chunk c and a max
 # segment tree over chunks holds the longest hole starting in each. First fit = leftmost chunk
-# whose max ≥ the size (O(log M)), then a scan of that chunk's few holes.
+# whose max ≥ the size (O(log M)), then a scan of that chunk's few holes. An object that no hole
+# holds whole takes the lowest holes in address order (the last one in part), as a file system
+# spreads a file over free extents: one extent list per object, one block_ops row per extent.
 
 
 @numba.njit(cache=True)
@@ -386,15 +554,107 @@ def _prev_nonempty(seg, m, c):
 
 
 @numba.njit(cache=True)
-def _plan_extent(ops, oid, alen, n_obj, cap, trim, m, out_row, out_op, out_off, out_len, stats, info):
+def _hole_free(off, ln, head, h_off, h_len, h_next, h_prev, pool, chunk_head, seg, m, cb):
+    """Return [off, off+ln) to the hole list, merging with its neighbours; returns the list head."""
+    c = off // cb
+    p = -1
+    h = chunk_head[c]
+    while h >= 0 and h_off[h] // cb == c and h_off[h] < off:
+        p = h
+        h = h_next[h]
+    if p < 0:
+        cp = _prev_nonempty(seg, m, c)
+        if cp >= 0:
+            p = chunk_head[cp]
+            while h_next[p] >= 0 and h_off[h_next[p]] // cb == cp:
+                p = h_next[p]
+    nx = h_next[p] if p >= 0 else head
+    if p >= 0 and h_off[p] + h_len[p] == off:
+        h_len[p] += ln
+        if nx >= 0 and off + ln == h_off[nx]:
+            cn = h_off[nx] // cb
+            _chunk_unhead(nx, cn, chunk_head, h_off, h_next, cb)
+            h_len[p] += h_len[nx]
+            nn = h_next[nx]
+            h_next[p] = nn
+            if nn >= 0:
+                h_prev[nn] = p
+            pool[0] += 1
+            pool[pool[0]] = nx
+            _chunk_refresh(cn, chunk_head, h_off, h_len, h_next, cb, seg, m)
+        _chunk_refresh(h_off[p] // cb, chunk_head, h_off, h_len, h_next, cb, seg, m)
+    elif nx >= 0 and off + ln == h_off[nx]:
+        c_old = h_off[nx] // cb
+        h_off[nx] = off
+        h_len[nx] += ln
+        if c != c_old:
+            _chunk_unhead(nx, c_old, chunk_head, h_off, h_next, cb)
+            _chunk_refresh(c_old, chunk_head, h_off, h_len, h_next, cb, seg, m)
+        if chunk_head[c] < 0 or off < h_off[chunk_head[c]]:
+            chunk_head[c] = nx
+        _chunk_refresh(c, chunk_head, h_off, h_len, h_next, cb, seg, m)
+    else:
+        n = pool[pool[0]]
+        pool[0] -= 1
+        h_off[n] = off
+        h_len[n] = ln
+        h_prev[n] = p
+        h_next[n] = nx
+        if nx >= 0:
+            h_prev[nx] = n
+        if p >= 0:
+            h_next[p] = n
+        else:
+            head = n
+        if chunk_head[c] < 0 or off < h_off[chunk_head[c]]:
+            chunk_head[c] = n
+        _chunk_refresh(c, chunk_head, h_off, h_len, h_next, cb, seg, m)
+    return head
+
+
+@numba.njit(cache=True)
+def _hole_take(h, x, head, h_off, h_len, h_next, h_prev, pool, chunk_head, seg, m, cb):
+    """Take the first x bytes of hole h; returns (their offset, the list head)."""
+    c = h_off[h] // cb
+    off = h_off[h]
+    h_off[h] += x
+    h_len[h] -= x
+    if h_len[h] == 0:
+        _chunk_unhead(h, c, chunk_head, h_off, h_next, cb)
+        hp = h_prev[h]
+        hn = h_next[h]
+        if hp >= 0:
+            h_next[hp] = hn
+        else:
+            head = hn
+        if hn >= 0:
+            h_prev[hn] = hp
+        pool[0] += 1
+        pool[pool[0]] = h
+    else:
+        c2 = h_off[h] // cb
+        if c2 != c:
+            if chunk_head[c] == h:
+                chunk_head[c] = -1
+            chunk_head[c2] = h          # h precedes every later hole, so it heads c2
+            _chunk_refresh(c2, chunk_head, h_off, h_len, h_next, cb, seg, m)
+    _chunk_refresh(c, chunk_head, h_off, h_len, h_next, cb, seg, m)
+    return off, head
+
+
+@numba.njit(cache=True)
+def _plan_extent(ops, oid, alen, n_obj, cap, trim, m, ne, out, stats, info):
     live = np.zeros(n_obj, np.bool_)
-    ooff = np.zeros(n_obj, np.int64)
+    ofirst = np.full(n_obj, -1, np.int64)       # the object's extent list
     olen = np.zeros(n_obj, np.int64)
-    nwr = 0
-    for i in range(ops.shape[0]):
-        if ops[i] == 0:
-            nwr += 1
-    nh = nwr + 2                                # holes ≤ live objects + 1
+    e_off = np.zeros(ne, np.int64)              # extent records; e_next chains an object's (and the free ones)
+    e_len = np.zeros(ne, np.int64)
+    e_next = np.empty(ne, np.int64)
+    for j in range(ne):
+        e_next[j] = j + 1
+    e_next[ne - 1] = -1
+    e_free = 0
+    nh = ne + 2                                 # holes ≤ live extents + 1
     h_off = np.zeros(nh, np.int64)
     h_len = np.zeros(nh, np.int64)
     h_next = np.full(nh, -1, np.int64)
@@ -417,7 +677,15 @@ def _plan_extent(ops, oid, alen, n_obj, cap, trim, m, out_row, out_op, out_off, 
         o = oid[i]
         a = alen[i]
         op = ops[i]
-        free_it = False
+        if op == 1:
+            if live[o]:
+                e = ofirst[o]
+                while e >= 0:
+                    k = _emit(out, k, i, 1, e_off[e], e_len[e], o)
+                    e = e_next[e]
+            else:
+                stats[_S_READ_MISS] += 1
+            continue
         if op == 0:
             if a == 0:
                 stats[_S_EMPTY] += 1
@@ -425,131 +693,70 @@ def _plan_extent(ops, oid, alen, n_obj, cap, trim, m, out_row, out_op, out_off, 
             stats[_S_WRITES] += 1
             if live[o]:
                 stats[_S_REWRITES] += 1
-                if trim:
-                    k = _emit(out_row, out_op, out_off, out_len, k, i, 2, ooff[o], olen[o])
-                free_it = True
-        elif op == 1:
-            if live[o]:
-                k = _emit(out_row, out_op, out_off, out_len, k, i, 1, ooff[o], olen[o])
-            else:
-                stats[_S_READ_MISS] += 1
+        elif not live[o]:
+            stats[_S_EVICT_MISS] += 1
             continue
-        else:
-            if not live[o]:
-                stats[_S_EVICT_MISS] += 1
-                continue
-            if trim:
-                k = _emit(out_row, out_op, out_off, out_len, k, i, 2, ooff[o], olen[o])
-            free_it = True
-        if free_it:
-            # return [off, off+ln) to the hole list, merging with its neighbours
-            off = ooff[o]
-            ln = olen[o]
+        if live[o]:
+            # trim and free every extent of the old copy
+            e = ofirst[o]
+            while e >= 0:
+                if trim:
+                    k = _emit(out, k, i, 2, e_off[e], e_len[e], o)
+                head = _hole_free(e_off[e], e_len[e], head, h_off, h_len, h_next, h_prev, pool, chunk_head,
+                                  seg, m, cb)
+                nx = e_next[e]
+                e_next[e] = e_free
+                e_free = e
+                e = nx
+            ofirst[o] = -1
             live[o] = False
-            live_bytes -= ln
-            c = off // cb
-            p = -1
-            h = chunk_head[c]
-            while h >= 0 and h_off[h] // cb == c and h_off[h] < off:
-                p = h
-                h = h_next[h]
-            if p < 0:
-                cp = _prev_nonempty(seg, m, c)
-                if cp >= 0:
-                    p = chunk_head[cp]
-                    while h_next[p] >= 0 and h_off[h_next[p]] // cb == cp:
-                        p = h_next[p]
-            nx = h_next[p] if p >= 0 else head
-            if p >= 0 and h_off[p] + h_len[p] == off:
-                h_len[p] += ln
-                if nx >= 0 and off + ln == h_off[nx]:
-                    cn = h_off[nx] // cb
-                    _chunk_unhead(nx, cn, chunk_head, h_off, h_next, cb)
-                    h_len[p] += h_len[nx]
-                    nn = h_next[nx]
-                    h_next[p] = nn
-                    if nn >= 0:
-                        h_prev[nn] = p
-                    pool[0] += 1
-                    pool[pool[0]] = nx
-                    _chunk_refresh(cn, chunk_head, h_off, h_len, h_next, cb, seg, m)
-                _chunk_refresh(h_off[p] // cb, chunk_head, h_off, h_len, h_next, cb, seg, m)
-            elif nx >= 0 and off + ln == h_off[nx]:
-                c_old = h_off[nx] // cb
-                h_off[nx] = off
-                h_len[nx] += ln
-                if c != c_old:
-                    _chunk_unhead(nx, c_old, chunk_head, h_off, h_next, cb)
-                    _chunk_refresh(c_old, chunk_head, h_off, h_len, h_next, cb, seg, m)
-                if chunk_head[c] < 0 or off < h_off[chunk_head[c]]:
-                    chunk_head[c] = nx
-                _chunk_refresh(c, chunk_head, h_off, h_len, h_next, cb, seg, m)
-            else:
-                n = pool[pool[0]]
-                pool[0] -= 1
-                h_off[n] = off
-                h_len[n] = ln
-                h_prev[n] = p
-                h_next[n] = nx
-                if nx >= 0:
-                    h_prev[nx] = n
-                if p >= 0:
-                    h_next[p] = n
-                else:
-                    head = n
-                if chunk_head[c] < 0 or off < h_off[chunk_head[c]]:
-                    chunk_head[c] = n
-                _chunk_refresh(c, chunk_head, h_off, h_len, h_next, cb, seg, m)
+            live_bytes -= olen[o]
         if op != 0:
             continue
-        # first fit
-        if seg[1] < a:
-            info[0] = _ERR_NO_HOLE
-            info[1] = i
-            info[2] = a
-            info[3] = seg[1]
-            info[4] = cap - live_bytes
+        if live_bytes + a > cap:
+            _full(info, i, a, live_bytes)
             return k
-        j = 1
-        while j < m:
-            j = 2 * j if seg[2 * j] >= a else 2 * j + 1
-        c = j - m
-        h = chunk_head[c]
-        while h_len[h] < a:
-            h = h_next[h]
-        off = h_off[h]
-        h_off[h] += a
-        h_len[h] -= a
-        if h_len[h] == 0:
-            _chunk_unhead(h, c, chunk_head, h_off, h_next, cb)
-            hp = h_prev[h]
-            hn = h_next[h]
-            if hp >= 0:
-                h_next[hp] = hn
+        r = a
+        last = -1
+        pieces = 0
+        while r > 0:
+            if seg[1] >= r:                     # first fit: the lowest hole that holds the rest whole
+                j = 1
+                while j < m:
+                    j = 2 * j if seg[2 * j] >= r else 2 * j + 1
+                h = chunk_head[j - m]
+                while h_len[h] < r:
+                    h = h_next[h]
+                x = r
+            else:                               # none does: the lowest hole, whole
+                h = head
+                x = h_len[h]
+            if e_free < 0:
+                info[0] = _ERR_GROW
+                return k
+            off, head = _hole_take(h, x, head, h_off, h_len, h_next, h_prev, pool, chunk_head, seg, m, cb)
+            e = e_free
+            e_free = e_next[e]
+            e_off[e] = off
+            e_len[e] = x
+            e_next[e] = -1
+            if last < 0:
+                ofirst[o] = e
             else:
-                head = hn
-            if hn >= 0:
-                h_prev[hn] = hp
-            pool[0] += 1
-            pool[pool[0]] = h
-        else:
-            c2 = h_off[h] // cb
-            if c2 != c:
-                if chunk_head[c] == h:
-                    chunk_head[c] = -1
-                chunk_head[c2] = h          # h precedes every later hole, so it heads c2
-                _chunk_refresh(c2, chunk_head, h_off, h_len, h_next, cb, seg, m)
-        _chunk_refresh(c, chunk_head, h_off, h_len, h_next, cb, seg, m)
-        k = _emit(out_row, out_op, out_off, out_len, k, i, 0, off, a)
+                e_next[last] = e
+            last = e
+            k = _emit(out, k, i, 0, off, x, o)
+            pieces += 1
+            r -= x
+        stats[_S_EXTENTS] += pieces
+        if pieces > 1:
+            stats[_S_SPLIT] += 1
         live[o] = True
-        ooff[o] = off
         olen[o] = a
         live_bytes += a
         if live_bytes > stats[_S_PEAK]:
             stats[_S_PEAK] = live_bytes
     return k
-
-
 # ----------------------------------------------------------------------------------------------
 
 
@@ -573,11 +780,22 @@ def _decode_ops(table: pa.Table, source: str) -> np.ndarray:
     return np.asarray(idx.to_numpy(), dtype=np.int8)
 
 
-def default_slab_classes(align_bytes: int, max_bytes: int) -> tuple[int, ...]:
-    """Powers of two times the alignment, from the alignment up to the first ≥ max_bytes."""
+def default_slab_classes(align_bytes: int, sizes_bytes: np.ndarray) -> tuple[int, ...]:
+    """The slab classes for objects of these aligned sizes: the sizes themselves when there are
+    at most SLAB_EXACT_CLASSES of them (a simulator writes a few sizes: one KV chunk, one state,
+    so no slot wastes a byte), else memcached's classes — from the alignment, each
+    SLAB_GROWTH_FACTOR × the last (rounded up to the alignment), up to the largest size."""
+    sizes = np.unique(np.asarray(sizes_bytes, np.int64))
+    sizes = sizes[sizes > 0]
+    if len(sizes) == 0:
+        return (align_bytes,)
+    if len(sizes) <= SLAB_EXACT_CLASSES:
+        return tuple(int(s) for s in sizes)
     classes = [align_bytes]
-    while classes[-1] < max_bytes:
-        classes.append(classes[-1] * 2)
+    top = int(sizes[-1])
+    while classes[-1] < top:
+        nxt = -(-int(classes[-1] * SLAB_GROWTH_FACTOR) // align_bytes) * align_bytes
+        classes.append(min(max(nxt, classes[-1] + align_bytes), top))
     return tuple(classes)
 
 
@@ -603,56 +821,75 @@ def plan_block_ops(ssd_ops: pa.Table, config: ReplayConfig, *, source: str = "ss
         if len(neg):
             raise InputError(source, int(neg[0]) + 1, "bytes", f"negative size {nbytes[neg[0]]}")
     aligned = (nbytes + (al - 1)) // al * al
-    too_big = np.flatnonzero((aligned > cap) & (ops == 0))
+    is_write = ops == 0
+    too_big = np.flatnonzero((aligned > cap) & is_write)
     if len(too_big):
         r = int(too_big[0])
         raise InputError(source, r + 1, "bytes",
                          f"object of {nbytes[r]} bytes ({aligned[r]} aligned) exceeds the device "
                          f"capacity of {cap} bytes")
-    uniq, oid = np.unique(obj_id, return_inverse=True)
+    uniq, first_row, oid = np.unique(obj_id, return_index=True, return_inverse=True)
     oid = oid.astype(np.int64)
     n_obj = len(uniq)
     # an object's aligned size at reads/evicts is the one of its live copy (kept by the kernels)
     trim = bool(config.trim_on_evict)
+    nwr = int(is_write.sum())
+    units = cap // al
+
+    kernel: Any
+    if config.layout == "log":
+        kernel = _plan_log
+        mode = {"relocate": _LOG_RELOCATE, "evict": _LOG_EVICT, "error": _LOG_ERROR}[config.log_full]
+        grow = [min(units + 4, 2 * nwr + 16)]
+
+        def args_of() -> tuple[Any, ...]:
+            return (ops, oid, aligned, n_obj, cap, trim, mode, grow[0])
+    elif config.layout == "slab":
+        written = aligned[is_write & (aligned > 0)]
+        classes = np.asarray(config.slab_classes_bytes or default_slab_classes(al, written), np.int64)
+        if len(written) and written.max() > classes[-1]:
+            r = int(np.flatnonzero((aligned > classes[-1]) & is_write)[0])
+            raise InputError(source, r + 1, "bytes",
+                             f"object of {aligned[r]} aligned bytes is larger than the largest slab "
+                             f"class ({classes[-1]})")
+        cls = np.minimum(np.searchsorted(classes, aligned, side="left"), len(classes) - 1).astype(np.int64)
+        region = max(al, config.slab_bytes // al * al)
+        n_reg = cap // region
+        if n_reg == 0:
+            raise KvwearError(f"slab layout: capacity {cap} bytes is smaller than one {region}-byte slab")
+        writes_per_class = np.bincount(cls[is_write], minlength=len(classes)).astype(np.int64)
+        slot_cap = np.minimum(writes_per_class, n_reg * region // classes + 1) + 1
+        kernel = _plan_slab
+        grow = [0]
+
+        def args_of() -> tuple[Any, ...]:
+            return (ops, oid, aligned, cls, n_obj, classes, slot_cap, region, n_reg, trim)
+    else:
+        m = 1
+        while m < min(units, 1 << 18):
+            m *= 2
+        kernel = _plan_extent
+        grow = [min(units + 2, 2 * nwr + 16)]
+
+        def args_of() -> tuple[Any, ...]:
+            return (ops, oid, aligned, n_obj, cap, trim, m, grow[0])
 
     out_size = 2 * n + 16
     while True:
-        out_row = np.empty(out_size, np.int64)
-        out_op = np.empty(out_size, np.int8)
-        out_off = np.empty(out_size, np.int64)
-        out_len = np.empty(out_size, np.int64)
-        stats = np.zeros(8, np.int64)
+        out = np.empty((5, out_size), np.int64)        # one row per field: contiguous columns below
+        stats = np.zeros(_N_STATS, np.int64)
         info = np.zeros(8, np.int64)
-        if config.layout == "log":
-            k = _plan_log(ops, oid, aligned, n_obj, cap, trim, config.log_full == "error",
-                          out_row, out_op, out_off, out_len, stats, info)
-        elif config.layout == "slab":
-            max_w = int(aligned[ops == 0].max()) if (ops == 0).any() else al
-            classes = np.asarray(config.slab_classes_bytes or default_slab_classes(al, max_w), np.int64)
-            if max_w > classes[-1]:
-                r = int(np.flatnonzero((aligned > classes[-1]) & (ops == 0))[0])
-                raise InputError(source, r + 1, "bytes",
-                                 f"object of {aligned[r]} aligned bytes is larger than the largest slab "
-                                 f"class ({classes[-1]})")
-            cls = np.searchsorted(classes, aligned, side="left").astype(np.int64)
-            cls = np.minimum(cls, len(classes) - 1)
-            slab_size = np.maximum(config.slab_bytes // classes, 1) * classes
-            k = _plan_slab(ops, oid, aligned, cls, n_obj, classes, slab_size, cap, trim,
-                           out_row, out_op, out_off, out_len, stats, info)
-        else:
-            units = cap // al
-            m = 1
-            while m < min(units, 1 << 18):
-                m *= 2
-            k = _plan_extent(ops, oid, aligned, n_obj, cap, trim, m, out_row, out_op, out_off, out_len,
-                             stats, info)
+        k = kernel(*args_of(), out, stats, info)
+        if info[0] == _ERR_GROW:
+            grow[0] *= 2                  # a pool of the kernel's ran out (its size is a guess): rerun
+            continue
         if info[0] == 0 and k > out_size:
             out_size = int(k)             # the kernel counted what it could not store: rerun
             continue
         break
     if info[0]:
-        _raise_kernel_error(info, config, source, uniq)
-    out_row, out_op, out_off, out_len = out_row[:k], out_op[:k], out_off[:k], out_len[:k]
+        _raise_kernel_error(info, config, source, uniq, t)
+    out_row, out_op, out_off, out_len, out_obj = (out[j, :k] for j in range(5))
 
     # split extents into I/Os of at most max_io_bytes
     mx = config.max_io_bytes
@@ -661,7 +898,8 @@ def plan_block_ops(ssd_ops: pa.Table, config: ReplayConfig, *, source: str = "ss
     first = np.repeat(np.cumsum(pieces) - pieces, pieces)
     within = (np.arange(len(rep)) - first) * mx
     rows = out_row[rep]
-    codes = out_op[rep]
+    objs = out_obj[rep]
+    codes = out_op[rep].astype(np.int8)
     offs = out_off[rep] + within
     lens = np.minimum(mx, out_len[rep] - within)
     if len(offs) and (offs.min() < 0 or (offs + lens).max() > cap or lens.min() <= 0):
@@ -675,17 +913,19 @@ def plan_block_ops(ssd_ops: pa.Table, config: ReplayConfig, *, source: str = "ss
         if config.time_mode == "compressed":
             ts = ts / config.time_compression
     op_arr = pa.DictionaryArray.from_arrays(pa.array(codes, pa.int8()), pa.array(list(BLOCK_OP_NAMES)))
-    kind = ssd_ops.column("obj_kind").take(pa.array(rows, pa.int64()))
+    # an object keeps its kind; a relocation's row is the write that caused it, not the object's own
+    kind = ssd_ops.column("obj_kind").take(pa.array(first_row[objs], pa.int64()))
     table = BLOCK_OPS.conform(pa.table({
         "t_s": pa.array(ts, pa.float64()),
         "op": op_arr,
         "offset_bytes": pa.array(offs, pa.int64()),
         "length_bytes": pa.array(lens, pa.int64()),
         "obj_kind": kind.combine_chunks() if isinstance(kind, pa.ChunkedArray) else kind,
-        "obj_id": pa.array(obj_id[rows], pa.int64()),
+        "obj_id": pa.array(uniq[objs], pa.int64()),
     }))
     is_w, is_r, is_t = codes == 0, codes == 1, codes == 2
-    planned_w = (ops == 0) & (aligned > 0)
+    planned_w = is_write & (aligned > 0)
+    reloc_bytes = int(stats[_S_RELOC_BYTES])
     plan = BlockPlan(
         table=table,
         object_write_bytes=int(nbytes[planned_w].sum()),
@@ -706,30 +946,44 @@ def plan_block_ops(ssd_ops: pa.Table, config: ReplayConfig, *, source: str = "ss
         peak_live_bytes=int(stats[_S_PEAK]),
         capacity_bytes=cap,
         layout=config.layout,
+        policy_write_bytes=int(aligned[planned_w].sum()),
+        relocation_write_bytes=reloc_bytes,
+        relocations=int(stats[_S_RELOC]),
+        relocation_read_bytes=reloc_bytes,
+        stepped_over=int(stats[_S_STEPPED]),
+        stepped_over_bytes=int(stats[_S_STEPPED_BYTES]),
+        write_extents=int(stats[_S_EXTENTS]),
+        split_writes=int(stats[_S_SPLIT]),
     )
-    if plan.aligned_write_bytes != int(aligned[planned_w].sum()):
-        raise KvwearError("internal error: planned write bytes differ from the aligned object bytes")
+    if plan.aligned_write_bytes != plan.policy_write_bytes + reloc_bytes:
+        raise KvwearError("internal error: planned write bytes differ from the aligned object bytes + relocations")
     return plan
 
 
-def _raise_kernel_error(info: np.ndarray, config: ReplayConfig, source: str, uniq: np.ndarray) -> None:
+def _raise_kernel_error(info: np.ndarray, config: ReplayConfig, source: str, uniq: np.ndarray,
+                        t: np.ndarray) -> None:
     code, row = int(info[0]), int(info[1])
     cap = config.capacity_bytes
+    when = f"t={t[row] - t[0]:.6g} s"
+    if code == _ERR_FULL:
+        need = int(info[3]) + int(info[2])
+        raise InputError(
+            source, row + 1, "bytes",
+            f"{config.layout} layout: the live bytes exceed the device at {when}: writing {info[2]} bytes "
+            f"with {info[3]} live needs {need} of {cap} bytes, short by {need - cap} bytes; give a larger "
+            "device (--capacity) or a smaller SSD tier (--ssd)")
     if code == _ERR_LOG_FULL:
         raise InputError(
             source, row + 1, "bytes",
             f"log layout full: writing {info[5]} bytes at head offset {info[3]} would overwrite live "
             f"object {int(uniq[info[2]])} ({info[4]} bytes live of {cap} capacity); use "
-            f"log_full='evict' or a larger device")
-    if code == _ERR_NO_SLAB:
+            f"log_full='relocate' or 'evict', or a larger device")
+    if code == _ERR_SLAB_FULL:
+        region = max(config.align_bytes, config.slab_bytes // config.align_bytes * config.align_bytes)
         raise InputError(
             source, row + 1, "bytes",
-            f"slab layout full: no free slot of class {info[2]} bytes and a new {info[3]}-byte slab does "
-            f"not fit ({info[4]} of {cap} bytes already carved into slabs, {info[5]} bytes live)")
-    if code == _ERR_NO_HOLE:
-        raise InputError(
-            source, row + 1, "bytes",
-            f"extent layout: no free extent of {info[2]} bytes (largest hole {info[3]} bytes, "
-            f"{info[4]} bytes free of {cap})")
+            f"slab layout: the live slots do not fit at {when}: writing {info[2]} bytes with {info[3]} live "
+            f"needs {info[4]} more {region}-byte slab(s) than the {cap // region} the device holds, after "
+            "compacting every class (each class keeps at most one slab partly used); give a larger device "
+            "(--capacity) or a smaller SSD tier (--ssd)")
     raise KvwearError(f"replay kernel error code {code} at row {row}")
-

@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from emulator.ftl import FtlConfig
-from harness.config import RunConfig
+from harness.config import DEFAULT_SSD_BYTES, RunConfig
 from harness.devices.base import DeviceSpec, ReplayResult, open_device
 from harness.estimate import (
     HOST_BYTES_REL_TOL,
@@ -61,8 +61,9 @@ from harness.waf_model import PAGE_BYTES, DeathSummary, WafPrediction, death_sum
 from harness.wear.base import NVME_DATA_UNIT_BYTES
 from harness.wear.snapshot import delta as wear_delta
 from harness.wear.snapshot import snapshot, wear_rows, wear_table
-from kvwear.errors import KvwearError
+from kvwear.errors import InputError, KvwearError
 from kvwear.tables import atomic_path, read_table, write_table
+from kvwear.units import format_bytes
 from workloads.blocks import splitmix64
 from workloads.models import ModelProfile, resolve_profile
 from workloads.schema import REQUESTS
@@ -88,6 +89,7 @@ class RunOutcome:
     results: pa.Table
     outcomes: tuple[PolicyOutcome, ...]
     report_html: Path | None
+    tiers: TierSizing | None = None
 
 
 # -- workload -----------------------------------------------------------------------------------
@@ -235,10 +237,15 @@ def simulate_stage(cfg: RunConfig, rd: RunDir, spec: str, label: str, requests: 
     return dict(json.loads((d / "summary.json").read_text()))
 
 
+# The room a plan gets beyond the (scaled) SSD tier, for the 4 KiB rounding of each object: a
+# device sized from the tier is tier × this; a tier sized from a device is device ÷ this.
+CAPACITY_HEADROOM = 1.05
+
+
 def device_capacity(cfg: RunConfig) -> int:
     """The exposed capacity the plan is laid out on: the configured one, FEMU's devsz_mb (femu, or sim
     with geometry=femu), else the (scaled) SSD tier plus 5% for the 4 KiB rounding of objects,
-    rounded up to the alignment."""
+    rounded up to the alignment. Call it on a config `size_tiers` resolved."""
     a = cfg.replay.align_bytes
     if not cfg.device.capacity_bytes and cfg.device.kind == "femu":
         return int(_femu_geometry(cfg).devsz_mb) << 20
@@ -246,8 +253,91 @@ def device_capacity(cfg: RunConfig) -> int:
     if not cfg.device.capacity_bytes and cfg.device.kind == "sim" and opts.get("geometry") == "femu" \
             and "devsz_mb" in opts:
         return int(opts["devsz_mb"]) << 20        # the sim backend refuses any other capacity
-    cap = cfg.device.capacity_bytes or int(cfg.tiers.ssd_bytes * cfg.workload.sample_fraction * 1.05)
+    ssd = cfg.tiers.ssd_bytes or DEFAULT_SSD_BYTES
+    cap = cfg.device.capacity_bytes or int(ssd * cfg.workload.sample_fraction * CAPACITY_HEADROOM)
     return max(a, -(-cap // a) * a)
+
+
+def fixed_device_bytes(cfg: RunConfig) -> int | None:
+    """The size of a device the run cannot size itself — a block device, a femu drive (devsz_mb),
+    the sim FTL with FEMU geometry and devsz_mb — or None (sim, and the backing files of file: and
+    qemu, which the run creates or grows to the capacity it needs)."""
+    d = cfg.device
+    if d.kind == "block":
+        from harness.identity import path_identity
+
+        if not d.target:
+            raise KvwearError("device block needs a path: block:/dev/X")
+        return int(path_identity(d.target).capacity_bytes or 0)
+    if d.kind == "femu" or (d.kind == "sim" and d.options.get("geometry") == "femu" and "devsz_mb" in d.options):
+        return device_capacity(dataclasses.replace(cfg, device=dataclasses.replace(d, capacity_bytes=0)))
+    return None
+
+
+@dataclass(frozen=True)
+class TierSizing:
+    """How `size_tiers` chose the SSD tier and the sample fraction, for the summary and the manifest."""
+
+    ssd_bytes: int
+    dram_bytes: int
+    sample_fraction: float
+    device_bytes: int | None       # the fixed device's usable bytes, None when the run sizes the device
+    source: str                    # config | default | device | fit
+    note: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def size_tiers(cfg: RunConfig) -> tuple[RunConfig, TierSizing]:
+    """Resolve the SSD tier against the device. With a device of fixed size: no SSD tier
+    (`tiers.ssd_bytes` 0) → the device's usable bytes ÷ CAPACITY_HEADROOM (÷ the sample fraction:
+    the tier is the full-size one); a tier whose plan (tier × fraction × headroom) does not fit →
+    an error naming the flags that fix it, or with `device.fit` the workload is scaled instead:
+    the sample fraction becomes the share that fits and both tiers scale by it (DESIGN's scaling).
+    Without a fixed device, 0 means DEFAULT_SSD_BYTES. Returns the resolved config."""
+    w, t, d = cfg.workload, cfg.tiers, cfg.device
+    size = fixed_device_bytes(cfg)
+    f = w.sample_fraction
+    fmt = format_bytes
+    if size is None:
+        ssd = t.ssd_bytes or DEFAULT_SSD_BYTES
+        src = "config" if t.ssd_bytes else "default"
+        out = dataclasses.replace(cfg, tiers=dataclasses.replace(t, ssd_bytes=ssd))
+        return out, TierSizing(ssd, t.dram_bytes, f, None, src,
+                               f"SSD tier {fmt(ssd, False)} ({'configured' if t.ssd_bytes else 'the default'})")
+    a = cfg.replay.align_bytes
+    if d.capacity_bytes and d.capacity_bytes > size:
+        raise KvwearError(f"--capacity {d.capacity_bytes} bytes is larger than {d.target or d.kind}'s "
+                          f"{size} bytes; give --capacity {size} or less")
+    usable = (d.capacity_bytes or size) // a * a
+    fits = int(usable / CAPACITY_HEADROOM)              # the scaled tier the device holds
+    dev = d.target or d.kind
+    if not t.ssd_bytes:
+        ssd = int(fits / f)
+        note = (f"SSD tier {fmt(ssd, False)}: {dev}'s usable {fmt(usable, False)} ÷ {CAPACITY_HEADROOM} "
+                f"(headroom for 4 KiB rounding)" + (f" ÷ sample fraction {f:g}" if f < 1 else ""))
+        out = dataclasses.replace(cfg, tiers=dataclasses.replace(t, ssd_bytes=ssd),
+                                  device=dataclasses.replace(d, capacity_bytes=usable))
+        return out, TierSizing(ssd, t.dram_bytes, f, usable, "device", note)
+    need = int(t.ssd_bytes * f * CAPACITY_HEADROOM)
+    if need <= usable:
+        return cfg, TierSizing(t.ssd_bytes, t.dram_bytes, f, usable, "config",
+                               f"SSD tier {fmt(t.ssd_bytes, False)} (configured) on {dev}'s {fmt(usable, False)}")
+    if not d.fit:
+        raise KvwearError(
+            f"--ssd {fmt(t.ssd_bytes, False)} does not fit {dev}: its plan needs {need:,} bytes "
+            f"(tier × sample fraction {f:g} × {CAPACITY_HEADROOM} for 4 KiB rounding), the device has "
+            f"{usable:,}; give --ssd {int(fits / f) // 10**6}MB or less, leave --ssd out (the tier becomes "
+            "the device's capacity), or pass --fit-device to scale the workload to the device")
+    scale = fits / (t.ssd_bytes * f)
+    f2 = f * scale
+    note = (f"--fit-device: the workload is scaled to {dev}'s usable {fmt(usable, False)}: sample fraction "
+            f"{f2:.4g} (sessions sampled), DRAM {fmt(t.dram_bytes, False)} and SSD {fmt(t.ssd_bytes, False)} "
+            f"tiers scaled by it to {fmt(int(t.dram_bytes * f2), False)} and {fmt(int(t.ssd_bytes * f2), False)}")
+    out = dataclasses.replace(cfg, workload=dataclasses.replace(w, sample_fraction=f2),
+                              device=dataclasses.replace(d, capacity_bytes=usable))
+    return out, TierSizing(t.ssd_bytes, t.dram_bytes, f2, usable, "fit", note)
 
 
 def plan_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int) -> dict[str, Any]:
@@ -265,7 +355,10 @@ def plan_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int) -> dict[st
                       trim_on_evict=r.trim_on_evict, max_io_bytes=r.max_io_bytes,
                       time_mode=r.time_mode, time_compression=r.time_compression,  # type: ignore[arg-type]
                       log_full=r.log_full)  # type: ignore[arg-type]
-    plan = plan_block_ops(ops, rc, source=str(rd.stage_dir("policies", label) / "ssd_ops.parquet"))
+    try:
+        plan = plan_block_ops(ops, rc, source=str(rd.stage_dir("policies", label) / "ssd_ops.parquet"))
+    except InputError as exc:     # name the policy whose plan did not fit
+        raise InputError(exc.path, exc.line, exc.field, f"policy {label}: {exc.message}") from None
     # the placement post-pass runs on the laid-out plan: handles never change where data goes
     table, placed = assign_placement(plan.table, _placement(cfg), capacity, r.align_bytes)
     write_table(BLOCK_OPS, table, d / "block_ops.parquet")
@@ -682,6 +775,7 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, An
 def run(cfg: RunConfig, out: str | Path, *, resume: bool = False, replay: bool = True,
         report: bool = True, progress: Progress = _no_progress) -> RunOutcome:
     """Run every stage of `cfg` into `out` (see the module docstring)."""
+    cfg, sizing = size_tiers(cfg)      # the stored config.toml holds the resolved tiers
     rd = RunDir(out)
     rd.prepare(cfg.to_toml(), resume)
     profile = resolve_profile(cfg.model)
@@ -697,7 +791,8 @@ def run(cfg: RunConfig, out: str | Path, *, resume: bool = False, replay: bool =
         raise KvwearError(f"two policies resolve to the same label: {labels}")
     write_json(rd.manifest_path, build_manifest(
         config=cfg.to_dict(), inputs=inputs, seeds={"workload": cfg.workload.seed},
-        devices={"kind": cfg.device.kind, "target": cfg.device.target, "capacity_bytes": capacity}))
+        devices={"kind": cfg.device.kind, "target": cfg.device.target, "capacity_bytes": capacity,
+                 "tiers": sizing.as_dict()}))
     outcomes = []
     for spec, label in zip(cfg.policies, labels, strict=True):
         summary = simulate_stage(cfg, rd, spec, label, requests, profile, progress)
@@ -721,7 +816,7 @@ def run(cfg: RunConfig, out: str | Path, *, resume: bool = False, replay: bool =
 
         html = build_run_report(rd.root).html
         rd.mark_done("report")
-    return RunOutcome(rd.root, results, tuple(outcomes), html)
+    return RunOutcome(rd.root, results, tuple(outcomes), html, sizing)
 
 
 def _sim_only_row(summary: dict[str, Any]) -> dict[str, Any]:

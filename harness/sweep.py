@@ -45,7 +45,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.config import RunConfig, config_from_mapping
+from harness.config import DEFAULT_SSD_BYTES, RunConfig, config_from_mapping
 from harness.rundir import write_json
 from kvwear.errors import InputError, KvwearError
 
@@ -158,8 +158,10 @@ def plan_sweep(data: Mapping[str, Any], source: str = "<sweep>") -> SweepPlan:
             if not isinstance(c, Mapping) or set(c) - {"dram", "ssd", "hbm"}:
                 raise InputError(source, None, "grid.capacities", f"expected {{dram=…, ssd=…}}, got {c!r}")
     else:
+        # no SSD tier: the default one, except on a device of fixed size (each point's run sizes it)
+        ssd = base.tiers.ssd_bytes or (0 if base.device.kind in ("block", "femu") else DEFAULT_SSD_BYTES)
         caps = [{"dram": d, "ssd": s} for d, s in itertools.product(
-            axis("dram", [base.tiers.dram_bytes]), axis("ssd", [base.tiers.ssd_bytes]))]
+            axis("dram", [base.tiers.dram_bytes]), axis("ssd", [ssd]))]
     try:
         policies = [p for spec in axis("policies", list(base.policies)) for p in expand_policy(str(spec))]
     except ValueError as exc:

@@ -196,6 +196,15 @@ def device_notes(run_dir: Path) -> list[str]:
             notes.append(f"{p.parent.name}: the {plan.get('layout')} layout's head reached "
                          f"{plan['forced_evictions']} live objects ({plan['forced_evict_bytes']:,} bytes) and evicted "
                          "them; later reads of those objects are counted as read misses in plan.json.")
+        if plan.get("relocation_write_bytes"):
+            notes.append(f"{p.parent.name}: host writes by cause — the policy's objects "
+                         f"{plan['policy_write_bytes']:,} bytes, the {plan.get('layout')} layout's cleaning "
+                         f"{plan['relocation_write_bytes']:,} bytes ({plan['relocations']:,} live objects moved, "
+                         f"{plan['relocation_read_bytes']:,} bytes read to move them); the device's host bytes "
+                         "count both.")
+        if plan.get("split_writes"):
+            notes.append(f"{p.parent.name}: the extent layout spread {plan['split_writes']:,} objects over "
+                         f"more than one free extent ({plan['write_extents']:,} extents written).")
     return notes
 
 

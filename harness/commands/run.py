@@ -46,7 +46,11 @@ def _scalar(v: str) -> Any:
   kvwear run --trace ../shared/traces/mooncake/conversation_trace.jsonl --model qwen3.5-27b \\
       --dram 64GB --ssd 1TB --sample-fraction 0.05 --policy lru --policy gandalf:gamma=8 -o runs/mc
 
-  kvwear run --device block:/dev/loop7 --tracer auto --policy lru -o runs/loop
+  kvwear run --device block:/dev/loop7 --tracer auto --policy lru --dram 1GB \\
+      --param sessions=2 --param turns=3 -o runs/loop
+
+      (/dev/loop7: a loop device you made, e.g. losetup -f --show disk.img; with no --ssd the SSD tier is
+      the device's capacity ÷ 1.05, and --fit-device scales a larger --ssd/--dram workload down to it)
 
   kvwear run --placement kind -o runs/fdp       # FDP handles by object kind; WAF with and without
 
@@ -60,7 +64,8 @@ def run_cmd(
     policy: list[str] = typer.Option([], "--policy", "-p", help="Policy spec, repeatable (lru, gandalf:gamma=8)."),
     model: str | None = typer.Option(None, "--model", "-m", help="Model profile name or config.json/TOML path."),
     dram: str | None = typer.Option(None, "--dram", help="DRAM tier capacity (e.g. 64GB, 48GiB)."),
-    ssd: str | None = typer.Option(None, "--ssd", help="SSD tier capacity (e.g. 1TB)."),
+    ssd: str | None = typer.Option(None, "--ssd", help="SSD tier capacity (e.g. 1TB; default: a block or femu "
+                                   "device's capacity ÷ 1.05, else 256GB)."),
     hbm: str | None = typer.Option(None, "--hbm", help="GPU HBM tier capacity (0 = none)."),
     trace: str | None = typer.Option(None, "--trace", "-t", help="Trace file (else the synthetic generator)."),
     fmt: str | None = typer.Option(None, "--format", "-f", help="Trace format (default: detect)."),
@@ -73,6 +78,9 @@ def run_cmd(
     device: str | None = typer.Option(None, "--device", "-d",
                                       help="sim | file:PATH | block:/dev/X | qemu | femu."),
     capacity: str | None = typer.Option(None, "--capacity", help="Device capacity to use (default: SSD tier)."),
+    fit_device: bool | None = typer.Option(None, "--fit-device/--no-fit-device",
+                                           help="Scale the workload to the device (sample sessions, both tiers "
+                                                "by the same factor) when the SSD tier does not fit it."),
     device_option: list[str] = typer.Option([], "--device-option", help="Backend option KEY=VALUE, repeatable."),
     femu_binary: Path | None = typer.Option(None, "--femu-binary", envvar="KVWEAR_FEMU_BINARY",
                                             help="FEMU's qemu-system-x86_64, for --device femu."),
@@ -103,7 +111,7 @@ def run_cmd(
     for key, val in (("model", model), ("tiers.dram", dram), ("tiers.ssd", ssd), ("tiers.hbm", hbm),
                      ("workload.trace", trace), ("workload.format", fmt), ("workload.generator", generator),
                      ("workload.sample_fraction", sample_fraction), ("workload.block_tokens", block_tokens),
-                     ("workload.seed", seed), ("device.capacity", capacity),
+                     ("workload.seed", seed), ("device.capacity", capacity), ("device.fit", fit_device),
                      ("device.confirm_serial", confirm_serial), ("capture.tracer", tracer),
                      ("replay.layout", layout), ("replay.trim_on_evict", trim), ("replay.time_mode", time_mode),
                      ("replay.placement", placement),
@@ -134,6 +142,8 @@ def run_cmd(
 
         outcome = run(cfg, out, resume=resume, replay=not no_replay, report=not no_report, progress=progress)
     _summary(outcome.results.to_pylist(), time.monotonic() - t0)
+    if outcome.tiers is not None:
+        console.print(f"tiers: {outcome.tiers.note}")
     console.print(f"run directory: {outcome.run_dir}")
     if outcome.report_html:
         console.print(f"report: {outcome.report_html}")

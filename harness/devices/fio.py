@@ -25,7 +25,14 @@ Device options (DeviceSpec.options): ioengine (libaio), iodepth (16), confirm_se
 precondition (False), ss_criterion ("iops_slope:10%"), ss_dur_s (60), ss_ramp_s (10),
 fill_loops (2), ss_max_runtime_s (3600), trim_segment_ops (50000), trim_segment_bytes (1% of the
 capacity, ≥ 64 MiB), skip_trims (False: drop the plan's trims knowingly; they are reported as
-trims_skipped). Other names are refused with this list.
+trims_skipped), keep_image (False). Other names are refused with this list.
+
+Never fills the host: a `file:` target the backend creates is sparse (a truncate, no byte written),
+and before fio writes anything the file system holding it must have room for every byte the plan
+writes (the union of its write extents, or the whole capacity when preconditioning) beyond what
+the file already allocates (`check_host_room`), else the replay is refused with the numbers and
+the fix. A file the backend created is deleted when the device closes (the device stage ends,
+finished or failed) unless `keep_image=true`; it is never larger than the capacity.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from harness import fio as fiolib
 from harness.deferred_trims import DEFAULT_SEGMENT_OPS, device_segments, trim_accounting
@@ -59,7 +67,7 @@ from kvwear.units import parse_size
 
 CHUNKED_IOLOG_ROWS = 1_000_000   # above this, fio reads the iolog in pieces
 OPTIONS = ("ioengine", "iodepth", "confirm_serial", "precondition", "fill_loops", "ss_criterion", "ss_dur_s",
-           "ss_ramp_s", "ss_max_runtime_s", "trim_segment_ops", "trim_segment_bytes", "skip_trims")
+           "ss_ramp_s", "ss_max_runtime_s", "trim_segment_ops", "trim_segment_bytes", "skip_trims", "keep_image")
 BLKDISCARD = 0x1277              # _IO(0x12, 119), linux/fs.h: discard a (start, length) byte range
 _FALLOC_PUNCH = 0x01 | 0x02      # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -71,6 +79,46 @@ def punch_hole(fd: int, offset: int, length: int) -> None:
     if _libc.fallocate(fd, _FALLOC_PUNCH, offset, length) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
+
+
+def plan_written_bytes(plan: pa.Table) -> int:
+    """Bytes of the device the plan writes at least once: the union of its write extents — what a
+    sparse backing file allocates (vectorized: sort, running maximum of ends, merge)."""
+    w = pc.equal(pc.cast(plan.column("op"), pa.string()), "write")
+    off = plan.column("offset_bytes").filter(w).to_numpy(zero_copy_only=False).astype(np.int64)
+    if not off.size:
+        return 0
+    end = off + plan.column("length_bytes").filter(w).to_numpy(zero_copy_only=False).astype(np.int64)
+    order = np.argsort(off, kind="stable")
+    off, end = off[order], np.maximum.accumulate(end[order])
+    starts = np.concatenate([[True], off[1:] > end[:-1]])
+    last = np.concatenate([starts[1:], [True]])
+    return int((end[last] - off[starts]).sum())
+
+
+def check_host_room(path: Path, need_bytes: int, *, what: str, fix: str) -> None:
+    """Refuse before writing when the file system holding `path` cannot take `need_bytes` more than
+    `path` already allocates (st_blocks; 0 for a new sparse file); the error gives the numbers."""
+    path = Path(path)
+    allocated = path.stat().st_blocks * 512 if path.exists() else 0
+    st = os.statvfs(path.parent if not path.is_dir() else path)
+    free = st.f_bavail * st.f_frsize
+    new = max(0, int(need_bytes) - allocated)
+    if new > free:
+        raise KvwearError(
+            f"{path}: refusing to write: the plan writes {int(need_bytes):,} bytes of this sparse {what} "
+            f"({allocated:,} already allocated) and its file system has {free:,} bytes free, short by "
+            f"{new - free:,}; {fix}")
+
+
+ROOM_FIX = ("free space there, put the backing file on a larger file system (--out, or file:PATH), or plan "
+            "fewer bytes (a smaller --ssd or --capacity, --sample-fraction, --fit-device)")
+
+
+def remove_created(path: Path | None, keep: bool) -> None:
+    """Delete a backing file this run created (unless kept): a run leaves no image behind."""
+    if path is not None and not keep:
+        path.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -107,10 +155,19 @@ class FioDevice:
         seg_bytes = opts.get("trim_segment_bytes")
         self.trim_segment_bytes = parse_size(str(seg_bytes)) if seg_bytes is not None else None
         self.safety: DeviceFacts | None = None
+        self.keep_image = option_flag(opts, "keep_image")
+        self.created: Path | None = None           # the backing file this backend created
         if spec.kind == "block":
             self.safety = check_block_device(self.path, opts.get("confirm_serial"))
         else:
             self._prepare_file()
+        try:
+            self._open_checked(spec, runner, opts)
+        except BaseException:
+            remove_created(self.created, keep=False)    # a failed open leaves no file behind
+            raise
+
+    def _open_checked(self, spec: DeviceSpec, runner: fiolib.FioRunner, opts: dict[str, Any]) -> None:
         self._identity = path_identity(self.path)
         size = int(self._identity.capacity_bytes or 0)
         cap = int(spec.capacity_bytes) if spec.capacity_bytes is not None else size
@@ -121,6 +178,7 @@ class FioDevice:
         self.fio_version = fiolib.fio_version(runner)
         self.precondition_result: PreconditionResult | None = None
         if option_flag(opts, "precondition"):
+            self._check_room(self._capacity)
             self.precondition_result = self.precondition(self.workdir)
 
     def _prepare_file(self) -> None:
@@ -135,8 +193,13 @@ class FioDevice:
         if self.spec.capacity_bytes is None:
             raise KvwearError(f"{p} does not exist: give a capacity to create it")
         p.parent.mkdir(parents=True, exist_ok=True)
-        with open(p, "wb") as fh:
+        with open(p, "xb") as fh:
+            self.created = p
             fh.truncate(int(self.spec.capacity_bytes))
+
+    def _check_room(self, need_bytes: int) -> None:
+        if self.spec.kind == "file":
+            check_host_room(Path(self.path), need_bytes, what="file", fix=ROOM_FIX)
 
     # -- DeviceBackend ----------------------------------------------------------------------
 
@@ -162,6 +225,9 @@ class FioDevice:
         (`progress` steps: one per deferred-trim segment, else the one fio run)."""
         workdir = Path(workdir)
         fiolib.validate_plan(plan, self._capacity, block_bytes=self.block_bytes)
+        self._check_room(plan_written_bytes(plan))
+        if plan.num_rows == 0:        # a policy that never touched the SSD: fio refuses an empty iolog
+            return self._empty_replay()
         trims = fiolib.plan_lengths(plan, "trim")
         can_trim = fiolib.fio_replays_trim(self.fio_version)
         if trims.size and not can_trim and not self.skip_trims:
@@ -203,6 +269,13 @@ class FioDevice:
                    if self.precondition_result else {}),
             },
         )
+
+    def _empty_replay(self) -> ReplayResult:
+        """The result of a plan without rows: nothing issued, fio not started."""
+        return ReplayResult(device=f"{self.spec.kind}:{self.path}", write_bytes=0, read_bytes=0, trim_bytes=0,
+                            write_ios=0, read_ios=0, wall_s=0.0, tool=self.fio_version,
+                            extra={"empty_plan": True, "trim_mode": "none", "trims_skipped": 0,
+                                   "ioengine": self.ioengine, "iodepth": self.iodepth})
 
     def _replay_deferring_trims(self, plan: pa.Table, workdir: Path, *, timed: bool,
                                 progress: ReplayProgress | None) -> ReplayResult:
@@ -310,7 +383,8 @@ class FioDevice:
         )
 
     def close(self) -> None:
-        pass
+        """Delete the backing file this backend created, unless keep_image=true."""
+        remove_created(self.created, self.keep_image)
 
 
 def _open_file(spec: DeviceSpec, workdir: Path) -> FioDevice:

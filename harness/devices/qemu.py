@@ -43,8 +43,15 @@ skip_trims (False: drop the plan's trims knowingly), precondition
 (none|fill: one sequential pass over the drive before the first snapshot), guest_dir,
 qemu_binary, femu_binary, femu (a table of FemuGeometry fields, or flat `femu.<field>` keys as
 `--device-option femu.nchs=4` gives them), player (auto|fio|kvwear-dw), drop_handles (False),
-fdp_nruh, fdp_runs_bytes (stock QEMU's reclaim unit size), fdp_nru (FEMU's reclaim units).
-Text values from the command line are accepted.
+fdp_nruh, fdp_runs_bytes (stock QEMU's reclaim unit size), fdp_nru (FEMU's reclaim units),
+keep_image (False). Text values from the command line are accepted.
+
+Never fills the host: a stock QEMU drive's image is created sparse; before the guest boots, the host
+file system must have room for every byte the plan writes (the union of its write extents; the
+whole drive with precondition=fill) beyond what the image already allocates, else the replay is
+refused with the numbers (harness.devices.fio.check_host_room). An image this backend created is
+deleted when the device closes (the device stage ends, finished or failed) unless keep_image=true.
+A FEMU drive keeps its data in FEMU's memory and has no image.
 
 This module never writes outside the drive image it created (or was pointed at as a regular
 file) and never parses tool output itself (harness.fio, harness.wear, harness.identity do).
@@ -82,6 +89,7 @@ from emulator.guest import (
 from harness import fio as fiolib
 from harness.deferred_trims import DEFAULT_SEGMENT_OPS, PlanSegment, device_segments, trim_accounting
 from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayProgress, ReplayResult, option_flag
+from harness.devices.fio import ROOM_FIX, check_host_room, plan_written_bytes, remove_created
 from harness.directive_plan import DwReport, encode_plan, parse_report
 from harness.fio_iolog import export_iolog_v3
 from harness.identity import identity_from_nvme, parse_id_ctrl_json, parse_id_ns_json
@@ -106,7 +114,7 @@ DEFAULT_QEMU_BYTES = 256 * 2**20
 BLOCK_BYTES = 512
 FEMU_BINARY_ENV = "KVWEAR_FEMU_BINARY"
 OPTIONS = ("serial", "cache", "accel", "cpus", "memory_mib", "boot_timeout_s", "job_timeout_s", "io_timeout_s",
-           "iodepth", "ioengine", "skip_trims", "trim_segment_ops",
+           "iodepth", "ioengine", "skip_trims", "trim_segment_ops", "keep_image",
            "trim_segment_bytes", "precondition", "guest_dir", "qemu_binary", "femu_binary",
            # confirm_serial: `kvwear run` passes it to every backend; a drive we create needs none
            "confirm_serial", "drive_options", "qemu_args", "player", "drop_handles", "fdp_nruh", "fdp_runs_bytes",
@@ -280,24 +288,29 @@ class GuestDevice:
             memory_mib=_int(opts, "memory_mib", 512), boot_timeout_s=_float(opts, "boot_timeout_s", 120.0),
             job_timeout_s=_float(opts, "job_timeout_s", 600.0), io_timeout_s=_int(opts, "io_timeout_s", 15),
             guest_folder=guest_folder, extra_args=tuple(shlex.split(str(opts.get("qemu_args", "")))))
-        if self.drive_image is not None:     # only once every setting has been accepted
-            self._prepare_image(self.drive_image, size)
+        self.keep_image = option_flag(opts, "keep_image")
+        self.created_image: Path | None = None     # the image this backend created (deleted on close)
+        # only once every setting has been accepted
+        if self.drive_image is not None and self._prepare_image(self.drive_image, size):
+            self.created_image = self.drive_image
         self.fio_version = _fio_version_from_stamp(self.image.stamp)
         self._identity: DeviceIdentity | None = None
         self.last_run: GuestRun | None = None
 
     @staticmethod
-    def _prepare_image(path: Path, size: int) -> None:
-        """Create the sparse raw image, or grow an existing regular file; never a device, never shrink."""
+    def _prepare_image(path: Path, size: int) -> bool:
+        """Create the sparse raw image, or grow an existing regular file; never a device, never shrink.
+        Returns whether it created the image."""
         if path.exists():
             if not stat.S_ISREG(path.stat().st_mode):
                 raise KvwearError(f"{path}: the qemu backend needs a regular image file, not a device")
             if path.stat().st_size < size:
                 os.truncate(path, size)
-            return
+            return False
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "wb") as fh:
+        with open(path, "xb") as fh:
             fh.truncate(size)
+        return True
 
     # -- DeviceBackend ----------------------------------------------------------------------
 
@@ -359,6 +372,9 @@ class GuestDevice:
         workdir = Path(workdir)
         fiolib.validate_plan(plan, self._capacity, block_bytes=BLOCK_BYTES)
         use_dw, fdp, dropped = self._placement(plan)
+        if self.drive_image is not None:      # the guest writes into a sparse image on the host
+            need = self._capacity if self.precondition == "fill" else plan_written_bytes(plan)
+            check_host_room(self.drive_image, need, what="drive image", fix=ROOM_FIX)
         trims = fiolib.plan_lengths(plan, "trim")
         can_trim = fiolib.fio_replays_trim(self.fio_version)
         deferred = bool(trims.size) and not can_trim and not self.skip_trims and not use_dw
@@ -533,7 +549,9 @@ class GuestDevice:
                               extra={**ident.extra, **self._extra_identity()})
 
     def close(self) -> None:
-        """Nothing to release: each replay's QEMU process is reaped before replay returns."""
+        """Delete the drive image this backend created unless keep_image=true (each replay's QEMU
+        process is reaped before replay returns)."""
+        remove_created(self.created_image, self.keep_image)
 
 
 def _open(spec: DeviceSpec, workdir: Path) -> GuestDevice:

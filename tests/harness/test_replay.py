@@ -34,10 +34,14 @@ def ssd_ops(rows: list[tuple[str, int, int]], t: list[float] | None = None) -> p
     }))
 
 
-def replay_pages(plan: BlockPlan, capacity: int, layout: str) -> None:
-    """Walk block_ops page by page: writes land only on free pages (log: a live object the head
-    overwrites dies and is never read or trimmed again), reads and trims touch only their own
-    object's pages, nothing leaves [0, capacity)."""
+def replay_pages(plan: BlockPlan, capacity: int, layout: str, log_evicts: bool = False,
+                 rows: list[tuple[str, int, int]] | None = None) -> None:
+    """Walk block_ops page by page: writes land only on free pages or the object's own (with
+    `log_evicts`, a live object the head overwrites dies and is never read or trimmed again), reads
+    and trims touch only their own object's pages, nothing leaves [0, capacity). A run of write rows
+    of one object is one placement: it starts by releasing the object's old copy (a rewrite or a
+    relocation frees it, trimmed or not; a relocation reads first, so a run is one ssd_ops row). With
+    the ssd_ops `rows` (t_s = row index), an evict frees its object's pages when no trim did."""
     owner = np.full(capacity // PAGE, -1, np.int64)
     pages_of: dict[int, set[int]] = {}
     dead: set[int] = set()
@@ -46,15 +50,26 @@ def replay_pages(plan: BlockPlan, capacity: int, layout: str) -> None:
     offs = t.column("offset_bytes").to_pylist()
     lens = t.column("length_bytes").to_pylist()
     oids = t.column("obj_id").to_pylist()
-    for op, off, ln, o in zip(ops, offs, lens, oids, strict=True):
+    ts = t.column("t_s").to_pylist()
+    prev: tuple[str, int, float] | None = None
+    j = 0
+    for op, off, ln, o, at in zip(ops, offs, lens, oids, ts, strict=True):
+        while rows is not None and j < at:
+            if rows[j][0] == "evict":
+                for q in pages_of.pop(rows[j][1], set()):
+                    owner[q] = -1
+            j += 1
         assert off >= 0 and off + ln <= capacity and ln > 0
         assert off % PAGE == 0 and ln % PAGE == 0
         pages = range(off // PAGE, (off + ln) // PAGE)
         if op == "write":
+            if prev != ("write", o, at):
+                for q in pages_of.pop(o, set()):
+                    owner[q] = -1
             for p in pages:
                 v = owner[p]
                 if v >= 0 and v != o:
-                    assert layout == "log", f"{layout}: write of {o} overlaps live object {v}"
+                    assert log_evicts, f"{layout}: write of {o} overlaps live object {v}"
                     for q in pages_of.pop(int(v)):
                         owner[q] = -1
                     dead.add(int(v))
@@ -70,6 +85,30 @@ def replay_pages(plan: BlockPlan, capacity: int, layout: str) -> None:
                 for p in pages:
                     owner[p] = -1
                 pages_of[o] -= set(pages)
+        prev = (op, o, at)
+
+
+def layout_must_fit(rows: list[tuple[str, int, int]], cap: int, layout: str, slab_bytes: int) -> int | None:
+    """The first write row (0-based) where the layout may fail: the live aligned bytes exceed the
+    device, or (slab) the live slots of every class, each rounded up to whole slabs, exceed the
+    slabs the device holds (classes = the distinct aligned sizes, default_slab_classes)."""
+    live: dict[int, int] = {}
+    for i, (op, o, b) in enumerate(rows):
+        a = -(-b // PAGE) * PAGE
+        if op in ("write", "evict"):
+            live.pop(o, None)
+        if op != "write" or a == 0:
+            continue
+        live[o] = a
+        if sum(live.values()) > cap:
+            return i
+        if layout == "slab":
+            per_class: dict[int, int] = {}
+            for v in live.values():
+                per_class[v] = per_class.get(v, 0) + v
+            if sum(-(-n // slab_bytes) for n in per_class.values()) > cap // slab_bytes:
+                return i
+    return None
 
 
 op_rows = st.lists(
@@ -78,35 +117,50 @@ op_rows = st.lists(
     min_size=1, max_size=60)
 
 
-@pytest.mark.parametrize("layout", ["log", "slab", "extent"])
+@pytest.mark.parametrize("layout,log_full", [("log", "relocate"), ("log", "evict"), ("slab", "relocate"),
+                                             ("extent", "relocate")])
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(rows=op_rows, cap_pages=st.integers(8, 40), max_io_pages=st.integers(1, 3))
-def test_layouts_never_overlap_live_objects(layout: str, rows: list[tuple[str, int, int]],
-                                            cap_pages: int, max_io_pages: int) -> None:
+@given(rows=op_rows, cap_pages=st.integers(8, 40), max_io_pages=st.integers(1, 3), trim=st.booleans())
+def test_layouts_never_fail_while_live_bytes_fit(layout: str, log_full: str, rows: list[tuple[str, int, int]],
+                                                 cap_pages: int, max_io_pages: int, trim: bool) -> None:
+    """Random object streams with random frees: a layout fails only where the live bytes stop fitting,
+    never overlaps two live objects, and every byte is accounted (policy bytes + relocations)."""
     # an object keeps one size, as the simulator's objects do
     size = {o: b for _, o, b in reversed(rows)}
     rows = [(op, o, size[o]) for op, o, _ in rows]
     cap = cap_pages * PAGE
+    slab_bytes = 4 * PAGE
     cfg = ReplayConfig(capacity_bytes=cap, layout=layout, max_io_bytes=max_io_pages * PAGE,  # type: ignore[arg-type]
-                       slab_bytes=4 * PAGE)
+                       slab_bytes=slab_bytes, trim_on_evict=trim, log_full=log_full)  # type: ignore[arg-type]
+    limit = None if log_full == "evict" else layout_must_fit(rows, cap, layout, slab_bytes)
     try:
         plan = plan_block_ops(ssd_ops(rows), cfg)
     except InputError as e:
-        assert layout in ("slab", "extent") and ("full" in str(e) or "no free extent" in str(e)), e
+        assert limit is not None, e
+        assert f"ssd_ops:{limit + 1}: field 'bytes'" in str(e), e
+        assert "short by" in str(e) or "slab layout: the live slots do not fit" in str(e), e
         return
-    replay_pages(plan, cap, layout)
+    assert limit is None
+    replay_pages(plan, cap, layout, log_evicts=log_full == "evict", rows=rows)
     aligned = sum(-(-b // PAGE) * PAGE for op, _, b in rows if op == "write")
-    assert plan.aligned_write_bytes == aligned
+    assert plan.policy_write_bytes == aligned
+    assert plan.aligned_write_bytes == aligned + plan.relocation_write_bytes
     assert plan.object_write_bytes == sum(b for op, _, b in rows if op == "write")
-    lens = plan.table.column("length_bytes").to_numpy()
+    t = plan.table
+    lens = t.column("length_bytes").to_numpy()
+    op = np.asarray(t.column("op").to_pylist())
     assert all(lens <= max_io_pages * PAGE)
+    assert plan.trim_bytes == int(lens[op == "trim"].sum()) and plan.read_bytes == int(lens[op == "read"].sum())
+    assert plan.peak_live_bytes <= cap
+    if not trim:
+        assert plan.trim_ios == 0
 
 
 def test_log_wraps_and_evicts_or_errors() -> None:
     cap = 10 * PAGE
     rows = [("write", 1, 4 * PAGE), ("write", 2, 4 * PAGE), ("write", 3, 4 * PAGE), ("read", 1, 4 * PAGE),
             ("read", 2, 4 * PAGE), ("evict", 1, 4 * PAGE)]
-    plan = plan_block_ops(ssd_ops(rows), ReplayConfig(capacity_bytes=cap, layout="log"))
+    plan = plan_block_ops(ssd_ops(rows), ReplayConfig(capacity_bytes=cap, layout="log", log_full="evict"))
     t = plan.table.to_pydict()
     # object 3 wraps: [8, 10) and [0, 2) pages; it overwrote object 1, which is then a miss
     assert [(o, off // PAGE, ln // PAGE) for o, off, ln, op in
@@ -116,6 +170,34 @@ def test_log_wraps_and_evicts_or_errors() -> None:
     assert plan.read_misses == 1 and plan.evict_misses == 1 and plan.read_ios == 1
     with pytest.raises(InputError, match=r"ssd_ops:3: field 'bytes': log layout full.*head offset 32768"):
         plan_block_ops(ssd_ops(rows), ReplayConfig(capacity_bytes=cap, layout="log", log_full="error"))
+
+
+def test_log_cleaner_relocates_live_data_at_its_head() -> None:
+    """The default log_full='relocate': the head meets live object 1 with one free page before it, so
+    the cleaner reads 1, trims the page of its old copy the new one leaves, writes it at the head
+    (wrapping) — relocation writes counted apart — and the new object goes after it."""
+    cap = 10 * PAGE
+    rows = [("write", 1, 3 * PAGE), ("write", 2, 3 * PAGE), ("write", 3, 3 * PAGE), ("evict", 2, 0),
+            ("write", 4, 3 * PAGE), ("read", 1, 0)]
+    plan = plan_block_ops(ssd_ops(rows), ReplayConfig(capacity_bytes=cap, layout="log"))
+    t = plan.table.to_pydict()
+    got = [(op, o, off // PAGE, ln // PAGE) for o, off, ln, op in
+           zip(t["obj_id"], t["offset_bytes"], t["length_bytes"], t["op"], strict=True)]
+    assert got[4:] == [("read", 1, 0, 3), ("trim", 1, 2, 1), ("write", 1, 9, 1), ("write", 1, 0, 2),
+                       ("write", 4, 2, 3), ("read", 1, 9, 1), ("read", 1, 0, 2)]
+    assert t["t_s"][4:8] == [4.0] * 4            # the relocation happens when object 4 is written
+    assert plan.relocations == 1 and plan.relocation_write_bytes == plan.relocation_read_bytes == 3 * PAGE
+    assert plan.aligned_write_bytes == plan.policy_write_bytes + 3 * PAGE
+    assert plan.forced_evictions == 0 and plan.read_misses == 0
+    # full log, the head at a live object with nothing free before it: it steps over, no I/O
+    rows = [("write", 1, 5 * PAGE), ("write", 2, 5 * PAGE), ("evict", 2, 0), ("write", 3, 5 * PAGE)]
+    plan = plan_block_ops(ssd_ops(rows), ReplayConfig(capacity_bytes=cap, layout="log"))
+    assert plan.stepped_over == 1 and plan.relocations == 0
+    assert plan.table.column("offset_bytes").to_pylist()[-1] == 5 * PAGE
+    with pytest.raises(InputError, match=r"ssd_ops:3: field 'bytes': log layout: the live bytes exceed the "
+                                         r"device at t=2 s: .* short by 8192 bytes"):
+        plan_block_ops(ssd_ops([("write", 1, 5 * PAGE), ("write", 2, 3 * PAGE), ("write", 3, 4 * PAGE)]),
+                       ReplayConfig(capacity_bytes=cap, layout="log"))
 
 
 def test_extent_first_fit_merges_free_neighbours() -> None:
@@ -128,10 +210,19 @@ def test_extent_first_fit_merges_free_neighbours() -> None:
          if op == "write"}
     assert w == {1: 0, 2: 2, 3: 4, 4: 0, 5: 6}   # 1+2 merged into a 4-page hole at 0
     assert plan.trim_bytes == 4 * PAGE
-    with pytest.raises(InputError, match=r"no free extent of 8192 bytes \(largest hole 4096 bytes, 8192 bytes free"):
-        # holes left: [5, 6) and [7, 8) pages — 8 KiB free, but not in one piece
-        plan_block_ops(ssd_ops([*rows, ("evict", 3, 0), ("write", 6, PAGE), ("write", 7, 2 * PAGE)]),
-                       ReplayConfig(capacity_bytes=cap, layout="extent"))
+    # holes left: [5, 6) and [7, 8) pages — 8 KiB free, but not in one piece: 7 takes both
+    plan = plan_block_ops(ssd_ops([*rows, ("evict", 3, 0), ("write", 6, PAGE), ("write", 7, 2 * PAGE)]),
+                          ReplayConfig(capacity_bytes=cap, layout="extent"))
+    t = plan.table.to_pydict()
+    assert [(off // PAGE, ln // PAGE) for o, off, ln, op in
+            zip(t["obj_id"], t["offset_bytes"], t["length_bytes"], t["op"], strict=True)
+            if op == "write" and o == 7] == [(5, 1), (7, 1)]
+    assert plan.split_writes == 1 and plan.write_extents == 8 and plan.aligned_write_bytes == 14 * PAGE
+    with pytest.raises(InputError, match=r"ssd_ops:11: field 'bytes': extent layout: the live bytes exceed"
+                                         r" the device at t=10 s: writing 4096 bytes with 32768 live needs "
+                                         r"36864 of 32768 bytes, short by 4096 bytes"):
+        plan_block_ops(ssd_ops([*rows, ("evict", 3, 0), ("write", 6, PAGE), ("write", 7, 2 * PAGE),
+                                ("write", 8, PAGE)]), ReplayConfig(capacity_bytes=cap, layout="extent"))
 
 
 def test_slab_reuses_slots_in_place() -> None:
@@ -194,7 +285,8 @@ def test_large_plan_vectorized_and_bounded() -> None:
         assert off.min() >= 0 and (off + ln).max() <= cap
         w = op == "write"
         assert plan.object_write_bytes == int(sizes[w].sum())
-        assert plan.aligned_write_bytes == int((-(-sizes[w] // PAGE) * PAGE).sum())
+        assert plan.policy_write_bytes == int((-(-sizes[w] // PAGE) * PAGE).sum())
+        assert plan.aligned_write_bytes == plan.policy_write_bytes + plan.relocation_write_bytes
 
 
 @pytest.mark.parametrize("layout", ["log", "slab", "extent"])
@@ -233,9 +325,11 @@ def test_end_to_end_bytes_through_sim(layout: str, tmp_path: Path) -> None:
 
 
 def first_fit_reference(rows: list[tuple[str, int, int]], cap: int) -> list[tuple[int, int]] | None:
-    """Plain first fit over a sorted hole list with merging: (obj, offset) of each write."""
+    """Plain first fit over a sorted hole list with merging: (obj, offset) of each extent written;
+    an object no hole holds whole takes the lowest holes in address order; None when the live
+    bytes exceed the device."""
     holes = [(0, cap)]
-    where: dict[int, tuple[int, int]] = {}
+    where: dict[int, list[tuple[int, int]]] = {}
     out = []
 
     def free(off: int, ln: int) -> None:
@@ -249,23 +343,32 @@ def first_fit_reference(rows: list[tuple[str, int, int]], cap: int) -> list[tupl
                 merged.append((o, n))
         holes[:] = merged
 
+    def take(i: int, x: int) -> int:
+        ho, hn = holes[i]
+        if hn == x:
+            holes.pop(i)
+        else:
+            holes[i] = (ho + x, hn - x)
+        return ho
+
     for op, o, b in rows:
         a = -(-b // PAGE) * PAGE
-        if op == "write":
-            if o in where:
-                free(*where.pop(o))
-            for i, (ho, hn) in enumerate(holes):
-                if hn >= a:
-                    holes[i] = (ho + a, hn - a)
-                    if hn == a:
-                        holes.pop(i)
-                    where[o] = (ho, a)
-                    out.append((o, ho))
-                    break
-            else:
-                return None
-        elif op == "evict" and o in where:
-            free(*where.pop(o))
+        if op in ("write", "evict"):
+            for ext in where.pop(o, []):
+                free(*ext)
+        if op != "write":
+            continue
+        if sum(n for _, n in holes) < a:
+            return None
+        fit = [i for i, (_, hn) in enumerate(holes) if hn >= a]
+        exts = [(take(fit[0], a), a)] if fit else []
+        r = 0 if fit else a
+        while r:
+            x = min(holes[0][1], r)
+            exts.append((take(0, x), x))
+            r -= x
+        where[o] = exts
+        out += [(o, off) for off, _ in exts]
     return out
 
 
@@ -288,7 +391,7 @@ def test_extent_layout_is_first_fit(rows: list[tuple[str, int, int]], cap_pages:
     t = plan.table.to_pydict()
     got = [(o, off) for o, off, op, ln in zip(t["obj_id"], t["offset_bytes"], t["op"], t["length_bytes"],
                                              strict=True) if op == "write"]
-    # an object's first I/O carries its offset (≤ 6 pages: one I/O each here)
+    # ≤ 6 pages per object: one I/O per extent here
     assert got == expect
 
 

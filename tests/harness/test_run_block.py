@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from harness.cli import app
 from harness.devices.fio import loop_device
+from harness.run import CAPACITY_HEADROOM
 
 pytestmark = [
     pytest.mark.root,
@@ -56,3 +57,30 @@ def test_run_on_a_loop_device_with_capture(tmp_path: Path) -> None:
     for src in ("fio-", "ebpf:", "wear:psutil"):
         assert src in html
     assert "eBPF capture by bcc" in html or "eBPF capture by bpftrace" in html     # says which tracer ran
+
+
+def test_the_run_help_loop_device_example_runs_as_written(tmp_path: Path) -> None:
+    """`kvwear run --help`'s loop device example, with /dev/loop7 the loop device this test makes (1 GiB,
+    sparse) and its run directory under tmp_path: no --ssd, so the SSD tier is the device's capacity."""
+    import re
+    import shlex
+
+    import typer.main
+
+    epilog = typer.main.get_command(app).commands["run"].epilog  # type: ignore[attr-defined]
+    epilog = re.sub(r"\\\s*\n\s*", " ", epilog)          # backslash continuations
+    line = next(ln.strip() for ln in epilog.splitlines() if "block:/dev/loop7" in ln)
+    argv = shlex.split(line)[2:]
+    assert "--ssd" not in argv and argv[argv.index("-o") + 1] == "runs/loop"
+    out = tmp_path / "runs" / "loop"
+    with loop_device(tmp_path / "drive.img", 1 << 30) as dev:
+        argv = [a.replace("/dev/loop7", dev) for a in argv]
+        argv[argv.index("-o") + 1] = str(out)
+        res = CliRunner().invoke(app, ["run", *argv])
+        assert res.exit_code == 0, res.output + repr(res.exception)
+    tiers = json.loads((out / "manifest.json").read_text())["devices"]["tiers"]
+    assert tiers["source"] == "device" and tiers["ssd_bytes"] == int((1 << 30) / CAPACITY_HEADROOM)
+    assert "usable" in res.output                         # the summary says how the tier was sized
+    checks = json.loads((out / "estimate" / "lru" / "crossval.json").read_text())["checks"]
+    acc = [c for c in checks if c["kind"] == "accounting"]
+    assert any(c["source"].startswith("ebpf:") for c in acc) and all(c["passed"] for c in acc), acc
