@@ -73,11 +73,11 @@ import typing
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from kvwear.errors import KvwearError
 from kvwear.registry import Registry
-from policies.tree import DRAM, HBM, SSD, TIER_NAMES, Obj, Segment
+from policies.tree import DRAM, HBM, SSD, TIER_NAMES, Obj, Segment, State
 
 if TYPE_CHECKING:
     from policies.sim import SimConfig
@@ -254,10 +254,17 @@ class SimContext(Protocol):
     def next_seqs(self, seg: Segment) -> list[int]: ...
 
 
-class Policy:
+P = TypeVar("P", bound=PolicyParams)
+
+
+class Policy(Generic[P]):
     """Base policy: LRU per tier (insertion or access moves an object to the MRU end), place
     new objects in DRAM, write every DRAM victim to SSD — i.e. the `lru` write-back baseline.
-    Subclasses override what differs (see the module docstring for the contract)."""
+    Subclasses override what differs (see the module docstring for the contract).
+
+    Generic in its parameter class: `class XPolicy(Policy[XParams])` with `Params = XParams`
+    types `self.p` as `XParams` (a class variable cannot carry the type variable, so `Params`
+    stays `type[PolicyParams]` and the pairing is the subclass's to keep)."""
 
     name: ClassVar[str] = ""
     Params: ClassVar[type[PolicyParams]] = PolicyParams
@@ -265,8 +272,8 @@ class Policy:
     split_victims: ClassVar[bool] = True
     summary: ClassVar[str] = ""
 
-    def __init__(self, params: PolicyParams, ctx: SimContext) -> None:
-        self.params = params
+    def __init__(self, params: P, ctx: SimContext) -> None:
+        self.p: P = params
         self.ctx = ctx
         # one LRU order per tier; an OrderedDict keyed by the object (identity hash)
         self.lru: dict[int, OrderedDict[Obj, None]] = {DRAM: OrderedDict(), SSD: OrderedDict()}
@@ -321,7 +328,7 @@ class Policy:
         return doc
 
 
-POLICIES: Registry[type[Policy]] = Registry("policy")
+POLICIES: Registry[type[Policy[Any]]] = Registry("policy")
 
 def tier_name(tier: int) -> str:
     return TIER_NAMES[tier]
@@ -334,7 +341,8 @@ def obj_keys(obj: Obj) -> list[tuple[int, int]]:
     if isinstance(obj, Segment):
         ns = obj.ns
         return [(ns, k) for k in obj.keys]
-    seg: Segment = obj.seg  # type: ignore[attr-defined]
+    assert isinstance(obj, State)
+    seg = obj.seg
     return [(seg.ns, ~seg.keys[-1])]
 
 

@@ -7,6 +7,7 @@ a module listed here that fails to import is an error, not a silently missing po
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 from policies.base import POLICIES, Policy
 
@@ -32,7 +33,7 @@ def load_all() -> None:
             _loaded.add(name)
 
 
-def get_policy_class(name: str) -> type[Policy]:
+def get_policy_class(name: str) -> type[Policy[Any]]:
     load_all()
     return POLICIES.get(name)
 

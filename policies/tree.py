@@ -164,3 +164,12 @@ class Segment(Obj):
     @property
     def is_root(self) -> bool:
         return self.parent is None
+
+
+def depth_blocks(obj: Obj) -> int:
+    """Where an object sits on its path, in blocks from the root: a segment at its first block,
+    a state below its segment (the tie-break "leaf side first" keys on minus this)."""
+    if isinstance(obj, Segment):
+        return obj.start
+    assert isinstance(obj, State)
+    return obj.seg.start + obj.seg.n
