@@ -11,8 +11,8 @@ and keeps whatever bookkeeping it needs from the notifications `added`, `removed
 
 Adding a policy = one module that subclasses `Policy`, declares `Params` (a frozen dataclass of
 `PolicyParams` with defaults, each field made with `param(default, sweep=(lo, hi), help=...)`),
-decorates the class with `@POLICIES.register("name")`, plus one line in
-`policies/registry.py` (`POLICY_MODULES`). Specs: `"gandalf:gamma=8,mu0=1"` →
+decorates the class with `@POLICIES.register("name")`, plus one line in the module list of
+`POLICIES` (below). Specs: `"gandalf:gamma=8,mu0=1"` →
 `parse_spec` → (name, params) with type checking; an unknown parameter is an error listing the
 valid ones.
 
@@ -211,9 +211,6 @@ def resolve_spec(spec: str | PolicySpec) -> PolicySpec:
     """'lru-k:k=3' → PolicySpec('lru-k', LruKParams(k=3)); unknown names list valid ones."""
     if isinstance(spec, PolicySpec):
         return spec
-    from policies.registry import load_all
-
-    load_all()
     name, kv = parse_spec(spec)
     cls = POLICIES.get(name)
     return PolicySpec(name, build_params(cls.Params, kv, name))
@@ -328,7 +325,10 @@ class Policy(Generic[P]):
         return doc
 
 
-POLICIES: Registry[type[Policy[Any]]] = Registry("policy")
+# Modules that register policies. Adding a policy = its module + one line here.
+POLICIES: Registry[type[Policy[Any]]] = Registry("policy", modules=[
+    f"policies.{m}" for m in ("lru", "write_through", "fifo", "type_aware", "lru_k", "dynamo", "hotprefix",
+                              "marconi", "wa", "meritkv", "gandalf", "belady")])
 
 def tier_name(tier: int) -> str:
     return TIER_NAMES[tier]

@@ -68,7 +68,7 @@ import numpy as np
 import pyarrow as pa
 
 from kvwear.errors import KvwearError
-from policies.base import Policy, PolicySpec, RequestInfo, resolve_spec
+from policies.base import POLICIES, Policy, PolicySpec, RequestInfo, resolve_spec
 from policies.metrics import (
     CAUSES,
     OP_EVICT,
@@ -158,8 +158,6 @@ class Simulator:
 
     def __init__(self, config: SimConfig, spec: str | PolicySpec,
                  ops_sink: Callable[[pa.Table], None] | None = None) -> None:
-        from policies.registry import get_policy_class
-
         self.spec = resolve_spec(spec)
         self.config = config
         self.capacity_bytes = {HBM: config.hbm_bytes, DRAM: config.dram_bytes, SSD: config.ssd_bytes}
@@ -175,7 +173,7 @@ class Simulator:
         self.hbm_lru: OrderedDict[Obj, None] = OrderedDict()
         self._next_oid = 0
         self.acc = Accumulator(config, self.used_bytes)
-        cls = get_policy_class(self.spec.name)
+        cls = POLICIES.get(self.spec.name)
         self.policy: Policy[Any] = cls(self.spec.params, self)
         self._future: np.ndarray | None = None  # next-use seq per flat hash id (oracles)
         self._fut_base = 0

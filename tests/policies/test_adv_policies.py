@@ -5,8 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from policies.base import PolicySpecError, param_infos, resolve_spec
-from policies.registry import get_policy_class, policy_names
+from policies.base import POLICIES, PolicySpecError, param_infos, resolve_spec
 from policies.sim import SimConfig, Simulator, simulate
 from policies.tree import DRAM, LINEAR, SSD, Obj, Segment
 from workloads.schema import REQUESTS
@@ -25,10 +24,10 @@ def table(reqs: list[tuple[float, list[int]]], ns: list[int] | None = None) -> p
 
 
 def test_registered_with_documented_params() -> None:
-    names = policy_names()
+    names = POLICIES.names()
     for name in ADVANCED:
         assert name in names
-        cls = get_policy_class(name)
+        cls = POLICIES.get(name)
         assert cls.describe()
         infos = param_infos(cls.Params)
         assert infos and all(i.help for i in infos)
