@@ -76,6 +76,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from kvwear.errors import KvwearError
+from kvwear.kv import parse_kv
 from kvwear.registry import Registry
 from policies.tree import DRAM, HBM, SSD, TIER_NAMES, Obj, Segment, State
 
@@ -160,16 +161,9 @@ def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
     name = name.strip()
     if not name:
         raise PolicySpecError(f"policy spec {spec!r}: empty policy name")
-    kv: dict[str, str] = {}
-    if rest.strip():
-        for item in rest.split(","):
-            k, eq, v = item.partition("=")
-            if not eq or not k.strip():
-                raise PolicySpecError(f"policy spec {spec!r}: {item!r} is not key=value")
-            if k.strip() in kv:
-                raise PolicySpecError(f"policy spec {spec!r}: parameter {k.strip()!r} given twice")
-            kv[k.strip()] = v.strip()
-    return name, kv
+    if not rest.strip():
+        return name, {}
+    return name, parse_kv(rest.split(","), f"policy spec {spec!r}", error=PolicySpecError)
 
 
 def build_params(params_cls: type[PolicyParams], values: dict[str, str], policy: str) -> PolicyParams:
