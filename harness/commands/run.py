@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from harness.cli import app
+from harness.commands import app
 from harness.config import RunConfig, load_config, with_overrides
 from kvwear.kv import parse_kv
 from kvwear.units import format_bytes

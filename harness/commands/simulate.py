@@ -26,7 +26,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from harness.cli import app
+from harness.commands import app
 from kvwear.errors import KvwearError
 from kvwear.tables import TableWriter, read_table, table_kind, write_table
 from kvwear.units import format_bytes, parse_duration, parse_size
