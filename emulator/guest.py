@@ -59,9 +59,7 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD_SCRIPT = REPO / "scripts" / "build-guest.sh"
-INIT_SCRIPT = Path(__file__).with_name("guest_init.sh")
 GUEST_DEVICE = "/dev/nvme0n1"          # the drive under test, seen from inside the guest
-GUEST_CONTROLLER = "/dev/nvme0"
 JOB_DIR = "job"                        # where the appended archive lands in the guest
 
 Accel = Literal["tcg", "kvm", "auto"]

@@ -33,7 +33,6 @@ HBM = 1
 DRAM = 2
 SSD = 4
 TIER_NAMES = {HBM: "hbm", DRAM: "dram", SSD: "ssd"}
-TIERS = (HBM, DRAM, SSD)
 
 
 class Obj:
@@ -156,10 +155,6 @@ class Segment(Obj):
     def is_leaf(self) -> bool:
         """No child segment in the tree (ghost children count: they hold the tree together)."""
         return not self.children
-
-    def resident_children(self, tier_mask: int) -> int:
-        """How many children are resident in any tier of `tier_mask`."""
-        return sum(1 for c in self.children.values() if c.tiers & tier_mask)
 
     @property
     def is_root(self) -> bool:
