@@ -9,10 +9,10 @@ A policy decides, for the tiered KV cache the simulator (`policies.sim`) runs:
 and keeps whatever bookkeeping it needs from the notifications `added`, `removed`, `touched`,
 `split` and `begin_request`.
 
-Adding a policy = one module that subclasses `Policy`, declares `Params` (a frozen dataclass of
+Adding a policy = one module that declares its parameters (a frozen dataclass `XParams` of
 `PolicyParams` with defaults, each field made with `param(default, sweep=(lo, hi), help=...)`),
-decorates the class with `@POLICIES.register("name")`, plus one line in the module list of
-`POLICIES` (below). Specs: `"gandalf:gamma=8,mu0=1"` →
+subclasses `Policy[XParams]` (which sets `Params` and types `self.p`), decorates the class with
+`@POLICIES.register("name")`, plus one line in the module list of `POLICIES` (below). Specs: `"gandalf:gamma=8,mu0=1"` →
 `parse_spec` → (name, params) with type checking; an unknown parameter is an error listing the
 valid ones.
 
@@ -253,15 +253,28 @@ class Policy(Generic[P]):
     new objects in DRAM, write every DRAM victim to SSD — i.e. the `lru` write-back baseline.
     Subclasses override what differs (see the module docstring for the contract).
 
-    Generic in its parameter class: `class XPolicy(Policy[XParams])` with `Params = XParams`
-    types `self.p` as `XParams` (a class variable cannot carry the type variable, so `Params`
-    stays `type[PolicyParams]` and the pairing is the subclass's to keep)."""
+    Generic in its parameter class: `class XPolicy(Policy[XParams])` types `self.p` as
+    `XParams` and sets `Params = XParams` (what spec parsing builds), so the two cannot
+    disagree; a class variable cannot carry the type variable, hence the runtime step."""
 
     name: ClassVar[str] = ""
     Params: ClassVar[type[PolicyParams]] = PolicyParams
     needs_future: ClassVar[bool] = False
     split_victims: ClassVar[bool] = True
     summary: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for base in cls.__dict__.get("__orig_bases__", ()):
+            if typing.get_origin(base) is Policy:
+                (arg,) = typing.get_args(base)
+                if not isinstance(arg, type):
+                    continue  # Policy[Any] or a type variable: Params stays as inherited / declared
+                declared = cls.__dict__.get("Params", arg)
+                if declared is not arg:
+                    raise TypeError(f"{cls.__name__}: Params = {declared.__name__} but the class is "
+                                    f"Policy[{arg.__name__}]")
+                cls.Params = arg
 
     def __init__(self, params: P, ctx: SimContext) -> None:
         self.p: P = params

@@ -35,8 +35,6 @@ class DynamoParams(PolicyParams):
 class DynamoPolicy(Policy[DynamoParams]):
     """KVBM frequency filter (1, doubled on repeat, offload iff ≥ 2, −1 every 600 s); write-through."""
 
-    Params = DynamoParams
-
     def __init__(self, params: DynamoParams, ctx: SimContext) -> None:
         super().__init__(params, ctx)
         self.counts: dict[tuple[int, int], int] = {}

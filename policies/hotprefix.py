@@ -62,8 +62,6 @@ class HotPrefixParams(PolicyParams):
 class HotPrefixPolicy(Policy[HotPrefixParams]):
     """Admit to DRAM iff hotness ≥ θ (room) or hotness·clock beats the DRAM minimum; refused → dropped."""
 
-    Params = HotPrefixParams
-
     def __init__(self, params: HotPrefixParams, ctx: SimContext) -> None:
         super().__init__(params, ctx)
         self.hist = KeyHistory(self.p.history_requests)

@@ -53,8 +53,6 @@ class LruKParams(PolicyParams):
 class LruKPolicy(Policy[LruKParams]):
     """LRU; write a DRAM victim to SSD only if referenced ≥ K times within the retained period."""
 
-    Params = LruKParams
-
     def __init__(self, params: LruKParams, ctx: SimContext) -> None:
         super().__init__(params, ctx)
         self.hist = KeyHistory(self.p.retain_s)

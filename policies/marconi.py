@@ -85,7 +85,6 @@ class MarconiParams(PolicyParams):
 class MarconiPolicy(Policy[MarconiParams]):
     """Admit states at branch points and session ends; evict lowest α·FLOP-efficiency + recency."""
 
-    Params = MarconiParams
     summary = "hybrid prefix caching: branch-point state admission, FLOP-efficiency + recency eviction"
 
     def __init__(self, params: MarconiParams, ctx: SimContext) -> None:

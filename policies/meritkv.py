@@ -60,7 +60,6 @@ class MeritKvParams(PolicyParams):
 class MeritKvPolicy(Policy[MeritKvParams]):
     """LRU tiers; a DRAM victim is written to SSD iff demanded ≤ warmup times or its merit ≥ τ."""
 
-    Params = MeritKvParams
     summary = "merit-based SSD admission: saved prefill minus lookup, transfer, wear and miss history"
 
     def __init__(self, params: MeritKvParams, ctx: SimContext) -> None:

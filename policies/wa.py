@@ -55,7 +55,6 @@ class WaParams(PolicyParams):
 class WaPolicy(Policy[WaParams]):
     """Workload-aware: evict the lowest (ReuseProb, −offset) over per-workload LRU heads."""
 
-    Params = WaParams
     summary = "workload-aware: per category × turn exponential reuse fit, evict lowest ReuseProb"
 
     def __init__(self, params: WaParams, ctx: SimContext) -> None:

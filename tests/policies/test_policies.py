@@ -5,11 +5,13 @@ Bytes: kv_bytes_per_token = 1 and 16-token blocks, so one block = 16 bytes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pyarrow as pa
 import pytest
 
 from kvwear.errors import KvwearError
-from policies.base import POLICIES, PolicySpecError, resolve_spec
+from policies.base import POLICIES, Policy, PolicyParams, PolicySpecError, resolve_spec
 from policies.lru import LruPolicy
 from policies.sim import SimConfig, Simulator, next_use, simulate
 from policies.tree import DRAM, SSD, Segment
@@ -303,3 +305,18 @@ def test_ids_beyond_the_hashed_tokens_are_ignored() -> None:
         # blocks 1-3 and one state after block 2 (both requests end their full blocks there);
         # block 4 never cached
         assert res.summary.dram_used_bytes_end == 3 * 16 + state
+
+
+def test_policy_params_come_from_the_generic_argument() -> None:
+    from policies.lru_k import LruKParams
+
+    assert POLICIES.get("lru-k").Params is LruKParams
+    assert POLICIES.get("lru").Params is PolicyParams
+
+    @dataclass(frozen=True)
+    class OtherParams(PolicyParams):
+        x: int = 1
+
+    with pytest.raises(TypeError, match="Params = PolicyParams but the class is Policy\\[OtherParams\\]"):
+        class _Mismatched(Policy[OtherParams]):
+            Params = PolicyParams
