@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from policies.base import POLICIES, PolicySpecError, param_infos, resolve_spec
+from policies.base import POLICIES, param_infos, resolve_spec
 from policies.sim import SimConfig, Simulator, simulate
 from policies.tree import DRAM, LINEAR, SSD, Obj, Segment
 from workloads.schema import REQUESTS
@@ -33,12 +33,6 @@ def test_registered_with_documented_params() -> None:
         assert infos and all(i.help for i in infos)
     assert resolve_spec("gandalf:gamma=8").params.gamma == 8.0  # type: ignore[attr-defined]
     assert resolve_spec("belady:mode=min").label == "belady,mode=min"
-    with pytest.raises(PolicySpecError, match="valid: gamma"):
-        resolve_spec("gandalf:gama=8")
-    with pytest.raises(PolicySpecError, match="not one of"):
-        resolve_spec("wa:key=user")
-    with pytest.raises(PolicySpecError, match="gamma >= 0"):
-        resolve_spec("gandalf:gamma=-1")
 
 
 def test_marconi_keeps_the_flop_efficient_entry() -> None:

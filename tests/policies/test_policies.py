@@ -174,16 +174,21 @@ def test_policy_specs() -> None:
     assert spec.params.k == 3 and spec.label == "lru-k,k=3"  # type: ignore[attr-defined]
     assert resolve_spec("lru-k").label == "lru-k"
     assert resolve_spec("dynamo:decay_s=60").params.decay_s == 60.0  # type: ignore[attr-defined]
-    with pytest.raises(PolicySpecError, match="unknown parameter 'q'; valid: k"):
-        resolve_spec("lru-k:q=3")
-    with pytest.raises(PolicySpecError, match="not a valid int"):
-        resolve_spec("lru-k:k=2.5")
-    with pytest.raises(PolicySpecError, match="k must be >= 1"):
-        resolve_spec("lru-k:k=0")
-    with pytest.raises(PolicySpecError, match="not key=value"):
-        resolve_spec("lru-k:k")
-    with pytest.raises(KeyError, match=r"valid: .*lru-k"):
-        resolve_spec("nosuch")
+
+
+@pytest.mark.parametrize(("spec", "error", "says"), [
+    ("lru-k:q=3", PolicySpecError, "unknown parameter 'q'; valid: k"),
+    ("lru-k:k=2.5", PolicySpecError, "not a valid int"),
+    ("lru-k:k=0", PolicySpecError, "k must be >= 1"),
+    ("lru-k:k", PolicySpecError, "not key=value"),
+    ("nosuch", KeyError, r"valid: .*lru-k"),
+    ("gandalf:gama=8", PolicySpecError, "valid: gamma"),
+    ("wa:key=user", PolicySpecError, "not one of"),
+    ("gandalf:gamma=-1", PolicySpecError, "gamma >= 0"),
+])
+def test_bad_policy_specs_are_refused(spec: str, error: type[Exception], says: str) -> None:
+    with pytest.raises(error, match=says):
+        resolve_spec(spec)
 
 
 class _OracleLru(LruPolicy):
