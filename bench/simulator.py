@@ -23,8 +23,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from policies.base import POLICIES  # noqa: E402
 from policies.flat import flatten_chunks, oracle_general  # noqa: E402
-from policies.registry import policy_names  # noqa: E402
 from policies.sim import SimConfig, chunks_of, simulate  # noqa: E402
 from workloads.loaders import load_requests  # noqa: E402
 from workloads.models import get_profile  # noqa: E402
@@ -37,7 +37,7 @@ def _rss_mib() -> float:
 
 
 def main() -> None:
-    names = policy_names()
+    names = POLICIES.names()
     default = ["lru"] + (["gandalf"] if "gandalf" in names else [])
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trace", default=str(REPO.parent / "shared/traces/mooncake/conversation_trace.jsonl"))

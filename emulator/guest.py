@@ -62,10 +62,8 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD_SCRIPT = REPO / "scripts" / "build-guest.sh"
-INIT_SCRIPT = Path(__file__).with_name("guest_init.sh")
 DW_SOURCE = Path(__file__).with_name("kvwear_dw.c")     # the directive-write tool (/bin/kvwear-dw)
 GUEST_DEVICE = "/dev/nvme0n1"          # the drive under test, seen from inside the guest
-GUEST_CONTROLLER = "/dev/nvme0"
 JOB_DIR = "job"                        # where the appended archive lands in the guest
 SUBSYS_ID = "kvwear-subsys"            # the NVMe subsystem an FDP drive's controller joins
 

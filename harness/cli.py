@@ -1,7 +1,8 @@
-"""The `kvwear` command line: one typer app, command groups filled by `harness.commands.*`.
+"""The `kvwear` command line: imports the command modules onto the apps of `harness.commands`.
 
-This module only assembles the groups; each command lives in its own module under
-`harness/commands/`, which registers itself on the apps defined here. To add a command
+Each command lives in its own module under `harness/commands/` and registers itself on the
+apps defined in that package; this module imports them (the dependency goes one way: cli →
+command modules → the apps) and holds the console-script entry point. To add a command
 module, append its name to `COMMAND_MODULES`.
 """
 
@@ -11,22 +12,9 @@ import importlib
 
 import typer
 
-app = typer.Typer(
-    name="kvwear",
-    help=(
-        "SSD wear benchmarking for LLM KV-cache offloading: replay KV-cache traces under cache "
-        "placement policies, issue the SSD traffic to a device, measure wear, project lifetime."
-    ),
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-trace_app = typer.Typer(
-    help="Load, convert, generate and characterize KV-cache traces.", no_args_is_help=True
-)
-models_app = typer.Typer(help="Model profiles: KV bytes per token, state sizes.", no_args_is_help=True)
-app.add_typer(trace_app, name="trace")
-app.add_typer(models_app, name="models")
+from harness.commands import app
+
+__all__ = ["app", "main"]
 
 COMMAND_MODULES: list[str] = [
     "harness.commands.characterize",

@@ -22,7 +22,6 @@ It shares `IologStats` and the header with harness.fio; it is the one iolog writ
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +31,7 @@ import pyarrow.csv as pacsv
 
 from harness.fio import IOLOG_V3_HEADER, IologStats
 from kvwear.errors import InputError
-from kvwear.tables import atomic_path
+from kvwear.tables import atomic_write
 
 _DIRS = ("write", "read", "trim")
 
@@ -52,54 +51,48 @@ def export_iolog_v3(
     if any(c.isspace() for c in filename) or not filename:
         raise InputError(str(path), None, "filename", f"an iolog filename token cannot hold spaces: {filename!r}")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     t_col = plan.column("t_s")
     t0 = float(pc.min(t_col).as_py()) if plan.num_rows else 0.0
     counts = dict.fromkeys(_DIRS, 0)
     nbytes = dict.fromkeys(_DIRS, 0)
     last_us = 0
-    tmp = atomic_path(path)
     row0 = 0
     # Lines are written by Arrow's CSV writer (space-delimited, unquoted): no Python string per
     # line, which is what keeps the export a small fraction of fio's own replay time.
     schema = pa.schema([("t", pa.int64()), ("f", pa.string()), ("op", pa.string()), ("off", pa.int64()),
                         ("len", pa.int64())])
     opts = pacsv.WriteOptions(include_header=False, delimiter=" ", quoting_style="none")
-    try:
-        with pa.OSFile(str(tmp), "wb") as sink:
-            sink.write(f"{IOLOG_V3_HEADER}\n0 {filename} add\n0 {filename} open\n".encode())
-            writer = pacsv.CSVWriter(sink, schema, write_options=opts)
-            for batch in plan.select(["t_s", "op", "offset_bytes", "length_bytes"]).to_batches(batch_rows):
-                ops = pc.cast(batch.column(1), pa.string())
-                known = pc.is_in(ops, value_set=pa.array(_DIRS))
-                if not pc.all(known).as_py():
-                    i = int(np.flatnonzero(~known.to_numpy(zero_copy_only=False))[0])
-                    raise InputError("block_ops", row0 + i + 1, "op",
-                                     f"unknown op {ops[i].as_py()!r}; valid: {', '.join(_DIRS)}")
-                t = batch.column(0).to_numpy(zero_copy_only=False)
-                us = np.round((t - t0) * 1e6).astype(np.int64)
-                off = batch.column(2)
-                ln = batch.column(3)
-                if not include_trims:
-                    keep = pc.not_equal(ops, "trim")
-                    us = us[keep.to_numpy(zero_copy_only=False)]
-                    ops, off, ln = ops.filter(keep), off.filter(keep), ln.filter(keep)
-                row0 += batch.num_rows
-                if len(ops) == 0:
-                    continue
-                writer.write_table(pa.table([pa.array(us), pa.repeat(filename, len(ops)), ops,
-                                             off.cast(pa.int64()), ln.cast(pa.int64())], schema=schema))
-                last_us = max(last_us, int(us.max()))
-                op_np = ops.to_numpy(zero_copy_only=False)
-                ln_np = ln.to_numpy(zero_copy_only=False)
-                for d in _DIRS:
-                    m = op_np == d
-                    counts[d] += int(m.sum())
-                    nbytes[d] += int(ln_np[m].sum())
-            writer.close()
-            sink.write(f"{last_us} {filename} close\n".encode())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_write(path) as tmp, pa.OSFile(str(tmp), "wb") as sink:
+        sink.write(f"{IOLOG_V3_HEADER}\n0 {filename} add\n0 {filename} open\n".encode())
+        writer = pacsv.CSVWriter(sink, schema, write_options=opts)
+        for batch in plan.select(["t_s", "op", "offset_bytes", "length_bytes"]).to_batches(batch_rows):
+            ops = pc.cast(batch.column(1), pa.string())
+            known = pc.is_in(ops, value_set=pa.array(_DIRS))
+            if not pc.all(known).as_py():
+                i = int(np.flatnonzero(~known.to_numpy(zero_copy_only=False))[0])
+                raise InputError("block_ops", row0 + i + 1, "op",
+                                 f"unknown op {ops[i].as_py()!r}; valid: {', '.join(_DIRS)}")
+            t = batch.column(0).to_numpy(zero_copy_only=False)
+            us = np.round((t - t0) * 1e6).astype(np.int64)
+            off = batch.column(2)
+            ln = batch.column(3)
+            if not include_trims:
+                keep = pc.not_equal(ops, "trim")
+                us = us[keep.to_numpy(zero_copy_only=False)]
+                ops, off, ln = ops.filter(keep), off.filter(keep), ln.filter(keep)
+            row0 += batch.num_rows
+            if len(ops) == 0:
+                continue
+            writer.write_table(pa.table([pa.array(us), pa.repeat(filename, len(ops)), ops,
+                                         off.cast(pa.int64()), ln.cast(pa.int64())], schema=schema))
+            last_us = max(last_us, int(us.max()))
+            op_np = ops.to_numpy(zero_copy_only=False)
+            ln_np = ln.to_numpy(zero_copy_only=False)
+            for d in _DIRS:
+                m = op_np == d
+                counts[d] += int(m.sum())
+                nbytes[d] += int(ln_np[m].sum())
+        writer.close()
+        sink.write(f"{last_us} {filename} close\n".encode())
     return IologStats(path, counts["write"], nbytes["write"], counts["read"], nbytes["read"],
                       counts["trim"], nbytes["trim"])

@@ -62,7 +62,7 @@ from harness.wear.base import NVME_DATA_UNIT_BYTES
 from harness.wear.snapshot import delta as wear_delta
 from harness.wear.snapshot import snapshot, wear_rows, wear_table
 from kvwear.errors import InputError, KvwearError
-from kvwear.tables import atomic_path, read_table, write_table
+from kvwear.tables import atomic_write, read_table, write_table
 from kvwear.units import format_bytes
 from workloads.blocks import splitmix64
 from workloads.models import ModelProfile, resolve_profile
@@ -510,12 +510,8 @@ def placement_gains(rows: list[dict[str, Any]], reference: str = "lru") -> list[
 
 def _write_parquet(table: pa.Table, path: Path) -> None:
     """Atomically (temporary sibling + rename): an interrupted write leaves no truncated file."""
-    tmp = atomic_path(path)
-    try:
+    with atomic_write(path) as tmp:
         pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def wear_readers(cfg: RunConfig) -> list[str]:

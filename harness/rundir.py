@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
 import shutil
 import subprocess
@@ -36,25 +35,20 @@ from typing import Any
 
 from kvwear import __version__
 from kvwear.errors import KvwearError
+from kvwear.tables import atomic_write
 
 MANIFEST_VERSION = 1
 
 
 def write_json(path: Path, data: Any) -> Path:
     """Write JSON atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, path)
-    return path
+    return write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def write_text(path: Path, text: str) -> Path:
     """Write text atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    with atomic_write(path) as tmp:
+        tmp.write_text(text)
     return path
 
 

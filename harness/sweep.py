@@ -30,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import os
 import re
 import time
 import tomllib
@@ -48,6 +47,8 @@ import pyarrow.parquet as pq
 from harness.config import DEFAULT_SSD_BYTES, RunConfig, config_from_mapping
 from harness.rundir import write_json
 from kvwear.errors import InputError, KvwearError
+from kvwear.kv import parse_kv
+from kvwear.tables import atomic_write
 
 SWEEP_VERSION = 1
 
@@ -101,11 +102,7 @@ def expand_policy(spec: str) -> list[str]:
     if not params:
         return [name]
     axes: list[tuple[str, list[str]]] = []
-    for part in _split_top(params):
-        key, eq, value = part.partition("=")
-        if not eq:
-            raise ValueError(f"policy spec {spec!r}: expected key=value, got {part!r}")
-        value = value.strip()
+    for key, value in parse_kv(_split_top(params), f"policy spec {spec!r}").items():
         if value.startswith("[") and value.endswith("]"):
             values = [v.strip() for v in value[1:-1].split(",") if v.strip()]
         elif m := re.fullmatch(r"(-?\d+)\.\.(-?\d+)", value):
@@ -114,7 +111,7 @@ def expand_policy(spec: str) -> list[str]:
             values = [value]
         if not values:
             raise ValueError(f"policy spec {spec!r}: empty value list for {key!r}")
-        axes.append((key.strip(), values))
+        axes.append((key, values))
     return [
         name + ":" + ",".join(f"{k}={v}" for (k, _), v in zip(axes, combo, strict=True))
         for combo in itertools.product(*(vals for _, vals in axes))
@@ -223,11 +220,9 @@ class ResultsStore:
         return {p.stem for p in self.errors.glob("*.json")} if self.errors.is_dir() else set()
 
     def write_result(self, key: str, row: Mapping[str, Any]) -> Path:
-        self.results.mkdir(parents=True, exist_ok=True)
         path = self.results / f"{key}.parquet"
-        tmp = self.results / f".{key}.partial-{os.getpid()}-{time.monotonic_ns()}"
-        pq.write_table(pa.Table.from_pylist([{"point_key": key, **row}]), tmp)
-        os.replace(tmp, path)
+        with atomic_write(path) as tmp:
+            pq.write_table(pa.Table.from_pylist([{"point_key": key, **row}]), tmp)
         (self.errors / f"{key}.json").unlink(missing_ok=True)
         return path
 

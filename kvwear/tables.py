@@ -7,6 +7,8 @@ half-written table that looks complete. Reading checks the kind and the major ve
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,16 +59,25 @@ def atomic_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.partial-{os.getpid()}")
 
 
-def write_table(spec: TableSpec, table: pa.Table, path: str | Path) -> Path:
-    """Write `table` conformed to `spec` to `path` atomically."""
-    path = Path(path)
+@contextmanager
+def atomic_write(path: Path) -> Iterator[Path]:
+    """`with atomic_write(path) as tmp:` fill `tmp`; on leaving the block it is renamed onto
+    `path`, or removed if the block raised — so no reader ever sees a half-written file. The
+    one way kvwear writes a file (tables, JSON, text, iologs)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = atomic_path(path)
     try:
-        pq.write_table(spec.conform(table), tmp, compression="zstd")
+        yield tmp
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def write_table(spec: TableSpec, table: pa.Table, path: str | Path) -> Path:
+    """Write `table` conformed to `spec` to `path` atomically."""
+    path = Path(path)
+    with atomic_write(path) as tmp:
+        pq.write_table(spec.conform(table), tmp, compression="zstd")
     return path
 
 

@@ -18,8 +18,10 @@ Must not: know about tiers or the simulator; do I/O; keep global state.
 
 from __future__ import annotations
 
+from typing import cast
+
 from policies.base import obj_keys
-from policies.tree import Obj, Segment
+from policies.tree import Obj, Segment, State
 
 
 class KeyHistory:
@@ -87,7 +89,7 @@ class KeyHistory:
     def entered(self, obj: Obj) -> int:
         """References of the object's root-side key: for a segment, how many requests reached
         the prefix node it starts; for a state, those of the segment it ends."""
-        seg: Segment = obj if isinstance(obj, Segment) else obj.seg  # type: ignore[attr-defined]
+        seg = obj if isinstance(obj, Segment) else cast(State, obj).seg
         if not seg.keys:
             return 0
         return self.count((seg.ns, seg.keys[0]))

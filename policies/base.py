@@ -9,10 +9,10 @@ A policy decides, for the tiered KV cache the simulator (`policies.sim`) runs:
 and keeps whatever bookkeeping it needs from the notifications `added`, `removed`, `touched`,
 `split` and `begin_request`.
 
-Adding a policy = one module that subclasses `Policy`, declares `Params` (a frozen dataclass of
+Adding a policy = one module that declares its parameters (a frozen dataclass `XParams` of
 `PolicyParams` with defaults, each field made with `param(default, sweep=(lo, hi), help=...)`),
-decorates the class with `@POLICIES.register("name")`, plus one line in
-`policies/registry.py` (`POLICY_MODULES`). Specs: `"gandalf:gamma=8,mu0=1"` →
+subclasses `Policy[XParams]` (which sets `Params` and types `self.p`), decorates the class with
+`@POLICIES.register("name")`, plus one line in the module list of `POLICIES` (below). Specs: `"gandalf:gamma=8,mu0=1"` →
 `parse_spec` → (name, params) with type checking; an unknown parameter is an error listing the
 valid ones.
 
@@ -73,11 +73,12 @@ import typing
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from kvwear.errors import KvwearError
+from kvwear.kv import parse_kv
 from kvwear.registry import Registry
-from policies.tree import DRAM, HBM, SSD, TIER_NAMES, Obj, Segment
+from policies.tree import DRAM, HBM, SSD, TIER_NAMES, Obj, Segment, State
 
 if TYPE_CHECKING:
     from policies.sim import SimConfig
@@ -160,16 +161,9 @@ def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
     name = name.strip()
     if not name:
         raise PolicySpecError(f"policy spec {spec!r}: empty policy name")
-    kv: dict[str, str] = {}
-    if rest.strip():
-        for item in rest.split(","):
-            k, eq, v = item.partition("=")
-            if not eq or not k.strip():
-                raise PolicySpecError(f"policy spec {spec!r}: {item!r} is not key=value")
-            if k.strip() in kv:
-                raise PolicySpecError(f"policy spec {spec!r}: parameter {k.strip()!r} given twice")
-            kv[k.strip()] = v.strip()
-    return name, kv
+    if not rest.strip():
+        return name, {}
+    return name, parse_kv(rest.split(","), f"policy spec {spec!r}", error=PolicySpecError)
 
 
 def build_params(params_cls: type[PolicyParams], values: dict[str, str], policy: str) -> PolicyParams:
@@ -211,9 +205,6 @@ def resolve_spec(spec: str | PolicySpec) -> PolicySpec:
     """'lru-k:k=3' → PolicySpec('lru-k', LruKParams(k=3)); unknown names list valid ones."""
     if isinstance(spec, PolicySpec):
         return spec
-    from policies.registry import load_all
-
-    load_all()
     name, kv = parse_spec(spec)
     cls = POLICIES.get(name)
     return PolicySpec(name, build_params(cls.Params, kv, name))
@@ -254,10 +245,17 @@ class SimContext(Protocol):
     def next_seqs(self, seg: Segment) -> list[int]: ...
 
 
-class Policy:
+P = TypeVar("P", bound=PolicyParams)
+
+
+class Policy(Generic[P]):
     """Base policy: LRU per tier (insertion or access moves an object to the MRU end), place
     new objects in DRAM, write every DRAM victim to SSD — i.e. the `lru` write-back baseline.
-    Subclasses override what differs (see the module docstring for the contract)."""
+    Subclasses override what differs (see the module docstring for the contract).
+
+    Generic in its parameter class: `class XPolicy(Policy[XParams])` types `self.p` as
+    `XParams` and sets `Params = XParams` (what spec parsing builds), so the two cannot
+    disagree; a class variable cannot carry the type variable, hence the runtime step."""
 
     name: ClassVar[str] = ""
     Params: ClassVar[type[PolicyParams]] = PolicyParams
@@ -265,8 +263,21 @@ class Policy:
     split_victims: ClassVar[bool] = True
     summary: ClassVar[str] = ""
 
-    def __init__(self, params: PolicyParams, ctx: SimContext) -> None:
-        self.params = params
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for base in cls.__dict__.get("__orig_bases__", ()):
+            if typing.get_origin(base) is Policy:
+                (arg,) = typing.get_args(base)
+                if not isinstance(arg, type):
+                    continue  # Policy[Any] or a type variable: Params stays as inherited / declared
+                declared = cls.__dict__.get("Params", arg)
+                if declared is not arg:
+                    raise TypeError(f"{cls.__name__}: Params = {declared.__name__} but the class is "
+                                    f"Policy[{arg.__name__}]")
+                cls.Params = arg
+
+    def __init__(self, params: P, ctx: SimContext) -> None:
+        self.p: P = params
         self.ctx = ctx
         # one LRU order per tier; an OrderedDict keyed by the object (identity hash)
         self.lru: dict[int, OrderedDict[Obj, None]] = {DRAM: OrderedDict(), SSD: OrderedDict()}
@@ -321,7 +332,10 @@ class Policy:
         return doc
 
 
-POLICIES: Registry[type[Policy]] = Registry("policy")
+# Modules that register policies. Adding a policy = its module + one line here.
+POLICIES: Registry[type[Policy[Any]]] = Registry("policy", modules=[
+    f"policies.{m}" for m in ("lru", "write_through", "fifo", "type_aware", "lru_k", "dynamo", "hotprefix",
+                              "marconi", "wa", "meritkv", "gandalf", "belady")])
 
 def tier_name(tier: int) -> str:
     return TIER_NAMES[tier]
@@ -334,7 +348,8 @@ def obj_keys(obj: Obj) -> list[tuple[int, int]]:
     if isinstance(obj, Segment):
         ns = obj.ns
         return [(ns, k) for k in obj.keys]
-    seg: Segment = obj.seg  # type: ignore[attr-defined]
+    assert isinstance(obj, State)
+    seg = obj.seg
     return [(seg.ns, ~seg.keys[-1])]
 
 

@@ -32,14 +32,11 @@ class DynamoParams(PolicyParams):
 
 
 @POLICIES.register("dynamo")
-class DynamoPolicy(Policy):
+class DynamoPolicy(Policy[DynamoParams]):
     """KVBM frequency filter (1, doubled on repeat, offload iff ≥ 2, −1 every 600 s); write-through."""
 
-    Params = DynamoParams
-
-    def __init__(self, params: PolicyParams, ctx: SimContext) -> None:
+    def __init__(self, params: DynamoParams, ctx: SimContext) -> None:
         super().__init__(params, ctx)
-        self.p: DynamoParams = params  # type: ignore[assignment]
         self.counts: dict[tuple[int, int], int] = {}
         self.next_decay_s: float | None = None
 

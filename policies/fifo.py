@@ -7,19 +7,15 @@ entered together the leaf side leaves first. Kept in a lazy min-heap per tier ke
 
 from __future__ import annotations
 
+from typing import cast
+
 from policies._estimators import LazyMinHeap
 from policies.base import POLICIES, Policy, PolicyParams, SimContext
-from policies.tree import DRAM, SSD, Obj, Segment
-
-
-def _depth(obj: Obj) -> int:
-    if isinstance(obj, Segment):
-        return obj.start
-    return obj.seg.start + obj.seg.n  # type: ignore[attr-defined]  # a state sits below its segment
+from policies.tree import DRAM, SSD, Obj, Segment, depth_blocks
 
 
 @POLICIES.register("fifo")
-class FifoPolicy(Policy):
+class FifoPolicy(Policy[PolicyParams]):
     """FIFO write-back: evict in order of entry into the tier."""
 
     def __init__(self, params: PolicyParams, ctx: SimContext) -> None:
@@ -29,7 +25,7 @@ class FifoPolicy(Policy):
 
     def added(self, obj: Obj, tier: int) -> None:
         self.entries += 1
-        key = (self.entries, -_depth(obj))
+        key = (self.entries, -depth_blocks(obj))
         if obj.pdata is None:
             obj.pdata = {}
         obj.pdata[tier] = key
@@ -44,7 +40,7 @@ class FifoPolicy(Policy):
     def victim(self, tier: int, need_bytes: int) -> Obj:
         top = self.heaps[tier].peek()
         assert top is not None
-        return top[1]  # type: ignore[return-value]
+        return cast(Obj, top[1])  # the heap holds what `added` set: objects
 
     def split(self, head: Segment, tail: Segment, evicting_tier: int) -> None:
         head.pdata = {}

@@ -86,28 +86,17 @@ def oracle_general(ids: np.ndarray, obj_size: int = 1) -> np.ndarray:
     return rec
 
 
-def _lru(ids: list[int], cap: int) -> int:
+def _queue(ids: list[int], cap: int, refresh: bool) -> int:
+    """Hits of an insertion-ordered queue that evicts its oldest entry: LRU when a hit moves the
+    entry to the young end (`refresh`), FIFO when it does not."""
     od: OrderedDict[int, None] = OrderedDict()
     hits = 0
     move = od.move_to_end
     pop = od.popitem
     for x in ids:
         if x in od:
-            move(x)
-            hits += 1
-        else:
-            if len(od) >= cap:
-                pop(last=False)
-            od[x] = None
-    return hits
-
-
-def _fifo(ids: list[int], cap: int) -> int:
-    od: OrderedDict[int, None] = OrderedDict()
-    hits = 0
-    pop = od.popitem
-    for x in ids:
-        if x in od:
+            if refresh:
+                move(x)
             hits += 1
         else:
             if len(od) >= cap:
@@ -148,9 +137,9 @@ def simulate_flat(ids: np.ndarray, capacity_chunks: int, policy: str = "lru") ->
         raise KvwearError(f"flat mode: capacity must be >= 1 chunk, got {capacity_chunks}")
     seq = np.asarray(ids, dtype=np.int64).tolist()
     if policy == "lru":
-        hits = _lru(seq, capacity_chunks)
+        hits = _queue(seq, capacity_chunks, refresh=True)
     elif policy == "fifo":
-        hits = _fifo(seq, capacity_chunks)
+        hits = _queue(seq, capacity_chunks, refresh=False)
     elif policy == "belady":
         hits = _belady(seq, next_access(np.asarray(ids)).tolist(), capacity_chunks)
     else:

@@ -36,12 +36,12 @@ Must not: do I/O, read the wall clock, keep global state.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 from policies._estimators import LazyMinHeap
 from policies._history import KeyHistory
 from policies.base import POLICIES, Policy, PolicyParams, RequestInfo, SimContext, obj_keys, param
-from policies.tree import DRAM, SSD, Obj, Segment
+from policies.tree import DRAM, SSD, Obj, Segment, State, depth_blocks
 
 
 @dataclass(frozen=True)
@@ -58,21 +58,12 @@ class HotPrefixParams(PolicyParams):
             raise ValueError("theta and history_requests must be >= 1")
 
 
-def _depth(obj: Obj) -> int:
-    if isinstance(obj, Segment):
-        return obj.start
-    return obj.seg.start + obj.seg.n  # type: ignore[attr-defined]
-
-
 @POLICIES.register("hotprefix")
-class HotPrefixPolicy(Policy):
+class HotPrefixPolicy(Policy[HotPrefixParams]):
     """Admit to DRAM iff hotness ≥ θ (room) or hotness·clock beats the DRAM minimum; refused → dropped."""
 
-    Params = HotPrefixParams
-
-    def __init__(self, params: PolicyParams, ctx: SimContext) -> None:
+    def __init__(self, params: HotPrefixParams, ctx: SimContext) -> None:
         super().__init__(params, ctx)
-        self.p: HotPrefixParams = params  # type: ignore[assignment]
         self.hist = KeyHistory(self.p.history_requests)
         self.dram = LazyMinHeap()
         self.refused = 0
@@ -93,14 +84,15 @@ class HotPrefixPolicy(Policy):
         hist.ref(obj)
         if not isinstance(obj, Segment):
             # a state is placed before the walk reaches its segment: count the node it ends now
-            hist.ref_keys(obj_keys(obj.seg))  # type: ignore[attr-defined]
+            assert isinstance(obj, State)
+            hist.ref_keys(obj_keys(obj.seg))
         h = self.hotness(obj)
         obj.pdata = h * (self.ctx.seq + 1)
         return h
 
     @staticmethod
     def _key(obj: Obj) -> tuple[int, int]:
-        return (obj.pdata, -_depth(obj))
+        return (obj.pdata, -depth_blocks(obj))
 
     def place(self, obj: Obj) -> int:
         h = self._ref(obj)
@@ -108,7 +100,7 @@ class HotPrefixPolicy(Policy):
             ok = h >= self.p.theta
         else:
             top = self.dram.peek()
-            ok = top is not None and self._key(obj) > top[0]  # type: ignore[operator]
+            ok = top is not None and self._key(obj) > cast(tuple[int, int], top[0])
         if not ok:
             self.refused += 1
             self.refused_bytes += obj.nbytes
@@ -140,7 +132,7 @@ class HotPrefixPolicy(Policy):
         if tier == DRAM:
             top = self.dram.peek()
             assert top is not None
-            return top[1]  # type: ignore[return-value]
+            return cast(Obj, top[1])  # the heap holds what `added` set: objects
         return super().victim(tier, need_bytes)
 
     def split(self, head: Segment, tail: Segment, evicting_tier: int) -> None:

@@ -5,9 +5,9 @@ object. No parameters. All the behaviour is the `Policy` base class's default.
 
 from __future__ import annotations
 
-from policies.base import POLICIES, Policy
+from policies.base import POLICIES, Policy, PolicyParams
 
 
 @POLICIES.register("lru")
-class LruPolicy(Policy):
+class LruPolicy(Policy[PolicyParams]):
     """LRU write-back: every DRAM eviction is written to SSD."""

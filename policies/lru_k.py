@@ -50,14 +50,11 @@ class LruKParams(PolicyParams):
 
 
 @POLICIES.register("lru-k")
-class LruKPolicy(Policy):
+class LruKPolicy(Policy[LruKParams]):
     """LRU; write a DRAM victim to SSD only if referenced ≥ K times within the retained period."""
 
-    Params = LruKParams
-
-    def __init__(self, params: PolicyParams, ctx: SimContext) -> None:
+    def __init__(self, params: LruKParams, ctx: SimContext) -> None:
         super().__init__(params, ctx)
-        self.p: LruKParams = params  # type: ignore[assignment]
         self.hist = KeyHistory(self.p.retain_s)
 
     def begin_request(self, req: RequestInfo) -> None:

@@ -56,7 +56,7 @@ from typing import Literal
 from kvwear.errors import KvwearError
 from policies._estimators import FlopModel, minmax
 from policies.base import POLICIES, Policy, PolicyParams, SimContext, param
-from policies.tree import DRAM, FULL, LINEAR, SSD, Obj, Segment, State
+from policies.tree import DRAM, SSD, Obj, Segment, State
 
 EDGE_SEGMENTS = 64  # bound on the walk from a state to the previous checkpoint
 
@@ -82,18 +82,15 @@ class MarconiParams(PolicyParams):
 
 
 @POLICIES.register("marconi")
-class MarconiPolicy(Policy):
+class MarconiPolicy(Policy[MarconiParams]):
     """Admit states at branch points and session ends; evict lowest α·FLOP-efficiency + recency."""
 
-    Params = MarconiParams
     summary = "hybrid prefix caching: branch-point state admission, FLOP-efficiency + recency eviction"
 
-    def __init__(self, params: PolicyParams, ctx: SimContext) -> None:
+    def __init__(self, params: MarconiParams, ctx: SimContext) -> None:
         super().__init__(params, ctx)
-        p: MarconiParams = params  # type: ignore[assignment]
-        self.p = p
-        self.flops = _flop_model(p, ctx)
-        self._log_ratio = math.log(p.bin_ratio)
+        self.flops = _flop_model(params, ctx)
+        self._log_ratio = math.log(params.bin_ratio)
         self.lists: dict[int, dict[int, OrderedDict[Obj, None]]] = {DRAM: {}, SSD: {}}
         self.where: dict[Obj, int] = {}
         self._tick = 0
@@ -107,10 +104,11 @@ class MarconiPolicy(Policy):
         nearest ancestor segment carrying a state, up to 64 segments up) to its own position ÷
         (state bytes + the KV bytes of that edge): without the state nothing on that edge hits.
         """
-        if obj.kind == FULL:
-            seg: Segment = obj  # type: ignore[assignment]
+        if isinstance(obj, Segment):
+            seg = obj
             return self.flops.flops_saved(seg.start_tokens, seg.end_tokens) / max(seg.nbytes, 1)
-        st: State = obj  # type: ignore[assignment]
+        assert isinstance(obj, State)
+        st = obj
         end = st.seg.end_tokens
         a = st.seg.parent
         start = 0
@@ -129,9 +127,9 @@ class MarconiPolicy(Policy):
 
     # --- admission -----------------------------------------------------------------------------
     def place(self, obj: Obj) -> int:
-        if obj.kind != LINEAR or self.p.admit == "all":
+        if not isinstance(obj, State) or self.p.admit == "all":
             return DRAM
-        st: State = obj  # type: ignore[assignment]
+        st = obj
         seg = st.seg
         if seg.children or self.ctx.req.session_id is not None:
             return DRAM
@@ -181,9 +179,9 @@ class MarconiPolicy(Policy):
 
     def evict_with(self, victim: Obj, tier: int) -> Sequence[Obj]:
         """A state leaves with its edge's KV resident in `tier` (see the module doc)."""
-        if victim.kind != LINEAR:
+        if not isinstance(victim, State):
             return []
-        st: State = victim  # type: ignore[assignment]
+        st = victim
         seg: Segment | None = st.seg
         below: Segment | None = None
         edge: list[Segment] = []
@@ -205,9 +203,9 @@ class MarconiPolicy(Policy):
         for i, o in enumerate(od):
             if i >= self.p.scan:
                 return None
-            if o.kind != FULL:
+            if not isinstance(o, Segment):
                 return o
-            seg: Segment = o  # type: ignore[assignment]
+            seg = o
             st = seg.state
             if (st is None or not st.tiers & tier) and not any(c.tiers & tier for c in seg.children.values()):
                 return o

@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 from policies._estimators import merit_score
 from policies._history import KeyHistory
 from policies.base import POLICIES, Policy, PolicyParams, RequestInfo, SimContext, param
-from policies.tree import DRAM, FULL, SSD, Obj
+from policies.tree import DRAM, SSD, Obj, Segment, State
 
 
 @dataclass(frozen=True)
@@ -56,22 +57,19 @@ class MeritKvParams(PolicyParams):
 
 
 @POLICIES.register("meritkv")
-class MeritKvPolicy(Policy):
+class MeritKvPolicy(Policy[MeritKvParams]):
     """LRU tiers; a DRAM victim is written to SSD iff demanded ≤ warmup times or its merit ≥ τ."""
 
-    Params = MeritKvParams
     summary = "merit-based SSD admission: saved prefill minus lookup, transfer, wear and miss history"
 
-    def __init__(self, params: PolicyParams, ctx: SimContext) -> None:
+    def __init__(self, params: MeritKvParams, ctx: SimContext) -> None:
         super().__init__(params, ctx)
-        p: MeritKvParams = params  # type: ignore[assignment]
-        self.p = p
         cfg = ctx.config
         self.gpu_usd_per_s = cfg.gpu_usd_per_s
         self.p_w = cfg.ssd_usd_per_byte_written
         self.read_bps = cfg.ssd_read_bytes_per_s
         self.tps = cfg.recompute_tokens_per_s
-        self.demands = KeyHistory(p.window_s)
+        self.demands = KeyHistory(params.window_s)
         self.hits = [0.5, 0.5]      # decayed SSD hits per kind (prior: one half-hit ...)
         self.lookups = [1.0, 1.0]   # ... in one lookup)
         self._last_s: float | None = None
@@ -89,7 +87,7 @@ class MeritKvPolicy(Policy):
         return self.hits[kind] / self.lookups[kind]
 
     def merit(self, obj: Obj) -> float:
-        tokens = obj.tokens if obj.kind == FULL else obj.end_tokens  # type: ignore[attr-defined]
+        tokens = obj.tokens if isinstance(obj, Segment) else cast(State, obj).end_tokens
         saved = tokens / self.tps
         write = self.p.write_weight * obj.nbytes * self.p_w / self.gpu_usd_per_s
         h = self.hit_fraction(obj.kind)

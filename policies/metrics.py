@@ -36,7 +36,6 @@ OP_WRITE, OP_READ, OP_EVICT = 0, 1, 2
 OP_NAMES = OPS          # code → name, in the order of the codes above
 KIND_NAMES = OBJ_KINDS  # indexed by tree.FULL / tree.LINEAR
 CAUSES = ("insert", "dram_evict", "hit", "capacity", "promote")
-STATE_TIER_NAMES = {-1: "none", HBM: "hbm", DRAM: "dram", SSD: "ssd"}
 
 SIM_REQUESTS = TableSpec(
     kind="sim_requests",

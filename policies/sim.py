@@ -62,12 +62,13 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from kvwear.errors import KvwearError
-from policies.base import Policy, PolicySpec, RequestInfo, resolve_spec
+from policies.base import POLICIES, Policy, PolicySpec, RequestInfo, resolve_spec
 from policies.metrics import (
     CAUSES,
     OP_EVICT,
@@ -157,8 +158,6 @@ class Simulator:
 
     def __init__(self, config: SimConfig, spec: str | PolicySpec,
                  ops_sink: Callable[[pa.Table], None] | None = None) -> None:
-        from policies.registry import get_policy_class
-
         self.spec = resolve_spec(spec)
         self.config = config
         self.capacity_bytes = {HBM: config.hbm_bytes, DRAM: config.dram_bytes, SSD: config.ssd_bytes}
@@ -174,8 +173,8 @@ class Simulator:
         self.hbm_lru: OrderedDict[Obj, None] = OrderedDict()
         self._next_oid = 0
         self.acc = Accumulator(config, self.used_bytes)
-        cls = get_policy_class(self.spec.name)
-        self.policy: Policy = cls(self.spec.params, self)
+        cls = POLICIES.get(self.spec.name)
+        self.policy: Policy[Any] = cls(self.spec.params, self)
         self._future: np.ndarray | None = None  # next-use seq per flat hash id (oracles)
         self._fut_base = 0
         # ssd op runs (expanded to per-object rows by _flush_ops)
@@ -221,8 +220,8 @@ class Simulator:
         self._op_oid.append(obj.oid)
         self._op_cause.append(cause)
         self._op_sess.append(self._cur_sess)
-        if obj.kind == FULL:
-            seg: Segment = obj  # type: ignore[assignment]
+        if isinstance(obj, Segment):
+            seg = obj
             self._op_n.append(seg.n)
             self._op_bb.append(seg.block_bytes)
             self._op_lb.append(seg.last_bytes)
@@ -306,13 +305,14 @@ class Simulator:
         self._ghosts.clear()
 
     def _bury_one(self, obj: Obj) -> None:
-        if obj.kind == LINEAR:
-            st: State = obj  # type: ignore[assignment]
+        if isinstance(obj, State):
+            st = obj
             if st.seg.state is st:
                 st.seg.state = None
             self._prune(st.seg)
         else:
-            self._prune(obj)  # type: ignore[arg-type]
+            assert isinstance(obj, Segment)
+            self._prune(obj)
 
     def _prune(self, seg: Segment | None) -> None:
         while (seg is not None and seg.parent is not None and not seg.tiers and not seg.children
@@ -365,9 +365,9 @@ class Simulator:
             v = self.policy.victim(tier, need)
             if not v.tiers & tier:
                 raise KvwearError(f"policy {self.spec.name!r} chose a victim not resident in tier {tier}")
-        if (v.kind == FULL and v.tiers == tier and v.nbytes > need
+        if (isinstance(v, Segment) and v.tiers == tier and v.nbytes > need
                 and (tier == HBM or self.policy.split_victims)):
-            seg: Segment = v  # type: ignore[assignment]
+            seg = v
             if seg.n > 1:
                 k = 1 if need <= seg.last_bytes else 1 + -(-(need - seg.last_bytes) // seg.block_bytes)
                 if k < seg.n:
@@ -622,8 +622,8 @@ class Simulator:
         obj.refs += 1
         if fut is not None:
             obj.next_seq = int(fut[pos])
-            if obj.kind == FULL:
-                obj._fut = (fut, pos)  # type: ignore[attr-defined]
+            if isinstance(obj, Segment):
+                obj._fut = (fut, pos)
         if obj.tiers & _POLICY_TIERS:  # an HBM-only object is not in any policy structure
             self.policy.touched(obj)
 

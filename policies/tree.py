@@ -33,7 +33,6 @@ HBM = 1
 DRAM = 2
 SSD = 4
 TIER_NAMES = {HBM: "hbm", DRAM: "dram", SSD: "ssd"}
-TIERS = (HBM, DRAM, SSD)
 
 
 class Obj:
@@ -157,10 +156,15 @@ class Segment(Obj):
         """No child segment in the tree (ghost children count: they hold the tree together)."""
         return not self.children
 
-    def resident_children(self, tier_mask: int) -> int:
-        """How many children are resident in any tier of `tier_mask`."""
-        return sum(1 for c in self.children.values() if c.tiers & tier_mask)
-
     @property
     def is_root(self) -> bool:
         return self.parent is None
+
+
+def depth_blocks(obj: Obj) -> int:
+    """Where an object sits on its path, in blocks from the root: a segment at its first block,
+    a state below its segment (the tie-break "leaf side first" keys on minus this)."""
+    if isinstance(obj, Segment):
+        return obj.start
+    assert isinstance(obj, State)
+    return obj.seg.start + obj.seg.n

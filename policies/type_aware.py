@@ -8,12 +8,12 @@ written back. LRU per tier. No parameters.
 
 from __future__ import annotations
 
-from policies.base import POLICIES, Policy
+from policies.base import POLICIES, Policy, PolicyParams
 from policies.tree import DRAM, FULL, SSD, Obj
 
 
 @POLICIES.register("type-aware")
-class TypeAwarePolicy(Policy):
+class TypeAwarePolicy(Policy[PolicyParams]):
     """Linear states → DRAM, full-attention KV → SSD; LRU per tier."""
 
     def place(self, obj: Obj) -> int:

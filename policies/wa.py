@@ -31,7 +31,7 @@ from typing import Literal
 
 from policies._estimators import SlidingExpFit, log_reuse_prob
 from policies.base import POLICIES, Policy, PolicyParams, RequestInfo, SimContext, param
-from policies.tree import DRAM, FULL, SSD, Obj, Segment, State
+from policies.tree import DRAM, SSD, Obj, Segment, depth_blocks
 
 Workload = tuple[str, int | None]
 
@@ -51,25 +51,14 @@ class WaParams(PolicyParams):
             raise ValueError("need max_turn >= 1, life_s >= 0, window_s > 0, prior_reuse_s > 0")
 
 
-def _offset(obj: Obj) -> int:
-    if obj.kind == FULL:
-        seg: Segment = obj  # type: ignore[assignment]
-        return seg.start
-    st: State = obj  # type: ignore[assignment]
-    return st.seg.start + st.seg.n
-
-
 @POLICIES.register("wa")
-class WaPolicy(Policy):
+class WaPolicy(Policy[WaParams]):
     """Workload-aware: evict the lowest (ReuseProb, −offset) over per-workload LRU heads."""
 
-    Params = WaParams
     summary = "workload-aware: per category × turn exponential reuse fit, evict lowest ReuseProb"
 
-    def __init__(self, params: PolicyParams, ctx: SimContext) -> None:
+    def __init__(self, params: WaParams, ctx: SimContext) -> None:
         super().__init__(params, ctx)
-        p: WaParams = params  # type: ignore[assignment]
-        self.p = p
         # tier → workload → LRU list (the base class's per-tier lists are not used)
         self.lists: dict[int, dict[Workload, OrderedDict[Obj, None]]] = {DRAM: {}, SSD: {}}
         self.fits: dict[Workload, SlidingExpFit] = {}
@@ -140,7 +129,7 @@ class WaPolicy(Policy):
         now = self.ctx.now_s
         lam = self._fit(wl).rate(now)
         life = self.p.life_s if self.p.life_s > 0 else 1.0 / lam
-        return (log_reuse_prob(now - obj.pdata[1], life, lam), -_offset(obj))
+        return (log_reuse_prob(now - obj.pdata[1], life, lam), -depth_blocks(obj))
 
     def victim(self, tier: int, need_bytes: int) -> Obj:
         best: tuple[float, int] | None = None

@@ -6,12 +6,12 @@ then dropped, as a write-through cache does not write on eviction). LRU per tier
 
 from __future__ import annotations
 
-from policies.base import POLICIES, Policy
+from policies.base import POLICIES, Policy, PolicyParams
 from policies.tree import DRAM, SSD, Obj
 
 
 @POLICIES.register("write-through")
-class WriteThroughPolicy(Policy):
+class WriteThroughPolicy(Policy[PolicyParams]):
     """Write-through: every insert is written to SSD as well as placed in DRAM."""
 
     def place(self, obj: Obj) -> int:

@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from kvwear.kv import parse_kv
 from kvwear.registry import Registry
 from workloads.schema import REQUESTS
 
@@ -74,14 +75,11 @@ def parse_category_map(text: str | Mapping[str, float] | CategoryMap) -> Categor
     if not isinstance(text, str):
         return tuple((str(k), float(v)) for k, v in text)
     pairs: list[tuple[str, float]] = []
-    for part in text.split(","):
-        name, sep, value = part.partition("=")
-        if not sep or not name.strip():
-            raise ValueError(f"expected NAME=VALUE[,NAME=VALUE...], got {text!r}")
+    for name, value in parse_kv(text.split(","), f"category map {text!r}", form="NAME=VALUE[,NAME=VALUE...]").items():
         try:
-            pairs.append((name.strip(), float(value)))
+            pairs.append((name, float(value)))
         except ValueError:
-            raise ValueError(f"{name.strip()}: not a number: {value!r}") from None
+            raise ValueError(f"{name}: not a number: {value!r}") from None
     return tuple(pairs)
 
 

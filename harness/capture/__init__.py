@@ -1,6 +1,5 @@
 """eBPF block tracers (bcc, bpftrace, auto) behind one interface; see harness.capture.base."""
 
-from harness.capture import auto, bcc, bpftrace  # noqa: F401  (register the tracers)
 from harness.capture.base import TRACERS, CaptureResult, Tracer, TracerUnavailable, kernel_dev_t, open_tracer
 
 __all__ = ["TRACERS", "CaptureResult", "Tracer", "TracerUnavailable", "kernel_dev_t", "open_tracer"]

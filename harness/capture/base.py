@@ -70,7 +70,9 @@ class Tracer(Protocol):
 
 
 TracerFactory = Callable[[], Tracer]
-TRACERS: Registry[TracerFactory] = Registry("tracer")
+# Modules that register tracers. Adding a tracer = its module + one line here.
+TRACERS: Registry[TracerFactory] = Registry("tracer", modules=[
+    "harness.capture.auto", "harness.capture.bcc", "harness.capture.bpftrace"])
 
 
 def kernel_dev_t(path_or_rdev: str | os.PathLike[str] | int) -> int:

@@ -1,1 +1,26 @@
-"""CLI command modules; each registers its commands on the apps of `harness.cli`."""
+"""The apps of the `kvwear` command line (the root app and its `trace` and `models` groups).
+
+Each module of this package registers its commands on these apps; `harness.cli` imports the
+modules. Must not: import the command modules (they import this package).
+"""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="kvwear",
+    help=(
+        "SSD wear benchmarking for LLM KV-cache offloading: replay KV-cache traces under cache "
+        "placement policies, issue the SSD traffic to a device, measure wear, project lifetime."
+    ),
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+trace_app = typer.Typer(
+    help="Load, convert, generate and characterize KV-cache traces.", no_args_is_help=True
+)
+models_app = typer.Typer(help="Model profiles: KV bytes per token, state sizes.", no_args_is_help=True)
+app.add_typer(trace_app, name="trace")
+app.add_typer(models_app, name="models")

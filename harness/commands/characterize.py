@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from harness.cli import trace_app
+from harness.commands import trace_app
 from kvwear.errors import KvwearError
 from kvwear.tables import read_table, table_kind
 from kvwear.units import format_bytes

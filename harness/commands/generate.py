@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow.compute as pc
 import typer
 
-from harness.cli import trace_app
+from harness.commands import trace_app
 from kvwear.tables import write_table
 from workloads.schema import REQUESTS
 from workloads.synthetic import GENERATORS, CategoryMap, Generator, format_category_map

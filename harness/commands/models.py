@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from harness.cli import models_app
+from harness.commands import models_app
 from workloads.models import MIB, PROFILES, ModelProfile, explain, load_profile, resolve_profile
 
 

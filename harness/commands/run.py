@@ -11,21 +11,16 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from harness.cli import app
+from harness.commands import app
 from harness.config import RunConfig, load_config, with_overrides
+from kvwear.kv import parse_kv
 from kvwear.units import format_bytes
 
 console = Console(stderr=True)
 
 
 def _kv(items: list[str], flag: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in items:
-        k, eq, v = item.partition("=")
-        if not eq:
-            raise typer.BadParameter(f"{flag} takes KEY=VALUE, got {item!r}")
-        out[k.strip()] = _scalar(v.strip())
-    return out
+    return {k: _scalar(v) for k, v in parse_kv(items, flag, form="KEY=VALUE", error=typer.BadParameter).items()}
 
 
 def _scalar(v: str) -> Any:

@@ -26,7 +26,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from harness.cli import app
+from harness.commands import app
 from kvwear.errors import KvwearError
 from kvwear.tables import TableWriter, read_table, table_kind, write_table
 from kvwear.units import format_bytes, parse_duration, parse_size
@@ -78,14 +78,13 @@ def _read(path: Path, fmt: str | None) -> tuple[int, Callable[[], Iterator[pa.Re
 
 
 def _list_policies(console: Console) -> None:
-    from policies.base import param_infos
-    from policies.registry import get_policy_class, policy_names
+    from policies.base import POLICIES, param_infos
 
     t = Table(title="Placement policies (spec: name:param=value,...)")
     for col in ("policy", "what it does", "parameter", "default", "sweep", "meaning"):
         t.add_column(col, no_wrap=col in ("policy", "parameter"))
-    for name in policy_names():
-        cls = get_policy_class(name)
+    for name in POLICIES.names():
+        cls = POLICIES.get(name)
         infos = param_infos(cls.Params)
         if not infos:
             t.add_row(name, cls.describe(), "–", "", "", "")

@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from harness.cli import app
+from harness.commands import app
 from harness.sweep import SweepProgress, load_sweep, run_sweep
 
 console = Console(stderr=True)

@@ -25,7 +25,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from harness.cli import trace_app
+from harness.commands import trace_app
 from kvwear.errors import KvwearError
 from kvwear.tables import read_table
 from kvwear.units import format_bytes

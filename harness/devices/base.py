@@ -8,7 +8,6 @@ issued; it can snapshot the device's wear counters. Backends: `sim` (the embedde
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,23 +108,11 @@ class DeviceFactory(Protocol):
     def __call__(self, spec: DeviceSpec, workdir: Path) -> DeviceBackend: ...
 
 
-DEVICES: Registry[DeviceFactory] = Registry("device")
-
-# Modules that register backends in DEVICES. Adding a backend = its module + one line here.
-DEVICE_MODULES: list[str] = [
-    "harness.devices.sim",
-    "harness.devices.fio",
-    "harness.devices.qemu",
-]
-
-
-def load_backends() -> None:
-    """Import every module of DEVICE_MODULES (idempotent; a failing import is an error)."""
-    for name in DEVICE_MODULES:
-        importlib.import_module(name)
+# Modules that register backends. Adding a backend = its module + one line here.
+DEVICES: Registry[DeviceFactory] = Registry("device", modules=[
+    "harness.devices.sim", "harness.devices.fio", "harness.devices.qemu"])
 
 
 def open_device(spec: DeviceSpec, workdir: Path) -> DeviceBackend:
     """Open the backend named by `spec.kind` (unknown kinds list the valid ones)."""
-    load_backends()
     return DEVICES.get(spec.kind)(spec, workdir)

@@ -42,4 +42,6 @@ def run_command(argv: Sequence[str]) -> bytes:
 # A reader is a plain function: (device path, runner) -> WearSample.
 WearReader = Callable[[str, CommandRunner], WearSample]
 
-READERS: Registry[WearReader] = Registry("wear reader")
+# Modules that register readers. Adding a reader = its module + one line here.
+READERS: Registry[WearReader] = Registry("wear reader", modules=[
+    f"harness.wear.{m}" for m in ("fdp", "femu", "intel", "nvme_smart", "ocp", "psutil_disk", "smartctl")])

@@ -5,11 +5,13 @@ Bytes: kv_bytes_per_token = 1 and 16-token blocks, so one block = 16 bytes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pyarrow as pa
 import pytest
 
 from kvwear.errors import KvwearError
-from policies.base import POLICIES, PolicySpecError, resolve_spec
+from policies.base import POLICIES, Policy, PolicyParams, PolicySpecError, resolve_spec
 from policies.lru import LruPolicy
 from policies.sim import SimConfig, Simulator, next_use, simulate
 from policies.tree import DRAM, SSD, Segment
@@ -172,16 +174,21 @@ def test_policy_specs() -> None:
     assert spec.params.k == 3 and spec.label == "lru-k,k=3"  # type: ignore[attr-defined]
     assert resolve_spec("lru-k").label == "lru-k"
     assert resolve_spec("dynamo:decay_s=60").params.decay_s == 60.0  # type: ignore[attr-defined]
-    with pytest.raises(PolicySpecError, match="unknown parameter 'q'; valid: k"):
-        resolve_spec("lru-k:q=3")
-    with pytest.raises(PolicySpecError, match="not a valid int"):
-        resolve_spec("lru-k:k=2.5")
-    with pytest.raises(PolicySpecError, match="k must be >= 1"):
-        resolve_spec("lru-k:k=0")
-    with pytest.raises(PolicySpecError, match="not key=value"):
-        resolve_spec("lru-k:k")
-    with pytest.raises(KeyError, match=r"valid: .*lru-k"):
-        resolve_spec("nosuch")
+
+
+@pytest.mark.parametrize(("spec", "error", "says"), [
+    ("lru-k:q=3", PolicySpecError, "unknown parameter 'q'; valid: k"),
+    ("lru-k:k=2.5", PolicySpecError, "not a valid int"),
+    ("lru-k:k=0", PolicySpecError, "k must be >= 1"),
+    ("lru-k:k", PolicySpecError, "not key=value"),
+    ("nosuch", KeyError, r"valid: .*lru-k"),
+    ("gandalf:gama=8", PolicySpecError, "valid: gamma"),
+    ("wa:key=user", PolicySpecError, "not one of"),
+    ("gandalf:gamma=-1", PolicySpecError, "gamma >= 0"),
+])
+def test_bad_policy_specs_are_refused(spec: str, error: type[Exception], says: str) -> None:
+    with pytest.raises(error, match=says):
+        resolve_spec(spec)
 
 
 class _OracleLru(LruPolicy):
@@ -303,3 +310,18 @@ def test_ids_beyond_the_hashed_tokens_are_ignored() -> None:
         # blocks 1-3 and one state after block 2 (both requests end their full blocks there);
         # block 4 never cached
         assert res.summary.dram_used_bytes_end == 3 * 16 + state
+
+
+def test_policy_params_come_from_the_generic_argument() -> None:
+    from policies.lru_k import LruKParams
+
+    assert POLICIES.get("lru-k").Params is LruKParams
+    assert POLICIES.get("lru").Params is PolicyParams
+
+    @dataclass(frozen=True)
+    class OtherParams(PolicyParams):
+        x: int = 1
+
+    with pytest.raises(TypeError, match="Params = PolicyParams but the class is Policy\\[OtherParams\\]"):
+        class _Mismatched(Policy[OtherParams]):
+            Params = PolicyParams

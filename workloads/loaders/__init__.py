@@ -6,10 +6,6 @@ Public entry points (see `pipeline`): `load_requests(path, fmt=None, *, skip_bad
 This package must not import policies, harness or reports.
 """
 
-from workloads.loaders import aiperf as _aiperf  # noqa: F401  (registers "aiperf")
-from workloads.loaders import mooncake as _mooncake  # noqa: F401
-from workloads.loaders import qwen as _qwen  # noqa: F401
-from workloads.loaders import weka as _weka  # noqa: F401
 from workloads.loaders.base import LOADERS, SkipLog, TraceLoader
 from workloads.loaders.chain import ChainChecker, ChainViolation
 from workloads.loaders.pipeline import (

@@ -75,7 +75,9 @@ class TraceLoader(ABC):
 
 #: Loader classes by format name; the pipeline makes a fresh instance per pass (loaders keep
 #: per-file state such as the next request id).
-LOADERS: Registry[type[TraceLoader]] = Registry("trace format")
+#: Adding a format = its module + one line in this list.
+LOADERS: Registry[type[TraceLoader]] = Registry("trace format", modules=[
+    f"workloads.loaders.{m}" for m in ("aiperf", "mooncake", "qwen", "weka")])
 
 
 # ----------------------------------------------------------------------------------------------

@@ -50,12 +50,6 @@ _KIND_TYPES: dict[str, pa.DataType] = {
     "str": pa.string(),
     "ids": pa.list_(pa.int64()),
 }
-_KIND_WORDS = {
-    "int": "an integer",
-    "num": "a number",
-    "str": "a string",
-    "ids": "a list of integers",
-}
 
 
 @dataclass(frozen=True)
