@@ -28,6 +28,11 @@ models_app = typer.Typer(help="Model profiles: KV bytes per token, state sizes."
 app.add_typer(trace_app, name="trace")
 app.add_typer(models_app, name="models")
 
+# Exit status: 0 success; 2 bad input, a bad flag or a refused device; 3 a byte-accounting fault.
+EXIT_BAD_INPUT = 2
+EXIT_ACCOUNTING_FAULT = 3
+
+
 COMMAND_MODULES: list[str] = [
     "harness.commands.characterize",
     "harness.commands.trace_io",
@@ -43,11 +48,31 @@ for _name in COMMAND_MODULES:
 
 
 def main() -> None:
-    """Console-script entry point: kvwear errors become one clear line and exit code 2."""
+    """Console-script entry point: kvwear errors and command-line errors become one clear line
+    (`kvwear: error: ...`) and exit code 2."""
+    # typer bundles its own click; its exceptions are the ones raised here
+    from typer._click import exceptions as cli_errors
+
     from kvwear.errors import KvwearError
 
     try:
-        app()
+        rc = app(standalone_mode=False)
     except KvwearError as exc:
-        typer.secho(f"kvwear: error: {exc}", err=True, fg=typer.colors.RED)
-        raise SystemExit(2) from None
+        _fail(str(exc))
+    except cli_errors.NoArgsIsHelpError as exc:     # a bare group: its help, as click shows it
+        exc.show()
+        raise SystemExit(exc.exit_code) from None
+    except cli_errors.UsageError as exc:
+        where = f"{exc.ctx.command_path}: " if exc.ctx is not None else ""
+        _fail(where + exc.format_message())
+    except cli_errors.ClickException as exc:
+        _fail(exc.format_message())
+    except typer.Abort:
+        _fail("aborted")
+    raise SystemExit(rc if isinstance(rc, int) else 0)
+
+
+def _fail(message: str) -> None:
+    one_line = " ".join(message.split())
+    typer.secho(f"kvwear: error: {one_line}", err=True, fg=typer.colors.RED)
+    raise SystemExit(EXIT_BAD_INPUT)

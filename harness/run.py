@@ -266,6 +266,14 @@ def plan_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int) -> dict[st
     return accounting
 
 
+def device_spec(cfg: RunConfig, capacity: int) -> DeviceSpec:
+    """The backend's spec: the configured options plus the confirmations given as flags."""
+    confirm = {k: v for k, v in (("confirm_serial", cfg.device.confirm_serial),
+                                 ("confirm_overwrite", cfg.device.confirm_overwrite)) if v}
+    return DeviceSpec(kind=cfg.device.kind, target=cfg.device.target, capacity_bytes=capacity,
+                      options={**dict(cfg.device.options), **confirm})
+
+
 @contextmanager
 def _capture(cfg: RunConfig, device_path: str, out_dir: Path) -> Iterator[dict[str, Any]]:
     """eBPF capture around the replay when configured; yields a dict filled on exit."""
@@ -309,11 +317,8 @@ def device_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int,
         rd.skip()
         return dict(json.loads((d / "result.json").read_text()))
     plan = read_table(BLOCK_OPS, rd.stage_dir("replay", label) / "block_ops.parquet")
-    spec = DeviceSpec(kind=cfg.device.kind, target=cfg.device.target, capacity_bytes=capacity,
-                      options={**dict(cfg.device.options),
-                               **({"confirm_serial": cfg.device.confirm_serial} if cfg.device.confirm_serial else {})})
     readers = wear_readers(cfg)
-    dev = open_device(spec, d)
+    dev = open_device(device_spec(cfg, capacity), d)
     try:
         before = snapshot(cfg.device.target, readers) if readers else []
         t0 = time.monotonic()
@@ -555,8 +560,20 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, An
 
 def run(cfg: RunConfig, out: str | Path, *, resume: bool = False, replay: bool = True,
         report: bool = True, progress: Progress = _no_progress) -> RunOutcome:
-    """Run every stage of `cfg` into `out` (see the module docstring)."""
+    """Run every stage of `cfg` into `out` (see the module docstring): the static checks first
+    (harness.preflight), then the stages, holding the run directory's lock (harness.exclusive)."""
+    from harness.exclusive import locked
+    from harness.preflight import preflight
+
+    preflight(cfg, replay=replay)
     rd = RunDir(out)
+    rd.create()
+    with locked(rd.lock_path, f"run directory {rd.root}"):
+        return _run_stages(cfg, rd, resume=resume, replay=replay, report=report, progress=progress)
+
+
+def _run_stages(cfg: RunConfig, rd: RunDir, *, resume: bool, replay: bool, report: bool,
+                progress: Progress) -> RunOutcome:
     rd.prepare(cfg.to_toml(), resume)
     profile = resolve_profile(cfg.model)
     requests, inputs = workload_stage(cfg, rd)

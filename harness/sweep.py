@@ -33,7 +33,6 @@ import json
 import os
 import re
 import time
-import tomllib
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -45,7 +44,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.config import RunConfig, config_from_mapping
+from harness.config import RunConfig, config_from_mapping, read_toml
 from harness.rundir import write_json
 from kvwear.errors import InputError, KvwearError
 
@@ -193,15 +192,7 @@ def plan_sweep(data: Mapping[str, Any], source: str = "<sweep>") -> SweepPlan:
 
 
 def load_sweep(path: str | Path) -> SweepPlan:
-    p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text())
-    except FileNotFoundError:
-        raise InputError(str(p), None, None, "sweep file not found") from None
-    except tomllib.TOMLDecodeError as exc:
-        m = re.search(r"at line (\d+)", str(exc))
-        raise InputError(str(p), int(m.group(1)) if m else None, None, f"invalid TOML: {exc}") from None
-    return plan_sweep(data, str(p))
+    return plan_sweep(read_toml(path, "sweep file"), str(path))
 
 
 # -- results store --------------------------------------------------------------------------
