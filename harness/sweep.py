@@ -36,6 +36,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ import pyarrow.parquet as pq
 
 from harness.config import RunConfig, config_from_mapping, read_toml
 from harness.rundir import write_json
+from kvwear.children import set_pdeathsig
 from kvwear.errors import InputError, KvwearError
 
 SWEEP_VERSION = 1
@@ -91,28 +93,38 @@ def _split_top(text: str) -> list[str]:
     return [s.strip() for s in out if s.strip()]
 
 
-def expand_policy(spec: str) -> list[str]:
+#: The most points a sweep may expand to: grids are sized before they are expanded.
+MAX_SWEEP_POINTS = 100_000
+
+
+def expand_policy(spec: str, limit: int = MAX_SWEEP_POINTS) -> list[str]:
     """'gandalf:gamma=[0,8],mu0=1' → ['gandalf:gamma=0,mu0=1', 'gandalf:gamma=8,mu0=1'].
 
-    A value `a..b` (integers) expands to every integer from a to b inclusive.
+    A value `a..b` (integers) expands to every integer from a to b inclusive. More than `limit`
+    combinations is refused before any is made.
     """
     name, _, params = spec.partition(":")
     if not params:
         return [name]
-    axes: list[tuple[str, list[str]]] = []
+    axes: list[tuple[str, list[str] | range]] = []
+    size = 1
     for part in _split_top(params):
         key, eq, value = part.partition("=")
         if not eq:
             raise ValueError(f"policy spec {spec!r}: expected key=value, got {part!r}")
         value = value.strip()
+        values: list[str] | range
         if value.startswith("[") and value.endswith("]"):
             values = [v.strip() for v in value[1:-1].split(",") if v.strip()]
         elif m := re.fullmatch(r"(-?\d+)\.\.(-?\d+)", value):
-            values = [str(v) for v in range(int(m.group(1)), int(m.group(2)) + 1)]
+            values = range(int(m.group(1)), int(m.group(2)) + 1)       # lazy: sized first
         else:
             values = [value]
         if not values:
             raise ValueError(f"policy spec {spec!r}: empty value list for {key!r}")
+        size *= len(values)
+        if size > limit:
+            raise ValueError(f"policy spec {spec!r} expands to more than {limit:,} points")
         axes.append((key.strip(), values))
     return [
         name + ":" + ",".join(f"{k}={v}" for (k, _), v in zip(axes, combo, strict=True))
@@ -159,10 +171,18 @@ def plan_sweep(data: Mapping[str, Any], source: str = "<sweep>") -> SweepPlan:
     else:
         caps = [{"dram": d, "ssd": s} for d, s in itertools.product(
             axis("dram", [base.tiers.dram_bytes]), axis("ssd", [base.tiers.ssd_bytes]))]
+    from policies.base import resolve_spec
+
     try:
         policies = [p for spec in axis("policies", list(base.policies)) for p in expand_policy(str(spec))]
-    except ValueError as exc:
+        for pol in policies:         # an unknown policy or parameter is found now, not when its point runs
+            resolve_spec(pol)
+    except (ValueError, KvwearError) as exc:
         raise InputError(source, None, "grid.policies", str(exc)) from None
+    n_points = len(traces) * len(models) * len(caps) * len(policies)
+    if n_points > MAX_SWEEP_POINTS:
+        raise InputError(source, None, "grid", f"{n_points:,} points (traces × models × capacities × policies); "
+                                               f"at most {MAX_SWEEP_POINTS:,}")
     replay = opts.get("replay", False)
     if not isinstance(replay, bool):
         raise InputError(source, None, "sweep.replay", f"expected true or false, got {replay!r}")
@@ -320,20 +340,48 @@ def run_sweep(
             progress.failed += not ok
             report(progress)
     else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            pending: set[Future[tuple[str, bool, str]]] = {
-                pool.submit(execute_point, p, str(store.root), plan.replay) for p in todo}
+        _run_pool(todo, store, plan.replay, jobs, progress, report)
+    return progress
+
+
+#: A point whose worker died is run again this many times before it is recorded as failed.
+LOST_WORKER_RETRIES = 1
+
+
+def _run_pool(todo: Sequence[SweepPoint], store: ResultsStore, replay: bool, jobs: int,
+              progress: SweepProgress, report: ProgressCallback) -> None:
+    """The local process pool. Workers die with this process (PR_SET_PDEATHSIG). A worker that
+    dies (killed, out of memory) breaks the pool: its points (every one in flight then; which
+    one the dead worker ran is not known) run again in a new pool, and a point lost
+    LOST_WORKER_RETRIES + 1 times is recorded in errors/ as failed; the sweep goes on."""
+    lost: dict[str, int] = {}
+    queue = list(todo)
+    while queue:
+        with ProcessPoolExecutor(max_workers=jobs, initializer=set_pdeathsig, initargs=(os.getpid(),)) as pool:
+            futures: dict[Future[tuple[str, bool, str]], SweepPoint] = {
+                pool.submit(execute_point, p, str(store.root), replay): p for p in queue}
+            queue = []
+            pending = set(futures)
             while pending:
                 progress.running = min(jobs, len(pending))
                 report(progress)
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for f in finished:
-                    _, ok, _ = f.result()
+                    point = futures[f]
+                    try:
+                        _, ok, _ = f.result()
+                    except BrokenProcessPool:
+                        lost[point.key] = lost.get(point.key, 0) + 1
+                        if lost[point.key] <= LOST_WORKER_RETRIES:
+                            queue.append(point)
+                            continue
+                        store.write_error(point.key, point.axes, f"the worker running this point died "
+                                                                 f"{lost[point.key]} times (killed or out of memory)")
+                        ok = False
                     progress.done += ok
                     progress.failed += not ok
-            progress.running = 0
-            report(progress)
-    return progress
+    progress.running = 0
+    report(progress)
 
 
 def _run_dask(todo: Sequence[SweepPoint], root: str, replay: bool, scheduler: str | None, client: Any,

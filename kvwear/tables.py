@@ -86,7 +86,10 @@ class TableWriter:
 
     def close(self) -> Path:
         self._writer.close()
-        os.replace(self._tmp, self.path)
+        try:
+            os.replace(self._tmp, self.path)
+        finally:
+            self._tmp.unlink(missing_ok=True)       # the rename failed: no partial file stays
         return self.path
 
     def abort(self) -> None:
