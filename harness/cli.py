@@ -76,3 +76,7 @@ def _fail(message: str) -> None:
     one_line = " ".join(message.split())
     typer.secho(f"kvwear: error: {one_line}", err=True, fg=typer.colors.RED)
     raise SystemExit(EXIT_BAD_INPUT)
+
+
+if __name__ == "__main__":
+    main()

@@ -84,11 +84,12 @@ def _type_name(v: object) -> str:
 
 def read_line_chunks(
     path: Path, chunk_bytes: int | None = None, progress: ProgressFn | None = None,
-    max_line_bytes: int = MAX_LINE_BYTES,
+    max_line_bytes: int | None = None,
 ) -> Iterator[tuple[bytes, int]]:
     """Yield (chunk, 1-based number of its first line); every chunk but the last ends with a newline.
     A line longer than `max_line_bytes` is an InputError (memory stays bounded)."""
     chunk_bytes = chunk_bytes or CHUNK_BYTES  # read at call time, so tests can shrink it
+    max_line_bytes = max_line_bytes or MAX_LINE_BYTES
     line_no = 1
     carry: list[bytes] = []  # pieces of a line longer than one chunk (joined once it ends)
     carried = 0
