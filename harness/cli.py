@@ -79,4 +79,8 @@ def _fail(message: str) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # `python -m harness.cli`: the command modules register on `harness.cli.app`, not on this
+    # __main__ copy of the module
+    from harness.cli import main as _main
+
+    _main()

@@ -49,12 +49,13 @@ class FioError(KvwearError):
 
 def run_fio(argv: Sequence[str], timeout_s: float | None = None) -> bytes:
     """The real runner: run fio, return stdout; a non-zero exit raises with fio's stderr. fio dies
-    with kvwear and holds kvwear's device locks while it runs (harness.exclusive)."""
+    with kvwear and holds kvwear's device locks while it runs (harness.exclusive); its jobs run as
+    threads (`--thread`), because a forked job process would outlive a killed fio."""
     try:
         if shutil.which(argv[0]) is None:       # else setpriv would report it, less clearly
             raise FileNotFoundError(argv[0])
-        proc = subprocess.run(die_with_parent(argv), capture_output=True, timeout=timeout_s, check=False,
-                              pass_fds=inherited_fds())
+        proc = subprocess.run(die_with_parent([argv[0], "--thread", *argv[1:]]), capture_output=True,
+                              timeout=timeout_s, check=False, pass_fds=inherited_fds())
     except FileNotFoundError:
         raise FioError(f"{argv[0]} not found: install fio (Debian package 'fio')") from None
     if proc.returncode != 0:

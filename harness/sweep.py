@@ -22,7 +22,11 @@ Each point is one resolved RunConfig with one policy; its key is a hash of that 
 store (SWEEP/results/KEY.parquet, SWEEP/errors/KEY.json) is written by the worker that ran the
 point, atomically and under the key's own name: a retried point overwrites its own file, so a
 worker that dies mid-task cannot leave a duplicate row, and a finished point is never run again.
-This module plans and schedules; the work of one point is `harness.run.run_point`.
+On the local pool, workers die with the sweep (PR_SET_PDEATHSIG), and a worker that dies is a
+failed attempt of its point: retried once in a rebuilt pool, then recorded in errors/ (the sweep
+goes on). Grids are sized before they are expanded (MAX_SWEEP_POINTS) and their policies resolved
+when the sweep is planned. This module plans and schedules; the work of one point is
+`harness.run.run_point` (which holds the point folder's lock: a point is never run twice at once).
 """
 
 from __future__ import annotations
@@ -281,6 +285,7 @@ class SweepProgress:
     done: int = 0
     failed: int = 0
     running: int = 0
+    lost_workers: int = 0          # points whose pool worker died (each is retried once)
     started_s: float = field(default_factory=time.monotonic)
 
     def eta_s(self) -> float | None:
@@ -371,6 +376,7 @@ def _run_pool(todo: Sequence[SweepPoint], store: ResultsStore, replay: bool, job
                     try:
                         _, ok, _ = f.result()
                     except BrokenProcessPool:
+                        progress.lost_workers += 1
                         lost[point.key] = lost.get(point.key, 0) + 1
                         if lost[point.key] <= LOST_WORKER_RETRIES:
                             queue.append(point)
