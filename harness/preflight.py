@@ -71,9 +71,15 @@ def _check_device(cfg: RunConfig) -> None:
         from harness.devices.sim import ftl_config_from_spec
 
         ftl_config_from_spec(spec)
-    elif kind in ("file", "block") and not target:
+        return
+    if kind not in ("file", "block"):
+        return                      # qemu/femu: their backends check their own settings
+    if not target:
         raise KvwearError(f"--device {kind} needs a path: {kind}:/path")
-    elif kind == "file":
+    from harness.devices.fio import check_options
+
+    check_options(spec)
+    if kind == "file":
         check_file_target(target, cfg.device.confirm_overwrite or None)
         folder = Path(target).resolve().parent
         if not Path(target).exists() and not os.access(folder, os.W_OK | os.X_OK):

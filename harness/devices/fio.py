@@ -54,11 +54,19 @@ import pyarrow as pa
 
 from harness import fio as fiolib
 from harness.deferred_trims import DEFAULT_SEGMENT_OPS, device_segments, trim_accounting
-from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayProgress, ReplayResult, option_flag
+from harness.devices.base import (
+    DEVICES,
+    DeviceIdentity,
+    DeviceSpec,
+    ReplayProgress,
+    ReplayResult,
+    mark_created,
+    option_flag,
+)
 from harness.exclusive import claim_block_device, claim_file
 from harness.fio_iolog import export_iolog_v3
 from harness.identity import path_identity
-from harness.safety import FILE_MARKER_XATTR, DeviceFacts, check_block_device, check_file_target, loop_serial
+from harness.safety import DeviceFacts, check_block_device, check_file_target, loop_serial
 from kvwear.errors import KvwearError
 from kvwear.units import parse_size
 
@@ -92,6 +100,30 @@ class PreconditionResult:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
+_INT_OPTIONS = ("iodepth", "trim_segment_ops", "fill_loops", "ss_dur_s", "ss_ramp_s", "ss_max_runtime_s")
+
+
+def check_options(spec: DeviceSpec) -> dict[str, Any]:
+    """`spec.options`, refused (naming the option) when a name is unknown or a number is not one."""
+    opts = dict(spec.options)
+    bad = sorted(set(opts) - set(OPTIONS))
+    if bad:
+        raise KvwearError(f"device {spec.kind}: unknown option(s) {', '.join(bad)}; valid: {', '.join(OPTIONS)}")
+    for k in _INT_OPTIONS:
+        v = opts.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+            raise KvwearError(f"device {spec.kind}: option {k} must be a positive integer, got {v!r}")
+    if opts.get("ioengine", "libaio") not in fiolib.IOENGINES:
+        raise KvwearError(f"device {spec.kind}: option ioengine {opts['ioengine']!r}; valid: "
+                          f"{', '.join(fiolib.IOENGINES)}")
+    if opts.get("trim_segment_bytes") is not None:
+        try:
+            parse_size(opts["trim_segment_bytes"])
+        except ValueError as exc:
+            raise KvwearError(f"device {spec.kind}: option trim_segment_bytes: {exc}") from None
+    return opts
+
+
 class FioDevice:
     """A file or block device played with fio. Construct through `open_device(DeviceSpec)`."""
 
@@ -102,10 +134,7 @@ class FioDevice:
         self.workdir = Path(workdir)
         self.runner = runner
         self.path = spec.target
-        opts = dict(spec.options)
-        bad = sorted(set(opts) - set(OPTIONS))
-        if bad:
-            raise KvwearError(f"device {spec.kind}: unknown option(s) {', '.join(bad)}; valid: {', '.join(OPTIONS)}")
+        opts = check_options(spec)
         self.ioengine = str(opts.get("ioengine", "libaio"))
         self.iodepth = int(opts.get("iodepth", 16))
         self.skip_trims = option_flag(opts, "skip_trims")
@@ -153,8 +182,7 @@ class FioDevice:
                 pass                  # O_EXCL: of two runs creating it at once, each sees one file
         if not stat.S_ISREG(p.stat().st_mode):
             raise KvwearError(f"{p}: file: backend needs a regular file (use block: for devices)")
-        with contextlib.suppress(OSError):    # a filesystem without user xattrs: it stays unmarked
-            os.setxattr(p, FILE_MARKER_XATTR, b"1")
+        mark_created(p)
         if cap is not None and p.stat().st_size < cap:
             os.truncate(p, cap)   # grow (sparse) to the configured size; never shrink
 

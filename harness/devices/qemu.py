@@ -36,6 +36,7 @@ file) and never parses tool output itself (harness.fio, harness.wear, harness.id
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -59,9 +60,19 @@ from emulator.guest import (
 )
 from harness import fio as fiolib
 from harness.deferred_trims import DEFAULT_SEGMENT_OPS, PlanSegment, device_segments, trim_accounting
-from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayProgress, ReplayResult, option_flag
+from harness.devices.base import (
+    DEVICES,
+    DeviceIdentity,
+    DeviceSpec,
+    ReplayProgress,
+    ReplayResult,
+    mark_created,
+    option_flag,
+)
+from harness.exclusive import claim_file
 from harness.fio_iolog import export_iolog_v3
 from harness.identity import identity_from_nvme, parse_id_ctrl_json, parse_id_ns_json
+from harness.safety import check_file_target
 from harness.wear._decode import hexdump
 from harness.wear.femu import (
     FEMU_PAGE_BYTES,
@@ -84,7 +95,7 @@ OPTIONS = ("serial", "cache", "accel", "cpus", "memory_mib", "boot_timeout_s", "
            "iodepth", "ioengine", "skip_trims", "trim_segment_ops",
            "trim_segment_bytes", "precondition", "guest_dir", "qemu_binary", "femu_binary",
            # confirm_serial: `kvwear run` passes it to every backend; a drive we create needs none
-           "confirm_serial", "drive_options", "qemu_args")
+           "confirm_serial", "confirm_overwrite", "drive_options", "qemu_args")
 
 
 def host_observation_note(cache: str, femu: bool = False) -> str:
@@ -243,8 +254,14 @@ class GuestDevice:
             memory_mib=_int(opts, "memory_mib", 512), boot_timeout_s=_float(opts, "boot_timeout_s", 120.0),
             job_timeout_s=_float(opts, "job_timeout_s", 600.0), io_timeout_s=_int(opts, "io_timeout_s", 15),
             guest_folder=guest_folder, extra_args=tuple(shlex.split(str(opts.get("qemu_args", "")))))
+        self._claim = contextlib.ExitStack()
         if self.drive_image is not None:     # only once every setting has been accepted
+            # a drive image kvwear did not create is refused unless confirmed; held exclusively
+            if self.drive_image.is_file():       # not a file: _prepare_image refuses it
+                check_file_target(str(self.drive_image), opts.get("confirm_overwrite"))
             self._prepare_image(self.drive_image, size)
+            mark_created(self.drive_image)
+            self._claim.enter_context(claim_file(str(self.drive_image)))
         self.fio_version = _fio_version_from_stamp(self.image.stamp)
         self._identity: DeviceIdentity | None = None
         self.last_run: GuestRun | None = None
@@ -410,7 +427,8 @@ class GuestDevice:
                               extra={**ident.extra, **self._extra_identity()})
 
     def close(self) -> None:
-        """Nothing to release: each replay's QEMU process is reaped before replay returns."""
+        """Release the drive image (each replay's QEMU process is reaped before replay returns)."""
+        self._claim.close()
 
 
 def _open(spec: DeviceSpec, workdir: Path) -> GuestDevice:

@@ -103,6 +103,11 @@ CASES: list[tuple[str, dict[str, str | bytes], list[str], str, str]] = [
      "{d}/f", "r"),
     ("file-device-not-ours", {"disk.img": "precious data\n"},
      ["run", "--device", "file:{d}/disk.img", "--param", "sessions=2", "-o", "{d}/r"], "disk.img", "r"),
+    ("file-option-iodepth-text", {},
+     ["run", "--device", "file:{d}/new.img", "--device-option", "iodepth=abc", "-o", "{d}/r"], "iodepth", "new.img"),
+    ("file-option-ioengine", {},
+     ["run", "--device", "file:{d}/new.img", "--device-option", "ioengine=nosuch", "-o", "{d}/r"], "ioengine",
+     "new.img"),
     # -- traces -------------------------------------------------------------------------------
     ("jsonl-repeated-key",
      {"m.jsonl": MOONCAKE + MOONCAKE.replace('{"timestamp": 0,', '{"timestamp": 0, "timestamp": 5,')},
