@@ -25,7 +25,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -632,6 +632,19 @@ def _run_stages(cfg: RunConfig, rd: RunDir, *, resume: bool, replay: bool, repor
         html = build_run_report(rd.root).html
         rd.mark_done("report")
     return RunOutcome(rd.root, results, tuple(outcomes), html)
+
+
+def accounting_faults(rows: Iterable[Mapping[Any, Any]]) -> list[str]:
+    """'POLICY: k of n checks failed' for every row whose byte-accounting checks did not all hold."""
+    def count(v: Any) -> int:            # None, or NaN in a table where other rows have the column
+        return 0 if v is None or v != v else int(v)
+
+    out = []
+    for r in rows:
+        total, passed = count(r.get("accounting_checks_total")), count(r.get("accounting_checks_passed"))
+        if passed < total:
+            out.append(f"{r['policy']}: {total - passed} of {total} checks failed")
+    return out
 
 
 def _sim_only_row(summary: dict[str, Any]) -> dict[str, Any]:

@@ -140,21 +140,13 @@ def run_cmd(
     console.print(f"run directory: {outcome.run_dir}")
     if outcome.report_html:
         console.print(f"report: {outcome.report_html}")
+    from harness.run import accounting_faults
+
     faults = accounting_faults(outcome.results.to_pylist())
     if faults:
         typer.secho(f"kvwear: error: byte accounting failed ({'; '.join(faults)}): I/O was lost or added on the "
                     f"way; see the report's cross-validation", err=True, fg=typer.colors.RED)
         raise typer.Exit(EXIT_ACCOUNTING_FAULT)
-
-
-def accounting_faults(rows: list[dict[str, Any]]) -> list[str]:
-    """'POLICY: k of n checks failed' for every row whose byte-accounting checks did not all hold."""
-    out = []
-    for r in rows:
-        total, passed = int(r.get("accounting_checks_total") or 0), int(r.get("accounting_checks_passed") or 0)
-        if passed < total:
-            out.append(f"{r['policy']}: {total - passed} of {total} checks failed")
-    return out
 
 
 def _summary(rows: list[dict[str, Any]], wall_s: float) -> None:

@@ -24,7 +24,7 @@ import pytest
 from harness.devices.base import DeviceSpec
 from harness.devices.fio import FioDevice, loop_device
 from harness.exclusive import BusyError
-from harness.run import FAULT_DROP_EVENTS_ENV
+from harness.run import FAULT_DROP_EVENTS_ENV, accounting_faults
 from harness.safety import backup_gpt_at_end, check_block_device
 from harness.sweep import ResultsStore, SweepProgress, load_sweep, plan_sweep, run_sweep
 from kvwear.errors import SafetyError
@@ -130,6 +130,36 @@ def test_a_file_device_has_one_writer_at_a_time(tmp_path: Path) -> None:
     finally:
         first.close()
     FioDevice(DeviceSpec("file", str(img), capacity_bytes=1 << 20), tmp_path).close()   # free again
+
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from harness.exclusive import locked
+with locked(Path(sys.argv[1]), "test"):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_resume_is_refused_while_another_process_holds_the_run(tmp_path: Path) -> None:
+    """What a child of a killed run that still lived would do: hold the run directory's lock."""
+    out = tmp_path / "r"
+    args = ("run", "-o", str(out), "--policy", "lru", "--param", "sessions=2", "--param", "turns=2",
+            "--no-replay", "--no-report")
+    rc, err = finish(kvwear(*args))
+    assert rc == 0, err
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out / ".lock")], stdout=subprocess.PIPE,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        rc, err = finish(kvwear(*args, "--resume"))
+        assert rc == 2 and f"run directory {out} is in use by kvwear pid {holder.pid}" in err, err
+    finally:
+        holder.kill()
+        holder.wait()
+    rc, err = finish(kvwear(*args, "--resume"))
+    assert rc == 0, err
 
 
 # -- backup GPT -------------------------------------------------------------------------------
@@ -291,3 +321,11 @@ def test_a_lost_pool_worker_is_a_retried_point_not_an_abort(tmp_path: Path) -> N
     assert killed and prog.lost_workers >= 1
     assert prog.done == len(plan.points) and prog.failed == 0
     assert len(ResultsStore(tmp_path).read()) == len(plan.points) and not ResultsStore(tmp_path).read_errors()
+
+
+def test_accounting_faults_reads_run_and_sweep_rows() -> None:
+    nan = float("nan")       # a sweep table: points without a replay have no checks
+    rows = [{"policy": "a", "accounting_checks_total": 4, "accounting_checks_passed": 4},
+            {"policy": "b", "accounting_checks_total": 4, "accounting_checks_passed": 3},
+            {"policy": "c", "accounting_checks_total": nan, "accounting_checks_passed": nan}, {"policy": "d"}]
+    assert accounting_faults(rows) == ["b: 1 of 4 checks failed"]
