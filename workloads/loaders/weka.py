@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -87,8 +88,10 @@ MAX_FILE_BYTES = 512 << 20
 def _read_bounded(f: Path, limit: int | None = None) -> bytes:
     limit = limit or MAX_FILE_BYTES         # read at call time, so tests can shrink it
     with open(f, "rb") as fh:
-        data = fh.read(limit + 1)            # a stat size can lie (/dev/zero, a pipe)
-    if len(data) > limit:
+        # a regular file's size is known before reading it; /dev/zero or a pipe shows only by reading
+        big = os.fstat(fh.fileno()).st_size > limit
+        data = b"" if big else fh.read(limit + 1)
+    if big or len(data) > limit:
         raise InputError(str(f), None, None, f"larger than {limit:,} bytes: one Weka trace file is parsed "
                                              "whole, so its size is bounded")
     return data
