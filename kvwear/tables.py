@@ -50,14 +50,26 @@ def atomic_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.partial-{os.getpid()}")
 
 
+def _writable(path: Path) -> None:
+    """Refuse (one clear error) an output path that is a directory or whose folder cannot be made."""
+    if path.is_dir():
+        raise KvwearError(f"{path}: is a directory; the output is a Parquet file's path")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise KvwearError(f"{path}: cannot create its folder: {exc.strerror}") from None
+
+
 def write_table(spec: TableSpec, table: pa.Table, path: str | Path) -> Path:
     """Write `table` conformed to `spec` to `path` atomically."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _writable(path)
     tmp = atomic_path(path)
     try:
         pq.write_table(spec.conform(table), tmp, compression="zstd")
         os.replace(tmp, path)
+    except OSError as exc:
+        raise KvwearError(f"{path}: cannot write: {exc.strerror or exc}") from None
     finally:
         tmp.unlink(missing_ok=True)
     return path
@@ -72,9 +84,12 @@ class TableWriter:
     def __init__(self, spec: TableSpec, path: str | Path) -> None:
         self.spec = spec
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _writable(self.path)
         self._tmp = atomic_path(self.path)
-        self._writer = pq.ParquetWriter(self._tmp, spec.with_metadata(), compression="zstd")
+        try:
+            self._writer = pq.ParquetWriter(self._tmp, spec.with_metadata(), compression="zstd")
+        except OSError as exc:
+            raise KvwearError(f"{self.path}: cannot write: {exc.strerror or exc}") from None
         self.rows = 0
 
     def write(self, table: pa.Table | pa.RecordBatch) -> None:

@@ -138,6 +138,12 @@ CASES: list[tuple[str, dict[str, str | bytes], list[str], str, str]] = [
      "m.jsonl", "x"),
     ("generate-sessions-negative", {}, ["trace", "generate", "multi-round", "--sessions", "-5", "-o", "{d}/g.parquet"],
      "sessions", "g.parquet"),
+    ("generate-onto-directory", {"gdir/keep": ""},
+     ["trace", "generate", "multi-round", "--sessions", "2", "-o", "{d}/gdir"], "gdir", "x"),
+    ("generate-into-proc", {}, ["trace", "generate", "multi-round", "--sessions", "2", "-o", "/proc/kvwear.parquet"],
+     "/proc/kvwear.parquet", "x"),
+    ("generate-under-a-file", {"f": "keep"},
+     ["trace", "generate", "multi-round", "--sessions", "2", "-o", "{d}/f/g.parquet"], "f/g.parquet", "x"),
     # -- sweeps -------------------------------------------------------------------------------
     ("sweep-policy-unknown", {"s.toml": '[grid]\npolicies = ["lru", "nosuch-policy"]\n'},
      ["sweep", "{d}/s.toml", "-o", "{d}/sw"], "grid.policies", "sw"),
