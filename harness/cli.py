@@ -69,6 +69,10 @@ def main() -> None:
         _fail(exc.format_message())
     except typer.Abort:
         _fail("aborted")
+    except MemoryError:
+        # too large an input for this machine (a generator asked for 10^11 sessions, ...):
+        # the stages written so far stay, marked; nothing half-written looks complete
+        _fail("out of memory: the workload, trace or grid is too large for this machine")
     raise SystemExit(rc if isinstance(rc, int) else 0)
 
 

@@ -67,8 +67,8 @@ def ftl_config_from_spec(spec: DeviceSpec) -> FtlConfig:
         raise KvwearError(f"device sim: unknown option(s) {', '.join(bad)}; valid: {', '.join(OPTIONS)}")
     try:
         return _ftl_config(spec)
-    except (TypeError, ValueError) as exc:
-        # int('abc'), float('abc'), or FtlConfig refusing a geometry
+    except (TypeError, ValueError, ArithmeticError) as exc:
+        # int('abc'), float('abc'), a zero that divides, or FtlConfig refusing a geometry
         raise KvwearError(f"device sim options {dict(spec.options)}: {exc}") from None
 
 

@@ -85,6 +85,12 @@ CASES: list[tuple[str, dict[str, str | bytes], list[str], str, str]] = [
      "nosuch-model", "r"),
     ("sim-option-unknown", {"c.toml": "[device]\noptions = {bogus = 1}\n"}, ["run", "{d}/c.toml", "-o", "{d}/r"],
      "bogus", "r"),
+    ("model-binary-file", {"m.json": bytes(range(256))}, ["run", "--model", "{d}/m.json", "-o", "{d}/r"],
+     "m.json", "r"),
+    ("sim-pages-per-block-zero", {"c.toml": "[device]\noptions = {pages_per_block = 0}\n"},
+     ["run", "{d}/c.toml", "-o", "{d}/r"], "pages_per_block", "r"),
+    ("params-sessions-huge", {"c.toml": "[workload]\nparams = {sessions = 100000000000}\n"},
+     ["run", "{d}/c.toml", "-o", "{d}/r"], "out of memory", "r"),
     ("trace-missing", {"c.toml": '[workload]\ntrace = "nope.jsonl"\n'}, ["run", "{d}/c.toml", "-o", "{d}/r"],
      "nope.jsonl", "r"),
     # -- run flags ----------------------------------------------------------------------------
