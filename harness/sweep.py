@@ -183,6 +183,16 @@ def plan_sweep(data: Mapping[str, Any], source: str = "<sweep>") -> SweepPlan:
             resolve_spec(pol)
     except (ValueError, KvwearError) as exc:
         raise InputError(source, None, "grid.policies", str(exc)) from None
+    from workloads.loaders.pipeline import resolve_format
+    from workloads.models import resolve_profile
+
+    for name, values, check in (("models", models, resolve_profile),
+                                ("traces", [t for t in traces if t], lambda t: resolve_format(t, None))):
+        for v in values:             # known now, not when the points that use it run
+            try:
+                check(str(v))
+            except KvwearError as exc:
+                raise InputError(source, None, f"grid.{name}", str(exc)) from None
     n_points = len(traces) * len(models) * len(caps) * len(policies)
     if n_points > MAX_SWEEP_POINTS:
         raise InputError(source, None, "grid", f"{n_points:,} points (traces × models × capacities × policies); "
