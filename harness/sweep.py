@@ -24,8 +24,8 @@ point, atomically and under the key's own name: a retried point overwrites its o
 worker that dies mid-task cannot leave a duplicate row, and a finished point is never run again.
 On the local pool, workers die with the sweep (PR_SET_PDEATHSIG), and a worker that dies is a
 failed attempt of its point: retried once in a rebuilt pool, then recorded in errors/ (the sweep
-goes on). Grids are sized before they are expanded (MAX_SWEEP_POINTS) and their policies resolved
-when the sweep is planned. This module plans and schedules; the work of one point is
+goes on). Grids are sized before they are expanded (MAX_SWEEP_POINTS), and their policies, models
+and traces resolved when the sweep is planned. This module plans and schedules; the work of one point is
 `harness.run.run_point` (which holds the point folder's lock: a point is never run twice at once).
 """
 

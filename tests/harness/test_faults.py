@@ -213,6 +213,7 @@ def test_a_second_run_on_a_busy_loop_device_is_refused(tmp_path: Path) -> None:
 
 
 @needs_root
+@pytest.mark.slow
 def test_sigkill_mid_replay_leaves_no_child_and_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None:
     tracer = ["--tracer", "bpftrace"] if shutil.which("bpftrace") else []
     with loop_device(tmp_path / "clean.img", "256MiB") as dev:
