@@ -40,7 +40,10 @@ class BusyError(KvwearError):
 
 def lock_dir() -> Path:
     d = Path(os.environ.get("KVWEAR_LOCK_DIR", "/tmp/kvwear-locks"))
-    d.mkdir(mode=0o1777, parents=True, exist_ok=True)
+    if not d.is_dir():
+        d.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):    # shared by every user, like /tmp (the umask would narrow it)
+            d.chmod(0o1777)
     return d
 
 
@@ -63,22 +66,27 @@ def _holder(path: Path) -> str:
 @contextlib.contextmanager
 def locked(path: Path, what: str) -> Iterator[None]:
     """Hold an exclusive lock on `path` for the block; BusyError (naming the holder) if taken."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        fd, writable = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666), True
+    except PermissionError:      # another user's lock file: flock works on a read-only descriptor
+        fd, writable = os.open(path, os.O_RDONLY | os.O_CLOEXEC), False
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise BusyError(f"{what} is in use by {_holder(path)}; wait for it to finish "
                             f"(lock {path})") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps({"pid": os.getpid(), "argv": ["kvwear", *sys.argv[1:]],
-                                  "since": time.time()}).encode(), 0)
+        if writable:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps({"pid": os.getpid(), "argv": ["kvwear", *sys.argv[1:]],
+                                      "since": time.time()}).encode(), 0)
         _HELD.add(fd)
         try:
             yield
         finally:
             _HELD.discard(fd)
-            os.ftruncate(fd, 0)
+            if writable:
+                os.ftruncate(fd, 0)
     finally:
         os.close(fd)
 

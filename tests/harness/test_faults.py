@@ -182,6 +182,7 @@ def test_backup_gpt_is_found_at_the_end() -> None:
     assert backup_gpt_at_end(backup_gpt_header(size * 2), size) == []
 
 
+@pytest.mark.root
 @needs_root
 def test_a_device_with_only_its_backup_gpt_is_refused(tmp_path: Path) -> None:
     img = tmp_path / "wiped.img"
@@ -196,6 +197,7 @@ def test_a_device_with_only_its_backup_gpt_is_refused(tmp_path: Path) -> None:
 
 # -- loop devices: two writers, SIGKILL mid-replay, an accounting fault -----------------------
 
+@pytest.mark.root
 @needs_root
 def test_a_second_run_on_a_busy_loop_device_is_refused(tmp_path: Path) -> None:
     with loop_device(tmp_path / "drive.img", "256MiB") as dev:
@@ -212,6 +214,7 @@ def test_a_second_run_on_a_busy_loop_device_is_refused(tmp_path: Path) -> None:
         assert rc == 0, err
 
 
+@pytest.mark.root
 @needs_root
 @pytest.mark.slow
 def test_sigkill_mid_replay_leaves_no_child_and_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None:
@@ -232,6 +235,7 @@ def test_sigkill_mid_replay_leaves_no_child_and_resume_equals_an_uninterrupted_r
     assert results(out) == results(tmp_path / "clean")
 
 
+@pytest.mark.root
 @needs_root
 def test_a_failed_accounting_check_exits_3_after_the_report(tmp_path: Path) -> None:
     if shutil.which("bpftrace") is None:
