@@ -65,17 +65,10 @@ def _holder(path: Path) -> str:
 
 @contextlib.contextmanager
 def locked(path: Path, what: str) -> Iterator[None]:
-    """Hold an exclusive lock on `path` for the block; BusyError (naming the holder) if taken."""
+    """Hold an exclusive lock on `path` for the block; BusyError (naming the holder) if taken.
+    The lock file is removed on release (while still locked), so lock files do not pile up."""
+    fd, writable = _lock_fd(path, what)
     try:
-        fd, writable = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666), True
-    except PermissionError:      # another user's lock file: flock works on a read-only descriptor
-        fd, writable = os.open(path, os.O_RDONLY | os.O_CLOEXEC), False
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise BusyError(f"{what} is in use by {_holder(path)}; wait for it to finish "
-                            f"(lock {path})") from None
         if writable:
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps({"pid": os.getpid(), "argv": ["kvwear", *sys.argv[1:]],
@@ -86,8 +79,33 @@ def locked(path: Path, what: str) -> Iterator[None]:
         finally:
             _HELD.discard(fd)
             if writable:
-                os.ftruncate(fd, 0)
+                with contextlib.suppress(OSError):
+                    path.unlink()
     finally:
+        os.close(fd)
+
+
+def _lock_fd(path: Path, what: str) -> tuple[int, bool]:
+    """An open, flocked descriptor of the file now at `path` (and whether it is writable). A
+    releasing holder may unlink the file between our open and our flock: then the lock we got is
+    on a file nobody else can find, so it is taken again on the file now at the path."""
+    while True:
+        try:
+            fd, writable = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666), True
+        except PermissionError:      # another user's lock file: flock works on a read-only descriptor
+            fd, writable = os.open(path, os.O_RDONLY | os.O_CLOEXEC), False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise BusyError(f"{what} is in use by {_holder(path)}; wait for it to finish "
+                            f"(lock {path})") from None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd, writable
         os.close(fd)
 
 
