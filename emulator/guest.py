@@ -55,6 +55,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from kvwear.children import die_with_parent
 from kvwear.errors import KvwearError
 
 if TYPE_CHECKING:
@@ -576,10 +577,8 @@ def run_guest(cfg: GuestConfig, job: GuestJob, workdir: Path, *, check_io_timeou
     boot_s: float | None = None
     # QEMU runs in its own session (a Ctrl-C meant for kvwear reaches it through the cleanup
     # below, not twice), so it must die with us when we are killed outright: setpriv (util-linux)
-    # sets the parent-death signal and execs QEMU. Popen's preexec_fn could too, but it is unsafe
-    # in a process with threads (sweeps run points on threads).
-    setpriv = shutil.which("setpriv")
-    launch = [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
+    # sets the parent-death signal and execs QEMU (kvwear.children).
+    launch = die_with_parent(argv)
     with open(stderr_path, "wb") as err:
         proc = subprocess.Popen(launch, stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True)
         try:

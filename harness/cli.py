@@ -12,9 +12,10 @@ import importlib
 
 import typer
 
-from harness.commands import app
+from harness.commands import EXIT_ACCOUNTING_FAULT, EXIT_BAD_INPUT, app
 
-__all__ = ["app", "main"]
+__all__ = ["EXIT_ACCOUNTING_FAULT", "EXIT_BAD_INPUT", "app", "main"]
+
 
 COMMAND_MODULES: list[str] = [
     "harness.commands.characterize",
@@ -31,11 +32,39 @@ for _name in COMMAND_MODULES:
 
 
 def main() -> None:
-    """Console-script entry point: kvwear errors become one clear line and exit code 2."""
+    """Console-script entry point: kvwear errors and command-line errors become one clear line
+    (`kvwear: error: ...`) and exit code 2."""
+    # typer bundles its own click; its exceptions are the ones raised here
+    from typer._click import exceptions as cli_errors
+
     from kvwear.errors import KvwearError
 
     try:
-        app()
+        rc = app(standalone_mode=False)
     except KvwearError as exc:
-        typer.secho(f"kvwear: error: {exc}", err=True, fg=typer.colors.RED)
-        raise SystemExit(2) from None
+        _fail(str(exc))
+    except cli_errors.NoArgsIsHelpError as exc:     # a bare group: its help, as click shows it
+        exc.show()
+        raise SystemExit(exc.exit_code) from None
+    except cli_errors.UsageError as exc:
+        where = f"{exc.ctx.command_path}: " if exc.ctx is not None else ""
+        _fail(where + exc.format_message())
+    except cli_errors.ClickException as exc:
+        _fail(exc.format_message())
+    except typer.Abort:
+        _fail("aborted")
+    except MemoryError:
+        # too large an input for this machine (a generator asked for 10^11 sessions, ...):
+        # the stages written so far stay, marked; nothing half-written looks complete
+        _fail("out of memory: the workload, trace or grid is too large for this machine")
+    raise SystemExit(rc if isinstance(rc, int) else 0)
+
+
+def _fail(message: str) -> None:
+    one_line = " ".join(message.split())
+    typer.secho(f"kvwear: error: {one_line}", err=True, fg=typer.colors.RED)
+    raise SystemExit(EXIT_BAD_INPUT)
+
+
+if __name__ == "__main__":       # `python -m harness.cli`
+    main()

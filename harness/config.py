@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -78,6 +79,7 @@ class DeviceConfig:
     capacity_bytes: int = 0
     fit: bool = False
     confirm_serial: str = ""
+    confirm_overwrite: str = ""           # file: a file kvwear did not create, to write to anyway
     options: Mapping[str, Any] = field(default_factory=dict)   # backend-specific (FTL geometry…)
 
 
@@ -146,14 +148,20 @@ def _coerce(path: str, section: str, name: str, typ: Any, value: Any) -> Any:
                 raise ValueError(f"expected true or false, got {value!r}")
             return value
         if typ is int:
-            if isinstance(value, bool) or not isinstance(value, int | float | str):
+            # 16.7 or "1.9" is refused, not truncated; 16.0 is 16
+            if isinstance(value, str):
+                value = float(value) if re.fullmatch(r"\s*[-+]?[0-9.]+[eE][-+]?[0-9]+\s*", value) else int(value)
+            if isinstance(value, bool) or not isinstance(value, int | float) or (
+                    isinstance(value, float) and not value.is_integer()):
                 raise ValueError(f"expected an integer, got {value!r}")
             return int(value)
         if typ is float:
             if isinstance(value, str):
-                return parse_duration(value) if name.endswith("_s") else float(value)
+                value = parse_duration(value) if name.endswith("_s") else float(value)
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ValueError(f"expected a number, got {value!r}")
+            if not math.isfinite(value):
+                raise ValueError(f"expected a finite number, got {value!r}")
             return float(value)
         if typ is str:
             if not isinstance(value, str):
@@ -193,28 +201,66 @@ def _build(cls: type, data: Mapping[str, Any], path: str, section: str) -> Any:
     return cls(**kwargs)
 
 
+# Ranges of the numeric settings: (section, field) → (holds, what a valid value is).
+_RANGES: dict[tuple[str, str], tuple[Callable[[Any], bool], str]] = {
+    ("workload", "sample_fraction"): (lambda v: 0.0 < v <= 1.0, "in (0, 1]"),
+    ("workload", "block_tokens"): (lambda v: 1 <= v <= 1 << 20, "1 … 1048576 tokens"),
+    ("workload", "seed"): (lambda v: 0 <= v < 2**63, "0 … 2^63 − 1"),
+    ("replay", "align_bytes"): (lambda v: v >= 512 and v & (v - 1) == 0, "a power of two ≥ 512"),
+    ("replay", "max_io_bytes"): (lambda v: v >= 512, "≥ 512"),
+    ("replay", "time_compression"): (lambda v: v > 0, "> 0"),
+    ("estimate", "dwpd"): (lambda v: v > 0, "> 0"),
+    ("estimate", "warranty_years"): (lambda v: v > 0, "> 0"),
+    ("estimate", "rated_pe_cycles"): (lambda v: v >= 0, "≥ 0 (0: use dwpd)"),
+    ("estimate", "trace_day_fraction"): (lambda v: v >= 0, "≥ 0 (0: the trace's own span)"),
+}
+
+
+def _check_ranges(cfg: RunConfig, source: str) -> None:
+    for (section, name), (ok, valid) in _RANGES.items():
+        v = getattr(getattr(cfg, section), name)
+        if not ok(v):
+            raise InputError(source, None, f"{section}.{name}", f"must be {valid}, got {v!r}")
+    if not cfg.policies:
+        raise InputError(source, None, "policies", "the list is empty: name at least one policy (e.g. \"lru\")")
+    if cfg.replay.max_io_bytes % cfg.replay.align_bytes:
+        raise InputError(source, None, "replay.max_io_bytes",
+                         f"{cfg.replay.max_io_bytes} is not a multiple of align_bytes {cfg.replay.align_bytes}")
+
+
 def config_from_mapping(data: Mapping[str, Any], source: str = "<config>") -> RunConfig:
-    """Validate a nested mapping (as read from TOML) into a RunConfig."""
+    """Validate a nested mapping (as read from TOML) into a RunConfig: types, then ranges."""
     version = data.get("version", CONFIG_VERSION)
     if version != CONFIG_VERSION:
         raise InputError(source, None, "version", f"config version {version} is not {CONFIG_VERSION}")
     cfg: RunConfig = _build(RunConfig, data, source, "")
+    _check_ranges(cfg, source)
     return cfg
 
 
-def load_config(path: str | Path) -> RunConfig:
-    """Read a run config TOML; errors name the file and the setting."""
+def read_toml(path: str | Path, what: str = "config file") -> dict[str, Any]:
+    """A TOML file as a mapping; every way it can be unreadable is an InputError naming it."""
     p = Path(path)
     try:
-        data = tomllib.loads(p.read_text())
+        return tomllib.loads(p.read_text())
     except FileNotFoundError:
-        raise InputError(str(p), None, None, "config file not found") from None
+        raise InputError(str(p), None, None, f"{what} not found") from None
+    except IsADirectoryError:
+        raise InputError(str(p), None, None, f"is a directory, not a {what}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(str(p), None, None, f"not a text (UTF-8) file: byte {exc.start} is not UTF-8") from None
+    except OSError as exc:
+        raise InputError(str(p), None, None, f"cannot read: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         # tomllib's message ends with "(at line N, column M)"; no attribute carries it in 3.11.
         m = re.search(r"at line (\d+)", str(exc))
         line = int(m.group(1)) if m else None
         raise InputError(str(p), line, None, f"invalid TOML: {exc}") from None
-    return config_from_mapping(data, str(p))
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """Read a run config TOML; errors name the file and the setting."""
+    return config_from_mapping(read_toml(path), str(path))
 
 
 def with_overrides(cfg: RunConfig, overrides: Mapping[str, Any]) -> RunConfig:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from harness.exclusive import inherited_fds
+from kvwear.children import die_with_parent
 from kvwear.errors import InputError, KvwearError
 
 # A runner takes argv and returns stdout bytes; it raises on failure.
@@ -45,9 +48,14 @@ class FioError(KvwearError):
 
 
 def run_fio(argv: Sequence[str], timeout_s: float | None = None) -> bytes:
-    """The real runner: run fio, return stdout; a non-zero exit raises with fio's stderr."""
+    """The real runner: run fio, return stdout; a non-zero exit raises with fio's stderr. fio dies
+    with kvwear and holds kvwear's device locks while it runs (harness.exclusive); its jobs run as
+    threads (`--thread`), because a forked job process would outlive a killed fio."""
     try:
-        proc = subprocess.run(list(argv), capture_output=True, timeout=timeout_s, check=False)
+        if shutil.which(argv[0]) is None:       # else setpriv would report it, less clearly
+            raise FileNotFoundError(argv[0])
+        proc = subprocess.run(die_with_parent([argv[0], "--thread", *argv[1:]]), capture_output=True,
+                              timeout=timeout_s, check=False, pass_fds=inherited_fds())
     except FileNotFoundError:
         raise FioError(f"{argv[0]} not found: install fio (Debian package 'fio')") from None
     if proc.returncode != 0:

@@ -25,7 +25,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -377,6 +377,14 @@ def plan_death_summary(block_ops: pa.Table, capacity: int) -> DeathSummary:
     return death_summary(codes, first, npages, -(-capacity // PAGE_BYTES))
 
 
+def device_spec(cfg: RunConfig, capacity: int) -> DeviceSpec:
+    """The backend's spec: the configured options plus the confirmations given as flags."""
+    confirm = {k: v for k, v in (("confirm_serial", cfg.device.confirm_serial),
+                                 ("confirm_overwrite", cfg.device.confirm_overwrite)) if v}
+    return DeviceSpec(kind=cfg.device.kind, target=cfg.device.target, capacity_bytes=capacity,
+                      options={**_placement_device_options(cfg), **dict(cfg.device.options), **confirm})
+
+
 @contextmanager
 def _capture(cfg: RunConfig, device_path: str, out_dir: Path) -> Iterator[dict[str, Any]]:
     """eBPF capture around the replay when configured; yields a dict filled on exit."""
@@ -409,7 +417,27 @@ def _capture(cfg: RunConfig, device_path: str, out_dir: Path) -> Iterator[dict[s
                  # bpftrace confirms with its flush barrier that its last events reached the file
                  "drained": bool(res.extra.get("flushed", True)),
                  "parquet_path": str(res.parquet_path)})
+    drop = int(os.environ.get(FAULT_DROP_EVENTS_ENV, "0") or 0)
+    if drop:
+        info.update(_drop_write_events(info, drop))       # in place: the caller holds `info`
     write_json(out_dir / "capture.json", info)
+
+
+# Test-only fault injection: the capture "loses" this many write events (as a tracer whose ring
+# buffer overflowed would), so that tests can show a failed byte-accounting check is a fault.
+FAULT_DROP_EVENTS_ENV = "KVWEAR_TEST_DROP_TRACE_EVENTS"
+
+
+def _drop_write_events(info: dict[str, Any], n: int) -> dict[str, Any]:
+    """`info` as if the tracer had missed its first `n` write events (their rows stay in the
+    trace file; the counts leave them out), marked as injected."""
+    trace = pq.read_table(info["parquet_path"], columns=["op", "bytes"])
+    writes = trace.filter(pc.equal(pc.cast(trace.column("op"), pa.string()), "write")).slice(0, n)
+    lost = int(pc.sum(writes.column("bytes")).as_py() or 0)
+    by_op = {**info["bytes_by_op"], "write": int(info["bytes_by_op"].get("write", 0)) - lost}
+    return {**info, "write_bytes": int(info["write_bytes"]) - lost, "bytes_by_op": by_op,
+            "write_requests": int(info["write_requests"]) - writes.num_rows,
+            "injected_fault": f"{writes.num_rows} write events ({lost:,} bytes) dropped ({FAULT_DROP_EVENTS_ENV})"}
 
 
 def device_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int,
@@ -420,11 +448,8 @@ def device_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int,
         rd.skip()
         return dict(json.loads((d / "result.json").read_text()))
     plan = read_table(BLOCK_OPS, rd.stage_dir("replay", label) / "block_ops.parquet")
-    spec = DeviceSpec(kind=cfg.device.kind, target=cfg.device.target, capacity_bytes=capacity,
-                      options={**_placement_device_options(cfg), **dict(cfg.device.options),
-                               **({"confirm_serial": cfg.device.confirm_serial} if cfg.device.confirm_serial else {})})
     readers = wear_readers(cfg)
-    dev = open_device(spec, d)
+    dev = open_device(device_spec(cfg, capacity), d)
     try:
         before = snapshot(cfg.device.target, readers) if readers else []
         t0 = time.monotonic()
@@ -770,9 +795,22 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, An
 
 def run(cfg: RunConfig, out: str | Path, *, resume: bool = False, replay: bool = True,
         report: bool = True, progress: Progress = _no_progress) -> RunOutcome:
-    """Run every stage of `cfg` into `out` (see the module docstring)."""
+    """Run every stage of `cfg` into `out` (see the module docstring): the tiers resolved against
+    the device, the static checks (harness.preflight), then the stages, holding the run directory's
+    lock (harness.exclusive)."""
+    from harness.exclusive import locked
+    from harness.preflight import preflight
+
     cfg, sizing = size_tiers(cfg)      # the stored config.toml holds the resolved tiers
+    preflight(cfg, replay=replay)
     rd = RunDir(out)
+    rd.create()
+    with locked(rd.lock_path, f"run directory {rd.root}"):
+        return _run_stages(cfg, sizing, rd, resume=resume, replay=replay, report=report, progress=progress)
+
+
+def _run_stages(cfg: RunConfig, sizing: TierSizing, rd: RunDir, *, resume: bool, replay: bool, report: bool,
+                progress: Progress) -> RunOutcome:
     rd.prepare(cfg.to_toml(), resume)
     profile = resolve_profile(cfg.model)
     requests, inputs = workload_stage(cfg, rd)
@@ -813,6 +851,19 @@ def run(cfg: RunConfig, out: str | Path, *, resume: bool = False, replay: bool =
         html = build_run_report(rd.root).html
         rd.mark_done("report")
     return RunOutcome(rd.root, results, tuple(outcomes), html, sizing)
+
+
+def accounting_faults(rows: Iterable[Mapping[Any, Any]]) -> list[str]:
+    """'POLICY: k of n checks failed' for every row whose byte-accounting checks did not all hold."""
+    def count(v: Any) -> int:            # None, or NaN in a table where other rows have the column
+        return 0 if v is None or v != v else int(v)
+
+    out = []
+    for r in rows:
+        total, passed = count(r.get("accounting_checks_total")), count(r.get("accounting_checks_passed"))
+        if passed < total:
+            out.append(f"{r['policy']}: {total - passed} of {total} checks failed")
+    return out
 
 
 def _sim_only_row(summary: dict[str, Any]) -> dict[str, Any]:

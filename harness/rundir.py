@@ -125,6 +125,22 @@ class RunDir:
             return []
         return sorted(json.loads(p.read_text())["stage"] for p in d.glob("*.json"))
 
+    @property
+    def lock_path(self) -> Path:
+        return self.root / ".lock"
+
+    def create(self) -> None:
+        """Create the folder (a path that is a file, or where no folder can be made, is refused)."""
+        if self.root.exists() and not self.root.is_dir():
+            raise KvwearError(f"--out {self.root}: exists and is not a directory")
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            probe = self.root / ".write-test"
+            probe.touch()
+            probe.unlink()
+        except OSError as exc:
+            raise KvwearError(f"--out {self.root}: cannot create a run directory there: {exc.strerror}") from None
+
     def prepare(self, config_toml: str, resume: bool) -> None:
         """Create the run directory; on resume the stored config must equal `config_toml`."""
         if self.config_path.exists():

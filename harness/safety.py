@@ -1,16 +1,23 @@
-"""Device safety: decide whether kvwear may write raw I/O to a block device.
+"""Device safety: decide whether kvwear may write raw I/O to a block device or a file.
 
 A device is refused when it is mounted (itself, a partition, or anything stacked on it: dm, md,
 a loop over it), has partitions, carries a filesystem / RAID / partition-table signature
-(`blkid -p`), or backs the running system (root filesystem, swap, any holder chain) — unless the
-caller passes `confirm_serial` equal to the device's serial. For a loop device the serial is the
-identity of its backing file: `loop:<major>:<minor>:<inode>` (the filesystem device holding the
-file and the file's inode, from LOOP_GET_STATUS64), so the confirmation names one file, not a
-reusable /dev/loopN slot.
+(`blkid -p`), or a backup GPT header in its last logical block (blkid looks for the backup only
+behind a valid protective MBR, so a disk whose first sectors were wiped passes it), or backs the
+running system (root filesystem, swap, any holder chain) — unless the caller passes
+`confirm_serial` equal to the device's serial. For a loop device the serial is the identity of
+its backing file: `loop:<major>:<minor>:<inode>` (the filesystem device holding the file and the
+file's inode, from LOOP_GET_STATUS64), so the confirmation names one file, not a reusable
+/dev/loopN slot.
 
-Pure parts: `parse_mountinfo`, `parse_swaps`, `parse_blkid_export`, `assess`. `inspect_block_device`
-gathers the facts from /proc, /sys, an ioctl and `blkid -p` (through an injected runner). This
-module only reads: it never opens a device for writing.
+Files (`file:PATH`): an existing non-empty file is refused unless kvwear created it (it marks the
+files it creates with the extended attribute `user.kvwear.target`) or the caller confirms the
+path (`--confirm-overwrite PATH`): `check_file_target`.
+
+Pure parts: `parse_mountinfo`, `parse_swaps`, `parse_blkid_export`, `backup_gpt_at_end`, `assess`.
+`inspect_block_device` gathers the facts from /proc, /sys, an ioctl, the device's last 4 KiB and
+`blkid -p` (through an injected runner). This module only reads: it never opens a device for
+writing and never writes a file.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ from kvwear.errors import InputError, SafetyError
 ProbeRunner = Callable[[Sequence[str]], tuple[int, bytes, bytes]]
 
 LOOP_GET_STATUS64 = 0x4C05
+FILE_MARKER_XATTR = "user.kvwear.target"    # set on the files kvwear creates (harness.devices.fio)
+GPT_SIGNATURE = b"EFI PART"
 SYS_BLOCK = Path("/sys/class/block")
 
 
@@ -105,6 +114,47 @@ def signatures_from_blkid(probe: dict[str, str]) -> list[str]:
     if probe.get("TYPE"):
         sigs.append(f"{probe['TYPE']} {probe.get('USAGE') or 'signature'}")
     return sigs
+
+
+def backup_gpt_at_end(tail: bytes, size_bytes: int) -> list[str]:
+    """GPT headers in `tail` (the last bytes of a device of `size_bytes`): the backup header sits
+    in the last logical block and names that block as its own LBA (`MyLBA`, offset 24). Tried for
+    512 B and 4 KiB blocks (an image may carry a table written for either)."""
+    found = []
+    for lbs in (512, 4096):
+        if len(tail) < lbs or size_bytes < 2 * lbs:
+            continue
+        hdr = tail[len(tail) - lbs:]
+        if hdr[:8] == GPT_SIGNATURE and struct.unpack_from("<Q", hdr, 24)[0] == size_bytes // lbs - 1:
+            found.append(f"backup GPT header in the last {lbs}-byte block")
+    return found
+
+
+def check_file_target(path: str, confirm_overwrite: str | None = None) -> None:
+    """Refuse (SafetyError) an existing non-empty file kvwear did not create, unless
+    `confirm_overwrite` names it (module docstring). A missing or empty file is fine."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise SafetyError(f"{path}: cannot stat: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise SafetyError(f"{path}: the file: backend needs a regular file (use block: for devices)")
+    if st.st_size == 0:
+        return
+    try:
+        ours = os.getxattr(path, FILE_MARKER_XATTR) == b"1"
+    except OSError:
+        ours = False
+    if ours:
+        return
+    if confirm_overwrite and os.path.realpath(confirm_overwrite) == os.path.realpath(path):
+        return
+    raise SafetyError(f"refusing to write to {path}: an existing file of {st.st_size:,} bytes that kvwear did "
+                      f"not create; the replay would destroy its contents. If you mean that, pass "
+                      f"--confirm-overwrite {path}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -301,12 +351,29 @@ def inspect_block_device(path: str, runner: ProbeRunner = run_probe) -> DeviceFa
         sigs = [f"unknown (blkid -p could not probe it: {msg})"]
     else:
         sigs = signatures_from_blkid(parse_blkid_export(out.decode(errors="replace"))) if rc == 0 else []
+    if not any("partition table" in s for s in sigs):
+        sigs += _backup_gpt(path)
 
     return DeviceFacts(
         path=path, name=name, dev=dev, serial=device_serial(path, name),
         partitions=tuple(_partitions(name)), mounted=tuple(mounted), signatures=tuple(sigs),
         system_use=tuple(system),
     )
+
+
+def _backup_gpt(path: str) -> list[str]:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        return [f"unknown (cannot read its last blocks: {exc.strerror})"]
+    try:
+        size = os.lseek(fd, 0, os.SEEK_END)
+        tail = os.pread(fd, min(4096, size), max(0, size - 4096))
+    except OSError as exc:
+        return [f"unknown (cannot read its last blocks: {exc.strerror})"]
+    finally:
+        os.close(fd)
+    return backup_gpt_at_end(tail, size)
 
 
 def check_block_device(path: str, confirm_serial: str | None = None,

@@ -22,7 +22,11 @@ Each point is one resolved RunConfig with one policy; its key is a hash of that 
 store (SWEEP/results/KEY.parquet, SWEEP/errors/KEY.json) is written by the worker that ran the
 point, atomically and under the key's own name: a retried point overwrites its own file, so a
 worker that dies mid-task cannot leave a duplicate row, and a finished point is never run again.
-This module plans and schedules; the work of one point is `harness.run.run_point`.
+On the local pool, workers die with the sweep (PR_SET_PDEATHSIG), and a worker that dies is a
+failed attempt of its point: retried once in a rebuilt pool, then recorded in errors/ (the sweep
+goes on). Grids are sized before they are expanded (MAX_SWEEP_POINTS), and their policies, models
+and traces resolved when the sweep is planned. This module plans and schedules; the work of one point is
+`harness.run.run_point` (which holds the point folder's lock: a point is never run twice at once).
 """
 
 from __future__ import annotations
@@ -30,12 +34,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
 import re
 import time
-import tomllib
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,8 +49,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.config import DEFAULT_SSD_BYTES, RunConfig, config_from_mapping
+from harness.config import DEFAULT_SSD_BYTES, RunConfig, config_from_mapping, read_toml
 from harness.rundir import write_json
+from kvwear.children import set_pdeathsig
 from kvwear.errors import InputError, KvwearError
 from kvwear.kv import parse_kv
 from kvwear.tables import atomic_write
@@ -93,24 +99,34 @@ def _split_top(text: str) -> list[str]:
     return [s.strip() for s in out if s.strip()]
 
 
-def expand_policy(spec: str) -> list[str]:
+#: The most points a sweep may expand to: grids are sized before they are expanded.
+MAX_SWEEP_POINTS = 100_000
+
+
+def expand_policy(spec: str, limit: int = MAX_SWEEP_POINTS) -> list[str]:
     """'gandalf:gamma=[0,8],mu0=1' → ['gandalf:gamma=0,mu0=1', 'gandalf:gamma=8,mu0=1'].
 
-    A value `a..b` (integers) expands to every integer from a to b inclusive.
+    A value `a..b` (integers) expands to every integer from a to b inclusive. More than `limit`
+    combinations is refused before any is made.
     """
     name, _, params = spec.partition(":")
     if not params:
         return [name]
-    axes: list[tuple[str, list[str]]] = []
+    axes: list[tuple[str, list[str] | range]] = []
+    size = 1
     for key, value in parse_kv(_split_top(params), f"policy spec {spec!r}").items():
+        values: list[str] | range
         if value.startswith("[") and value.endswith("]"):
             values = [v.strip() for v in value[1:-1].split(",") if v.strip()]
         elif m := re.fullmatch(r"(-?\d+)\.\.(-?\d+)", value):
-            values = [str(v) for v in range(int(m.group(1)), int(m.group(2)) + 1)]
+            values = range(int(m.group(1)), int(m.group(2)) + 1)       # lazy: sized first
         else:
             values = [value]
         if not values:
             raise ValueError(f"policy spec {spec!r}: empty value list for {key!r}")
+        size *= len(values)
+        if size > limit:
+            raise ValueError(f"policy spec {spec!r} expands to more than {limit:,} points")
         axes.append((key, values))
     return [
         name + ":" + ",".join(f"{k}={v}" for (k, _), v in zip(axes, combo, strict=True))
@@ -159,10 +175,28 @@ def plan_sweep(data: Mapping[str, Any], source: str = "<sweep>") -> SweepPlan:
         ssd = base.tiers.ssd_bytes or (0 if base.device.kind in ("block", "femu") else DEFAULT_SSD_BYTES)
         caps = [{"dram": d, "ssd": s} for d, s in itertools.product(
             axis("dram", [base.tiers.dram_bytes]), axis("ssd", [ssd]))]
+    from policies.base import resolve_spec
+
     try:
         policies = [p for spec in axis("policies", list(base.policies)) for p in expand_policy(str(spec))]
-    except ValueError as exc:
+        for pol in policies:         # an unknown policy or parameter is found now, not when its point runs
+            resolve_spec(pol)
+    except (ValueError, KvwearError) as exc:
         raise InputError(source, None, "grid.policies", str(exc)) from None
+    from workloads.loaders.pipeline import resolve_format
+    from workloads.models import resolve_profile
+
+    for name, values, check in (("models", models, resolve_profile),
+                                ("traces", [t for t in traces if t], lambda t: resolve_format(t, None))):
+        for v in values:             # known now, not when the points that use it run
+            try:
+                check(str(v))
+            except KvwearError as exc:
+                raise InputError(source, None, f"grid.{name}", str(exc)) from None
+    n_points = len(traces) * len(models) * len(caps) * len(policies)
+    if n_points > MAX_SWEEP_POINTS:
+        raise InputError(source, None, "grid", f"{n_points:,} points (traces × models × capacities × policies); "
+                                               f"at most {MAX_SWEEP_POINTS:,}")
     replay = opts.get("replay", False)
     if not isinstance(replay, bool):
         raise InputError(source, None, "sweep.replay", f"expected true or false, got {replay!r}")
@@ -192,15 +226,7 @@ def plan_sweep(data: Mapping[str, Any], source: str = "<sweep>") -> SweepPlan:
 
 
 def load_sweep(path: str | Path) -> SweepPlan:
-    p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text())
-    except FileNotFoundError:
-        raise InputError(str(p), None, None, "sweep file not found") from None
-    except tomllib.TOMLDecodeError as exc:
-        m = re.search(r"at line (\d+)", str(exc))
-        raise InputError(str(p), int(m.group(1)) if m else None, None, f"invalid TOML: {exc}") from None
-    return plan_sweep(data, str(p))
+    return plan_sweep(read_toml(path, "sweep file"), str(path))
 
 
 # -- results store --------------------------------------------------------------------------
@@ -267,6 +293,7 @@ class SweepProgress:
     done: int = 0
     failed: int = 0
     running: int = 0
+    lost_workers: int = 0          # points whose pool worker died (each is retried once)
     started_s: float = field(default_factory=time.monotonic)
 
     def eta_s(self) -> float | None:
@@ -326,20 +353,49 @@ def run_sweep(
             progress.failed += not ok
             report(progress)
     else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            pending: set[Future[tuple[str, bool, str]]] = {
-                pool.submit(execute_point, p, str(store.root), plan.replay) for p in todo}
+        _run_pool(todo, store, plan.replay, jobs, progress, report)
+    return progress
+
+
+#: A point whose worker died is run again this many times before it is recorded as failed.
+LOST_WORKER_RETRIES = 1
+
+
+def _run_pool(todo: Sequence[SweepPoint], store: ResultsStore, replay: bool, jobs: int,
+              progress: SweepProgress, report: ProgressCallback) -> None:
+    """The local process pool. Workers die with this process (PR_SET_PDEATHSIG). A worker that
+    dies (killed, out of memory) breaks the pool: its points (every one in flight then; which
+    one the dead worker ran is not known) run again in a new pool, and a point lost
+    LOST_WORKER_RETRIES + 1 times is recorded in errors/ as failed; the sweep goes on."""
+    lost: dict[str, int] = {}
+    queue = list(todo)
+    while queue:
+        with ProcessPoolExecutor(max_workers=jobs, initializer=set_pdeathsig, initargs=(os.getpid(),)) as pool:
+            futures: dict[Future[tuple[str, bool, str]], SweepPoint] = {
+                pool.submit(execute_point, p, str(store.root), replay): p for p in queue}
+            queue = []
+            pending = set(futures)
             while pending:
                 progress.running = min(jobs, len(pending))
                 report(progress)
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for f in finished:
-                    _, ok, _ = f.result()
+                    point = futures[f]
+                    try:
+                        _, ok, _ = f.result()
+                    except BrokenProcessPool:
+                        progress.lost_workers += 1
+                        lost[point.key] = lost.get(point.key, 0) + 1
+                        if lost[point.key] <= LOST_WORKER_RETRIES:
+                            queue.append(point)
+                            continue
+                        store.write_error(point.key, point.axes, f"the worker running this point died "
+                                                                 f"{lost[point.key]} times (killed or out of memory)")
+                        ok = False
                     progress.done += ok
                     progress.failed += not ok
-            progress.running = 0
-            report(progress)
-    return progress
+    progress.running = 0
+    report(progress)
 
 
 def _run_dask(todo: Sequence[SweepPoint], root: str, replay: bool, scheduler: str | None, client: Any,

@@ -59,16 +59,28 @@ def atomic_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.partial-{os.getpid()}")
 
 
+def _writable(path: Path) -> None:
+    """Refuse (one clear error) an output path that is a directory or whose folder cannot be made."""
+    if path.is_dir():
+        raise KvwearError(f"{path}: is a directory; the output is a file's path")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise KvwearError(f"{path}: cannot create its folder: {exc.strerror}") from None
+
+
 @contextmanager
 def atomic_write(path: Path) -> Iterator[Path]:
     """`with atomic_write(path) as tmp:` fill `tmp`; on leaving the block it is renamed onto
     `path`, or removed if the block raised — so no reader ever sees a half-written file. The
     one way kvwear writes a file (tables, JSON, text, iologs)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _writable(path)
     tmp = atomic_path(path)
     try:
         yield tmp
         os.replace(tmp, path)
+    except OSError as exc:
+        raise KvwearError(f"{path}: cannot write: {exc.strerror or exc}") from None
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -90,9 +102,12 @@ class TableWriter:
     def __init__(self, spec: TableSpec, path: str | Path) -> None:
         self.spec = spec
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _writable(self.path)
         self._tmp = atomic_path(self.path)
-        self._writer = pq.ParquetWriter(self._tmp, spec.with_metadata(), compression="zstd")
+        try:
+            self._writer = pq.ParquetWriter(self._tmp, spec.with_metadata(), compression="zstd")
+        except OSError as exc:
+            raise KvwearError(f"{self.path}: cannot write: {exc.strerror or exc}") from None
         self.rows = 0
 
     def write(self, table: pa.Table | pa.RecordBatch) -> None:
@@ -104,7 +119,10 @@ class TableWriter:
 
     def close(self) -> Path:
         self._writer.close()
-        os.replace(self._tmp, self.path)
+        try:
+            os.replace(self._tmp, self.path)
+        finally:
+            self._tmp.unlink(missing_ok=True)       # the rename failed: no partial file stays
         return self.path
 
     def abort(self) -> None:

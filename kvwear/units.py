@@ -22,20 +22,28 @@ _DURATION_UNITS: dict[str, float] = {
 _NUM = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
+#: The largest size accepted (1 EiB): every byte count must stay far inside int64 once summed.
+MAX_SIZE_BYTES = 1 << 60
+
+
 def parse_size(text: str | int | float) -> int:
-    """'100GB' → 100_000_000_000; '1.5GiB' → 1_610_612_736; 4096 → 4096."""
+    """'100GB' → 100_000_000_000; '1.5GiB' → 1_610_612_736; 4096 → 4096 (at most 1 EiB)."""
     if isinstance(text, bool):
         raise ValueError(f"not a size: {text!r}")
     if isinstance(text, int | float):
         if text < 0 or not math.isfinite(text):
             raise ValueError(f"not a size: {text!r}")
-        return int(text)
-    m = _NUM.match(text)
-    if not m or m.group(2).lower() not in _SIZE_UNITS:
-        raise ValueError(
-            f"not a size: {text!r} (examples: 4096, 512KiB, 100GB, 1.5TiB)"
-        )
-    return round(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+        value = float(text)
+    else:
+        m = _NUM.match(str(text))
+        if not m or m.group(2).lower() not in _SIZE_UNITS:
+            raise ValueError(
+                f"not a size: {text!r} (examples: 4096, 512KiB, 100GB, 1.5TiB)"
+            )
+        value = float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
+    if not value <= MAX_SIZE_BYTES:          # also inf ('1e400GB')
+        raise ValueError(f"size {text!r} is larger than 1 EiB")
+    return int(text) if isinstance(text, int) else round(value)
 
 
 def parse_duration(text: str | int | float) -> float:

@@ -68,6 +68,7 @@ mutate simulator-owned fields of objects.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from collections import OrderedDict
@@ -147,7 +148,10 @@ def _convert(text: str, typ: Any, where: str) -> Any:
         if typ is int:
             return int(text)
         if typ is float:
-            return float(text)
+            value = float(text)
+            if not math.isfinite(value):          # 'nan', 'inf' parse, but no rule means them
+                raise ValueError(text)
+            return value
         if typ is str:
             return text
     except ValueError:

@@ -517,6 +517,8 @@ def load_profile(path: str | Path, name: str | None = None) -> ModelProfile:
         text = p.read_text()
     except OSError as exc:
         raise InputError(str(p), None, None, f"cannot read model config: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(str(p), None, None, f"not a text (UTF-8) file: byte {exc.start} is not UTF-8") from None
     if p.suffix.lower() == ".toml":
         return _from_toml(p, text, name)
     try:

@@ -44,11 +44,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, get_args, get_origin, get_type_hints
 
 import numpy as np
 import pyarrow as pa
 
+from kvwear.errors import InputError
 from kvwear.kv import parse_kv
 from kvwear.registry import Registry
 from workloads.schema import REQUESTS
@@ -107,6 +108,8 @@ class CommonOptions:
         "given mean)")
 
     def _check_common(self) -> None:
+        if not 0 <= self.seed < 2**63:      # numpy's seed sequences take non-negative integers
+            raise ValueError(f"seed must be 0 … 2^63 − 1, got {self.seed!r}")
         _check_positive(self, "block_tokens")
         _check_positive(self, "length_sigma", allow_zero=("length_sigma",))
 
@@ -649,7 +652,41 @@ class Generator:
     summary: str
 
     def __call__(self, **params: Any) -> pa.Table:
-        return self.run(self.config(**params))
+        return self.run(self.configure(params))
+
+    def configure(self, params: Mapping[str, Any], where: str = "params") -> CommonOptions:
+        """The config for `params` as given in a file or on a command line (`where` names them
+        in errors): unknown names, wrong types ("five", 1.9 for an integer, NaN) and values out
+        of range are InputErrors naming the option."""
+        hints = get_type_hints(self.config)
+        names = [f.name for f in fields(self.config)]
+        kwargs: dict[str, Any] = {}
+        for k, v in params.items():
+            if k not in names:
+                raise InputError(where, None, k, f"unknown {self.kind} option; valid: {', '.join(names)}")
+            kwargs[k] = _typed(v, hints[k], where, k)
+        try:
+            return self.config(**kwargs)
+        except (ValueError, TypeError) as exc:
+            raise InputError(where, None, None, f"{self.kind}: {exc}") from None
+
+
+def _typed(v: Any, typ: Any, where: str, name: str) -> Any:
+    """`v` checked against a config field's type (numbers finite, integers integral)."""
+    if v is None and type(None) in get_args(typ):
+        return v
+    base = next((a for a in get_args(typ) if a is not type(None)), typ) if get_origin(typ) is not tuple else tuple
+    if base is int:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not float(v).is_integer():
+            raise InputError(where, None, name, f"expected an integer, got {v!r}")
+        return int(v)
+    if base is float:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise InputError(where, None, name, f"expected a finite number, got {v!r}")
+        return float(v)
+    if base is str and not isinstance(v, str):
+        raise InputError(where, None, name, f"expected a string, got {v!r}")
+    return v
 
 
 GENERATORS: Registry[Generator] = Registry("synthetic workload")

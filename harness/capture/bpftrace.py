@@ -47,7 +47,9 @@ from harness.capture.base import (
     require_tracefs,
     totals_by_op,
 )
+from harness.exclusive import inherited_fds
 from harness.schema import BLOCK_TRACE
+from kvwear.children import die_with_parent
 from kvwear.errors import InputError
 from kvwear.tables import write_table
 
@@ -176,8 +178,10 @@ class BpftraceTracer:
         # Unbuffered stdout (-B none; -o would buffer): the file shows each line as bpftrace
         # handles it, so the barrier lines can be waited for.
         with open(self._out, "wb") as out, open(self._err, "wb") as err:
-            self._proc = subprocess.Popen([exe, "-B", "none", str(script), str(self._dev), str(os.getpid())],
-                                          stdout=out, stderr=err, env=env)
+            # bpftrace dies with kvwear and holds its device locks (harness.exclusive) while it runs
+            self._proc = subprocess.Popen(
+                die_with_parent([exe, "-B", "none", str(script), str(self._dev), str(os.getpid())]),
+                stdout=out, stderr=err, env=env, pass_fds=inherited_fds())
         # bpftrace prints "Attaching N probes..." before it attaches them, in declaration order,
         # so the probes are live once a barrier line (the last probe's) shows up.
         deadline = time.monotonic() + self.attach_timeout_s

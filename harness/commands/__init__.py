@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import typer
 
+# Exit status: 0 success; 2 bad input, a bad flag or a refused device; 3 a byte-accounting fault.
+EXIT_BAD_INPUT = 2
+EXIT_ACCOUNTING_FAULT = 3
+
 app = typer.Typer(
     name="kvwear",
     help=(

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from harness.commands import app
+from harness.commands import EXIT_ACCOUNTING_FAULT, app
 from harness.config import RunConfig, load_config, with_overrides
 from kvwear.kv import parse_kv
 from kvwear.units import format_bytes
@@ -51,6 +51,10 @@ def _scalar(v: str) -> Any:
 
   kvwear run --device femu --femu-binary ~/femu/build/qemu-system-x86_64 \
       --device-option femu.devsz_mb=192 --device-option precondition=fill --no-trim -o runs/femu
+
+Exit status: 0 when every byte-accounting check holds (model checks that fail are findings, not
+errors); 2 for bad input or a refused device (one line: kvwear: error: ...); 3 when a
+byte-accounting check failed (I/O lost or added: a fault), after the report is written.
 """)
 def run_cmd(
     config: Path | None = typer.Argument(None, help="Run config TOML; flags override its settings."),
@@ -81,6 +85,9 @@ def run_cmd(
                                             help="FEMU's qemu-system-x86_64, for --device femu."),
     confirm_serial: str | None = typer.Option(None, "--confirm-serial",
                                               help="Serial of a device that holds data, to write to it anyway."),
+    confirm_overwrite: str | None = typer.Option(
+        None, "--confirm-overwrite", metavar="PATH",
+        help="file: target that kvwear did not create, to overwrite anyway (its contents are lost)."),
     tracer: str | None = typer.Option(None, "--tracer", help="eBPF capture: none | auto | bcc | bpftrace."),
     layout: str | None = typer.Option(None, "--layout", help="Block layout: log | slab | extent."),
     trim: bool | None = typer.Option(None, "--trim/--no-trim", help="TRIM evicted objects."),
@@ -107,7 +114,8 @@ def run_cmd(
                      ("workload.trace", trace), ("workload.format", fmt), ("workload.generator", generator),
                      ("workload.sample_fraction", sample_fraction), ("workload.block_tokens", block_tokens),
                      ("workload.seed", seed), ("device.capacity", capacity), ("device.fit", fit_device),
-                     ("device.confirm_serial", confirm_serial), ("capture.tracer", tracer),
+                     ("device.confirm_serial", confirm_serial), ("device.confirm_overwrite", confirm_overwrite),
+                     ("capture.tracer", tracer),
                      ("replay.layout", layout), ("replay.trim_on_evict", trim), ("replay.time_mode", time_mode),
                      ("replay.placement", placement),
                      ("estimate.dwpd", dwpd), ("estimate.warranty_years", warranty_years)):
@@ -142,6 +150,13 @@ def run_cmd(
     console.print(f"run directory: {outcome.run_dir}")
     if outcome.report_html:
         console.print(f"report: {outcome.report_html}")
+    from harness.run import accounting_faults
+
+    faults = accounting_faults(outcome.results.to_pylist())
+    if faults:
+        typer.secho(f"kvwear: error: byte accounting failed ({'; '.join(faults)}): I/O was lost or added on the "
+                    f"way; see the report's cross-validation", err=True, fg=typer.colors.RED)
+        raise typer.Exit(EXIT_ACCOUNTING_FAULT)
 
 
 def _summary(rows: list[dict[str, Any]], wall_s: float) -> None:

@@ -8,8 +8,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from harness.commands import app
-from harness.sweep import SweepProgress, load_sweep, run_sweep
+from harness.commands import EXIT_ACCOUNTING_FAULT, app
+from harness.sweep import ResultsStore, SweepProgress, load_sweep, run_sweep
 
 console = Console(stderr=True)
 
@@ -21,6 +21,8 @@ console = Console(stderr=True)
   kvwear sweep sweep.toml -o sweeps/fig7 --scheduler tcp://10.0.0.5:8786   # on a Dask cluster
 
 A point that finished is never run again: rerunning the same command resumes the sweep.
+Exit status: 0 when every point ran and every byte-accounting check held; 1 when a point failed
+(recorded in SWEEP/errors/); 2 for bad input; 3 when a stored point failed a byte-accounting check.
 """)
 def sweep_cmd(
     config: Path = typer.Argument(..., help="Sweep TOML: [base] run config, [grid] axes, [sweep] options."),
@@ -51,5 +53,13 @@ def sweep_cmd(
         from reports.sweep_report import build_sweep_report
 
         console.print(f"report: {build_sweep_report(out).html}")
+    from harness.run import accounting_faults
+
+    rows = ResultsStore(out).read()
+    faults = accounting_faults(rows.to_dict("records")) if len(rows) else []
+    if faults:
+        typer.secho(f"kvwear: error: byte accounting failed at {len(faults)} point(s) ({'; '.join(faults[:5])}): "
+                    "I/O was lost or added on the way", err=True, fg=typer.colors.RED)
+        raise typer.Exit(EXIT_ACCOUNTING_FAULT)
     if final.failed:
         raise typer.Exit(1)

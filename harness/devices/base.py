@@ -8,6 +8,8 @@ issued; it can snapshot the device's wear counters. Backends: `sim` (the embedde
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +17,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from harness.safety import FILE_MARKER_XATTR
 from kvwear.errors import KvwearError
 from kvwear.registry import Registry
 
@@ -69,6 +72,14 @@ class ReplayResult:
 
 
 ReplayProgress = Callable[[int, int], None]
+
+
+def mark_created(path: str | Path) -> None:
+    """Mark a file target or drive image as kvwear's (created by it, or confirmed to overwrite), so
+    later runs write to it without a confirmation (harness.safety.check_file_target). A filesystem
+    without user extended attributes leaves it unmarked."""
+    with contextlib.suppress(OSError):
+        os.setxattr(path, FILE_MARKER_XATTR, b"1")
 
 
 class DeviceBackend(Protocol):

@@ -1,8 +1,11 @@
 """The `file` and `block` device backends: play a block_ops plan with fio, direct I/O.
 
-`file:PATH` writes into a regular file (created at `capacity_bytes` if absent); `block:/dev/X`
-writes to a block device (a loop device, a raw NVMe namespace) after `harness.safety` has
-accepted it. Both turn the plan into a fio iolog v3 file, replay it with `replay_redirect` to the
+`file:PATH` writes into a regular file (created at `capacity_bytes` if absent, and marked as
+kvwear's; an existing non-empty file kvwear did not create is refused unless confirmed:
+harness.safety.check_file_target); `block:/dev/X` writes to a block device (a loop device, a raw
+NVMe namespace) after `harness.safety` has accepted it. From the checks to `close()` the backend
+holds the device exclusively (harness.exclusive: a lock keyed by the device's identity, and
+O_EXCL on a block device). Both turn the plan into a fio iolog v3 file, replay it with `replay_redirect` to the
 target (libaio or io_uring, `iodepth`, as fast as possible or timed), keep fio's job file and
 JSON in the work directory, and report what fio issued. Optional SNIA-style preconditioning:
 sequential fill of 2× the range, then random 4 KiB writes until fio's steady-state detector is
@@ -22,7 +25,8 @@ capacity, at least 64 MiB), whichever comes first: the bytes bound keeps the sta
 trim leaves for GC small against the drive; the ops bound amortizes fio's start (~0.3 s here).
 
 Device options (DeviceSpec.options): ioengine (libaio), iodepth (16), confirm_serial,
-precondition (False), ss_criterion ("iops_slope:10%"), ss_dur_s (60), ss_ramp_s (10),
+confirm_overwrite (a file: path to write to although kvwear did not create it), precondition
+(False), ss_criterion ("iops_slope:10%"), ss_dur_s (60), ss_ramp_s (10),
 fill_loops (2), ss_max_runtime_s (3600), trim_segment_ops (50000), trim_segment_bytes (1% of the
 capacity, ≥ 64 MiB), skip_trims (False: drop the plan's trims knowingly; they are reported as
 trims_skipped), keep_image (False). Other names are refused with this list.
@@ -58,16 +62,26 @@ import pyarrow.compute as pc
 
 from harness import fio as fiolib
 from harness.deferred_trims import DEFAULT_SEGMENT_OPS, device_segments, trim_accounting
-from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayProgress, ReplayResult, option_flag
+from harness.devices.base import (
+    DEVICES,
+    DeviceIdentity,
+    DeviceSpec,
+    ReplayProgress,
+    ReplayResult,
+    mark_created,
+    option_flag,
+)
+from harness.exclusive import claim_block_device, claim_file
 from harness.fio_iolog import export_iolog_v3
 from harness.identity import path_identity
-from harness.safety import DeviceFacts, check_block_device, loop_serial
+from harness.safety import DeviceFacts, check_block_device, check_file_target, loop_serial
 from kvwear.errors import KvwearError
 from kvwear.units import parse_size
 
 CHUNKED_IOLOG_ROWS = 1_000_000   # above this, fio reads the iolog in pieces
-OPTIONS = ("ioengine", "iodepth", "confirm_serial", "precondition", "fill_loops", "ss_criterion", "ss_dur_s",
-           "ss_ramp_s", "ss_max_runtime_s", "trim_segment_ops", "trim_segment_bytes", "skip_trims", "keep_image")
+OPTIONS = ("ioengine", "iodepth", "confirm_serial", "confirm_overwrite", "precondition", "fill_loops",
+           "ss_criterion", "ss_dur_s", "ss_ramp_s", "ss_max_runtime_s", "trim_segment_ops", "trim_segment_bytes",
+           "skip_trims", "keep_image")
 BLKDISCARD = 0x1277              # _IO(0x12, 119), linux/fs.h: discard a (start, length) byte range
 _FALLOC_PUNCH = 0x01 | 0x02      # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -134,6 +148,30 @@ class PreconditionResult:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
+_INT_OPTIONS = ("iodepth", "trim_segment_ops", "fill_loops", "ss_dur_s", "ss_ramp_s", "ss_max_runtime_s")
+
+
+def check_options(spec: DeviceSpec) -> dict[str, Any]:
+    """`spec.options`, refused (naming the option) when a name is unknown or a number is not one."""
+    opts = dict(spec.options)
+    bad = sorted(set(opts) - set(OPTIONS))
+    if bad:
+        raise KvwearError(f"device {spec.kind}: unknown option(s) {', '.join(bad)}; valid: {', '.join(OPTIONS)}")
+    for k in _INT_OPTIONS:
+        v = opts.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+            raise KvwearError(f"device {spec.kind}: option {k} must be a positive integer, got {v!r}")
+    if opts.get("ioengine", "libaio") not in fiolib.IOENGINES:
+        raise KvwearError(f"device {spec.kind}: option ioengine {opts['ioengine']!r}; valid: "
+                          f"{', '.join(fiolib.IOENGINES)}")
+    if opts.get("trim_segment_bytes") is not None:
+        try:
+            parse_size(opts["trim_segment_bytes"])
+        except ValueError as exc:
+            raise KvwearError(f"device {spec.kind}: option trim_segment_bytes: {exc}") from None
+    return opts
+
+
 class FioDevice:
     """A file or block device played with fio. Construct through `open_device(DeviceSpec)`."""
 
@@ -144,10 +182,7 @@ class FioDevice:
         self.workdir = Path(workdir)
         self.runner = runner
         self.path = spec.target
-        opts = dict(spec.options)
-        bad = sorted(set(opts) - set(OPTIONS))
-        if bad:
-            raise KvwearError(f"device {spec.kind}: unknown option(s) {', '.join(bad)}; valid: {', '.join(OPTIONS)}")
+        opts = check_options(spec)
         self.ioengine = str(opts.get("ioengine", "libaio"))
         self.iodepth = int(opts.get("iodepth", 16))
         self.skip_trims = option_flag(opts, "skip_trims")
@@ -157,17 +192,22 @@ class FioDevice:
         self.safety: DeviceFacts | None = None
         self.keep_image = option_flag(opts, "keep_image")
         self.created: Path | None = None           # the backing file this backend created
+        self._claim = contextlib.ExitStack()
         if spec.kind == "block":
             self.safety = check_block_device(self.path, opts.get("confirm_serial"))
+            self._claim.enter_context(claim_block_device(self.path, self.safety.serial, self.safety.dev))
         else:
+            check_file_target(self.path, opts.get("confirm_overwrite"))
             self._prepare_file()
+            self._claim.enter_context(claim_file(self.path))
         try:
-            self._open_checked(spec, runner, opts)
+            self._init_claimed(spec, runner, opts)
         except BaseException:
             remove_created(self.created, keep=False)    # a failed open leaves no file behind
+            self._claim.close()
             raise
 
-    def _open_checked(self, spec: DeviceSpec, runner: fiolib.FioRunner, opts: dict[str, Any]) -> None:
+    def _init_claimed(self, spec: DeviceSpec, runner: fiolib.FioRunner, opts: dict[str, Any]) -> None:
         self._identity = path_identity(self.path)
         size = int(self._identity.capacity_bytes or 0)
         cap = int(spec.capacity_bytes) if spec.capacity_bytes is not None else size
@@ -182,20 +222,24 @@ class FioDevice:
             self.precondition_result = self.precondition(self.workdir)
 
     def _prepare_file(self) -> None:
+        """Create the file (sparse, at the capacity) or grow it; mark it as kvwear's either way
+        (check_file_target has accepted it), so later runs need no confirmation."""
         p = Path(self.path)
-        if p.exists():
-            if not stat.S_ISREG(p.stat().st_mode):
-                raise KvwearError(f"{p}: file: backend needs a regular file (use block: for devices)")
-            cap = self.spec.capacity_bytes
-            if cap is not None and p.stat().st_size < cap:
-                os.truncate(p, cap)   # grow (sparse) to the configured size; never shrink
-            return
-        if self.spec.capacity_bytes is None:
-            raise KvwearError(f"{p} does not exist: give a capacity to create it")
-        p.parent.mkdir(parents=True, exist_ok=True)
-        with open(p, "xb") as fh:
-            self.created = p
-            fh.truncate(int(self.spec.capacity_bytes))
+        cap = self.spec.capacity_bytes
+        if not p.exists():
+            if cap is None:
+                raise KvwearError(f"{p} does not exist: give a capacity to create it")
+            p.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                with open(p, "xb"):
+                    self.created = p
+            except FileExistsError:
+                pass                  # O_EXCL: of two runs creating it at once, one creates it
+        if not stat.S_ISREG(p.stat().st_mode):
+            raise KvwearError(f"{p}: file: backend needs a regular file (use block: for devices)")
+        mark_created(p)
+        if cap is not None and p.stat().st_size < cap:
+            os.truncate(p, cap)   # grow (sparse) to the configured size; never shrink
 
     def _check_room(self, need_bytes: int) -> None:
         if self.spec.kind == "file":
@@ -383,8 +427,10 @@ class FioDevice:
         )
 
     def close(self) -> None:
-        """Delete the backing file this backend created, unless keep_image=true."""
+        """Delete the backing file this backend created, unless keep_image=true, then release it
+        (in that order: once released, another run may claim the path)."""
         remove_created(self.created, self.keep_image)
+        self._claim.close()
 
 
 def _open_file(spec: DeviceSpec, workdir: Path) -> FioDevice:

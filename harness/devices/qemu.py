@@ -59,6 +59,7 @@ file) and never parses tool output itself (harness.fio, harness.wear, harness.id
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -88,12 +89,22 @@ from emulator.guest import (
 )
 from harness import fio as fiolib
 from harness.deferred_trims import DEFAULT_SEGMENT_OPS, PlanSegment, device_segments, trim_accounting
-from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayProgress, ReplayResult, option_flag
+from harness.devices.base import (
+    DEVICES,
+    DeviceIdentity,
+    DeviceSpec,
+    ReplayProgress,
+    ReplayResult,
+    mark_created,
+    option_flag,
+)
 from harness.devices.fio import ROOM_FIX, check_host_room, plan_written_bytes, remove_created
 from harness.directive_plan import DwReport, encode_plan, parse_report
+from harness.exclusive import claim_file
 from harness.fio_iolog import export_iolog_v3
 from harness.identity import identity_from_nvme, parse_id_ctrl_json, parse_id_ns_json
 from harness.placement import plan_handles, plan_write_bytes_by_handle
+from harness.safety import check_file_target
 from harness.wear._decode import hexdump
 from harness.wear.fdp import parse_fdp_stats_binary, parse_ruh_status_binary
 from harness.wear.femu import (
@@ -117,8 +128,8 @@ OPTIONS = ("serial", "cache", "accel", "cpus", "memory_mib", "boot_timeout_s", "
            "iodepth", "ioengine", "skip_trims", "trim_segment_ops", "keep_image",
            "trim_segment_bytes", "precondition", "guest_dir", "qemu_binary", "femu_binary",
            # confirm_serial: `kvwear run` passes it to every backend; a drive we create needs none
-           "confirm_serial", "drive_options", "qemu_args", "player", "drop_handles", "fdp_nruh", "fdp_runs_bytes",
-           "fdp_nru")
+           "confirm_serial", "confirm_overwrite", "drive_options", "qemu_args", "player", "drop_handles",
+           "fdp_nruh", "fdp_runs_bytes", "fdp_nru")
 PLAYERS = ("auto", "fio", "kvwear-dw")
 
 
@@ -290,9 +301,15 @@ class GuestDevice:
             guest_folder=guest_folder, extra_args=tuple(shlex.split(str(opts.get("qemu_args", "")))))
         self.keep_image = option_flag(opts, "keep_image")
         self.created_image: Path | None = None     # the image this backend created (deleted on close)
-        # only once every setting has been accepted
-        if self.drive_image is not None and self._prepare_image(self.drive_image, size):
-            self.created_image = self.drive_image
+        self._claim = contextlib.ExitStack()
+        if self.drive_image is not None:     # only once every setting has been accepted
+            # a drive image kvwear did not create is refused unless confirmed; held exclusively
+            if self.drive_image.is_file():       # not a file: _prepare_image refuses it
+                check_file_target(str(self.drive_image), opts.get("confirm_overwrite"))
+            if self._prepare_image(self.drive_image, size):
+                self.created_image = self.drive_image
+            mark_created(self.drive_image)
+            self._claim.enter_context(claim_file(str(self.drive_image)))
         self.fio_version = _fio_version_from_stamp(self.image.stamp)
         self._identity: DeviceIdentity | None = None
         self.last_run: GuestRun | None = None
@@ -549,9 +566,10 @@ class GuestDevice:
                               extra={**ident.extra, **self._extra_identity()})
 
     def close(self) -> None:
-        """Delete the drive image this backend created unless keep_image=true (each replay's QEMU
-        process is reaped before replay returns)."""
+        """Delete the drive image this backend created unless keep_image=true, then release it (each
+        replay's QEMU process is reaped before replay returns)."""
         remove_created(self.created_image, self.keep_image)
+        self._claim.close()
 
 
 def _open(spec: DeviceSpec, workdir: Path) -> GuestDevice:

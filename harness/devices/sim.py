@@ -65,8 +65,24 @@ _FEMU_KEYS = ("devsz_mb", "secsz", "secs_per_pg", "pgs_per_blk", "blks_per_pl", 
 _OPS = {"write": OP_WRITE, "read": OP_READ, "trim": OP_TRIM}
 
 
+OPTIONS = ("geometry", "interval_host_pages", "capacity_bytes", "op_ratio", "page_bytes", "pages_per_block",
+           "reserve_lines", "victim", "separate_gc_line", "honor_trim", "ruh", "gc_handles", *_FEMU_KEYS)
+
+
 def ftl_config_from_spec(spec: DeviceSpec) -> FtlConfig:
-    """The emulated drive a `sim` DeviceSpec describes (see the module docstring)."""
+    """The emulated drive a `sim` DeviceSpec describes (see the module docstring); unknown
+    options and values that are not numbers are refused, naming the option."""
+    bad = sorted(set(spec.options) - set(OPTIONS))
+    if bad:
+        raise KvwearError(f"device sim: unknown option(s) {', '.join(bad)}; valid: {', '.join(OPTIONS)}")
+    try:
+        return _ftl_config(spec)
+    except (TypeError, ValueError, ArithmeticError) as exc:
+        # int('abc'), float('abc'), a zero that divides, or FtlConfig refusing a geometry
+        raise KvwearError(f"device sim options {dict(spec.options)}: {exc}") from None
+
+
+def _ftl_config(spec: DeviceSpec) -> FtlConfig:
     o = dict(spec.options)
     geometry = o.get("geometry", "block")
     interval = int(o.get("interval_host_pages", 0))

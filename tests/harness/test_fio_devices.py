@@ -83,7 +83,9 @@ def test_configured_capacity_limits_the_range(tmp_path: Path) -> None:
     img = tmp_path / "disk.img"
     with open(img, "wb") as fh:
         fh.truncate(4 << 20)
-    dev = FioDevice(DeviceSpec("file", str(img), capacity_bytes=1 << 20), tmp_path)
+    # a file kvwear did not create: refused unless confirmed (tests/harness/test_faults.py)
+    dev = FioDevice(DeviceSpec("file", str(img), capacity_bytes=1 << 20, options={"confirm_overwrite": str(img)}),
+                    tmp_path)
     assert dev.capacity_bytes() == 1 << 20
     plan = BLOCK_OPS.conform(pa.table({
         "t_s": [0.0], "op": ["write"], "offset_bytes": [2 << 20], "length_bytes": [4096],
@@ -116,6 +118,7 @@ def test_trims_on_a_fio_that_drops_them(tmp_path: Path) -> None:
         assert os.lseek(fd, 4096, os.SEEK_HOLE) == 12288
         with pytest.raises(OSError):                     # nothing after 12K: 16-20K was trimmed
             os.lseek(fd, 12288, os.SEEK_DATA)
+    dev.close()                  # the file is held exclusively until then
     skip = FioDevice(DeviceSpec("file", spec.target, options={"skip_trims": True}), tmp_path)
     res = skip.replay(plan, tmp_path / "b")
     assert (res.write_bytes, res.trim_bytes, res.extra["trims_skipped"]) == (20480, 0, 2)
@@ -140,6 +143,7 @@ def test_deferred_trims_run_fio_once_per_segment(tmp_path: Path) -> None:
     assert (res.write_bytes, res.trim_bytes, res.extra["trim_bytes_superseded"]) == (20 * 8192, 20 * 8192, 0)
     assert not list((tmp_path / "a").glob("*.iolog"))        # derived iologs are not kept
     # The bytes bound: 64 KiB written + trimmed per segment = 8 rows of 8 KiB.
+    dev.close()                  # the file is held exclusively until then
     dev = FioDevice(DeviceSpec("file", str(tmp_path / "d.img"), capacity_bytes=1 << 20,
                                options={"trim_segment_bytes": "64KiB"}), tmp_path)
     res = dev.replay(plan, tmp_path / "b")

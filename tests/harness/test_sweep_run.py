@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness.sweep import ResultsStore, plan_sweep, run_sweep, sweep_points_table
-from kvwear.errors import KvwearError
+from kvwear.errors import InputError, KvwearError
 from reports.sweep_report import build_sweep_report
 
 
@@ -26,25 +26,30 @@ def _sweep(policies: list[str], **grid: object) -> dict:
 
 
 def test_local_sweep_resume_and_failure(tmp_path: Path) -> None:
-    plan = plan_sweep(_sweep(["lru", "lru-k:k=[1,2,3]", "fifo:nosuch=1"],
-                             capacities=[{"dram": "1GB", "ssd": "8GB"}, {"dram": "2GB", "ssd": "7GB"}]))
-    assert len(plan.points) == 2 * 5
+    # An unknown policy parameter is refused when the grid is planned (it used to fail at its
+    # points only); a point fails when it runs when its SSD tier cannot hold one object.
+    with pytest.raises(InputError, match=r"grid\.policies"):
+        plan_sweep(_sweep(["lru", "fifo:nosuch=1"]))
+    plan = plan_sweep(_sweep(["lru", "lru-k:k=[1,2,3]", "fifo"],
+                             capacities=[{"dram": "1GB", "ssd": "8GB"}, {"dram": "2GB", "ssd": "7GB"},
+                                         {"dram": "1GB", "ssd": "100kB"}]))
+    assert len(plan.points) == 3 * 5
     seen = []
     prog = run_sweep(plan, tmp_path, jobs=2, on_progress=lambda p: seen.append((p.done, p.failed)))
-    assert prog.done == 8 and prog.failed == 2          # the bad spec fails at its points only
+    assert prog.done == 10 and prog.failed == 5          # the tiny tier fails at its points only
     store = ResultsStore(tmp_path)
     df = store.read()
-    assert len(df) == 8 and df["point_key"].is_unique
+    assert len(df) == 10 and df["point_key"].is_unique
     errs = store.read_errors()
-    assert len(errs) == 2 and all("nosuch" in e["error"] for e in errs)
-    assert seen[-1] == (8, 2)
+    assert len(errs) == 5 and all("tiers.ssd" in e["error"] for e in errs)
+    assert seen[-1] == (10, 5)
     # Resume: nothing finished is recomputed.
     mtimes = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "results").iterdir()}
     again = run_sweep(plan, tmp_path, jobs=1)
-    assert again.skipped == 10 and again.done == 0
+    assert again.skipped == 15 and again.done == 0
     assert mtimes == {p.name: p.stat().st_mtime_ns for p in (tmp_path / "results").iterdir()}
     status = sweep_points_table(tmp_path)["status"].value_counts().to_dict()
-    assert status == {"done": 8, "failed": 2}
+    assert status == {"done": 10, "failed": 5}
     files = build_sweep_report(tmp_path)
     assert files.figures["lifetime_vs_miss"] is not None and files.figures["capacity_ratio"] is not None
     assert "Failed points" in files.html.read_text()

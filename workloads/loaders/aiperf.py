@@ -38,7 +38,7 @@ class AiperfLoader(JsonlLoader):
     description = "AIPerf mooncake_trace JSONL (Mooncake fields + optional session_id, delay ms)"
     chained = True
     fields: ClassVar[tuple[JsonField, ...]] = (
-        JsonField("timestamp", "num", required=False),
+        JsonField("timestamp", "num", required=False, nonneg=True),
         JsonField("session_id", "str", required=False),
         JsonField("delay", "num", required=False, nonneg=True),
         JsonField("input_length", "int", nonneg=True),

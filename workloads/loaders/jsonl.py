@@ -42,6 +42,10 @@ def _has_blank_line(chunk: bytes) -> bool:
 #: needs roughly 15x a chunk transiently, so chunks stay small (throughput barely changes).
 CHUNK_BYTES = 1 << 20
 
+#: The longest line read (a record with ~2 million hash ids); a longer one is an InputError, so a
+#: file without line ends (a binary file, /dev/zero) cannot fill memory (Arrow needs ~15x a line).
+MAX_LINE_BYTES = 16 << 20
+
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 _KIND_TYPES: dict[str, pa.DataType] = {
@@ -73,12 +77,16 @@ def _type_name(v: object) -> str:
 
 
 def read_line_chunks(
-    path: Path, chunk_bytes: int | None = None, progress: ProgressFn | None = None
+    path: Path, chunk_bytes: int | None = None, progress: ProgressFn | None = None,
+    max_line_bytes: int | None = None,
 ) -> Iterator[tuple[bytes, int]]:
-    """Yield (chunk, 1-based number of its first line); every chunk but the last ends with a newline."""
+    """Yield (chunk, 1-based number of its first line); every chunk but the last ends with a newline.
+    A line longer than `max_line_bytes` is an InputError (memory stays bounded)."""
     chunk_bytes = chunk_bytes or CHUNK_BYTES  # read at call time, so tests can shrink it
+    max_line_bytes = max_line_bytes or MAX_LINE_BYTES
     line_no = 1
     carry: list[bytes] = []  # pieces of a line longer than one chunk (joined once it ends)
+    carried = 0
     with open(path, "rb") as fh:
         while True:
             block = fh.read(chunk_bytes)
@@ -91,9 +99,14 @@ def read_line_chunks(
             cut = block.rfind(b"\n")
             if cut < 0:  # no line ends in this block: keep reading
                 carry.append(block)
+                carried += len(block)
+                if carried > max_line_bytes:
+                    raise InputError(str(path), line_no, None,
+                                     f"line longer than {max_line_bytes:,} bytes (not a JSONL trace?)")
                 continue
             chunk = b"".join([*carry, block[: cut + 1]]) if carry else block[: cut + 1]
             carry = [block[cut + 1 :]] if cut + 1 < len(block) else []
+            carried = len(carry[0]) if carry else 0
             yield chunk, line_no
             line_no += chunk.count(b"\n")
 
@@ -218,7 +231,7 @@ class JsonlLoader(TraceLoader):
         n_lines = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
         # Arrow skips blank lines, so a blank line and a line holding two objects would cancel
         # out in the row count below: chunks with blank lines take the slow path
-        if _has_blank_line(chunk):
+        if _has_blank_line(chunk) or self._may_repeat_a_field(chunk, n_lines):
             return self._parse_chunk_slow(chunk, first_line, path)
         schema = self.raw_schema()
         # 1 MiB blocks let Arrow parse in parallel; a longer line needs one block for the chunk.
@@ -241,6 +254,22 @@ class JsonlLoader(TraceLoader):
             break
         return self._parse_chunk_slow(chunk, first_line, path)
 
+    def _refuse_repeated_fields(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj = dict(pairs)
+        if len(obj) != len(pairs):
+            names = {f.name for f in self.fields}
+            seen: set[str] = set()
+            for k, _ in pairs:
+                if k in seen and k in names:
+                    raise _RepeatedField(k)
+                seen.add(k)
+        return obj
+
+    def _may_repeat_a_field(self, chunk: bytes, n_lines: int) -> bool:
+        """A field's quoted name more often than there are lines: a record may give it twice
+        (Arrow keeps one silently), so the slow path, which refuses that, decides."""
+        return any(chunk.count(f'"{f.name}"'.encode()) > n_lines for f in self.fields)
+
     def _parse_chunk_slow(
         self, chunk: bytes, first_line: int, path: Path
     ) -> tuple[pa.Table, np.ndarray, list[InputError]]:
@@ -253,7 +282,11 @@ class JsonlLoader(TraceLoader):
                 continue
             no = first_line + k
             try:
-                obj = json.loads(line)  # NaN/Infinity parse; the type check refuses them
+                # NaN/Infinity parse; the type check refuses them
+                obj = json.loads(line, object_pairs_hook=self._refuse_repeated_fields)
+            except _RepeatedField as rep:
+                errors.append(InputError(p, no, rep.name, "given twice in one record (which one counts is ambiguous)"))
+                continue
             except (ValueError, RecursionError) as exc:
                 errors.append(InputError(p, no, None, f"invalid JSON: {exc}"))
                 continue
@@ -277,6 +310,11 @@ class JsonlLoader(TraceLoader):
             lines.append(no)
         table = pa.table({f.name: pa.array(cols[f.name], _KIND_TYPES[f.kind]) for f in self.fields})
         return table, np.asarray(lines, dtype=np.int64), errors
+
+
+class _RepeatedField(ValueError):
+    def __init__(self, name: str) -> None:
+        self.name = name
 
 
 def _negative_msg(col: pa.ChunkedArray) -> Callable[[int], str]:

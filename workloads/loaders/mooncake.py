@@ -44,7 +44,7 @@ class MooncakeLoader(JsonlLoader):
     description = "Mooncake FAST'25 JSONL (timestamp ms, 512-token prefix-chained hash_ids)"
     chained = True
     fields: ClassVar[tuple[JsonField, ...]] = (
-        JsonField("timestamp", "num"),
+        JsonField("timestamp", "num", nonneg=True),
         JsonField("input_length", "int", nonneg=True),
         JsonField("output_length", "int", nonneg=True),
         JsonField("hash_ids", "ids"),

@@ -14,6 +14,7 @@ This module must not parse any format itself and must not know about tiers or de
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +83,14 @@ def _check_path(path: str | Path) -> Path:
     if not p.exists():
         raise InputError(str(p), None, None, "no such file or directory")
     return p
+
+
+def _check_output(trace: Path, out: Path) -> None:
+    """The output must be a file path, and not the trace's."""
+    if out.is_dir():
+        raise InputError(str(out), None, None, "is a directory; -o takes the output Parquet file's path")
+    if os.path.realpath(out) == os.path.realpath(trace):
+        raise InputError(str(out), None, None, "is the input trace: converting would replace it; write elsewhere")
 
 
 def resolve_format(path: str | Path, fmt: str | None) -> tuple[Path, str]:
@@ -200,6 +209,7 @@ def convert_trace(
     """Stream a trace into a versioned REQUESTS Parquet file (atomic: nothing is left on error)."""
     p, name = resolve_format(path, fmt)
     out = Path(out_parquet)
+    _check_output(p, out)
     cls = LOADERS.get(name)
     derive, note = not cls.chained, "" if cls.chained else f"{name} does not promise prefix chaining"
     counter = _Counter(progress)

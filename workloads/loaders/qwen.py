@@ -37,7 +37,7 @@ class QwenBailianLoader(JsonlLoader):
     fields: ClassVar[tuple[JsonField, ...]] = (
         JsonField("chat_id", "int"),
         JsonField("parent_chat_id", "int"),
-        JsonField("timestamp", "num"),
+        JsonField("timestamp", "num", nonneg=True),
         JsonField("input_length", "int", nonneg=True),
         JsonField("output_length", "int", nonneg=True),
         JsonField("type", "str"),

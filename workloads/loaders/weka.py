@@ -16,7 +16,9 @@ a subagent's first request the last main-stream request at or before the subagen
 `request_id`s are consecutive over the files, in arrival order within a file.
 
 A file is one JSON document, so it is parsed whole (one file at a time: memory is bounded by the
-largest file, not the directory). Errors name the file and the record path as the field
+largest file, not the directory; a file above MAX_FILE_BYTES is refused). A key given twice in
+one object, a negative `t` or nested offsets that sum to a non-finite time, and a subagent named
+"main" (the top-level stream's id) are errors. Errors name the file and the record path as the field
 (e.g. `requests[3].requests[2].in`); JSON syntax errors name the line. With `skip_bad`, a bad
 request entry is skipped; a bad subagent entry or file header skips that subagent or file.
 This module only parses; it must not sort across files or write files.
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -78,6 +81,33 @@ def _str(obj: dict[str, Any], key: str, where: str, *, required: bool) -> str | 
     return v
 
 
+#: The largest trace file read (one JSON document is parsed whole: ~5x its size in memory).
+MAX_FILE_BYTES = 512 << 20
+
+
+def _read_bounded(f: Path, limit: int | None = None) -> bytes:
+    limit = limit or MAX_FILE_BYTES         # read at call time, so tests can shrink it
+    with open(f, "rb") as fh:
+        # a regular file's size is known before reading it; /dev/zero or a pipe shows only by reading
+        big = os.fstat(fh.fileno()).st_size > limit
+        data = b"" if big else fh.read(limit + 1)
+    if big or len(data) > limit:
+        raise InputError(str(f), None, None, f"larger than {limit:,} bytes: one Weka trace file is parsed "
+                                             "whole, so its size is bounded")
+    return data
+
+
+def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise ValueError(f"key {k!r} given twice in one object (which one counts is ambiguous)")
+            seen.add(k)
+    return obj
+
+
 class _FileRows:
     """Column lists for one trace file (bounded by the file's size)."""
 
@@ -125,7 +155,7 @@ class WekaLoader(TraceLoader):
         if path.is_dir() and not files:
             raise InputError(str(path), None, None, "directory holds no *.json trace files")
         for ns, f in enumerate(files):
-            data = f.read_bytes()
+            data = _read_bounded(f)
             if progress is not None:
                 progress(len(data))
             batch = self._file_batch(f, data, ns, skip_bad, log)
@@ -145,7 +175,7 @@ class WekaLoader(TraceLoader):
             log.add(err)
 
         try:
-            doc = json.loads(data)  # NaN/Infinity parse; the field checks refuse them
+            doc = json.loads(data, object_pairs_hook=_no_repeated_keys)  # NaN/Infinity: refused by the checks
         except json.JSONDecodeError as exc:
             fail(InputError(p, exc.lineno, None, f"invalid JSON: {exc.msg} (column {exc.colno})"))
             return None
@@ -178,12 +208,18 @@ class WekaLoader(TraceLoader):
                     raise _Bad(w[:-1], f"expected an object, got {_type_name(r)}")
                 t = _num(r, "t", w)
                 assert t is not None
+                # each level's t is finite, but nested offsets add up: the sum is checked too
+                if t < 0 or not math.isfinite(t0 + t):
+                    raise _Bad(f"{w}t", f"expected a finite time ≥ 0 (from its parent's start), got {t!r}"
+                               + ("" if t < 0 else f": the nested offsets sum to {t0 + t!r}"))
                 if r.get("type") == "subagent":
                     agent = _str(r, "agent_id", w, required=True)
                     sub = r.get("requests")
                     if type(sub) is not list:
                         raise _Bad(f"{w}requests", f"expected a list, got {_type_name(sub)}")
                     assert agent is not None
+                    if agent == "main":
+                        raise _Bad(f"{w}agent_id", "'main' names the top-level stream; a subagent needs another id")
                     rows.spawn.setdefault(agent, t0 + t)
                     self._walk(sub, f"{w}requests", t0 + t, agent, block, rows, p, fail)
                     continue
