@@ -48,7 +48,8 @@ GAMMAS = (0, 1, 2, 4, 8, 16, 32, 64)
 # the hyperparameter each policy is swept through, and its points (None: spread over its range)
 KNOBS: dict[str, tuple[str, tuple[float, ...] | None]] = {
     "gandalf": ("gamma", GAMMAS),
-    "belady": ("gamma", (0, 1, 4, 16, 64, 256, 1024, 4096)),   # all future hits: a wider range
+    # all future hits: a wider range, and denser (the oracle's line is the bound checked)
+    "belady": ("gamma", (0, 4, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)),
     "lru-k": ("k", (1, 2, 3, 4, 5, 6, 8, 10)),
     "hotprefix": ("theta", (1, 2, 3, 5, 10)),
     "marconi": ("alpha", (0.0, 0.5, 1.0, 1.5, 2.0)),
