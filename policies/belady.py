@@ -14,12 +14,13 @@ future hits.
   hit at prefix length E saves E tokens and needs E tokens of KV plus, on a hybrid model, one
   state — so every part of it has value density f·E/(E·kv + state bytes). Pricing a state by
   f·E/s and its KV by f/kv (each part alone) made the oracle write, at high γ, states without the
-  KV they need (Weka, Kimi-K3, γ = 64: miss 0.246 at 134 GiB; with unit pricing 0.214 at 88 GiB).
+  KV they need (Weka, Kimi-K3, leaf-first ties, the old $2.5 GPU-hour, γ = 64: miss 0.246 at
+  134 GB; with unit pricing 0.214 at 88 GB).
 - SSD victims (`ssd_evict`): "min" (default) = the furthest next use, as DRAM; "fewest" = the
   paper's fewest future hits per byte (ties: MIN's order). Measured on the Weka workload at γ = 0
-  (DRAM/SSD 1 %/10 % of its footprint), "fewest" writes more at no fewer misses (Kimi-K3: 249
-  vs 198 GiB, miss 0.326 vs 0.078; Qwen3.5-27B: 624 vs 455 GiB, 0.183 vs 0.126), so it is kept
-  only as a variant. The victims' value Σ f_v·n_v·c is estimated from the first victim's
+  (DRAM/SSD 1 %/10 % of its footprint, `ties=root`), "fewest" writes more at more misses
+  (Kimi-K3: 119 vs 115 GiB, miss 0.087 vs 0.078; Qwen3.5-27B: 259 vs 241 GiB, 0.185 vs 0.119),
+  so it is kept only as a variant. The victims' value Σ f_v·n_v·c is estimated from the first victim's
   density × the bytes displaced (one O(log n) peek, not a walk of the victim set).
 - DRAM victims: MIN (furthest next use), which maximizes DRAM hits for unit sizes. Ties are
   the rule, not the exception: a session's KV and its state share their next use (the next
