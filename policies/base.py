@@ -32,7 +32,11 @@ valid ones.
   it happens with the request's other SSD writes, cause `promote`) and, for oracles (`needs_future =
   True`), `obj.next_seq` (the next request that references the object's first block;
   `tree.NEVER` if none; for a state, the next request whose prefix reaches its position) and
-  `ctx.next_seqs(seg)` (per block), filled in by a pre-pass over the requests table.
+  `ctx.next_seqs(seg)` (per block), filled in by a pre-pass over the requests table (and
+  `prepare(table)` lets an oracle run its own). What serves the current request, set before its
+  walk: `ctx.hit_state` (the state the hit ends at, hybrid models; else None) and
+  `ctx.hit_blocks` (the hit's length in blocks), for policies that credit reuse only to what
+  served it.
 
 **Call order per request**: `begin_request(req)`; then the request's path is visited from the
 leaf (request end) to the root — the request's new or re-used state first, the state used for
@@ -75,6 +79,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
+
+import pyarrow as pa
 
 from kvwear.errors import KvwearError
 from kvwear.kv import parse_kv
@@ -241,6 +247,8 @@ class SimContext(Protocol):
     state_bytes: int
     hybrid: bool
     tokens_per_s: float
+    hit_state: State | None
+    hit_blocks: int
 
     def free_bytes(self, tier: int) -> int: ...
 
@@ -306,6 +314,10 @@ class Policy(Generic[P]):
     # --- notifications ----------------------------------------------------------------------
     def begin_request(self, req: RequestInfo) -> None:
         """A new request starts (time-based decay goes here)."""
+
+    def prepare(self, requests: pa.Table) -> None:
+        """Oracles (`needs_future`): the whole requests table (at the simulator's block size),
+        before the first request, for pre-passes beyond the simulator's next-access one."""
 
     def added(self, obj: Obj, tier: int) -> None:
         self.lru[tier][obj] = None

@@ -1,14 +1,36 @@
-"""`belady`: offline oracles that know every object's next access (the simulator's pre-pass).
+"""`belady`: offline oracles that know every object's future (the simulator's pre-passes).
 
-Two modes:
-- `mode=wear` (default), the Gandalf paper's oracle: each tier evicts the object whose next
-  access is furthest (MIN); a DRAM victim is written to SSD only when its future hit is worth
-  more than its write and the hits of the SSD victims it displaces — i.e. iff it is accessed
-  again, its hit value n·c exceeds γ·p_w·s, and either the SSD has room or the SSD's furthest
-  object is needed later than this one (otherwise MIN would bypass it: every SSD object it would
-  displace is needed sooner). Objects never accessed again are not cached at all (`bypass`).
-- `mode=min`: plain MIN per tier with LRU's write-back (every DRAM victim is written), which
-  isolates the value of the eviction order from the value of the admission filter.
+**The paper's oracle** (Gandalf, the offline bound its figures compare against): an object is
+promoted (written) to SSD only when its *total* future hits are worth more than its write and
+the future hits of the SSD victims it displaces: f_x·n·c > γ·p_w·s + Σ_victims f_v·n_v·c, f_x
+the number of later requests that reference it; the SSD evicts the residents with the fewest
+future hits.
+
+**kvwear's reading** (each a parameter where it is a choice):
+- `mode=wear` (default) is that oracle; `mode=min` is plain MIN per tier with LRU's write-back
+  (every DRAM victim is written), the miss-ratio floor of the comparison.
+- f_x comes from `prepare` (one sort of the requests table): the later requests that reference
+  the object's first block (a state: its position). n·c/s is priced per *unit* a hit needs — a
+  hit at prefix length E saves E tokens and needs E tokens of KV plus, on a hybrid model, one
+  state — so every part of it has value density f·E/(E·kv + state bytes). Pricing a state by
+  f·E/s and its KV by f/kv (each part alone) made the oracle write, at high γ, states without the
+  KV they need (Weka, Kimi-K3, leaf-first ties, the old $2.5 GPU-hour, γ = 64: miss 0.246 at
+  134 GB; with unit pricing 0.214 at 88 GB).
+- SSD victims (`ssd_evict`): "min" (default) = the furthest next use, as DRAM; "fewest" = the
+  paper's fewest future hits per byte (ties: MIN's order). Measured on the Weka workload at γ = 0
+  (DRAM/SSD 1 %/10 % of its footprint, `ties=root`), "fewest" writes more at more misses
+  (Kimi-K3: 119 vs 115 GiB, miss 0.087 vs 0.078; Qwen3.5-27B: 259 vs 241 GiB, 0.185 vs 0.119),
+  so it is kept only as a variant. The victims' value Σ f_v·n_v·c is estimated from the first victim's
+  density × the bytes displaced (one O(log n) peek, not a walk of the victim set).
+- DRAM victims: MIN (furthest next use), which maximizes DRAM hits for unit sizes. Ties are
+  the rule, not the exception: a session's KV and its state share their next use (the next
+  turn). `ties=root` (default) evicts — and so writes — the KV first, root side first, and keeps
+  the state in DRAM, as Gandalf's root-side rule does (the SSD part of a path stays a prefix);
+  `ties=leaf` is LRU's convention (leaf first). Measured on Weka (DRAM/SSD 1 %/10 % of its
+  footprint), γ = 0: Kimi-K3 miss 0.078 at 115 GiB with `root` vs 0.078 at 184 GiB with
+  `leaf`; Qwen3.5-27B 0.119 at 241 GiB vs 0.126 at 424 GiB. `mode=min` keeps `leaf` (the
+  floor: 0.079 vs 0.082 with `root` on Weka × Kimi-K3).
+- `max_write_bytes` caps the total SSD writes (a budget), checked per write.
 
 An SSD copy of an object that is also in DRAM (an SSD hit staged into DRAM keeps its SSD copy)
 serves no hit while the DRAM copy lives, so it is keyed as the SSD's first victim until the DRAM
@@ -27,11 +49,11 @@ chosen (`_expire`, O(1) amortized per key). Without these, per-object MIN keeps 
 paths whose states it evicted, and dead states, and evicts live states (measured on
 multi-round Kimi-K3, 32 GiB DRAM, no SSD: MIN 0.86 token miss vs LRU 0.50; with them 0.27).
 
-"Next access" is the simulator's `next_seq` (request index of the next request that references
-the object's first block, or `tree.NEVER`); the displaced-hit test looks only at the SSD's
-furthest object (an O(log n) peek), not the whole victim set a large write displaces. MIN is not
-optimal for variable sizes nor for the prefix-tree hit rule (a block counts as a hit only if all
-of its prefix does), so this is an oracle heuristic, not an upper bound proven for every trace.
+**Not a bound.** This is a per-object greedy relaxation of the offline problem, not its optimum:
+MIN is not optimal for variable sizes nor for the prefix-tree hit rule (a block counts as a hit
+only if all of its prefix does, and a state only with its KV), and choosing what to write under
+a price or a budget is knapsack-like. `bench/frontier.py` checks whether its γ line dominates
+the online policies and reports every point that beats it (README "Frontier").
 
 Must not: do I/O, read the wall clock, keep global state.
 """
@@ -41,16 +63,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+import pyarrow as pa
+
 from policies._estimators import LazyMinHeap
 from policies.base import POLICIES, Policy, PolicyParams, SimContext, param
 from policies.tree import DRAM, FULL, LINEAR, NEVER, SSD, Obj, Segment, State
+from workloads.schema import list_parts
 
 
 @dataclass(frozen=True)
 class BeladyParams(PolicyParams):
     mode: Literal["wear", "min"] = param("wear", sweep=("wear", "min"),
                                          help="wear: the write-filtering oracle; min: MIN + write-back")
-    gamma: float = param(1.0, sweep=(0.0, 64.0), help="weight of the SSD write cost (wear mode)")
+    gamma: float = param(1.0, sweep=(0.0, 4096.0), help="weight of the SSD write cost (wear mode)")
+    ssd_evict: Literal["min", "fewest"] = param(
+        "min", sweep=("min", "fewest"),
+        help="SSD victims (wear mode): fewest future hits per byte, or furthest next use (MIN)")
+    ties: Literal["root", "leaf"] = param(
+        "root", sweep=("root", "leaf"),
+        help="among equal next uses (wear mode): evict KV root-side first and states last, or leaf first")
     bypass: bool = param(True, sweep=(True, False), help="do not cache objects never accessed again (wear)")
     supersede: bool = param(True, sweep=(True, False),
                             help="treat a state as dead when a deeper state serves its next reference")
@@ -62,10 +94,16 @@ class BeladyParams(PolicyParams):
             raise ValueError("gamma must be >= 0")
 
 
-def _key(obj: Obj) -> tuple[int, int]:
-    # furthest next access first; among equals the deeper (leaf-side) object first
-    depth = obj.start if obj.kind == FULL else obj.seg.start + obj.seg.n  # type: ignore[attr-defined]
-    return (-obj.next_seq, -depth)
+_KV_FIRST = 1 << 40
+
+
+def _key(obj: Obj, root_first: bool) -> tuple[int, int]:
+    """Furthest next access first; among equals the deeper (leaf-side) object first, or with
+    `root_first` KV before states and the shallower KV first (the second entry is the tie key)."""
+    if obj.kind == FULL:
+        depth = obj.start  # type: ignore[attr-defined]
+        return (-obj.next_seq, depth - _KV_FIRST if root_first else -depth)
+    return (-obj.next_seq, -(obj.seg.start + obj.seg.n))  # type: ignore[attr-defined]
 
 
 def _useless(seg: Segment) -> bool:
@@ -111,6 +149,54 @@ class BeladyPolicy(Policy):
         self.due: dict[int, list[Obj]] = {}  # next_seq → objects keyed with it
         self._due_seq = 0
         self.written = 0
+        self._fewest = p.mode == "wear" and p.ssd_evict == "fewest"
+        self._root_first = p.mode == "wear" and p.ties == "root"
+        self._kv = cfg.kv_bytes_per_token
+        self._sb = cfg.state_bytes
+        # future references per block key: CSR of the request rows using each (ns, key)
+        self._groups: dict[tuple[int, int], tuple[int, int]] = {}
+        self._rows = np.zeros(0, dtype=np.int64)
+
+    def prepare(self, requests: pa.Table) -> None:
+        """Pre-pass: the sorted request rows that reference each (hash_ns, hash_id), for f_x."""
+        offs, vals = list_parts(requests.column("hash_ids"))
+        lengths = np.diff(offs)
+        rows = np.repeat(np.arange(requests.num_rows, dtype=np.int64), lengths)
+        ns = np.repeat(np.asarray(requests.column("hash_ns").to_numpy(), dtype=np.int64), lengths)
+        vals = np.asarray(vals, dtype=np.int64)
+        order = np.lexsort((rows, vals, ns))
+        ns, vals, self._rows = ns[order], vals[order], rows[order]
+        if not len(order):
+            return
+        new = np.flatnonzero((ns[1:] != ns[:-1]) | (vals[1:] != vals[:-1])) + 1
+        starts = np.concatenate(([0], new))
+        ends = np.concatenate((new, [len(order)]))
+        self._groups = dict(zip(zip(ns[starts].tolist(), vals[starts].tolist(), strict=True),
+                                zip(starts.tolist(), ends.tolist(), strict=True), strict=True))
+
+    def future_hits(self, obj: Obj) -> int:
+        """f_x: later requests that reference the object's first block (a state: its position)."""
+        if obj.kind == FULL:
+            seg: Segment = obj  # type: ignore[assignment]
+            key = (seg.ns, seg.keys[0])
+        else:
+            seg = obj.seg  # type: ignore[attr-defined]
+            key = (seg.ns, seg.keys[-1])
+        g = self._groups.get(key)
+        if g is None:
+            return 0
+        lo, hi = g
+        return int(hi - lo - np.searchsorted(self._rows[lo:hi], self.ctx.seq, side="right"))
+
+    def _density(self, obj: Obj) -> float:
+        """Future hits × tokens saved per byte of the *unit* a hit needs (dead objects: 0).
+
+        A hit at prefix length E saves E tokens and needs the whole unit — E tokens of KV and,
+        on a hybrid model, one state — so every part is priced at the unit's density
+        f·E/(E·kv + state bytes): pricing a state by f·E/s and its KV by f/kv admits states
+        without the KV they need (measured: at high γ the oracle wrote only states)."""
+        e = obj.end_tokens  # type: ignore[attr-defined]
+        return self.future_hits(obj) * e / (e * self._kv + self._sb) if e else 0.0
 
     def place(self, obj: Obj) -> int:
         if self.p.mode == "wear" and self.p.bypass and obj.next_seq >= NEVER:
@@ -118,7 +204,7 @@ class BeladyPolicy(Policy):
         return DRAM
 
     def _keyof(self, obj: Obj) -> tuple[int, int]:
-        k = _key(obj)
+        k = _key(obj, self._root_first)
         nxt = obj.next_seq
         if nxt < NEVER:
             if nxt < self.ctx.seq and obj.last_seq < nxt:
@@ -134,14 +220,23 @@ class BeladyPolicy(Policy):
                 return (-NEVER, k[1])
         return k
 
-    def _tier_key(self, obj: Obj, tier: int) -> tuple[int, int]:
+    def _tier_key(self, obj: Obj, tier: int) -> tuple[float, ...]:
         """The heap key of `obj` in `tier`. An SSD copy of an object that is also in DRAM serves no
         hit while the DRAM copy lives (hits come from DRAM), so it is the SSD's first victim, as
-        dead as an object never used again; when its DRAM copy leaves it gets its own key back."""
+        dead as an object never used again; when its DRAM copy leaves it gets its own key back.
+        SSD keys with `ssd_evict=fewest` lead with the future-hit density (ties: MIN's order)."""
         k = self._keyof(obj)
-        if tier == SSD and obj.tiers & DRAM:
-            return (-NEVER, k[1])
+        if tier == SSD:
+            if obj.tiers & DRAM:
+                return self._dead_key(SSD, k[1])
+            if self._fewest:
+                return (0.0 if k[0] == -NEVER else self._density(obj), *k)
         return k
+
+    def _dead_key(self, tier: int, depth_key: int) -> tuple[float, ...]:
+        if tier == SSD and self._fewest:
+            return (-1.0, -NEVER, depth_key)
+        return (-NEVER, depth_key)
 
     def _rekey(self, obj: Obj) -> None:
         for tier, h in self.heaps.items():
@@ -163,9 +258,9 @@ class BeladyPolicy(Policy):
     def _demote(self, seg: Segment | None) -> None:
         """Re-key the chain of segments above a lost state that no longer lead to any state."""
         while seg is not None and seg.parent is not None and seg.tiers and _useless(seg):
-            for h in self.heaps.values():
+            for tier, h in self.heaps.items():
                 if seg in h:
-                    h.set(seg, (-NEVER, -seg.start))
+                    h.set(seg, self._dead_key(tier, -seg.start))
             seg = seg.parent
 
     def added(self, obj: Obj, tier: int) -> None:
@@ -184,6 +279,10 @@ class BeladyPolicy(Policy):
 
     def touched(self, obj: Obj) -> None:
         self._rekey(obj)
+        if self._fewest and obj.kind == FULL:
+            st = obj.state  # type: ignore[attr-defined]
+            if st is not None and st.tiers & SSD:
+                self._rekey(st)  # a request passed its position: one future hit fewer
 
     def split(self, head: Segment, tail: Segment, evicting_tier: int) -> None:
         for tier, h in self.heaps.items():
@@ -206,13 +305,17 @@ class BeladyPolicy(Policy):
             return False
         if 0 <= self.p.max_write_bytes < self.written + obj.nbytes:
             return False
-        tokens = obj.tokens if obj.kind == FULL else obj.end_tokens  # type: ignore[attr-defined]
-        if tokens * self.c_token <= self.p.gamma * self.p_w * obj.nbytes:
-            return False
-        if self.ctx.free_bytes(SSD) >= obj.nbytes:
-            return True
-        self._expire()
-        top = self.heaps[SSD].peek()
-        # MIN bypass: the SSD's furthest object is needed sooner than this one
-        # (compare effective next uses: the key, which says "never" for dead objects)
-        return top is None or -top[0][0] > nxt  # type: ignore[index]
+        # the paper's promotion rule: all future hits f_x·n·c against the write fee plus the
+        # future hits of the victims it displaces (estimated at the first victim's density)
+        value = self._density(obj) * obj.nbytes * self.c_token
+        fee = self.p.gamma * self.p_w * obj.nbytes
+        over = obj.nbytes - self.ctx.free_bytes(SSD)
+        if over > 0:
+            self._expire()
+            top = self.heaps[SSD].peek()
+            if top is not None:
+                victim: Obj = top[1]  # type: ignore[assignment]
+                dead = top[0][0] < 0 if self._fewest else top[0][0] == -NEVER  # type: ignore[index]
+                if not dead:
+                    fee += self._density(victim) * over * self.c_token
+        return value > fee

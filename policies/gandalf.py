@@ -1,55 +1,72 @@
-"""`gandalf`: SSD-lifetime-aware placement ("Gandalf: Flash Shall Not Die!").
+"""`gandalf`: SSD-lifetime-aware placement ("Gandalf: Flash Shall Not Die!", §3 and §5).
 
-DRAM-first: every new object goes to DRAM. When DRAM must free space the policy compares the
-cheapest *drop* with the cheapest *move* (write to SSD) and does the cheaper one:
+**The paper's rule.** DRAM-first: every new object goes to DRAM. When DRAM must free space the
+policy prices the cheapest *drop* and the cheapest *move* (write to SSD) in the same units —
+dollars per byte freed per unit of idle time — and does the cheaper one:
 
-- drop cost, per byte: D = P(idle ≥ w)·n·c / (s·w) — n tokens the object would save, c the
-  recompute price of one token (`gpu_usd_per_hour` / 3600 / `recompute_tokens_per_s`), s its
-  bytes, w how long it has been idle. Only DRAM *leaves* are dropped: a segment with no child
-  resident in any tier and no resident state (a state is always a leaf).
-- move cost, per byte: γ·μ(t)·p_w plus the future-hit value of the SSD victims the write
-  displaces (p_w = SSD price per byte written, `ssd_usd_per_tb_written`/10¹²). Only root-side
-  DRAM nodes are moved: a segment whose parent is the root or holds an SSD copy, or a state
-  whose segment is not DRAM-only — so along every path the SSD part stays a prefix of the
-  DRAM part.
+- drop: D = P(idle ≥ w)·n·c / (s·w) — the value of the object's *next* hit (n tokens it would
+  save at c dollars each, weighted by the probability P that an object idle for w is reused),
+  per byte s freed and per second w it has been idle. Only DRAM *leaves* are dropped: a
+  segment with no child resident in any tier and no resident state (a state is always a leaf).
+- move: M = (γ·μ(t)·p_w·s + V) / (s·w) — the write fee (p_w = SSD wear price per byte, γ its
+  weight, μ(t) the write-budget multiplier) plus V, the next-hit value P·n·c of the SSD
+  victims the write displaces, divided by s·w the same way. Only root-side DRAM nodes are moved
+  (a segment whose parent is the root or holds an SSD copy; a state whose segment is not
+  DRAM-only), so along every path the SSD part stays a prefix of the DRAM part.
+- the move door: per kind × size class, the longest-lived (least recently used) root-side DRAM
+  candidate, up to `move_candidates` of them (the paper's §5.6 ablation goes up to 64); a
+  candidate may be moved only if its own next-hit value P·n·c exceeds its own fee
+  γ·μ·p_w·s + V (equivalently D > M for that object). Among the open candidates the cheapest M
+  is compared with the cheapest droppable D.
 - μ(t) keeps SSD writes on the budget TBW·t/T_target (`_estimators.WriteBudget`).
 
 A DRAM copy of an object that is also on SSD ("clean") costs nothing to evict and goes first.
-SSD victims are the lowest-D SSD objects.
+SSD victims are the lowest-D SSD objects (the same price, so V is what the paper displaces).
 
-Choices the paper leaves implicit (each a parameter where it is a choice):
+**kvwear's reading of what the paper leaves implicit** (each a parameter where it is a choice):
+- **No horizon.** D and M are both divided by s·w of their own object, so γ means the paper's
+  γ: at P = 1 a full-attention block is worth moving iff n·c > γ·μ·p_w·s. (An earlier kvwear
+  rule multiplied D by a horizon T — the SSD's eviction age, up to 3,600 s — which valued an
+  object at thousands of next hits; it is gone: it did not reproduce any paper figure and it
+  filled the SSD with superseded states.)
 - **P(idle ≥ w)** (`idle_model`): "hist" (default) = the probability that an object of its class
   idle for w is reused, from `_estimators.ReuseHistogram`: decayed counts (time constant
   `window_s`) of accesses into the class, of reuses, and of reuse gaps in log₂ bins; P =
   G(≥w)/(G(≥w) + never-reused). "exp" = q·e^(−λw), λ an exponential fit of the class's gaps over
-  the last `window_s`, q the class's reuse fraction. Classes: kind × reuse class (accessed once /
-  more) × log₂ of the prefix length at the object's end (in 256-token units). Reuses of dropped
-  objects are counted through a bounded ghost table (`ghosts`): a segment recreated with the
-  same first key, a dropped state whose position a later request passes.
+  the last `window_s`, q the class's reuse fraction. Classes: kind × reuse class (served once /
+  more) × log₂ of the prefix length at the object's end (in 256-token units). w is the time since
+  the object last *served* a request (floored at `min_idle_s`).
+- **Reuse is credited only to what served the request** (`ctx.hit_state`, `ctx.hit_blocks`):
+  the segments inside the hit and the state it ends at. Resident objects the request passes
+  without being served by them (a state shallower than the one that served, blocks beyond the
+  hit) keep their counts; they only get their recency refreshed, since the request keeps them on
+  a live path. Reuses of dropped objects are counted through a bounded ghost table (`ghosts`):
+  at most one dropped state per request — the deepest one on its path and deeper than the hit
+  (keeping it, with its KV, would have served the request; requiring its KV to be resident too
+  made a dropped state's KV worthless, then never credited, and Gandalf stopped writing) — and a
+  dropped segment recreated inside the hit or the credited state's prefix.
 - **Hybrid structure**: a segment that leads to no resident state (no resident state at its end,
-  no resident child) can be in no hit, so its D is 0 (it goes first; a request that later
-  checkpoints below it recomputes it anyway); a state whose segment already has a child (a later
-  request extended that prefix, so the next turn will use the deeper state) has P ×
-  `superseded_weight`.
-- **Units and arbitration**: D is dollars per byte per second (w in seconds, floored at
-  `min_idle_s`); the move cost is dollars per byte. They are compared through the horizon T an
-  object written now is expected to stay on SSD (an EWMA of the age of SSD victims at eviction;
-  `window_s` while the SSD has never evicted): drop iff D_drop·T ≤ γ·μ·p_w + D_ssd·T·(bytes to
-  displace)/s, where D_ssd is the lowest per-byte D among SSD objects (the next SSD victim) —
-  the victims' value is estimated from that one head, not by walking them. The drop candidate is
-  the lowest-D droppable leaf among the list heads (`scan` entries per list); the move candidate
-  is the root-side ancestor of the lowest-D DRAM object.
+  no resident child) can be in no hit, so its value is 0 (it goes first; a request that later
+  checkpoints below it recomputes it anyway). A *superseded* state — its segment already has a
+  child, i.e. a later request extended that prefix and checkpointed deeper — is worth
+  P × `superseded_weight` (default 0, the paper's reading: a linear state is reused once, by the
+  next turn, and the next turn will use the deeper state). n for a state is its whole prefix.
+- **Victims' value V**: the SSD victims are taken in D order from the first `scan` entries of
+  every SSD list; beyond those the last examined victim's value per byte is extrapolated.
 - **μ(t)** (`budget`): "ratio" = (written / budget)^`budget_gain`, clipped to [0.05, 20];
-  "fixed" = 1. The budget is `dwpd` drive writes per day of the simulated SSD capacity, i.e.
-  TBW·t/T_target with TBW = capacity·DWPD·365·years and T_target = years. Traces that write far
-  above the budget make μ(t) saturate and Gandalf drop nearly everything: use `budget=fixed`
-  to study γ alone.
+  "fixed" (default) = 1. The budget is `dwpd` drive writes per day of the simulated SSD capacity,
+  i.e. TBW·t/T_target with TBW = capacity·DWPD·365·years and T_target = years. "fixed" is the
+  default because traces that write far above the budget make μ(t) saturate and the policy drop
+  nearly everything, whatever γ: γ alone then traces the lifetime/miss trade-off.
+- **Prices**: c = `gpu_usd_per_hour`/3600/`recompute_tokens_per_s` and p_w =
+  `ssd_usd_per_tb_written`/10¹² from `SimConfig` (the run's prices, shared with the cost
+  metrics); see README "Gandalf" for the defaults and what γ then means per model.
 
 Per-event work: objects sit in LRU lists per tier × class, inside which D is non-increasing in
 idle time, so the cheapest object of a list is (up to the hybrid adjustments) its head and a
 decision looks at O(W) heads (W ≈ 2 kinds × 2 reuse classes × ~10 length classes, up to `scan`
-entries each for the leaf test) plus the walk up the DRAM-only run to the root-side node. `split_victims` is off: a move
-must write the root side of a segment, not the leaf-side part the simulator would cut.
+entries each for the leaf and root-side tests). `split_victims` is off: a move must write the
+root side of a segment, not the leaf-side part the simulator would cut.
 
 Must not: do I/O, read the wall clock, keep global state.
 """
@@ -57,12 +74,13 @@ Must not: do I/O, read the wall clock, keep global state.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Literal
 
 from kvwear.errors import KvwearError
-from policies._estimators import ReuseHistogram, SlidingExpFit, WriteBudget
+from policies._estimators import ReuseHistogram, SlidingExpFit, WriteBudget, move_cost
 from policies.base import POLICIES, Policy, PolicyParams, RequestInfo, SimContext, param
 from policies.tree import DRAM, FULL, LINEAR, SSD, Obj, Segment, State
 
@@ -72,26 +90,28 @@ class GandalfParams(PolicyParams):
     gamma: float = param(8.0, sweep=(0.0, 64.0),
                          help="weight of the SSD wear cost of a move against a drop's recompute cost")
     dwpd: float = param(1.0, sweep=(0.1, 10.0),
-                        help="write budget in drive writes per day of the simulated SSD (TBW/T_target)")
-    budget: Literal["ratio", "fixed"] = param("ratio", sweep=("ratio", "fixed"),
-                                              help="μ(t) rule: (written/budget)^gain, or 1")
+                        help="write budget in drive writes per day of the simulated SSD (budget=ratio)")
+    budget: Literal["fixed", "ratio"] = param("fixed", sweep=("fixed", "ratio"),
+                                              help="μ(t) rule: 1, or (written/budget)^gain")
     budget_gain: float = param(1.0, sweep=(0.5, 2.0), help="exponent of the μ(t) ratio rule")
     idle_model: Literal["hist", "exp"] = param(
         "hist", sweep=("hist", "exp"),
         help="P(idle≥w): empirical reuse-gap survival per class, or q·e^(−λw)")
-    min_idle_s: float = param(1.0, sweep=(0.1, 60.0), help="floor of the idle time w in D")
+    min_idle_s: float = param(1.0, sweep=(0.1, 60.0), help="floor of the idle time w in D and M")
     window_s: float = param(3600.0, sweep=(600.0, 7200.0), help="time constant of the estimators")
-    scan: int = param(4, sweep=(1, 16), help="entries per list examined for the leaf test")
+    scan: int = param(4, sweep=(1, 16), help="entries per list examined for the leaf and root-side tests")
+    move_candidates: int = param(1, sweep=(1, 64),
+                                 help="root-side move candidates judged per kind × size class list")
     superseded_weight: float = param(
-        0.1, sweep=(0.0, 1.0),
+        0.0, sweep=(0.0, 1.0),
         help="P multiplier for a state whose prefix a later request already extended")
     ghosts: int = param(1 << 20, sweep=(0, 1 << 22), help="forgotten objects remembered for reuse counts")
 
     def __post_init__(self) -> None:
         if (self.gamma < 0 or self.dwpd <= 0 or self.min_idle_s <= 0 or self.window_s <= 0 or self.scan < 1
-                or self.ghosts < 0 or not 0 <= self.superseded_weight <= 1):
+                or self.move_candidates < 1 or self.ghosts < 0 or not 0 <= self.superseded_weight <= 1):
             raise ValueError("need gamma >= 0, dwpd > 0, min_idle_s > 0, window_s > 0, scan >= 1, "
-                             "ghosts >= 0, 0 <= superseded_weight <= 1")
+                             "move_candidates >= 1, ghosts >= 0, 0 <= superseded_weight <= 1")
 
 
 def _rc(refs: int) -> int:
@@ -104,13 +124,6 @@ def _size_class(obj: Obj) -> int:
     return (obj.end_tokens >> 8).bit_length()  # type: ignore[attr-defined]
 
 
-def _tokens(obj: Obj) -> int:
-    """Tokens whose recompute a hit on `obj` saves: a segment's own, a state's whole prefix."""
-    if obj.kind == FULL:
-        return obj.tokens  # type: ignore[attr-defined]
-    return obj.end_tokens  # type: ignore[attr-defined]
-
-
 def _leads_nowhere(seg: Segment) -> bool:
     """Hybrid models: no resident state at its end and no resident child, so the segment cannot
     be part of any hit (a hit needs a resident state at or below it): dropping it loses nothing,
@@ -119,6 +132,33 @@ def _leads_nowhere(seg: Segment) -> bool:
     if st is not None and st.tiers:
         return False
     return not any(c.tiers for c in seg.children.values())
+
+
+def _superseded(st: State) -> bool:
+    """A later request extended the state's prefix without branching and checkpointed deeper: down
+    the single-child chain below it (up to 8 segments) a resident state, which is what the next
+    request on that path will use. A state at a branch point is not superseded (a request may
+    still end between it and the deeper state, as Marconi's branch points show)."""
+    seg = st.seg
+    for _ in range(8):
+        ch = seg.children
+        if len(ch) != 1:
+            return False
+        seg = next(iter(ch.values()))
+        d = seg.state
+        if d is not None and d.tiers:
+            return True
+    return False
+
+
+def _root_side(obj: Obj) -> bool:
+    """A node a move may write: its parent is the root or not a DRAM-only node (a state: its
+    segment is not DRAM-only), so the SSD part of every path stays a prefix."""
+    if obj.kind == LINEAR:
+        seg: Segment = obj.seg  # type: ignore[attr-defined]
+        return not (seg.tiers & DRAM and not seg.tiers & SSD)
+    par = obj.parent  # type: ignore[attr-defined]
+    return par is None or par.parent is None or not (par.tiers & DRAM and not par.tiers & SSD)
 
 
 ClassKey = tuple[int, int, int]  # kind, reuse class, size class
@@ -130,7 +170,7 @@ class GandalfPolicy(Policy):
 
     Params = GandalfParams
     split_victims = False
-    summary = "SSD-lifetime-aware: drop cold DRAM leaves or move root-side nodes, on a write budget"
+    summary = "SSD-lifetime-aware: drop cold DRAM leaves or move root-side nodes, next-hit value vs wear"
 
     def __init__(self, params: PolicyParams, ctx: SimContext) -> None:
         super().__init__(params, ctx)
@@ -138,9 +178,9 @@ class GandalfPolicy(Policy):
         self.p = p
         cfg = ctx.config
         self.c_token = cfg.usd_per_recomputed_token
-        self.c_per_kv_byte = self.c_token / cfg.kv_bytes_per_token
         self._hist_model = p.idle_model == "hist"
-        self._dcache: dict[Obj, float] = {}
+        # (value P·n·c in $, D in $/byte/s) per object, valid until the next access of anything
+        self._vcache: dict[Obj, tuple[float, float]] = {}
         self.p_w = cfg.ssd_usd_per_byte_written
         day = 86400.0
         cap = max(ctx.capacity_bytes[SSD], 1)
@@ -152,19 +192,23 @@ class GandalfPolicy(Policy):
         self.lists: dict[int, dict[ClassKey, OrderedDict[Obj, None]]] = {DRAM: {}, SSD: {}}
         self.where: dict[int, dict[Obj, ClassKey]] = {DRAM: {}, SSD: {}}
         self.clean: OrderedDict[Obj, None] = OrderedDict()
-        # estimators per (kind, reuse class); pdata = (last access s, accesses incl. ghost past)
+        # estimators per class; pdata = (last time it served a request, requests served)
         self.hists: dict[ClassKey, ReuseHistogram] = {}
         self.fits: dict[ClassKey, SlidingExpFit] = {}
         self.ghosts: OrderedDict[tuple[int, int, int], tuple[float, int]] = OrderedDict()
         self._last_decay_s = 0.0
         self.hybrid = ctx.hybrid
-        self._ssd_age_s = p.window_s
-        self._ssd_evictions = 0
         self._decision: tuple[Obj, bool] | None = None
+        self._state_credited = False  # one state reuse per request (the one that served it)
+        self._credited_end = 0  # depth (blocks) of the dropped state credited for this request
+        self._victims: tuple[list[int], list[float]] | None = None
+        self._last_victim: tuple[float, int, float] | None = None
 
     # --- estimators ---------------------------------------------------------------------------
     def begin_request(self, req: RequestInfo) -> None:
         now = req.arrival_s
+        self._state_credited = False
+        self._credited_end = 0
         if not self._started:
             self._started = True
             self.budget.start_s = now
@@ -176,15 +220,10 @@ class GandalfPolicy(Policy):
                 h.decay(f)
             self._last_decay_s = now
 
-    def _observe_access(self, obj: Obj, new: bool) -> None:
-        """Count an access: a reuse (with its gap) if the object, or its ghost, was seen before."""
-        if self._dcache:
-            self._dcache.clear()
+    def _observe_access(self, obj: Obj, prev: tuple[float, int] | None) -> None:
+        """Count a request `obj` served: a reuse (with its gap) if it, or its ghost, served before."""
         now = self.ctx.now_s
         k = obj.kind
-        prev = obj.pdata
-        if prev is None and new:
-            prev = self.ghosts.pop(self._ghost_key(obj), None)
         sc = _size_class(obj)
         if prev is not None:
             last_s, refs = prev
@@ -196,13 +235,22 @@ class GandalfPolicy(Policy):
             refs = 1
         self._hist((k, _rc(refs), sc)).entered()
         obj.pdata = (now, refs)
-        if k == FULL and self.ghosts:
-            # a request passing the end of this segment reuses a dropped state checkpointed there
-            seg: Segment = obj  # type: ignore[assignment]
-            if seg.n and (seg.state is None or not seg.state.tiers):
-                gone = self.ghosts.pop((LINEAR, seg.ns, seg.keys[-1]), None)
-                if gone is not None:
-                    self._hist((LINEAR, _rc(gone[1]), sc)).reused(now - gone[0])
+
+    def _credit_ghost_state(self, seg: Segment) -> None:
+        """A request passes the end of `seg`, deeper than its hit: a state dropped there would have
+        served it (had it been kept with its KV). Only the deepest such state is credited."""
+        ctx = self.ctx
+        end = seg.start + seg.n
+        if self._state_credited or end <= ctx.hit_blocks:
+            return
+        if seg.state is not None and seg.state.tiers:
+            return
+        gone = self.ghosts.pop((LINEAR, seg.ns, seg.keys[-1]), None)
+        if gone is not None:
+            now = ctx.now_s
+            self._hist((LINEAR, _rc(gone[1]), _size_class(seg))).reused(now - gone[0])
+            self._state_credited = True
+            self._credited_end = end
 
     def _hist(self, key: ClassKey) -> ReuseHistogram:
         h = self.hists.get(key)
@@ -220,7 +268,7 @@ class GandalfPolicy(Policy):
         return (LINEAR, st.seg.ns, st.seg.keys[-1])
 
     def _forget(self, obj: Obj) -> None:
-        """`obj` left every tier: remember its last access so a comeback counts as a reuse."""
+        """`obj` left every tier: remember when it last served so a comeback counts as a reuse."""
         if obj.pdata is None or (obj.kind == FULL and not obj.n):  # type: ignore[attr-defined]
             return
         g = self.ghosts
@@ -231,58 +279,93 @@ class GandalfPolicy(Policy):
     def class_of(self, obj: Obj) -> ClassKey:
         return (obj.kind, _rc(obj.pdata[1] if obj.pdata else 1), _size_class(obj))
 
-    def p_idle(self, obj: Obj, idle_s: float, key: ClassKey | None = None) -> float:
+    def p_idle(self, idle_s: float, key: ClassKey) -> float:
         """P(idle ≥ w): the probability that an object of this class idle for w is reused."""
-        if key is None:
-            key = self.class_of(obj)
         h = self.hists.get(key) or self._hist(key)
         if self._hist_model:
             return h.p_reuse(idle_s)
         q = h.p_reuse(0.0)
         return q * math.exp(-self.fits[key].rate(self.ctx.now_s) * idle_s)
 
-    def drop_cost(self, obj: Obj, key: ClassKey | None = None) -> float:
-        """D = P(idle ≥ w)·n·c/(s·w): dollars per byte per second (w in s, floored at min_idle_s).
+    def _idle_s(self, obj: Obj) -> float:
+        last = obj.pdata[0] if obj.pdata is not None else obj.last_s
+        w = self.ctx.now_s - last
+        return w if w > self.p.min_idle_s else self.p.min_idle_s
 
-        n·c/s is c/kv_bytes_per_token for KV (exact up to the rounding of a partial last block)
-        and end_tokens·c/state_bytes for a state. `key` is the object's list (class) if known.
-        """
-        if self.hybrid and obj.kind == FULL and _leads_nowhere(obj):  # type: ignore[arg-type]
-            return 0.0
-        w_s = self.ctx.now_s - obj.last_s
-        if w_s < 0.0:
-            w_s = 0.0
-        h = self.hists.get(key) if key is not None and self._hist_model else None
-        p = h.p_reuse(w_s) if h is not None else self.p_idle(obj, w_s, key)   # p_idle, inlined when it can be
-        if p == 0.0:
-            return 0.0
+    def value(self, obj: Obj, key: ClassKey | None = None) -> float:
+        """The next hit's value P(idle ≥ w)·n·c in dollars (0 for what no hit can use)."""
+        if self.hybrid:
+            if obj.kind == FULL:
+                if _leads_nowhere(obj):  # type: ignore[arg-type]
+                    return 0.0
+            elif self.p.superseded_weight == 0.0 and _superseded(obj):  # type: ignore[arg-type]
+                return 0.0
+        if key is None:
+            key = self.class_of(obj)
+        last = obj.pdata[0] if obj.pdata is not None else obj.last_s
+        p = self.p_idle(max(self.ctx.now_s - last, 0.0), key)
         if obj.kind == FULL:
-            vpb = self.c_per_kv_byte
+            n = obj.tokens  # type: ignore[attr-defined]
         else:
             st: State = obj  # type: ignore[assignment]
-            nb = st.nbytes
-            vpb = st.seg.end_tokens * self.c_token / (nb if nb > 1 else 1)
-            if self.hybrid and st.seg.children:
+            n = st.seg.end_tokens
+            if self.hybrid and _superseded(st):
                 p *= self.p.superseded_weight
-        w = w_s if w_s > self.p.min_idle_s else self.p.min_idle_s
-        return p * vpb / w
+        return p * n * self.c_token
 
-    def horizon_s(self) -> float:
-        """T: how long a moved object is expected to stay on SSD (the SSD's eviction age)."""
-        if self.ctx.free_bytes(SSD) > 0 and not self._ssd_evictions:
-            return self.p.window_s
-        return self._ssd_age_s
+    def _vd(self, obj: Obj, key: ClassKey) -> tuple[float, float]:
+        """(value, D = value/(s·w)), memoized until the next access changes the estimators."""
+        c = self._vcache
+        got = c.get(obj)
+        if got is None:
+            v = self.value(obj, key)
+            got = c[obj] = (v, v / (max(obj.nbytes, 1) * self._idle_s(obj)))
+        return got
 
-    def move_cost_per_byte(self, obj: Obj) -> float:
-        """γ·μ(t)·p_w plus the value (D·T) of the SSD bytes the write displaces, per byte."""
+    def drop_cost(self, obj: Obj) -> float:
+        """D = P(idle ≥ w)·n·c/(s·w): dollars per byte freed per second of idleness."""
+        return self._vd(obj, self.class_of(obj))[1]
+
+    def displaced_value(self, over_bytes: int) -> float:
+        """V: the next-hit value of the SSD victims that free `over_bytes` (lowest D first)."""
+        if over_bytes <= 0:
+            return 0.0
+        if self._victims is None:
+            entries: list[tuple[float, int, float]] = []
+            scan = self.p.scan
+            for key, od in self.lists[SSD].items():
+                for i, o in enumerate(od):
+                    if i >= scan:
+                        break
+                    v, d = self._vd(o, key)
+                    entries.append((d, o.nbytes, v))
+            entries.sort(key=lambda e: e[0])
+            cb: list[int] = []
+            cv: list[float] = []
+            tb, tv = 0, 0.0
+            for _, b, v in entries:
+                tb += b
+                tv += v
+                cb.append(tb)
+                cv.append(tv)
+            self._victims = (cb, cv)
+            self._last_victim = entries[-1] if entries else None
+        cb, cv = self._victims
+        if not cb:
+            return 0.0
+        i = bisect_left(cb, over_bytes)
+        if i < len(cb):
+            return cv[i]
+        last = self._last_victim
+        assert last is not None
+        # beyond the examined victims: the last one's value per byte
+        return cv[-1] + (over_bytes - cb[-1]) * last[2] / max(last[1], 1)
+
+    def fee(self, obj: Obj) -> float:
+        """γ·μ(t)·p_w·s plus the value V of the SSD victims the write displaces, in dollars."""
         mu = self.budget.mu(self.ctx.now_s)
-        cost = self.p.gamma * mu * self.p_w
-        over = obj.nbytes - self.ctx.free_bytes(SSD)
-        if over > 0:
-            v = self._cheapest(SSD)
-            if v is not None:
-                cost += v[0] * self.horizon_s() * over / obj.nbytes
-        return cost
+        return move_cost(self.p.gamma, mu, self.p_w, obj.nbytes,
+                         self.displaced_value(obj.nbytes - self.ctx.free_bytes(SSD)))
 
     # --- list bookkeeping ---------------------------------------------------------------------
     def _enlist(self, obj: Obj, tier: int) -> None:
@@ -301,28 +384,43 @@ class GandalfPolicy(Policy):
         del self.lists[tier][key][obj]
         return True
 
-    def _cached_cost(self, obj: Obj, key: ClassKey) -> float:
-        """drop_cost, memoized between accesses: during one request's evictions nothing it
-        depends on changes except the tree around removed objects (invalidated in `removed`)."""
-        c = self._dcache
-        d = c.get(obj)
-        if d is None:
-            d = c[obj] = self.drop_cost(obj, key)
-        return d
-
     def _cheapest(self, tier: int) -> tuple[float, Obj] | None:
         best: tuple[float, Obj] | None = None
         for key, od in self.lists[tier].items():
             if od:
                 o = next(iter(od))
-                d = self._cached_cost(o, key)
+                d = self._vd(o, key)[1]
                 if best is None or d < best[0]:
                     best = (d, o)
         return best
 
     # --- notifications ------------------------------------------------------------------------
     def place(self, obj: Obj) -> int:
-        self._observe_access(obj, new=True)
+        if self._vcache:
+            self._vcache.clear()
+        ctx = self.ctx
+        prev = obj.pdata  # a ghost segment still in the tree keeps its record
+        if prev is None:
+            prev = self.ghosts.pop(self._ghost_key(obj), None)
+        if obj.kind == FULL:
+            seg: Segment = obj  # type: ignore[assignment]
+            if self.hybrid and self.ghosts:
+                self._credit_ghost_state(seg)
+            # recreated inside what served (or would have served) the request: keeping it would
+            # have been part of that hit
+            if prev is not None and not (seg.start <= ctx.hit_blocks
+                                         or seg.start + seg.n <= self._credited_end):
+                prev = None
+        elif prev is not None:
+            # the request's own state, recreated where it was dropped: it would have served
+            # the request iff the hit ended above it
+            end = obj.seg.start + obj.seg.n  # type: ignore[attr-defined]
+            if self._state_credited or end <= ctx.hit_blocks:
+                prev = None
+            else:
+                self._state_credited = True
+                self._credited_end = end
+        self._observe_access(obj, prev)
         return DRAM
 
     def added(self, obj: Obj, tier: int) -> None:
@@ -338,12 +436,13 @@ class GandalfPolicy(Policy):
                 self.clean[obj] = None
 
     def removed(self, obj: Obj, tier: int) -> None:
-        c = self._dcache
+        c = self._vcache
         if c:
             c.pop(obj, None)
             up = obj.parent if obj.kind == FULL else obj.seg  # type: ignore[attr-defined]
             if up is not None:
                 c.pop(up, None)
+        self._victims = None
         if not obj.tiers:
             self._forget(obj)
         if tier == DRAM:
@@ -356,7 +455,23 @@ class GandalfPolicy(Policy):
                 self._enlist(obj, DRAM)
 
     def touched(self, obj: Obj) -> None:
-        self._observe_access(obj, new=False)
+        if self._vcache:
+            self._vcache.clear()
+        ctx = self.ctx
+        if obj.kind == FULL:
+            seg: Segment = obj  # type: ignore[assignment]
+            served = seg.start + seg.n <= ctx.hit_blocks
+            if self.hybrid and self.ghosts and not served:
+                self._credit_ghost_state(seg)
+        else:
+            served = obj is ctx.hit_state and not self._state_credited
+            if served:
+                self._state_credited = True
+        if served:
+            self._observe_access(obj, obj.pdata)
+        elif obj.pdata is not None:
+            # passed, not served: a live path keeps its recency, not a reuse
+            obj.pdata = (ctx.now_s, obj.pdata[1])
         for tier in (DRAM, SSD):
             if self._delist(obj, tier):
                 self._enlist(obj, tier)
@@ -374,7 +489,7 @@ class GandalfPolicy(Policy):
 
     # --- decisions ----------------------------------------------------------------------------
     @staticmethod
-    def _root_side(obj: Obj) -> Obj:
+    def _root_side_of(obj: Obj) -> Obj:
         """The root-side end of the DRAM-only run above `obj` (the node a move may write)."""
         if obj.kind == LINEAR:
             st: State = obj  # type: ignore[assignment]
@@ -390,80 +505,100 @@ class GandalfPolicy(Policy):
             par = a.parent
         return a
 
+    def _move_price(self, obj: Obj) -> tuple[bool, float]:
+        """(door open: value > fee, M = fee/(s·w)) of moving `obj`."""
+        v = self.value(obj)
+        f = self.fee(obj)
+        return v > f, f / (max(obj.nbytes, 1) * self._idle_s(obj))
+
     def victim(self, tier: int, need_bytes: int) -> Obj:
         self._decision = None
+        self._victims = None
         if tier == SSD:
-            best = self._cheapest(SSD)
-            if best is None:
+            head = self._cheapest(SSD)
+            if head is None:
                 raise KvwearError("gandalf: SSD over capacity with no SSD object listed")
-            self._ssd_evictions += 1
-            self._ssd_age_s += 0.05 * (self.ctx.now_s - best[1].last_s - self._ssd_age_s)
-            return best[1]
+            return head[1]
         if self.clean:
             return next(iter(self.clean))
         drop: tuple[float, Obj] | None = None
-        coldest: tuple[float, Obj] | None = None
+        coldest: Obj | None = None
+        movers: list[Obj] = []
         scan = self.p.scan
-        # the hot loop of the policy: locals instead of attribute lookups, _cached_cost inlined
-        cache = self._dcache
-        cost = self.drop_cost
+        per_list = self.p.move_candidates
         hybrid = self.hybrid
+        ssd_cap = self.ctx.capacity_bytes[SSD]
+        vd = self._vd
+        # the hot loop of the policy: D is needed for a list's first droppable object only;
+        # root-side objects are collected as move candidates (priced below, once per decision)
         for key, od in self.lists[DRAM].items():
-            if not od:          # a quarter of the lists are empty at a time (kept: their order breaks ties)
+            if not od:
                 continue
+            found_drop = False
+            movers_here = 0
             for i, o in enumerate(od):
-                if i >= scan:
+                if i >= scan or (found_drop and movers_here >= per_list):
                     break
-                # D is needed for a list's head (the coldest candidate) and its first droppable
-                # object only; the non-droppable objects between them are passed over unpriced.
-                # Droppable: a state always; a segment when it leads nowhere (_leads_nowhere,
-                # inlined), and then in hybrid models its drop_cost is 0 without the call.
-                ok = True
-                zero = False
-                if o.kind == FULL:
-                    st = o.state  # type: ignore[attr-defined]
-                    if st is not None and st.tiers:
-                        ok = False
-                    else:
-                        for c in o.children.values():  # type: ignore[attr-defined]
-                            if c.tiers:
-                                ok = False
-                                break
-                    zero = ok and hybrid
-                if i and not ok:
-                    continue
-                if zero:
-                    d = 0.0
-                else:
-                    got = cache.get(o)
-                    if got is None:
-                        got = cache[o] = cost(o, key)
-                    d = got
-                if i == 0 and (coldest is None or d < coldest[0]):
-                    coldest = (d, o)
-                if ok:
-                    if drop is None or d < drop[0]:
-                        drop = (d, o)
-                    break
+                if i == 0 and coldest is None:
+                    coldest = o
+                if not found_drop:
+                    ok = True
+                    if o.kind == FULL:
+                        st = o.state  # type: ignore[attr-defined]
+                        if st is not None and st.tiers:
+                            ok = False
+                        else:
+                            for c in o.children.values():  # type: ignore[attr-defined]
+                                if c.tiers:
+                                    ok = False
+                                    break
+                    if ok:
+                        found_drop = True
+                        # a droppable segment of a hybrid model leads nowhere: worth 0
+                        d = 0.0 if (hybrid and o.kind == FULL) else vd(o, key)[1]
+                        if drop is None or d < drop[0]:
+                            drop = (d, o)
+                if movers_here < per_list and ssd_cap >= o.nbytes and _root_side(o):
+                    movers.append(o)
+                    movers_here += 1
         if coldest is None:
             raise KvwearError("gandalf: DRAM over capacity with no DRAM object listed")
-        move = self._root_side(coldest[1])
-        can_move = move.nbytes <= self.ctx.capacity_bytes[SSD]
-        if drop is None and not can_move:
-            # nothing satisfies the rules (oversized run with no droppable leaf): drop the coldest
-            self._decision = (coldest[1], False)
-            return coldest[1]
-        if drop is not None and (not can_move or drop[0] * self.horizon_s() <= self.move_cost_per_byte(move)):
+        if drop is not None and drop[0] == 0.0:
+            self._decision = (drop[1], False)  # worthless: no move can beat it
+            return drop[1]
+        if not movers:
+            m = self._root_side_of(coldest)
+            if m.nbytes <= ssd_cap:
+                movers.append(m)
+        best: tuple[float, Obj] | None = None
+        fallback: tuple[float, Obj] | None = None
+        for o in movers:
+            open_, m_cost = self._move_price(o)
+            if open_:
+                if best is None or m_cost < best[0]:
+                    best = (m_cost, o)
+            elif fallback is None or m_cost < fallback[0]:
+                fallback = (m_cost, o)
+        if best is not None and (drop is None or best[0] < drop[0]):
+            self._decision = (best[1], True)
+            return best[1]
+        if drop is not None:
             self._decision = (drop[1], False)
             return drop[1]
-        self._decision = (move, True)
-        return move
+        if fallback is not None:
+            # no droppable leaf in reach: a move is the only way to free DRAM within the rules
+            self._decision = (fallback[1], True)
+            return fallback[1]
+        # nothing satisfies the rules (an oversized run with no droppable leaf): drop the coldest
+        self._decision = (coldest, False)
+        return coldest
 
     def admit_to_ssd(self, obj: Obj) -> bool:
         dec = self._decision
         if dec is not None and dec[0] is obj:
             return dec[1]
-        # an object too large for DRAM: write it iff a drop would cost more than the move
+        # an object too large for DRAM: write it iff its next hit is worth its fee
         if obj.nbytes > self.ctx.capacity_bytes[SSD]:
             return False
-        return self.drop_cost(obj) * self.horizon_s() > self.move_cost_per_byte(obj)
+        self._victims = None
+        return self._move_price(obj)[0]

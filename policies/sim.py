@@ -102,7 +102,11 @@ class SimConfig:
     ssd_read_bytes_per_s: float = 10e9
     dram_to_hbm_bytes_per_s: float = 50e9
     recompute_tokens_per_s: float = 60_000.0
-    gpu_usd_per_hour: float = 2.5        # one GPU doing the recompute
+    # the GPUs doing the recompute: an 8-GPU node at $2.5 per GPU-hour, whose prefill runs at
+    # recompute_tokens_per_s (60k tokens/s ≈ 7.5k per GPU for a ~30B-active model). With the wear
+    # price below, one Kimi-K3 token costs 67× more to recompute than to write (Qwen3.5-27B: 28×),
+    # so Gandalf's γ spans 0..64 (README "Gandalf"); one GPU at $2.5 made γ > 8 write nothing
+    gpu_usd_per_hour: float = 20.0
     ssd_usd_per_tb_written: float = 0.05  # drive price / TBW: $700 / (7.68 TB·1 DWPD·365·5)
     interval_s: float = 600.0            # timeline interval
     record_requests: bool = True
@@ -169,6 +173,8 @@ class Simulator:
         self.now_s = 0.0
         self.seq = -1
         self.req = RequestInfo(-1, -1, None, "", None, 0.0, 0, 0)
+        self.hit_state: State | None = None
+        self.hit_blocks = 0
         self.roots: dict[int, Segment] = {}
         self.hbm_lru: OrderedDict[Obj, None] = OrderedDict()
         self._next_oid = 0
@@ -520,6 +526,9 @@ class Simulator:
                     break
                 p -= 1
         hit_state = path[p - 1].state if (self.hybrid and p > 0) else None
+        # what serves this request, for policies that credit reuse only to the serving objects
+        self.hit_state = hit_state
+        self.hit_blocks = path[p - 1].start + path[p - 1].n if p else 0
         # ---- visit leaf → root
         pending_ssd: list[Obj] = []
         hbm_on = self.capacity_bytes[HBM] > 0
@@ -650,6 +659,7 @@ class Simulator:
         """Pre-pass for oracle policies: next request seq using each (ns, hash id) again."""
         self._future = next_use(table)
         self._fut_base = 0
+        self.policy.prepare(table)
 
     def run_batch(self, batch: pa.RecordBatch | pa.Table, first_seq: int) -> None:
         if isinstance(batch, pa.RecordBatch):

@@ -121,10 +121,13 @@ def test_gandalf_drops_only_leaves_and_moves_only_root_side() -> None:
 
 
 def test_gandalf_write_budget_adapts() -> None:
-    """The default μ(t) keeps writes near dwpd × capacity per day: a smaller budget writes less."""
+    """μ(t) (budget=ratio) keeps writes near dwpd × capacity per day: a smaller budget writes less."""
     reqs = generate_multi_round(MultiRoundConfig(seed=2, sessions=60, turns=6))
-    cfg = SimConfig(dram_bytes=12 * 10**6, ssd_bytes=40 * 10**6, kv_bytes_per_token=500, state_bytes=2 * 10**6)
-    w = [simulate(reqs, cfg, f"gandalf:gamma=1,dwpd={d}").summary.ssd_write_bytes for d in (1e5, 1e3, 10)]
+    # a wear price at which μ(t) ≤ 20 can close the door (at the default price a 500-byte token
+    # is worth 3,700× its write, and no budget bites)
+    cfg = SimConfig(dram_bytes=12 * 10**6, ssd_bytes=40 * 10**6, kv_bytes_per_token=500, state_bytes=2 * 10**6,
+                    ssd_usd_per_tb_written=20.0)
+    w = [simulate(reqs, cfg, f"gandalf:budget=ratio,gamma=1,dwpd={d}").summary.ssd_write_bytes for d in (1e5, 1e3, 10)]
     assert w[0] > w[1] > w[2], w
 
 

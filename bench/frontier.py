@@ -1,0 +1,207 @@
+"""Benchmark: every registered policy's (miss ratio, SSD bytes) frontier, and whether the oracle bounds it.
+
+Workloads: the six shared Claude-Code/Weka traces as one workload (one hash namespace per trace)
+and the Mooncake conversation trace (`--quick`: its first 3,000 requests); `--generators` adds
+the four synthetic generators at their default parameters. Models: Kimi-K3 and Qwen3.5-27B.
+Tiers: DRAM 1 % and SSD 10 % of the workload's KV footprint (every distinct full-attention block
+once, plus one state checkpoint per distinct request end), the same rule for every workload — no
+parameter is set per trace. Prices are `SimConfig`'s defaults.
+
+Each policy runs through its sweep range: the hyperparameter in `KNOBS` (or, for a policy
+registered later and not listed, its first numeric parameter with a sweep range), over the points
+listed there or spread over the range. The oracle (`belady`) runs through γ plus a no-write point
+(`max_write_bytes=0`); `belady:mode=min` is plain MIN per tier, the miss-ratio floor.
+
+Prints, per workload × model: each policy's points and its Pareto frontier; which baseline points
+Gandalf dominates (some Gandalf point with no more misses and no more SSD bytes, better in one);
+Gandalf's linear-state share of SSD bytes and where its full-attention and linear hits were
+served from; and the oracle's dominance check — an online point *beats* the oracle when no
+oracle point has both miss ratio ≤ 1.01 × its miss ratio and SSD bytes ≤ 1.01 × its bytes.
+
+Run: .venv/bin/python bench/frontier.py [--quick] [--generators] [--models kimi-k3,qwen3.5-27b]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from policies.base import POLICIES, param_infos  # noqa: E402
+from policies.metrics import SimSummary  # noqa: E402
+from policies.sim import SimConfig, simulate  # noqa: E402
+from workloads.loaders import load_requests  # noqa: E402
+from workloads.models import ModelProfile, get_profile  # noqa: E402
+from workloads.schema import list_parts  # noqa: E402
+from workloads.synthetic import generate  # noqa: E402
+
+GAMMAS = (0, 1, 2, 4, 8, 16, 32, 64)
+# the hyperparameter each policy is swept through, and its points (None: spread over its range)
+KNOBS: dict[str, tuple[str, tuple[float, ...] | None]] = {
+    "gandalf": ("gamma", GAMMAS),
+    # all future hits: a wider range, and denser (the oracle's line is the bound checked)
+    "belady": ("gamma", (0, 4, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)),
+    "lru-k": ("k", (1, 2, 3, 4, 5, 6, 8, 10)),
+    "hotprefix": ("theta", (1, 2, 3, 5, 10)),
+    "marconi": ("alpha", (0.0, 0.5, 1.0, 1.5, 2.0)),
+    "meritkv": ("tau_s", (-0.1, 0.0, 0.05, 0.1, 0.2, 0.5)),
+    "dynamo": ("min_frequency", (1, 2, 4, 8)),
+}
+GENERATORS = ("multi-round", "agentic", "api", "trace-a")
+TOL = 1.01
+
+
+def footprint_bytes(table: pa.Table, prof: ModelProfile) -> int:
+    """Every distinct full-attention block once plus one state per distinct request end."""
+    offs, vals = list_parts(table.column("hash_ids"))
+    lengths = np.diff(offs)
+    ns = np.repeat(np.asarray(table.column("hash_ns").to_numpy(), dtype=np.int64), lengths)
+    btok = np.repeat(np.asarray(table.column("block_tokens").to_numpy(), dtype=np.int64), lengths)
+    keys = np.stack([ns, np.asarray(vals, dtype=np.int64)])
+    _, first = np.unique(keys, axis=1, return_index=True)
+    kv = int(btok[first].sum()) * prof.kv_bytes_per_token
+    ends = offs[1:][lengths > 0] - 1
+    n_states = len(np.unique(keys[:, ends], axis=1)[0]) if len(ends) else 0
+    return kv + n_states * prof.state_bytes
+
+
+def sweep_specs(name: str) -> list[str]:
+    """The policy's specs through its sweep range (one spec when it has no numeric knob)."""
+    infos = {i.name: i for i in param_infos(POLICIES.get(name).Params)}
+    knob, points = KNOBS.get(name, (None, None))
+    if knob is None or knob not in infos:
+        knob, points = None, None
+        for i in infos.values():
+            sw = i.sweep
+            if i.type_name in ("int", "float") and sw is not None and len(sw) == 2:
+                knob = i.name
+                break
+    if knob is None:
+        return [name]
+    if points is None:
+        info = infos[knob]
+        lo, hi = info.sweep  # type: ignore[misc]
+        if info.type_name == "int":
+            points = tuple(sorted({round(x) for x in np.linspace(lo, hi, 6)}))
+        else:
+            points = tuple(float(x) for x in np.linspace(lo, hi, 5))
+    specs = [f"{name}:{knob}={p:g}" for p in points]
+    if name == "belady":
+        specs.append("belady:max_write_bytes=0")
+        specs.append("belady:mode=min")
+    return specs
+
+
+def pareto(points: Iterable[tuple[float, int, str]]) -> list[tuple[float, int, str]]:
+    """The (miss, bytes) points no other point dominates, by miss ratio."""
+    pts = sorted(points, key=lambda p: (p[0], p[1]))
+    out: list[tuple[float, int, str]] = []
+    for p in pts:
+        if not out or p[1] < out[-1][1]:
+            out.append(p)
+    return out
+
+
+def dominates(a: tuple[float, int], b: tuple[float, int], tol: float = 1.0) -> bool:
+    """a has no more misses and no more bytes than b (each within the factor `tol`)."""
+    return a[0] <= b[0] * tol + 1e-12 and a[1] <= b[1] * tol
+
+
+def workloads(quick: bool, gens: bool) -> list[tuple[str, pa.Table]]:
+    shared = REPO.parent / "shared" / "traces"
+    out = [("weka (6 traces)", load_requests(shared / "claude-code-weka" / "traces").table)]
+    moon = load_requests(shared / "mooncake" / "conversation_trace.jsonl").table
+    out.append(("mooncake" + (" (first 3,000)" if quick else ""), moon.slice(0, 3000) if quick else moon))
+    if gens:
+        out += [(g, generate(g)) for g in GENERATORS]
+    return out
+
+
+def gib(b: float) -> str:
+    return f"{b / 2**30:,.1f}"
+
+
+def run_case(label: str, table: pa.Table, model: str, policies: list[str]) -> dict[str, int]:
+    prof = get_profile(model)
+    fp = footprint_bytes(table, prof)
+    cfg = SimConfig(dram_bytes=int(fp * 0.01), ssd_bytes=int(fp * 0.10),
+                    kv_bytes_per_token=prof.kv_bytes_per_token, state_bytes=prof.state_bytes,
+                    record_requests=False, model=model)
+    print(f"\n## {label}, {model}: {table.num_rows:,} requests, KV footprint {gib(fp)} GiB → "
+          f"DRAM {gib(cfg.dram_bytes)} GiB, SSD {gib(cfg.ssd_bytes)} GiB")
+    t0 = time.perf_counter()
+    res: dict[str, list[tuple[str, SimSummary]]] = {}
+    for name in policies:
+        res[name] = [(spec, simulate(table, cfg, spec).summary) for spec in sweep_specs(name)]
+    print(f"({sum(len(v) for v in res.values())} runs in {time.perf_counter() - t0:.0f} s)")
+    print(f"{'policy point':34s} {'miss':>6s} {'SSD GiB':>9s} {'linear':>6s}  frontier")
+    for runs in res.values():
+        front = {p[2] for p in pareto((s.token_miss_ratio, s.ssd_write_bytes, spec) for spec, s in runs)}
+        for spec, s in runs:
+            print(f"{spec:34s} {s.token_miss_ratio:6.3f} {gib(s.ssd_write_bytes):>9s} "
+                  f"{s.linear_share_of_ssd_write_bytes:6.2f}  {'*' if spec in front else ''}")
+    online = [(spec, s) for name, runs in res.items() if name != "belady" for spec, s in runs]
+    if "gandalf" in res:
+        g = res["gandalf"]
+        print("\nGandalf: linear share of SSD bytes; full-attention hit tokens from DRAM / SSD; "
+              "state hits from DRAM / SSD")
+        for spec, s in g:
+            print(f"  {spec:24s} linear {s.linear_share_of_ssd_write_bytes:5.2f}  full "
+                  f"{s.dram_hit_tokens:>12,} / {s.ssd_hit_tokens:>12,}  states {s.state_hits_dram:>6,} / "
+                  f"{s.state_hits_ssd:>6,}")
+        gpts = [(s.token_miss_ratio, s.ssd_write_bytes, spec) for spec, s in g]
+        beaten = []
+        for spec, s in online:
+            if spec.startswith("gandalf"):
+                continue
+            b = (s.token_miss_ratio, s.ssd_write_bytes)
+            by = [gs for gm, gb, gs in gpts if dominates((gm, gb), b) and (gm, gb) != b]
+            if by:
+                beaten.append(f"{spec} (by {by[0]})")
+        print(f"Gandalf dominates {len(beaten)} of {sum(not sp.startswith('gandalf') for sp, _ in online)} "
+              f"baseline points: {', '.join(beaten) or '-'}")
+    counts = {"points": len(online), "beat_oracle": 0}
+    if "belady" in res:
+        opts = [(s.token_miss_ratio, s.ssd_write_bytes) for spec, s in res["belady"] if "mode=min" not in spec]
+        floor = next(s for spec, s in res["belady"] if "mode=min" in spec)
+        bad = [f"{spec} ({s.token_miss_ratio:.3f}, {gib(s.ssd_write_bytes)} GiB)" for spec, s in online
+               if not any(dominates(o, (s.token_miss_ratio, s.ssd_write_bytes), TOL) for o in opts)]
+        below_floor = [spec for spec, s in online if s.token_miss_ratio < floor.token_miss_ratio / TOL]
+        counts["beat_oracle"] = len(bad)
+        print(f"Oracle check: {len(online) - len(bad)} of {len(online)} online points dominated by the "
+              f"oracle's γ line (within 1 %); beating it: {', '.join(bad) or 'none'}")
+        print(f"MIN per tier (miss floor) {floor.token_miss_ratio:.3f} at {gib(floor.ssd_write_bytes)} GiB; "
+              f"online points below it: {', '.join(below_floor) or 'none'}")
+    return counts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="Mooncake's first 3,000 requests only")
+    ap.add_argument("--generators", action="store_true", help="also the four synthetic generators")
+    ap.add_argument("--models", default="kimi-k3,qwen3.5-27b")
+    ap.add_argument("--policies", default="", help="comma-separated policy names (default: every registered one)")
+    args = ap.parse_args()
+    policies = [p for p in args.policies.split(",") if p] or POLICIES.names()
+    unknown = sorted(set(policies) - set(POLICIES.names()))
+    if unknown:
+        sys.exit(f"unknown policies {', '.join(unknown)}; valid: {', '.join(POLICIES.names())}")
+    total = {"points": 0, "beat_oracle": 0}
+    for label, table in workloads(args.quick, args.generators):
+        for model in args.models.split(","):
+            for k, v in run_case(label, table, model, policies).items():
+                total[k] += v
+    print(f"\nOracle check over every case: {total['beat_oracle']} of {total['points']} online points beat "
+          "the oracle's frontier")
+
+
+if __name__ == "__main__":
+    main()
