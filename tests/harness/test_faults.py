@@ -113,9 +113,9 @@ def test_a_file_kvwear_did_not_create_is_refused_unless_confirmed(tmp_path: Path
     assert img.read_bytes() == before                    # untouched, not even grown
     FioDevice(DeviceSpec("file", str(img), capacity_bytes=1 << 20, options={"confirm_overwrite": str(img)}),
               tmp_path).close()
-    # A file kvwear created (and marked) is reused without a confirmation.
+    # A file kvwear created (and marked), kept after the device closed, is reused without a confirmation.
     new = tmp_path / "new.img"
-    FioDevice(DeviceSpec("file", str(new), capacity_bytes=1 << 20), tmp_path).close()
+    FioDevice(DeviceSpec("file", str(new), capacity_bytes=1 << 20, options={"keep_image": True}), tmp_path).close()
     new.write_bytes(b"x" * 4096)       # written to (its data is kvwear's own)
     FioDevice(DeviceSpec("file", str(new), capacity_bytes=1 << 20), tmp_path).close()
 

@@ -102,7 +102,7 @@ def test_trims_on_a_fio_that_drops_them(tmp_path: Path) -> None:
         "offset_bytes": [0, 0, 8192, 4096, 16384, 16384], "length_bytes": [8192, 8192, 4096, 4096, 4096, 4096],
         "obj_kind": ["full"] * 6, "obj_id": [1, 1, 2, 3, 4, 4]}))
     img = tmp_path / "d.img"
-    spec = DeviceSpec("file", str(img), capacity_bytes=1 << 20)
+    spec = DeviceSpec("file", str(img), capacity_bytes=1 << 20, options={"keep_image": True})  # reopened below
     dev = FioDevice(spec, tmp_path)
     if fiolib.fio_replays_trim(dev.fio_version):
         pytest.skip(f"{dev.fio_version} replays trims")

@@ -85,7 +85,8 @@ def test_the_backing_file_goes_when_the_device_closes_unless_kept(tmp_path: Path
     # a file that was there before is the user's: never deleted
     mine = tmp_path / "mine.img"
     os.truncate(mine, 8 << 20) if mine.exists() else mine.write_bytes(b"\0" * (8 << 20))
-    dev = FioDevice(DeviceSpec("file", str(mine), capacity_bytes=8 << 20), tmp_path)
+    dev = FioDevice(DeviceSpec("file", str(mine), capacity_bytes=8 << 20,
+                               options={"confirm_overwrite": str(mine)}), tmp_path)
     dev.close()
     assert mine.exists()
 
