@@ -7,6 +7,7 @@ half-written table that looks complete. Reading checks the kind and the major ve
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +46,20 @@ class TableSpec:
         return self.with_metadata().empty_table()
 
 
+#: Row groups hold about this many bytes (Arrow, uncompressed), so that a reader streaming a
+#: file by row group (`pq.ParquetFile.iter_batches`) holds one bounded piece of it, however
+#: large its rows are (a requests row of a long-context trace holds thousands of hash ids).
+ROW_GROUP_BYTES = 64 << 20
+
+
+def row_group_rows(table: pa.Table) -> int:
+    """Rows per row group for `table`: about ROW_GROUP_BYTES of it, at most 2^20 rows."""
+    if table.num_rows == 0:
+        return 1 << 20
+    per_row = max(table.nbytes / table.num_rows, 1.0)
+    return max(1, min(1 << 20, int(ROW_GROUP_BYTES // per_row)))
+
+
 def atomic_path(path: Path) -> Path:
     """The temporary sibling a writer fills before renaming it to `path`."""
     return path.with_name(f".{path.name}.partial-{os.getpid()}")
@@ -56,7 +71,8 @@ def write_table(spec: TableSpec, table: pa.Table, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = atomic_path(path)
     try:
-        pq.write_table(spec.conform(table), tmp, compression="zstd")
+        t = spec.conform(table)
+        pq.write_table(t, tmp, compression="zstd", row_group_size=row_group_rows(t))
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -77,11 +93,12 @@ class TableWriter:
         self._writer = pq.ParquetWriter(self._tmp, spec.with_metadata(), compression="zstd")
         self.rows = 0
 
-    def write(self, table: pa.Table | pa.RecordBatch) -> None:
+    def write(self, table: pa.Table | pa.RecordBatch, one_row_group: bool = False) -> None:
+        """Append `table` as row groups of about ROW_GROUP_BYTES, or as exactly one."""
         if isinstance(table, pa.RecordBatch):
             table = pa.Table.from_batches([table])
         t = self.spec.conform(table)
-        self._writer.write_table(t)
+        self._writer.write_table(t, row_group_size=max(t.num_rows, 1) if one_row_group else row_group_rows(t))
         self.rows += t.num_rows
 
     def close(self) -> Path:
@@ -111,8 +128,8 @@ def table_kind(path: str | Path) -> tuple[str | None, int | None]:
     return (kind.decode() if kind else None, int(ver) if ver else None)
 
 
-def read_table(spec: TableSpec, path: str | Path, columns: list[str] | None = None) -> pa.Table:
-    """Read a table written for `spec`; refuses another kind or a newer major version."""
+def check_kind(spec: TableSpec, path: str | Path) -> None:
+    """Refuse a file that holds another kind of table or a newer major version of `spec`."""
     kind, version = table_kind(path)
     if kind != spec.kind:
         raise KvwearError(f"{path}: holds a {kind or 'foreign'} table, expected {spec.kind}")
@@ -121,4 +138,31 @@ def read_table(spec: TableSpec, path: str | Path, columns: list[str] | None = No
             f"{path}: {spec.kind} schema version {version} is newer than this kvwear "
             f"understands ({spec.version}); upgrade kvwear"
         )
+
+
+def read_table(spec: TableSpec, path: str | Path, columns: list[str] | None = None) -> pa.Table:
+    """Read a table written for `spec`; refuses another kind or a newer major version."""
+    check_kind(spec, path)
     return pq.read_table(path, columns=columns)
+
+
+#: `iter_table_batches` yields batches of at most this many values of the widest column.
+BATCH_VALUES = 1 << 20
+
+
+def iter_table_batches(spec: TableSpec, path: str | Path, columns: list[str] | None = None,
+                       max_values: int = BATCH_VALUES) -> Iterator[pa.RecordBatch]:
+    """Stream a table written for `spec` in record batches of bounded size (checks like
+    `read_table`). A batch holds at most `max_values` values of the widest column on average
+    (list columns count their elements), at least one row and at most 65,536 rows: a batch of
+    rows of one count alone would let long-context rows (thousands of hash ids each) make one
+    batch of a whole file; pyarrow's reader holds at most the row groups a batch spans."""
+    check_kind(spec, path)
+    pf = pq.ParquetFile(path)
+    meta = pf.metadata
+    rows = meta.num_rows
+    widest = max((sum(meta.row_group(g).column(c).num_values for g in range(meta.num_row_groups))
+                  for c in range(meta.num_columns)), default=0)
+    per_row = widest / rows if rows else 1.0
+    batch_rows = max(1, min(65_536, int(max_values // max(per_row, 1.0))))
+    yield from pf.iter_batches(batch_size=batch_rows, columns=columns)
