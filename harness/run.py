@@ -217,10 +217,19 @@ def simulate_stage(cfg: RunConfig, rd: RunDir, spec: str, label: str, requests: 
             done[0] += n
             progress(stage, done[0], total)
 
-        # ssd_ops stream to disk batch by batch: they grow with the trace, the cache does not
-        with TableWriter(SSD_OPS, d / "ssd_ops.parquet") as ops_out:
-            res = simulate(requests.to_batches(max_chunksize=2048), sim_config(cfg, profile), spec,
-                           progress=tick, ops_sink=ops_out.write)
+        # ssd_ops stream to disk batch by batch: they grow with the trace, the cache does not;
+        # an oracle reads its future from a next-use column of the workload's Parquet
+        from policies.base import resolve_spec
+        from policies.registry import get_policy_class
+        from workloads.nextuse import iter_with_next_use, next_use_file
+
+        sim_cfg = sim_config(cfg, profile)
+        workload = rd.stage_dir("workload") / "requests.parquet"
+        oracle = get_policy_class(resolve_spec(spec).name).needs_future
+        with next_use_file(workload, d / ".next_use.parquet", sim_cfg.chunk_tokens) if oracle \
+                else contextlib.nullcontext() as nu, TableWriter(SSD_OPS, d / "ssd_ops.parquet") as ops_out:
+            batches = iter_with_next_use(workload, nu) if nu is not None else requests.to_batches(max_chunksize=2048)
+            res = simulate(batches, sim_cfg, spec, progress=tick, ops_sink=ops_out.write)
         write_table(SIM_REQUESTS, res.requests, d / "per_request.parquet")
         write_table(SIM_TIMELINE, res.timeline, d / "timeline.parquet")
         write_json(d / "summary.json", res.summary.as_dict())

@@ -24,6 +24,7 @@ policies.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -139,3 +140,14 @@ def iter_with_next_use(requests: str | Path, next_use: str | Path,
         col = buf.slice(0, batch.num_rows).combine_chunks()
         buf = buf.slice(batch.num_rows)
         yield batch.append_column("next_use", col)
+
+
+@contextmanager
+def next_use_file(requests: str | Path, out: str | Path, chunk_tokens: int) -> Iterator[Path | None]:
+    """`write_next_use` for the duration of a `with` block: yields the file, or None where the
+    in-memory pre-pass must be used instead (see `write_next_use`); removes the file after."""
+    path = Path(out)
+    try:
+        yield path if write_next_use(requests, path, chunk_tokens) else None
+    finally:
+        path.unlink(missing_ok=True)

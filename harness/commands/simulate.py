@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -181,30 +182,21 @@ def simulate_cmd(
     # Parquet (bounded memory), where it can stand in for the in-memory pre-pass: the whole file
     # is simulated (with --max-requests the future must stop at the limit)
     from policies.registry import get_policy_class
+    from workloads.nextuse import iter_with_next_use, next_use_file
 
-    next_use_path: Path | None = None
-    if how == "requests table" and max_requests is None and any(
-            get_policy_class(s.name).needs_future for s in specs):
-        from workloads.nextuse import write_next_use
+    oracle = how == "requests table" and max_requests is None and any(
+        get_policy_class(s.name).needs_future for s in specs)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with next_use_file(trace, out_dir / ".next_use.parquet", block_tokens) if oracle \
+            else nullcontext() as next_use_path:
 
-        out_dir.mkdir(parents=True, exist_ok=True)
-        next_use_path = out_dir / ".next_use.parquet"
-        if not write_next_use(trace, next_use_path, block_tokens):
-            next_use_path = None
+        def policy_batches(spec: PolicySpec) -> Iterator[pa.RecordBatch]:
+            if next_use_path is not None and get_policy_class(spec.name).needs_future:
+                assert trace is not None
+                return iter_with_next_use(trace, next_use_path)
+            return limited()
 
-    def policy_batches(spec: PolicySpec) -> Iterator[pa.RecordBatch]:
-        if next_use_path is not None and get_policy_class(spec.name).needs_future:
-            from workloads.nextuse import iter_with_next_use
-
-            assert trace is not None
-            return iter_with_next_use(trace, next_use_path)
-        return limited()
-
-    try:
         results = _run_all(console, specs, rows, policy_batches, config, out_dir)
-    finally:
-        if next_use_path is not None:
-            next_use_path.unlink(missing_ok=True)
     _print_results(console, trace.name, profile.name, results)
     typer.echo(f"wrote {len(results)} policy folders under {out_dir}:")
     for res in results:

@@ -101,3 +101,22 @@ def test_cli_oracle_on_parquet_streams_and_matches_the_in_memory_path(requests_f
     sa = json.loads((tmp_path / "a" / "belady" / "summary.json").read_text())["summary"]
     sb = json.loads((tmp_path / "b" / "belady" / "summary.json").read_text())["summary"]
     assert sa == sb
+
+
+def test_run_oracle_stage_streams_and_matches_simulate(tmp_path: Path, weka_dir: Path) -> None:
+    """`kvwear run`'s simulate stage gives the oracle its next-use column from the workload's
+    Parquet (and removes the file); the ssd_ops equal an in-memory `simulate` of that table."""
+    from harness.config import config_from_mapping
+    from harness.run import run, sim_config
+    from kvwear.tables import read_table
+    from policies.schema import SSD_OPS
+
+    cfg = config_from_mapping({"name": "t", "model": "kimi-k3", "policies": ["belady"],
+                               "workload": {"trace": str(weka_dir)}, "tiers": {"dram": "16GB", "ssd": "128GB"}})
+    out = tmp_path / "r"
+    run(cfg, out, replay=False, report=False)
+    ops = read_table(SSD_OPS, out / "policies" / "belady" / "ssd_ops.parquet")
+    assert not (out / "policies" / "belady" / ".next_use.parquet").exists()
+    table = pq.read_table(out / "workload" / "requests.parquet")
+    whole = simulate(table, sim_config(cfg, get_profile("kimi-k3")), "belady")
+    assert ops.num_rows > 0 and ops.equals(whole.ssd_ops)
