@@ -65,7 +65,37 @@ def _packing(path: Path) -> tuple[np.ndarray, int] | None:
     return ordered, bits
 
 
-def write_next_use(requests: str | Path, out: str | Path, chunk_tokens: int) -> bool:
+def _resolve(keys: np.ndarray, rows: np.ndarray, map_keys: np.ndarray,
+             map_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Next use of each access of one slice (rows ascending), given the map of every later
+    slice's keys → their first row; returns it and the map updated with this slice."""
+    order = np.lexsort((rows, keys))
+    nxt = np.full(len(keys), NEVER, dtype=np.int64)
+    if not len(order):
+        return nxt, map_keys, map_rows
+    a, b = order[:-1], order[1:]
+    same = keys[a] == keys[b]
+    nxt[a[same]] = rows[b[same]]
+    # a key's last access in this slice: its first row in a later slice, if any
+    last = np.ones(len(order), dtype=bool)
+    last[:-1] = ~same
+    la = order[last]                     # one per key, ascending by key
+    pos = np.searchsorted(map_keys, keys[la])
+    known = pos < len(map_keys)
+    known[known] = map_keys[pos[known]] == keys[la[known]]
+    nxt[la[known]] = map_rows[pos[known]]
+    # this slice's first access of each key replaces the map's (later) row
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = ~same
+    fa = order[first]                    # the same keys, in the same order
+    map_rows[pos[known]] = rows[fa[known]]
+    map_keys = np.insert(map_keys, pos[~known], keys[fa[~known]])
+    map_rows = np.insert(map_rows, pos[~known], rows[fa[~known]])
+    return nxt, map_keys, map_rows
+
+
+def write_next_use(requests: str | Path, out: str | Path, chunk_tokens: int,
+                   max_values: int = BATCH_VALUES) -> bool:
     """Write the next-use column of the requests Parquet `requests` to `out` (backward pass).
     Returns False, writing nothing, where it cannot stand in for the in-memory pre-pass: keys
     that do not pack into int64, or rows whose blocks are finer than `chunk_tokens` (the
@@ -83,41 +113,29 @@ def write_next_use(requests: str | Path, out: str | Path, chunk_tokens: int) -> 
         return False
     namespaces, bits = packing
     starts = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
-    map_keys = np.zeros(0, dtype=np.int64)   # sorted keys seen in later groups
-    map_rows = np.zeros(0, dtype=np.int64)   # the first row of a later group holding each
+    map_keys = np.zeros(0, dtype=np.int64)   # sorted keys seen in later slices
+    map_rows = np.zeros(0, dtype=np.int64)   # the first row of a later slice holding each
     with TableWriter(NEXT_USE, out) as w:
         for g in range(meta.num_row_groups - 1, -1, -1):
             t = pf.read_row_group(g, columns=["hash_ns", "hash_ids"])
             offs, vals = list_parts(t.column("hash_ids"))
-            lengths = np.diff(offs)
-            rows = np.repeat(np.arange(starts[g], starts[g + 1], dtype=np.int64), lengths)
-            ns = np.repeat(np.asarray(t.column("hash_ns").to_numpy(), dtype=np.int64), lengths)
-            keys = _pack(ns, vals, namespaces, bits)
-            order = np.lexsort((rows, keys))
-            nxt = np.full(len(keys), NEVER, dtype=np.int64)
-            if len(order):
-                a, b = order[:-1], order[1:]
-                same = keys[a] == keys[b]
-                nxt[a[same]] = rows[b[same]]
-                # a key's last access in this group: its first row in a later group, if any
-                last = np.ones(len(order), dtype=bool)
-                last[:-1] = ~same
-                la = order[last]                     # ascending by key
-                pos = np.searchsorted(map_keys, keys[la])
-                known = pos < len(map_keys)
-                known[known] = map_keys[pos[known]] == keys[la[known]]
-                nxt[la[known]] = map_rows[pos[known]]
-                # this group's first access of each key replaces the map's (earlier) row
-                first = np.ones(len(order), dtype=bool)
-                first[1:] = ~same
-                fa = order[first]
-                map_rows[pos[known]] = rows[fa[known]]
-                map_keys = np.insert(map_keys, pos[~known], keys[fa[~known]])
-                map_rows = np.insert(map_rows, pos[~known], rows[fa[~known]])
+            ns_rows = np.asarray(t.column("hash_ns").to_numpy(), dtype=np.int64)
+            # the group's rows in slices of about max_values ids, last first: the sort's
+            # temporaries stay at a slice's size, whatever the row group's
+            cuts = sorted({0, *(np.flatnonzero(np.diff(offs // max_values)) + 1).tolist(), len(ns_rows)})
+            pieces: list[np.ndarray] = []
+            for lo, hi in zip(cuts[-2::-1], cuts[:0:-1], strict=True):
+                lengths = np.diff(offs[lo:hi + 1])
+                rows = np.repeat(np.arange(starts[g] + lo, starts[g] + hi, dtype=np.int64), lengths)
+                keys = _pack(np.repeat(ns_rows[lo:hi], lengths), vals[offs[lo]:offs[hi]], namespaces, bits)
+                nxt, map_keys, map_rows = _resolve(keys, rows, map_keys, map_rows)
+                pieces.append(nxt)
+            nxt_all = np.concatenate(pieces[::-1]) if pieces else np.zeros(0, dtype=np.int64)
+            del pieces
             # one row group per input group, stored last first (the order they are resolved in),
             # so nothing is held or copied to turn them around
             w.write(pa.table({"next_use": pa.ListArray.from_arrays(
-                pa.array(np.asarray(offs, dtype=np.int32)), pa.array(nxt))}), one_row_group=True)
+                pa.array(np.asarray(offs, dtype=np.int32)), pa.array(nxt_all))}), one_row_group=True)
     return True
 
 

@@ -31,8 +31,9 @@ def requests_file(request, tmp_path: Path, weka_dir: Path, mooncake_path: Path,
     return path
 
 
-def test_next_use_column_equals_the_in_memory_prepass(requests_file: Path, tmp_path: Path) -> None:
-    assert write_next_use(requests_file, tmp_path / "nu.parquet", 16)
+@pytest.mark.parametrize("slice_ids", [1 << 20, 700])
+def test_next_use_column_equals_the_in_memory_prepass(requests_file: Path, tmp_path: Path, slice_ids: int) -> None:
+    assert write_next_use(requests_file, tmp_path / "nu.parquet", 16, max_values=slice_ids)
     batches = list(iter_with_next_use(requests_file, tmp_path / "nu.parquet", max_values=10_000))
     assert len(batches) > 5
     streamed = np.concatenate([list_parts(b.column("next_use"))[1] for b in batches])
