@@ -145,19 +145,24 @@ def main() -> None:
             shutil.rmtree(d, ignore_errors=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    head = f"{'size':>6s} {'workload':42s}" + "".join(f" {c:>17s}" for c in commands)
-    print(f"wall s / peak RSS MiB per command; model {args.model}, DRAM {args.dram}, SSD {args.ssd}")
-    print(head)
+    print(f"model {args.model}, DRAM {args.dram}, SSD {args.ssd}; base {args.base_copies} copies of the "
+          f"shared Weka set, copy c starts at c x {args.gap_s:g} s")
     for s in sizes:
-        cells = "".join(f" {results[s][c].wall_s:7.1f} {results[s][c].peak_rss_bytes / 2**20:9,.0f}"
-                        for c in commands)
-        print(f"{float(s):6g} {info[s]:42s}{cells}")
+        print(f"  {float(s):6g}x: {info[s]}")
     one, four = Fraction(1), Fraction(4)
-    if one in results and four in results:
-        cells = "".join(f" {results[four][c].wall_s / results[one][c].wall_s:6.2f}x"
-                        f" {results[four][c].peak_rss_bytes / results[one][c].peak_rss_bytes:8.2f}x"
-                        for c in commands)
-        print(f"{'4x/1x':>6s} {'growth (wall, peak RSS)':42s}{cells}")
+    metrics: list[tuple[str, Callable[[Measured], float], str]] = [
+        ("peak RSS, MiB", lambda m: m.peak_rss_bytes / 2**20, "9,.0f"),
+        ("CPU s (user + system; wall time is the shared machine's)", lambda m: m.cpu_s, "9.1f"),
+        ("wall s", lambda m: m.wall_s, "9.1f"),
+    ]
+    for title, get, fmt in metrics:
+        print(f"\n{title}")
+        print(f"{'size':>6s}" + "".join(f" {c:>12s}" for c in commands))
+        for s in sizes:
+            print(f"{float(s):6g}" + "".join(f" {format(get(results[s][c]), fmt):>12s}" for c in commands))
+        if one in results and four in results:
+            print(f"{'4x/1x':>6s}" + "".join(f" {get(results[four][c]) / get(results[one][c]):11.2f}x"
+                                           for c in commands))
 
 
 if __name__ == "__main__":
