@@ -676,25 +676,19 @@ class Simulator:
         fut_all = self._future
         base = self._fut_base
         req = self.request
-        if "next_use" in batch.column_names:
-            # input streaming: the batch carries its next-use column (workloads.nextuse, aligned
-            # with hash_ids); each request gets its own copy, so a resident segment keeps only
-            # its request's array alive, not the batch's
-            col = list_parts(batch.column("next_use"))[1]
-            for r in range(batch.num_rows):
-                o0 = offs[r]
-                o1 = offs[r + 1]
-                req(first_seq + r, rid[r], sess[r], cat[r], turn[r], arr_s[r], inp[r], bt[r], ns[r],
-                    values[o0:o1], hashed[r], col[o0:o1].copy())
-            self._flush_ops()
-            return
+        # input streaming: a batch may carry its next-use column (workloads.nextuse, aligned with
+        # hash_ids); each request then gets its own copy, so a resident segment keeps only its
+        # request's array alive, not the batch's
+        col = list_parts(batch.column("next_use"))[1] if "next_use" in batch.column_names else None
         for r in range(batch.num_rows):
             o0 = offs[r]
             o1 = offs[r + 1]
-            fut = None if fut_all is None else fut_all[base + o0: base + o1]
+            fut = (col[o0:o1].copy() if col is not None
+                   else None if fut_all is None else fut_all[base + o0: base + o1])
             req(first_seq + r, rid[r], sess[r], cat[r], turn[r], arr_s[r], inp[r], bt[r], ns[r],
                 values[o0:o1], hashed[r], fut)
-        self._fut_base = base + offs[-1]
+        if col is None:
+            self._fut_base = base + offs[-1]
         self._flush_ops()
 
     def finish(self) -> SimResult:
