@@ -11,7 +11,7 @@ of the public corpus the issue measured (94 M blocks).
 
 For every size it runs, each as its own `kvwear` process: `trace convert` (JSON → Parquet),
 `trace inspect`, `trace characterize`, `simulate` with lru, gandalf and belady, and `run` with the
-embedded `sim` device (lru), at fixed tier capacities (`--dram`, `--ssd`), and prints wall
+embedded `sim` device (lru, log layout), at fixed tier capacities (`--dram`, `--ssd`), and prints wall
 seconds and the child's peak RSS (its own `ru_maxrss` from wait4, so one child's peak never
 hides another's), then the growth of each from the 1× to the 4× workload — the slope is the
 point. Generated files live in one temporary folder that is deleted at the end.
