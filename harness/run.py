@@ -62,7 +62,7 @@ from harness.wear.base import NVME_DATA_UNIT_BYTES
 from harness.wear.snapshot import delta as wear_delta
 from harness.wear.snapshot import snapshot, wear_rows, wear_table
 from kvwear.errors import InputError, KvwearError
-from kvwear.tables import atomic_write, read_table, write_table
+from kvwear.tables import TableWriter, atomic_write, read_table, write_table
 from kvwear.units import format_bytes
 from workloads.blocks import splitmix64
 from workloads.models import ModelProfile, resolve_profile
@@ -226,12 +226,22 @@ def simulate_stage(cfg: RunConfig, rd: RunDir, spec: str, label: str, requests: 
             done[0] += n
             progress(stage, done[0], total)
 
-        res = simulate(requests.to_batches(max_chunksize=2048), sim_config(cfg, profile), spec, progress=tick)
-        write_table(SSD_OPS, res.ssd_ops, d / "ssd_ops.parquet")
+        # ssd_ops stream to disk batch by batch: they grow with the trace, the cache does not;
+        # an oracle reads its future from a next-use column of the workload's Parquet
+        from policies.base import POLICIES, resolve_spec
+        from workloads.nextuse import iter_with_next_use, next_use_file
+
+        sim_cfg = sim_config(cfg, profile)
+        workload = rd.stage_dir("workload") / "requests.parquet"
+        oracle = POLICIES.get(resolve_spec(spec).name).needs_future
+        with next_use_file(workload, d / ".next_use.parquet", sim_cfg.chunk_tokens) if oracle \
+                else contextlib.nullcontext() as nu, TableWriter(SSD_OPS, d / "ssd_ops.parquet") as ops_out:
+            batches = iter_with_next_use(workload, nu) if nu is not None else requests.to_batches(max_chunksize=2048)
+            res = simulate(batches, sim_cfg, spec, progress=tick, ops_sink=ops_out.write)
         write_table(SIM_REQUESTS, res.requests, d / "per_request.parquet")
         write_table(SIM_TIMELINE, res.timeline, d / "timeline.parquet")
         write_json(d / "summary.json", res.summary.as_dict())
-        rd.mark_done(stage, {"ssd_ops": res.ssd_ops.num_rows})
+        rd.mark_done(stage, {"ssd_ops": ops_out.rows})
     else:
         rd.skip()
     return dict(json.loads((d / "summary.json").read_text()))

@@ -54,6 +54,22 @@ class TableSpec:
         return self.with_metadata().empty_table()
 
 
+#: Row groups hold about this many bytes (Arrow, uncompressed), so that a reader streaming a
+#: file by row group (`pq.ParquetFile.iter_batches`) holds one bounded piece of it, however
+#: large its rows are (a requests row of a long-context trace holds thousands of hash ids).
+#: Measured: reading a row group costs ~4x its Arrow bytes of RSS (decoding buffers, which
+#: Arrow's pool keeps for reuse), so 64 MB groups cost ~300 MB; 16 MB groups keep it near 80.
+ROW_GROUP_BYTES = 16 << 20
+
+
+def row_group_rows(table: pa.Table) -> int:
+    """Rows per row group for `table`: about ROW_GROUP_BYTES of it, at most 2^20 rows."""
+    if table.num_rows == 0:
+        return 1 << 20
+    per_row = max(table.nbytes / table.num_rows, 1.0)
+    return max(1, min(1 << 20, int(ROW_GROUP_BYTES // per_row)))
+
+
 def atomic_path(path: Path) -> Path:
     """The temporary sibling a writer fills before renaming it to `path`."""
     return path.with_name(f".{path.name}.partial-{os.getpid()}")
@@ -88,8 +104,9 @@ def atomic_write(path: Path) -> Iterator[Path]:
 def write_table(spec: TableSpec, table: pa.Table, path: str | Path) -> Path:
     """Write `table` conformed to `spec` to `path` atomically."""
     path = Path(path)
+    t = spec.conform(table)
     with atomic_write(path) as tmp:
-        pq.write_table(spec.conform(table), tmp, compression="zstd")
+        pq.write_table(t, tmp, compression="zstd", row_group_size=row_group_rows(t))
     return path
 
 
@@ -110,11 +127,12 @@ class TableWriter:
             raise KvwearError(f"{self.path}: cannot write: {exc.strerror or exc}") from None
         self.rows = 0
 
-    def write(self, table: pa.Table | pa.RecordBatch) -> None:
+    def write(self, table: pa.Table | pa.RecordBatch, one_row_group: bool = False) -> None:
+        """Append `table` as row groups of about ROW_GROUP_BYTES, or as exactly one."""
         if isinstance(table, pa.RecordBatch):
             table = pa.Table.from_batches([table])
         t = self.spec.conform(table)
-        self._writer.write_table(t)
+        self._writer.write_table(t, row_group_size=max(t.num_rows, 1) if one_row_group else row_group_rows(t))
         self.rows += t.num_rows
 
     def close(self) -> Path:
@@ -147,8 +165,8 @@ def table_kind(path: str | Path) -> tuple[str | None, int | None]:
     return (kind.decode() if kind else None, int(ver) if ver else None)
 
 
-def read_table(spec: TableSpec, path: str | Path, columns: list[str] | None = None) -> pa.Table:
-    """Read a table written for `spec`; refuses another kind or a newer major version."""
+def check_kind(spec: TableSpec, path: str | Path) -> None:
+    """Refuse a file that holds another kind of table or a newer major version of `spec`."""
     kind, version = table_kind(path)
     if kind != spec.kind:
         raise KvwearError(f"{path}: holds a {kind or 'foreign'} table, expected {spec.kind}")
@@ -157,4 +175,31 @@ def read_table(spec: TableSpec, path: str | Path, columns: list[str] | None = No
             f"{path}: {spec.kind} schema version {version} is newer than this kvwear "
             f"understands ({spec.version}); upgrade kvwear"
         )
+
+
+def read_table(spec: TableSpec, path: str | Path, columns: list[str] | None = None) -> pa.Table:
+    """Read a table written for `spec`; refuses another kind or a newer major version."""
+    check_kind(spec, path)
     return pq.read_table(path, columns=columns)
+
+
+#: `iter_table_batches` yields batches of at most this many values of the widest column.
+BATCH_VALUES = 1 << 20
+
+
+def iter_table_batches(spec: TableSpec, path: str | Path, columns: list[str] | None = None,
+                       max_values: int = BATCH_VALUES) -> Iterator[pa.RecordBatch]:
+    """Stream a table written for `spec` in record batches of bounded size (checks like
+    `read_table`). A batch holds at most `max_values` values of the widest column on average
+    (list columns count their elements), at least one row and at most 65,536 rows: a batch of
+    rows of one count alone would let long-context rows (thousands of hash ids each) make one
+    batch of a whole file; pyarrow's reader holds at most the row groups a batch spans."""
+    check_kind(spec, path)
+    pf = pq.ParquetFile(path)
+    meta = pf.metadata
+    rows = meta.num_rows
+    widest = max((sum(meta.row_group(g).column(c).num_values for g in range(meta.num_row_groups))
+                  for c in range(meta.num_columns)), default=0)
+    per_row = widest / rows if rows else 1.0
+    batch_rows = max(1, min(65_536, int(max_values // max(per_row, 1.0))))
+    yield from pf.iter_batches(batch_size=batch_rows, columns=columns)

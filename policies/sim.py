@@ -49,10 +49,12 @@ Semantics (DESIGN.md "Simulator semantics"), exactly:
 * **Clock.** `seq` (the request's index) is the logical clock policies use for recency;
   `arrival_s` is simulated time (decay, windows). Requests must come sorted by arrival.
 
-Streaming: record batches are consumed one at a time; memory grows with what the tiers hold
-(ghost segments are pruned), plus the outputs — and not with the ssd_ops when an `ops_sink` takes
-them batch by batch (per-request records can be switched off with `record_requests=False`).
-Oracle policies (`needs_future`) need the whole table for the next-access pre-pass.
+Streaming: record batches are consumed one at a time, each cut to at most `BATCH_HASH_IDS` hash
+ids; memory grows with what the tiers hold (ghost segments are pruned), plus the outputs — and
+not with the ssd_ops when an `ops_sink` takes them batch by batch (per-request records can be
+switched off with `record_requests=False`). Oracle policies (`needs_future`) get the future from
+a `next_use` column the batches carry (written in one backward pass by `workloads.nextuse`);
+batches without it are gathered into the whole table for the in-memory next-access pre-pass.
 
 Must not: do I/O, read the wall clock, keep global state.
 """
@@ -60,12 +62,14 @@ Must not: do I/O, read the wall clock, keep global state.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kvwear.errors import KvwearError
 from policies.base import POLICIES, Policy, PolicySpec, RequestInfo, resolve_spec
@@ -693,13 +697,19 @@ class Simulator:
         fut_all = self._future
         base = self._fut_base
         req = self.request
+        # input streaming: a batch may carry its next-use column (workloads.nextuse, aligned with
+        # hash_ids); each request then gets its own copy, so a resident segment keeps only its
+        # request's array alive, not the batch's
+        col = list_parts(batch.column("next_use"))[1] if "next_use" in batch.column_names else None
         for r in range(batch.num_rows):
             o0 = offs[r]
             o1 = offs[r + 1]
-            fut = None if fut_all is None else fut_all[base + o0: base + o1]
+            fut = (col[o0:o1].copy() if col is not None
+                   else None if fut_all is None else fut_all[base + o0: base + o1])
             req(first_seq + r, rid[r], sess[r], cat[r], turn[r], arr_s[r], inp[r], bt[r], ns[r],
                 values[o0:o1], hashed[r], fut)
-        self._fut_base = base + offs[-1]
+        if col is None:
+            self._fut_base = base + offs[-1]
         self._flush_ops()
 
     def finish(self) -> SimResult:
@@ -728,12 +738,30 @@ def next_use(table: pa.Table) -> np.ndarray:
     return out
 
 
-def _batches(requests: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
+#: Input streaming: a batch is cut so that it holds at most this many hash ids, because
+#: `run_batch` turns a batch's ids into Python ints (~36 B each) — a row-count bound alone lets
+#: one batch of long-context rows hold a whole trace (65,536 Weka rows are ~120 M ids).
+BATCH_HASH_IDS = 1 << 20
+
+
+def _batches(requests: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch],
+             max_ids: int = BATCH_HASH_IDS) -> Iterator[pa.RecordBatch]:
     if isinstance(requests, pa.Table):
-        return requests.to_batches(max_chunksize=65_536)
-    if isinstance(requests, pa.RecordBatch):
-        return [requests]
-    return requests
+        requests = requests.to_batches(max_chunksize=65_536)
+    elif isinstance(requests, pa.RecordBatch):
+        requests = [requests]
+    for batch in requests:
+        lengths = pc.list_value_length(batch.column("hash_ids")).fill_null(0)
+        cum = np.cumsum(np.asarray(lengths.to_numpy(zero_copy_only=False), dtype=np.int64))
+        if not len(cum) or cum[-1] <= max_ids:
+            yield batch
+            continue
+        start = 0
+        while start < batch.num_rows:
+            base = int(cum[start - 1]) if start else 0
+            end = max(int(np.searchsorted(cum, base + max_ids, side="right")), start + 1)
+            yield batch.slice(start, end - start)
+            start = end
 
 
 def simulate(requests: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch], config: SimConfig,
@@ -748,13 +776,17 @@ def simulate(requests: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch], con
     and `SimResult.ssd_ops` is empty.
     """
     sim = Simulator(config, policy, ops_sink)
-    if sim.policy.needs_future:
-        if not isinstance(requests, pa.Table):
-            batches = list(_batches(requests))
+    if sim.policy.needs_future and not isinstance(requests, pa.Table):
+        stream = _batches(requests)
+        head = next(stream, None)
+        if head is not None and "next_use" in head.schema.names:
+            requests = chain([head], stream)  # batches carrying their next-use column stream
+        else:
+            batches = ([head] if head is not None else []) + list(stream)
             requests = pa.Table.from_batches(batches) if batches else pa.table({})
-        if requests.num_rows:
-            requests = _convert_if_needed(requests, config.chunk_tokens)
-            sim.set_future(requests)
+    if sim.policy.needs_future and isinstance(requests, pa.Table) and requests.num_rows:
+        requests = _convert_if_needed(requests, config.chunk_tokens)
+        sim.set_future(requests)
     seq = 0
     for batch in _batches(requests):
         sim.run_batch(batch, seq)

@@ -65,7 +65,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,7 +79,7 @@ import pyarrow.compute as pc
 from scipy import stats
 
 from kvwear.errors import KvwearError
-from kvwear.tables import TableSpec, atomic_path, write_table
+from kvwear.tables import TableSpec, atomic_write, write_table
 from kvwear.units import format_bytes
 from workloads.schema import REQUESTS
 
@@ -755,12 +754,8 @@ FIGURES = ("reuse_time_cdf", "lifespan_cdf", "reuse_skew", "hit_ratio_by_categor
 
 
 def _write_text(path: Path, text: str) -> Path:
-    tmp = atomic_path(path)
-    try:
+    with atomic_write(path) as tmp:
         tmp.write_text(text)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
     return path
 
 
@@ -811,12 +806,8 @@ def plot_all(res: Characterization, out: Path) -> list[Path]:
         ax.grid(True, alpha=0.3)
         for ext in ("png", "svg"):
             path = out / f"{name}.{ext}"
-            tmp = atomic_path(path)
-            try:
+            with atomic_write(path) as tmp:
                 fig.savefig(tmp, format=ext, dpi=120)
-                os.replace(tmp, path)
-            finally:
-                tmp.unlink(missing_ok=True)
             paths.append(path)
     return paths
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -28,9 +30,13 @@ from rich.table import Table
 
 from harness.commands import app
 from kvwear.errors import KvwearError
-from kvwear.tables import TableWriter, read_table, table_kind, write_table
+from kvwear.tables import TableWriter, iter_table_batches, table_kind, write_table
 from kvwear.units import format_bytes, parse_duration, parse_size
 from workloads.schema import REQUESTS
+
+if TYPE_CHECKING:
+    from policies.base import PolicySpec
+    from policies.sim import SimConfig, SimResult
 
 _HELP = "\n\n".join([
     "Simulate a KV-cache trace through GPU HBM (optional), DRAM and SSD under placement policies.",
@@ -54,11 +60,10 @@ def _read(path: Path, fmt: str | None) -> tuple[int, Callable[[], Iterator[pa.Re
         kind, _ = table_kind(path)
         if kind != REQUESTS.kind:
             raise KvwearError(f"{path}: holds a {kind or 'foreign'} Parquet table, not a requests table")
-        read_table(REQUESTS, path, columns=["request_id"])  # checks kind and version
         rows = pq.ParquetFile(path).metadata.num_rows
 
         def batches() -> Iterator[pa.RecordBatch]:
-            yield from pq.ParquetFile(path).iter_batches(batch_size=65_536)
+            yield from iter_table_batches(REQUESTS, path)  # checks kind and version
 
         return rows, batches, "requests table"
     from workloads.loaders import load_requests
@@ -128,9 +133,7 @@ def simulate_cmd(
     list_policies: bool = typer.Option(False, "--list-policies", help="list policies and exit"),
 ) -> None:
     from policies.base import resolve_spec
-    from policies.metrics import SIM_REQUESTS, SIM_SUMMARY, SIM_TIMELINE
-    from policies.schema import SSD_OPS
-    from policies.sim import SimConfig, simulate
+    from policies.sim import SimConfig
     from workloads.models import resolve_profile
 
     console = Console(width=max(Console().width, 150))
@@ -176,6 +179,38 @@ def simulate_cmd(
             left -= b.num_rows
             yield b
 
+    # oracles read the future from a next-use column written in one backward pass over the
+    # Parquet (bounded memory), where it can stand in for the in-memory pre-pass: the whole file
+    # is simulated (with --max-requests the future must stop at the limit)
+    from policies.base import POLICIES
+    from workloads.nextuse import iter_with_next_use, next_use_file
+
+    oracle = how == "requests table" and max_requests is None and any(
+        POLICIES.get(s.name).needs_future for s in specs)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with next_use_file(trace, out_dir / ".next_use.parquet", block_tokens) if oracle \
+            else nullcontext() as next_use_path:
+
+        def policy_batches(spec: PolicySpec) -> Iterator[pa.RecordBatch]:
+            if next_use_path is not None and POLICIES.get(spec.name).needs_future:
+                assert trace is not None
+                return iter_with_next_use(trace, next_use_path)
+            return limited()
+
+        results = _run_all(console, specs, rows, policy_batches, config, out_dir)
+    _print_results(console, trace.name, profile.name, results)
+    typer.echo(f"wrote {len(results)} policy folders under {out_dir}:")
+    for res in results:
+        typer.echo(f"  {out_dir / res.label}")
+
+
+def _run_all(console: Console, specs: list[PolicySpec], rows: int,
+             batches: Callable[[PolicySpec], Iterator[pa.RecordBatch]], config: SimConfig,
+             out_dir: Path) -> list[SimResult]:
+    from policies.metrics import SIM_REQUESTS, SIM_SUMMARY, SIM_TIMELINE
+    from policies.schema import SSD_OPS
+    from policies.sim import simulate
+
     results = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeRemainingColumn(), console=console, transient=False) as bar:
@@ -188,7 +223,7 @@ def simulate_cmd(
             d = out_dir / spec.label
             # ssd_ops stream to disk batch by batch: they grow with the trace, the cache does not
             with TableWriter(SSD_OPS, d / "ssd_ops.parquet") as ops_out:
-                res = simulate(limited(), config, spec, progress=advance, ops_sink=ops_out.write)
+                res = simulate(batches(spec), config, spec, progress=advance, ops_sink=ops_out.write)
             write_table(SIM_REQUESTS, res.requests, d / "requests.parquet")
             write_table(SIM_TIMELINE, res.timeline, d / "timeline.parquet")
             write_table(SIM_SUMMARY, res.summary.table(), d / "summary.parquet")
@@ -197,8 +232,11 @@ def simulate_cmd(
                                       indent=2) + "\n")
             tmp.replace(d / "summary.json")
             results.append(res)
+    return results
 
-    t = Table(title=f"{trace.name} × {profile.name}: tiered KV cache simulation")
+
+def _print_results(console: Console, trace_name: str, model: str, results: list[SimResult]) -> None:
+    t = Table(title=f"{trace_name} × {model}: tiered KV cache simulation")
     for col in ("policy", "token miss", "chunk miss", "hit DRAM/SSD", "SSD written", "linear share",
                 "SSD read", "hits/write", "written→hit", "latency", "$/1k req"):
         t.add_column(col, justify="left" if col == "policy" else "right", overflow="fold")
@@ -214,6 +252,3 @@ def simulate_cmd(
             f"{s.cost_per_1k_requests_usd:.3f}",
         )
     console.print(t)
-    typer.echo(f"wrote {len(results)} policy folders under {out_dir}:")
-    for res in results:
-        typer.echo(f"  {out_dir / res.label}")

@@ -7,6 +7,8 @@ tables, or JSON with `--json`). They must not parse trace formats themselves.
 from __future__ import annotations
 
 import json
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +29,11 @@ from rich.table import Table
 
 from harness.commands import trace_app
 from kvwear.errors import KvwearError
-from kvwear.tables import read_table
+from kvwear.tables import iter_table_batches
 from kvwear.units import format_bytes
 from workloads.blocks import convert_block_size
 from workloads.loaders import LOADERS, convert_trace, load_requests
-from workloads.schema import REQUESTS
+from workloads.schema import REQUESTS, list_parts
 
 #: Inputs at least this large get a progress bar during conversion.
 PROGRESS_MIN_BYTES = 16 << 20
@@ -112,6 +114,12 @@ def _is_parquet(path: Path) -> bool:
         return fh.read(4) == b"PAR1"
 
 
+def _parquet_batches(path: Path, block_tokens: int | None) -> Iterator[pa.RecordBatch]:
+    """A requests Parquet streamed in bounded batches (converted to `block_tokens` if given)."""
+    for batch in iter_table_batches(REQUESTS, path):
+        yield from (convert_block_size(batch, block_tokens).to_batches() if block_tokens else [batch])
+
+
 def _stats(values: np.ndarray) -> dict[str, float]:
     if len(values) == 0:
         return {"mean": 0.0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0}
@@ -120,39 +128,106 @@ def _stats(values: np.ndarray) -> dict[str, float]:
             "max": float(values.max())}
 
 
-def _counts(col: pa.ChunkedArray) -> dict[str, int]:
-    vc = pc.value_counts(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
-    out = {("null" if v is None else str(v)): int(c)
-           for v, c in zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist(), strict=True)}
-    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+class _Distinct:
+    """Distinct (hash_ns, hash_id) keys of a stream of batches: per namespace, a sorted array of
+    its distinct ids, merged with the batches' distinct ids once those add up to as many
+    (amortized O(n log n); memory is 8 bytes per distinct key, not per access)."""
+
+    MIN_MERGE = 1 << 20  # pending ids of a namespace merged at once, at least
+
+    def __init__(self) -> None:
+        self.done: dict[int, np.ndarray] = {}
+        self.pending: dict[int, list[np.ndarray]] = {}
+        self.pending_n: dict[int, int] = {}
+
+    def add(self, ns: np.ndarray, ids: np.ndarray) -> None:
+        if not len(ids):
+            return
+        order = np.lexsort((ids, ns))
+        ns, ids = ns[order], ids[order]
+        keep = np.ones(len(ids), dtype=bool)
+        keep[1:] = (ids[1:] != ids[:-1]) | (ns[1:] != ns[:-1])
+        ns, ids = ns[keep], ids[keep]
+        cuts = np.flatnonzero(ns[1:] != ns[:-1]) + 1
+        for lo, hi in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(ns)]]), strict=True):
+            k = int(ns[lo])
+            self.pending.setdefault(k, []).append(ids[lo:hi])
+            self.pending_n[k] = self.pending_n.get(k, 0) + int(hi - lo)
+            if self.pending_n[k] >= max(len(self.done.get(k, ())), self.MIN_MERGE):
+                self._merge(k)
+
+    def _merge(self, k: int) -> None:
+        parts = self.pending.pop(k, [])
+        self.pending_n.pop(k, None)
+        self.done[k] = np.unique(np.concatenate([self.done.get(k, np.zeros(0, np.int64)), *parts]))
+
+    def count(self) -> int:
+        for k in list(self.pending):
+            self._merge(k)
+        return sum(len(v) for v in self.done.values())
 
 
-def trace_summary(table: pa.Table) -> dict[str, Any]:
-    """Counts, duration, sessions, streams, categories, models, token stats, blocks of a REQUESTS table."""
-    n = table.num_rows
-    arrival = np.asarray(table.column("arrival_s").to_numpy(), dtype=np.float64)
-    ids = table.column("hash_ids").combine_chunks()
-    ns = np.repeat(np.asarray(table.column("hash_ns").to_numpy(), dtype=np.int64),
-                   np.asarray(pc.list_value_length(ids).to_numpy(zero_copy_only=False), dtype=np.int64))
-    flat = np.asarray(pc.list_flatten(ids).to_numpy(), dtype=np.int64)
-    unique_blocks = sum(len(np.unique(flat[ns == k])) for k in np.unique(ns))
-    sessions = pc.count_distinct(table.column("session_id"), mode="only_valid").as_py()
-    streams = table.select(["session_id", "stream_id"]).group_by(["session_id", "stream_id"]).aggregate([])
+def trace_summary(batches: pa.Table | Iterable[pa.RecordBatch]) -> dict[str, Any]:
+    """Counts, duration, sessions, streams, categories, models, token stats, blocks of a REQUESTS
+    table or a stream of its batches. One pass, batch by batch: memory holds per-request numbers
+    (for exact token percentiles), the distinct sessions, streams and block keys — never every
+    block access."""
+    if isinstance(batches, pa.Table):
+        batches = batches.to_batches()
+    n = 0
+    t_min, t_max = np.inf, -np.inf
+    sessions: set[str] = set()
+    streams: set[tuple[str | None, str | None]] = set()
+    categories: Counter[str] = Counter()
+    models: Counter[str] = Counter()
+    inp: list[np.ndarray] = []
+    outp: list[np.ndarray] = []
+    blocks = hashed = 0
+    block_tokens: set[int] = set()
+    namespaces: set[int] = set()
+    distinct = _Distinct()
+    for b in batches:
+        if not b.num_rows:
+            continue
+        n += b.num_rows
+        arrival = np.asarray(b.column("arrival_s").to_numpy(), dtype=np.float64)
+        t_min, t_max = min(t_min, float(arrival.min())), max(t_max, float(arrival.max()))
+        sess = b.column("session_id").to_pylist()
+        sessions.update(x for x in sess if x is not None)
+        streams.update(zip(sess, b.column("stream_id").to_pylist(), strict=True))
+        categories.update("null" if v is None else str(v) for v in b.column("category").to_pylist())
+        models.update("null" if v is None else str(v) for v in b.column("model").to_pylist())
+        inp.append(np.asarray(b.column("input_tokens").to_numpy(), dtype=np.float64))
+        outp.append(np.asarray(b.column("output_tokens").to_numpy(), dtype=np.float64))
+        offs, flat = list_parts(b.column("hash_ids"))
+        ns_row = np.asarray(b.column("hash_ns").to_numpy(), dtype=np.int64)
+        distinct.add(np.repeat(ns_row, np.diff(offs)), flat)
+        blocks += len(flat)
+        hashed += int(pc.sum(b.column("hashed_tokens")).as_py() or 0)
+        block_tokens.update(np.unique(np.asarray(b.column("block_tokens").to_numpy())).tolist())
+        namespaces.update(np.unique(ns_row).tolist())
+
+    def ranked(c: Counter[str]) -> dict[str, int]:
+        return dict(sorted(c.items(), key=lambda kv: -kv[1]))
+
+    def cat(parts: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(parts) if parts else np.zeros(0)
+
     return {
         "requests": n,
-        "duration_s": float(arrival.max() - arrival.min()) if n else 0.0,
-        "first_arrival_s": float(arrival.min()) if n else 0.0,
-        "sessions": int(sessions),
-        "streams": streams.num_rows,
-        "categories": _counts(table.column("category")),
-        "models": _counts(table.column("model")),
-        "input_tokens": _stats(np.asarray(table.column("input_tokens").to_numpy(), dtype=np.float64)),
-        "output_tokens": _stats(np.asarray(table.column("output_tokens").to_numpy(), dtype=np.float64)),
-        "blocks": len(flat),
-        "unique_blocks": int(unique_blocks),
-        "hashed_tokens": int(pc.sum(table.column("hashed_tokens")).as_py() or 0),
-        "block_tokens": sorted(set(table.column("block_tokens").to_pylist())),
-        "hash_namespaces": len(np.unique(np.asarray(table.column("hash_ns").to_numpy()))),
+        "duration_s": t_max - t_min if n else 0.0,
+        "first_arrival_s": t_min if n else 0.0,
+        "sessions": len(sessions),
+        "streams": len(streams),
+        "categories": ranked(categories),
+        "models": ranked(models),
+        "input_tokens": _stats(cat(inp)),
+        "output_tokens": _stats(cat(outp)),
+        "blocks": blocks,
+        "unique_blocks": distinct.count(),
+        "hashed_tokens": hashed,
+        "block_tokens": sorted(block_tokens),
+        "hash_namespaces": len(namespaces),
     }
 
 
@@ -176,16 +251,14 @@ def inspect_cmd(
     """
     try:
         if _is_parquet(trace):
-            table = read_table(REQUESTS, trace)
-            source = "parquet"
-            if block_tokens is not None:
-                table = convert_block_size(table, block_tokens)
+            summary = {"path": str(trace), "format": "parquet",
+                       **trace_summary(_parquet_batches(trace, block_tokens))}
         else:
             res = load_requests(trace, fmt, block_tokens=block_tokens)
-            table, source = res.table, res.format
+            summary = {"path": str(trace), "format": res.format, **trace_summary(res.table)}
     except (KvwearError, ValueError, OSError) as exc:
         raise _fail(exc) from None
-    summary = {"path": str(trace), "format": source, **trace_summary(table)}
+    source = summary["format"]
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
         return

@@ -7,7 +7,8 @@ broken, the pass is restarted with keys derived from the whole prefix (`workload
 prefix_keys`) for every row, so one table never mixes the two kinds. Formats without the promise
 (Qwen-Bailian) always get derived keys. Rows are sorted by `arrival_s`, stably (file order breaks
 ties). A converted trace already in arrival order streams straight to Parquet; one that is not
-is sorted once more after writing (holding the converted Arrow table, never the text).
+is sorted once more after writing, with bounded memory (`sort_file_by_arrival`: a distribution
+sort through temporary bucket files, never the whole table or the text).
 
 This module must not parse any format itself and must not know about tiers or devices.
 """
@@ -15,15 +16,18 @@ This module must not parse any format itself and must not know about tiers or de
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
+from kvwear import tables
 from kvwear.errors import InputError
-from kvwear.tables import TableWriter, read_table, write_table
+from kvwear.tables import TableWriter
 from workloads.blocks import convert_block_size, prefix_keys
 from workloads.loaders.base import LOADERS, ProgressFn, SkipLog, TraceLoader, make_list
 from workloads.loaders.chain import ChainChecker, ChainViolation
@@ -156,6 +160,60 @@ def _sorted_by_arrival(table: pa.Table) -> pa.Table:
     return table.take(pa.array(np.argsort(arr, kind="stable")))
 
 
+_ROW_SCALAR_BYTES = 128  # a requests row's columns besides hash_ids, in Arrow (ids, times, strings)
+
+
+def sort_file_by_arrival(path: Path) -> None:
+    """Sort a REQUESTS Parquet file by `arrival_s` (stable) in place, with bounded memory: a
+    distribution sort. The sort keys (8 bytes a row) give every row its output rank; the rows
+    are dealt, one input row group at a time, into temporary bucket files of consecutive ranks
+    (about ROW_GROUP_BYTES each); each bucket is then sorted in memory and appended to the
+    output. Memory: the per-row keys plus one row group or bucket; disk: one more copy of the
+    file while it runs (beside it; removed)."""
+    pf = pq.ParquetFile(path)
+    meta = pf.metadata
+    arrival = np.concatenate([np.asarray(pf.read_row_group(g, columns=["arrival_s"]).column(0).to_numpy(),
+                                         dtype=np.float64) for g in range(meta.num_row_groups)] or
+                             [np.zeros(0)])
+    order = np.argsort(arrival, kind="stable")
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order), dtype=np.int64)
+    del order, arrival
+    # bucket boundaries over ranks, by the rows' Arrow bytes: 8 per hash id plus the scalars
+    # (Parquet's sizes are encoded sizes, several times smaller for runs of ids)
+    row_bytes = np.concatenate([8.0 * np.diff(list_parts(pf.read_row_group(g, columns=["hash_ids"]).column(0))[0])
+                                + _ROW_SCALAR_BYTES for g in range(meta.num_row_groups)] or [np.zeros(0)])
+    by_rank = np.empty_like(row_bytes)
+    by_rank[rank] = row_bytes
+    bucket_of_rank = (np.cumsum(by_rank) // tables.ROW_GROUP_BYTES).astype(np.int64)
+    del row_bytes, by_rank
+    n_buckets = int(bucket_of_rank[-1]) + 1 if len(bucket_of_rank) else 0
+    tmp = path.with_name(f".{path.name}.buckets-{os.getpid()}")
+    tmp.mkdir()
+    schema = REQUESTS.with_metadata().append(pa.field("_rank", pa.int64()))
+    try:
+        writers = [pq.ParquetWriter(tmp / f"{b}.parquet", schema, compression="zstd") for b in range(n_buckets)]
+        start = 0
+        for g in range(meta.num_row_groups):
+            t = pf.read_row_group(g)
+            r = rank[start:start + t.num_rows]
+            start += t.num_rows
+            t = REQUESTS.conform(t).append_column("_rank", pa.array(r))
+            bucket = bucket_of_rank[r]
+            for b in np.unique(bucket):
+                writers[b].write_table(t.filter(pa.array(bucket == b)))
+        for w in writers:
+            w.close()
+        del pf
+        with TableWriter(REQUESTS, path) as out:
+            for b in range(n_buckets):
+                t = pq.read_table(tmp / f"{b}.parquet")
+                (tmp / f"{b}.parquet").unlink()
+                out.write(t.take(pa.array(np.argsort(t.column("_rank").to_numpy()))).drop_columns(["_rank"]))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def load_requests(
     path: str | Path,
     fmt: str | None = None,
@@ -219,7 +277,7 @@ def convert_trace(
         try:
             with TableWriter(REQUESTS, out) as writer:
                 pending: list[pa.RecordBatch] = []
-                n_pending = 0
+                n_pending = b_pending = 0
                 for batch in _stream(cls(), p, derive=derive, skip_bad=skip_bad, batch_rows=batch_rows,
                                      log=log, progress=counter, block_tokens=block_tokens):
                     arr = np.asarray(batch.column("arrival_s").to_numpy(), dtype=np.float64)
@@ -227,12 +285,14 @@ def convert_trace(
                         if arr[0] < last or not bool(np.all(arr[1:] >= arr[:-1])):
                             in_order = False
                         last = max(last, float(arr.max()))
-                    # small input chunks are gathered into row groups of about batch_rows rows
+                    # small input chunks are gathered into row groups of about batch_rows rows,
+                    # or of ROW_GROUP_BYTES (long-context rows: 65,536 Weka rows are ~1 GB)
                     pending.append(batch)
                     n_pending += batch.num_rows
-                    if n_pending >= batch_rows:
+                    b_pending += batch.nbytes
+                    if n_pending >= batch_rows or b_pending >= tables.ROW_GROUP_BYTES:
                         writer.write(pa.Table.from_batches(pending))
-                        pending, n_pending = [], 0
+                        pending, n_pending, b_pending = [], 0, 0
                 if pending:
                     writer.write(pa.Table.from_batches(pending))
                 rows = writer.rows
@@ -242,7 +302,7 @@ def convert_trace(
             continue
         break
     if not in_order:
-        write_table(REQUESTS, _sorted_by_arrival(read_table(REQUESTS, out)), out)
+        sort_file_by_arrival(out)
     return ConvertResult(
         path=out,
         rows=rows,
