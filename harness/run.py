@@ -233,7 +233,8 @@ def simulate_stage(cfg: RunConfig, rd: RunDir, spec: str, label: str, requests: 
 
         sim_cfg = sim_config(cfg, profile)
         workload = rd.stage_dir("workload") / "requests.parquet"
-        oracle = POLICIES.get(resolve_spec(spec).name).needs_future
+        ps = resolve_spec(spec)
+        oracle = POLICIES.get(ps.name).streams_future(ps.params)
         with next_use_file(workload, d / ".next_use.parquet", sim_cfg.chunk_tokens) if oracle \
                 else contextlib.nullcontext() as nu, TableWriter(SSD_OPS, d / "ssd_ops.parquet") as ops_out:
             batches = iter_with_next_use(workload, nu) if nu is not None else requests.to_batches(max_chunksize=2048)

@@ -315,6 +315,17 @@ class Policy(Generic[P]):
     def begin_request(self, req: RequestInfo) -> None:
         """A new request starts (time-based decay goes here)."""
 
+    @classmethod
+    def needs_table(cls, params: PolicyParams) -> bool:
+        """An oracle whose `prepare` needs the whole requests table under `params` (more than the
+        next-use column a streamed trace carries): the simulator then holds the trace in memory."""
+        return False
+
+    @classmethod
+    def streams_future(cls, params: PolicyParams) -> bool:
+        """An oracle that reads its future from the next-use column of a streamed trace."""
+        return cls.needs_future and not cls.needs_table(params)
+
     def prepare(self, requests: pa.Table) -> None:
         """Oracles (`needs_future`): the whole requests table (at the simulator's block size),
         before the first request, for pre-passes beyond the simulator's next-access one."""

@@ -157,6 +157,12 @@ class BeladyPolicy(Policy):
         self._groups: dict[tuple[int, int], tuple[int, int]] = {}
         self._rows = np.zeros(0, dtype=np.int64)
 
+    @classmethod
+    def needs_table(cls, params: PolicyParams) -> bool:
+        # wear mode's f_x (total future hits) comes from prepare()'s pass over the whole trace;
+        # MIN needs only the next use, which a streamed trace carries
+        return not isinstance(params, BeladyParams) or params.mode == "wear"
+
     def prepare(self, requests: pa.Table) -> None:
         """Pre-pass: the sorted request rows that reference each (hash_ns, hash_id), for f_x."""
         offs, vals = list_parts(requests.column("hash_ids"))

@@ -779,11 +779,13 @@ def simulate(requests: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch], con
     if sim.policy.needs_future and not isinstance(requests, pa.Table):
         stream = _batches(requests)
         head = next(stream, None)
-        if head is not None and "next_use" in head.schema.names:
+        if head is not None and "next_use" in head.schema.names and not sim.policy.needs_table(sim.policy.p):
             requests = chain([head], stream)  # batches carrying their next-use column stream
         else:
             batches = ([head] if head is not None else []) + list(stream)
             requests = pa.Table.from_batches(batches) if batches else pa.table({})
+            if "next_use" in requests.column_names:   # the in-memory pre-pass computes it again
+                requests = requests.drop_columns(["next_use"])
     if sim.policy.needs_future and isinstance(requests, pa.Table) and requests.num_rows:
         requests = _convert_if_needed(requests, config.chunk_tokens)
         sim.set_future(requests)

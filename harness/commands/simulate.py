@@ -186,13 +186,13 @@ def simulate_cmd(
     from workloads.nextuse import iter_with_next_use, next_use_file
 
     oracle = how == "requests table" and max_requests is None and any(
-        POLICIES.get(s.name).needs_future for s in specs)
+        POLICIES.get(s.name).streams_future(s.params) for s in specs)
     out_dir.mkdir(parents=True, exist_ok=True)
     with next_use_file(trace, out_dir / ".next_use.parquet", block_tokens) if oracle \
             else nullcontext() as next_use_path:
 
         def policy_batches(spec: PolicySpec) -> Iterator[pa.RecordBatch]:
-            if next_use_path is not None and POLICIES.get(spec.name).needs_future:
+            if next_use_path is not None and POLICIES.get(spec.name).streams_future(spec.params):
                 assert trace is not None
                 return iter_with_next_use(trace, next_use_path)
             return limited()
