@@ -19,7 +19,9 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 # ---------------------------------------------------------------------------------------------
 # Exponential fits over a sliding window
@@ -351,19 +353,25 @@ def merit_score(saved_prefill_s: float, lookup_s: float, transfer_s: float, writ
 # Data structures shared by the policies
 
 
-class LazyMinHeap:
+T = TypeVar("T", bound=Hashable)  # a heap's items (dict keys of its live entries)
+K = TypeVar("K")  # a heap's sort keys (comparable)
+
+
+class LazyMinHeap(Generic[T, K]):
     """A min-heap of (key, item) with O(log n) update and removal by lazy invalidation.
 
     Each item has at most one live entry; `set` pushes a new entry and makes the old one stale,
     `discard` makes it stale; stale entries are dropped when they reach the top. Keys are any
-    comparable (tuples work); ties are broken by insertion order, so equal keys pop FIFO.
+    comparable (tuples work); ties are broken by insertion order, so equal keys pop FIFO (items
+    are never compared). Typed by item `T` (hashable) and key `K`: `LazyMinHeap[Obj, tuple[int,
+    int]]` hands back what was set, with no cast at the caller.
     """
 
     __slots__ = ("_heap", "_live", "_seq")
 
     def __init__(self) -> None:
-        self._heap: list[tuple[object, int, object]] = []
-        self._live: dict[object, int] = {}
+        self._heap: list[tuple[K, int, T]] = []
+        self._live: dict[T, int] = {}
         self._seq = 0
 
     def __len__(self) -> int:
@@ -372,14 +380,14 @@ class LazyMinHeap:
     def __contains__(self, item: object) -> bool:
         return item in self._live
 
-    def set(self, item: object, key: object) -> None:
+    def set(self, item: T, key: K) -> None:
         self._seq += 1
         self._live[item] = self._seq
         heapq.heappush(self._heap, (key, self._seq, item))
         if len(self._heap) > 4 * len(self._live) + 64:
             self._compact()
 
-    def discard(self, item: object) -> None:
+    def discard(self, item: T) -> None:
         self._live.pop(item, None)
 
     def _clean(self) -> None:
@@ -387,7 +395,7 @@ class LazyMinHeap:
         while h and live.get(h[0][2]) != h[0][1]:
             heapq.heappop(h)
 
-    def peek(self) -> tuple[object, object] | None:
+    def peek(self) -> tuple[K, T] | None:
         """(key, item) of the minimum live entry, or None when empty."""
         self._clean()
         if not self._heap:
@@ -395,7 +403,7 @@ class LazyMinHeap:
         key, _, item = self._heap[0]
         return key, item
 
-    def pop(self) -> tuple[object, object] | None:
+    def pop(self) -> tuple[K, T] | None:
         self._clean()
         if not self._heap:
             return None

@@ -18,8 +18,6 @@ Must not: know about tiers or the simulator; do I/O; keep global state.
 
 from __future__ import annotations
 
-from typing import cast
-
 from policies.base import obj_keys
 from policies.tree import Obj, Segment, State
 
@@ -89,7 +87,11 @@ class KeyHistory:
     def entered(self, obj: Obj) -> int:
         """References of the object's root-side key: for a segment, how many requests reached
         the prefix node it starts; for a state, those of the segment it ends."""
-        seg = obj if isinstance(obj, Segment) else cast(State, obj).seg
+        if isinstance(obj, Segment):
+            seg = obj
+        else:
+            assert isinstance(obj, State)
+            seg = obj.seg
         if not seg.keys:
             return 0
         return self.count((seg.ns, seg.keys[0]))

@@ -68,7 +68,7 @@ import pyarrow as pa
 
 from policies._estimators import LazyMinHeap
 from policies.base import POLICIES, Policy, PolicyParams, SimContext, param
-from policies.tree import DRAM, FULL, LINEAR, NEVER, SSD, Obj, Segment, State
+from policies.tree import DRAM, NEVER, SSD, Obj, Segment, State, depth_blocks
 from workloads.schema import list_parts
 
 
@@ -100,10 +100,10 @@ _KV_FIRST = 1 << 40
 def _key(obj: Obj, root_first: bool) -> tuple[int, int]:
     """Furthest next access first; among equals the deeper (leaf-side) object first, or with
     `root_first` KV before states and the shallower KV first (the second entry is the tie key)."""
-    if obj.kind == FULL:
-        depth = obj.start  # type: ignore[attr-defined]
-        return (-obj.next_seq, depth - _KV_FIRST if root_first else -depth)
-    return (-obj.next_seq, -(obj.seg.start + obj.seg.n))  # type: ignore[attr-defined]
+    depth = depth_blocks(obj)
+    if root_first and isinstance(obj, Segment):
+        return (-obj.next_seq, depth - _KV_FIRST)
+    return (-obj.next_seq, -depth)
 
 
 def _useless(seg: Segment) -> bool:
@@ -130,21 +130,20 @@ def _superseded(st: State, nxt: int) -> bool:
 
 
 @POLICIES.register("belady")
-class BeladyPolicy(Policy):
+class BeladyPolicy(Policy[BeladyParams]):
     """Offline oracle: MIN eviction per tier; writes to SSD only what pays for its wear."""
 
-    Params = BeladyParams
     needs_future = True
     summary = "offline oracle: MIN per tier, SSD writes only when future hits beat wear (mode=min: write-back)"
 
-    def __init__(self, params: PolicyParams, ctx: SimContext) -> None:
+    def __init__(self, params: BeladyParams, ctx: SimContext) -> None:
         super().__init__(params, ctx)
-        p: BeladyParams = params  # type: ignore[assignment]
-        self.p = p
+        p = self.p
         cfg = ctx.config
         self.c_token = cfg.usd_per_recomputed_token
         self.p_w = cfg.ssd_usd_per_byte_written
-        self.heaps = {DRAM: LazyMinHeap(), SSD: LazyMinHeap()}
+        # keys: (-next use, tie key), led by the future-hit density with `ssd_evict=fewest`
+        self.heaps: dict[int, LazyMinHeap[Obj, tuple[float, ...]]] = {DRAM: LazyMinHeap(), SSD: LazyMinHeap()}
         self.hybrid = ctx.hybrid
         self.due: dict[int, list[Obj]] = {}  # next_seq → objects keyed with it
         self._due_seq = 0
@@ -182,12 +181,11 @@ class BeladyPolicy(Policy):
 
     def future_hits(self, obj: Obj) -> int:
         """f_x: later requests that reference the object's first block (a state: its position)."""
-        if obj.kind == FULL:
-            seg: Segment = obj  # type: ignore[assignment]
-            key = (seg.ns, seg.keys[0])
+        if isinstance(obj, Segment):
+            key = (obj.ns, obj.keys[0])
         else:
-            seg = obj.seg  # type: ignore[attr-defined]
-            key = (seg.ns, seg.keys[-1])
+            assert isinstance(obj, State)
+            key = (obj.seg.ns, obj.seg.keys[-1])
         g = self._groups.get(key)
         if g is None:
             return 0
@@ -201,7 +199,8 @@ class BeladyPolicy(Policy):
         on a hybrid model, one state — so every part is priced at the unit's density
         f·E/(E·kv + state bytes): pricing a state by f·E/s and its KV by f/kv admits states
         without the KV they need (measured: at high γ the oracle wrote only states)."""
-        e = obj.end_tokens  # type: ignore[attr-defined]
+        assert isinstance(obj, (Segment, State))
+        e = obj.end_tokens
         return self.future_hits(obj) * e / (e * self._kv + self._sb) if e else 0.0
 
     def place(self, obj: Obj) -> int:
@@ -219,10 +218,10 @@ class BeladyPolicy(Policy):
                 return (-NEVER, k[1])
             self.due.setdefault(nxt, []).append(obj)
         if self.hybrid:
-            if obj.kind == FULL:
-                if _useless(obj):  # type: ignore[arg-type]
+            if isinstance(obj, Segment):
+                if _useless(obj):
                     return (-NEVER, k[1])
-            elif self.p.supersede and _superseded(obj, nxt):  # type: ignore[arg-type]
+            elif self.p.supersede and isinstance(obj, State) and _superseded(obj, nxt):
                 return (-NEVER, k[1])
         return k
 
@@ -281,12 +280,16 @@ class BeladyPolicy(Policy):
         if tier == DRAM and obj in self.heaps[SSD]:
             self.heaps[SSD].set(obj, self._tier_key(obj, SSD))
         if self.hybrid and not obj.tiers:
-            self._demote(obj.seg if obj.kind == LINEAR else obj.parent)  # type: ignore[attr-defined]
+            if isinstance(obj, Segment):
+                self._demote(obj.parent)
+            else:
+                assert isinstance(obj, State)
+                self._demote(obj.seg)
 
     def touched(self, obj: Obj) -> None:
         self._rekey(obj)
-        if self._fewest and obj.kind == FULL:
-            st = obj.state  # type: ignore[attr-defined]
+        if self._fewest and isinstance(obj, Segment):
+            st = obj.state
             if st is not None and st.tiers & SSD:
                 self._rekey(st)  # a request passed its position: one future hit fewer
 
@@ -301,7 +304,7 @@ class BeladyPolicy(Policy):
         self._expire()
         top = self.heaps[tier].peek()
         assert top is not None, "victim() called on an empty tier"
-        return top[1]  # type: ignore[return-value]
+        return top[1]
 
     def admit_to_ssd(self, obj: Obj) -> bool:
         if self.p.mode == "min":
@@ -320,8 +323,8 @@ class BeladyPolicy(Policy):
             self._expire()
             top = self.heaps[SSD].peek()
             if top is not None:
-                victim: Obj = top[1]  # type: ignore[assignment]
-                dead = top[0][0] < 0 if self._fewest else top[0][0] == -NEVER  # type: ignore[index]
+                victim = top[1]
+                dead = top[0][0] < 0 if self._fewest else top[0][0] == -NEVER
                 if not dead:
                     fee += self._density(victim) * over * self.c_token
         return value > fee

@@ -7,8 +7,6 @@ entered together the leaf side leaves first. Kept in a lazy min-heap per tier ke
 
 from __future__ import annotations
 
-from typing import cast
-
 from policies._estimators import LazyMinHeap
 from policies.base import POLICIES, Policy, PolicyParams, SimContext
 from policies.tree import DRAM, SSD, Obj, Segment, depth_blocks
@@ -20,7 +18,7 @@ class FifoPolicy(Policy[PolicyParams]):
 
     def __init__(self, params: PolicyParams, ctx: SimContext) -> None:
         super().__init__(params, ctx)
-        self.heaps = {DRAM: LazyMinHeap(), SSD: LazyMinHeap()}
+        self.heaps: dict[int, LazyMinHeap[Obj, tuple[int, int]]] = {DRAM: LazyMinHeap(), SSD: LazyMinHeap()}
         self.entries = 0
 
     def added(self, obj: Obj, tier: int) -> None:
@@ -40,7 +38,7 @@ class FifoPolicy(Policy[PolicyParams]):
     def victim(self, tier: int, need_bytes: int) -> Obj:
         top = self.heaps[tier].peek()
         assert top is not None
-        return cast(Obj, top[1])  # the heap holds what `added` set: objects
+        return top[1]
 
     def split(self, head: Segment, tail: Segment, evicting_tier: int) -> None:
         head.pdata = {}

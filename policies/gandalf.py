@@ -82,7 +82,7 @@ from typing import Literal
 from kvwear.errors import KvwearError
 from policies._estimators import ReuseHistogram, SlidingExpFit, WriteBudget, move_cost
 from policies.base import POLICIES, Policy, PolicyParams, RequestInfo, SimContext, param
-from policies.tree import DRAM, FULL, LINEAR, SSD, Obj, Segment, State
+from policies.tree import DRAM, FULL, LINEAR, SSD, Obj, Segment, State, depth_blocks
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,10 @@ def _rc(refs: int) -> int:
 
 def _size_class(obj: Obj) -> int:
     """log₂ of the prefix length (in 256-token units) at the object's end."""
-    return (obj.end_tokens >> 8).bit_length()  # type: ignore[attr-defined]
+    if isinstance(obj, Segment):
+        return (obj.end_tokens >> 8).bit_length()
+    assert isinstance(obj, State)
+    return (obj.seg.end_tokens >> 8).bit_length()
 
 
 def _leads_nowhere(seg: Segment) -> bool:
@@ -154,28 +157,27 @@ def _superseded(st: State) -> bool:
 def _root_side(obj: Obj) -> bool:
     """A node a move may write: its parent is the root or not a DRAM-only node (a state: its
     segment is not DRAM-only), so the SSD part of every path stays a prefix."""
-    if obj.kind == LINEAR:
-        seg: Segment = obj.seg  # type: ignore[attr-defined]
-        return not (seg.tiers & DRAM and not seg.tiers & SSD)
-    par = obj.parent  # type: ignore[attr-defined]
-    return par is None or par.parent is None or not (par.tiers & DRAM and not par.tiers & SSD)
+    if isinstance(obj, Segment):
+        par = obj.parent
+        return par is None or par.parent is None or not (par.tiers & DRAM and not par.tiers & SSD)
+    assert isinstance(obj, State)
+    seg = obj.seg
+    return not (seg.tiers & DRAM and not seg.tiers & SSD)
 
 
 ClassKey = tuple[int, int, int]  # kind, reuse class, size class
 
 
 @POLICIES.register("gandalf")
-class GandalfPolicy(Policy):
+class GandalfPolicy(Policy[GandalfParams]):
     """DRAM-first; on DRAM pressure drop or move, whichever costs less (wear vs recompute)."""
 
-    Params = GandalfParams
     split_victims = False
     summary = "SSD-lifetime-aware: drop cold DRAM leaves or move root-side nodes, next-hit value vs wear"
 
-    def __init__(self, params: PolicyParams, ctx: SimContext) -> None:
+    def __init__(self, params: GandalfParams, ctx: SimContext) -> None:
         super().__init__(params, ctx)
-        p: GandalfParams = params  # type: ignore[assignment]
-        self.p = p
+        p = self.p
         cfg = ctx.config
         self.c_token = cfg.usd_per_recomputed_token
         self._hist_model = p.idle_model == "hist"
@@ -261,15 +263,14 @@ class GandalfPolicy(Policy):
 
     @staticmethod
     def _ghost_key(obj: Obj) -> tuple[int, int, int]:
-        if obj.kind == FULL:
-            seg: Segment = obj  # type: ignore[assignment]
-            return (FULL, seg.ns, seg.keys[0])
-        st: State = obj  # type: ignore[assignment]
-        return (LINEAR, st.seg.ns, st.seg.keys[-1])
+        if isinstance(obj, Segment):
+            return (FULL, obj.ns, obj.keys[0])
+        assert isinstance(obj, State)
+        return (LINEAR, obj.seg.ns, obj.seg.keys[-1])
 
     def _forget(self, obj: Obj) -> None:
         """`obj` left every tier: remember when it last served so a comeback counts as a reuse."""
-        if obj.pdata is None or (obj.kind == FULL and not obj.n):  # type: ignore[attr-defined]
+        if obj.pdata is None or (isinstance(obj, Segment) and not obj.n):
             return
         g = self.ghosts
         g[self._ghost_key(obj)] = obj.pdata
@@ -294,24 +295,21 @@ class GandalfPolicy(Policy):
 
     def value(self, obj: Obj, key: ClassKey | None = None) -> float:
         """The next hit's value P(idle ≥ w)·n·c in dollars (0 for what no hit can use)."""
-        if self.hybrid:
-            if obj.kind == FULL:
-                if _leads_nowhere(obj):  # type: ignore[arg-type]
-                    return 0.0
-            elif self.p.superseded_weight == 0.0 and _superseded(obj):  # type: ignore[arg-type]
+        if isinstance(obj, Segment):
+            if self.hybrid and _leads_nowhere(obj):
+                return 0.0
+            n = obj.tokens
+            weight = 1.0
+        else:
+            assert isinstance(obj, State)
+            n = obj.seg.end_tokens
+            weight = self.p.superseded_weight if self.hybrid and _superseded(obj) else 1.0
+            if weight == 0.0:
                 return 0.0
         if key is None:
             key = self.class_of(obj)
         last = obj.pdata[0] if obj.pdata is not None else obj.last_s
-        p = self.p_idle(max(self.ctx.now_s - last, 0.0), key)
-        if obj.kind == FULL:
-            n = obj.tokens  # type: ignore[attr-defined]
-        else:
-            st: State = obj  # type: ignore[assignment]
-            n = st.seg.end_tokens
-            if self.hybrid and _superseded(st):
-                p *= self.p.superseded_weight
-        return p * n * self.c_token
+        return self.p_idle(max(self.ctx.now_s - last, 0.0), key) * weight * n * self.c_token
 
     def _vd(self, obj: Obj, key: ClassKey) -> tuple[float, float]:
         """(value, D = value/(s·w)), memoized until the next access changes the estimators."""
@@ -402,8 +400,8 @@ class GandalfPolicy(Policy):
         prev = obj.pdata  # a ghost segment still in the tree keeps its record
         if prev is None:
             prev = self.ghosts.pop(self._ghost_key(obj), None)
-        if obj.kind == FULL:
-            seg: Segment = obj  # type: ignore[assignment]
+        if isinstance(obj, Segment):
+            seg = obj
             if self.hybrid and self.ghosts:
                 self._credit_ghost_state(seg)
             # recreated inside what served (or would have served) the request: keeping it would
@@ -414,7 +412,7 @@ class GandalfPolicy(Policy):
         elif prev is not None:
             # the request's own state, recreated where it was dropped: it would have served
             # the request iff the hit ended above it
-            end = obj.seg.start + obj.seg.n  # type: ignore[attr-defined]
+            end = depth_blocks(obj)
             if self._state_credited or end <= ctx.hit_blocks:
                 prev = None
             else:
@@ -439,7 +437,11 @@ class GandalfPolicy(Policy):
         c = self._vcache
         if c:
             c.pop(obj, None)
-            up = obj.parent if obj.kind == FULL else obj.seg  # type: ignore[attr-defined]
+            if isinstance(obj, Segment):
+                up = obj.parent
+            else:
+                assert isinstance(obj, State)
+                up = obj.seg
             if up is not None:
                 c.pop(up, None)
         self._victims = None
@@ -458,8 +460,8 @@ class GandalfPolicy(Policy):
         if self._vcache:
             self._vcache.clear()
         ctx = self.ctx
-        if obj.kind == FULL:
-            seg: Segment = obj  # type: ignore[assignment]
+        if isinstance(obj, Segment):
+            seg = obj
             served = seg.start + seg.n <= ctx.hit_blocks
             if self.hybrid and self.ghosts and not served:
                 self._credit_ghost_state(seg)
@@ -491,14 +493,13 @@ class GandalfPolicy(Policy):
     @staticmethod
     def _root_side_of(obj: Obj) -> Obj:
         """The root-side end of the DRAM-only run above `obj` (the node a move may write)."""
-        if obj.kind == LINEAR:
-            st: State = obj  # type: ignore[assignment]
-            seg = st.seg
-            if not (seg.tiers & DRAM and not seg.tiers & SSD):
-                return obj
-            a = seg
+        if isinstance(obj, Segment):
+            a = obj
         else:
-            a = obj  # type: ignore[assignment]
+            assert isinstance(obj, State)
+            a = obj.seg
+            if not (a.tiers & DRAM and not a.tiers & SSD):
+                return obj
         par = a.parent
         while par is not None and par.parent is not None and par.tiers & DRAM and not par.tiers & SSD:
             a = par
@@ -543,12 +544,12 @@ class GandalfPolicy(Policy):
                     coldest = o
                 if not found_drop:
                     ok = True
-                    if o.kind == FULL:
-                        st = o.state  # type: ignore[attr-defined]
+                    if isinstance(o, Segment):
+                        st = o.state
                         if st is not None and st.tiers:
                             ok = False
                         else:
-                            for c in o.children.values():  # type: ignore[attr-defined]
+                            for c in o.children.values():
                                 if c.tiers:
                                     ok = False
                                     break

@@ -36,7 +36,7 @@ Must not: do I/O, read the wall clock, keep global state.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Literal
 
 from policies._estimators import LazyMinHeap
 from policies._history import KeyHistory
@@ -65,7 +65,7 @@ class HotPrefixPolicy(Policy[HotPrefixParams]):
     def __init__(self, params: HotPrefixParams, ctx: SimContext) -> None:
         super().__init__(params, ctx)
         self.hist = KeyHistory(self.p.history_requests)
-        self.dram = LazyMinHeap()
+        self.dram: LazyMinHeap[Obj, tuple[int, int]] = LazyMinHeap()
         self.refused = 0
         self.refused_bytes = 0
 
@@ -100,7 +100,7 @@ class HotPrefixPolicy(Policy[HotPrefixParams]):
             ok = h >= self.p.theta
         else:
             top = self.dram.peek()
-            ok = top is not None and self._key(obj) > cast(tuple[int, int], top[0])
+            ok = top is not None and self._key(obj) > top[0]
         if not ok:
             self.refused += 1
             self.refused_bytes += obj.nbytes
@@ -132,7 +132,7 @@ class HotPrefixPolicy(Policy[HotPrefixParams]):
         if tier == DRAM:
             top = self.dram.peek()
             assert top is not None
-            return cast(Obj, top[1])  # the heap holds what `added` set: objects
+            return top[1]
         return super().victim(tier, need_bytes)
 
     def split(self, head: Segment, tail: Segment, evicting_tier: int) -> None:

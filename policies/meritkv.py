@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import cast
 
 from policies._estimators import merit_score
 from policies._history import KeyHistory
@@ -87,7 +86,11 @@ class MeritKvPolicy(Policy[MeritKvParams]):
         return self.hits[kind] / self.lookups[kind]
 
     def merit(self, obj: Obj) -> float:
-        tokens = obj.tokens if isinstance(obj, Segment) else cast(State, obj).end_tokens
+        if isinstance(obj, Segment):
+            tokens = obj.tokens
+        else:
+            assert isinstance(obj, State)
+            tokens = obj.end_tokens
         saved = tokens / self.tps
         write = self.p.write_weight * obj.nbytes * self.p_w / self.gpu_usd_per_s
         h = self.hit_fraction(obj.kind)

@@ -6,8 +6,9 @@ import pyarrow as pa
 import pytest
 
 from policies.base import POLICIES, param_infos, resolve_spec
+from policies.gandalf import GandalfParams
 from policies.sim import SimConfig, Simulator, simulate
-from policies.tree import DRAM, LINEAR, SSD, Obj, Segment
+from policies.tree import DRAM, SSD, Obj, Segment
 from workloads.schema import REQUESTS
 from workloads.synthetic import MultiRoundConfig, generate_multi_round
 
@@ -31,7 +32,8 @@ def test_registered_with_documented_params() -> None:
         assert cls.describe()
         infos = param_infos(cls.Params)
         assert infos and all(i.help for i in infos)
-    assert resolve_spec("gandalf:gamma=8").params.gamma == 8.0  # type: ignore[attr-defined]
+    gp = resolve_spec("gandalf:gamma=8").params
+    assert isinstance(gp, GandalfParams) and gp.gamma == 8.0
     assert resolve_spec("belady:mode=min").label == "belady,mode=min"
 
 
@@ -98,10 +100,10 @@ def test_gandalf_drops_only_leaves_and_moves_only_root_side() -> None:
 
     def checked(obj: Obj) -> bool:
         write = orig(obj)
-        if obj.kind == LINEAR:
+        if not isinstance(obj, Segment):
             seen["move" if write else "drop"] += 1
             return write
-        seg: Segment = obj  # type: ignore[assignment]
+        seg = obj
         if write:
             par = seg.parent
             assert par is not None
