@@ -489,21 +489,29 @@ class GandalfPolicy(Policy):
 
     # --- decisions ----------------------------------------------------------------------------
     @staticmethod
-    def _root_side_of(obj: Obj) -> Obj:
-        """The root-side end of the DRAM-only run above `obj` (the node a move may write)."""
+    def _run_of(obj: Obj) -> tuple[Obj, int]:
+        """The DRAM-only run from `obj` up to the SSD part (or the root): (its root-side end, the
+        node a move may write first; the run's bytes, `obj` included)."""
         if obj.kind == LINEAR:
             st: State = obj  # type: ignore[assignment]
             seg = st.seg
             if not (seg.tiers & DRAM and not seg.tiers & SSD):
-                return obj
+                return obj, obj.nbytes
             a = seg
+            nbytes = obj.nbytes + seg.nbytes
         else:
             a = obj  # type: ignore[assignment]
+            nbytes = obj.nbytes
         par = a.parent
         while par is not None and par.parent is not None and par.tiers & DRAM and not par.tiers & SSD:
             a = par
+            nbytes += a.nbytes
             par = a.parent
-        return a
+        return a, nbytes
+
+    def _root_side_of(self, obj: Obj) -> Obj:
+        """The root-side end of the DRAM-only run above `obj` (the node a move may write)."""
+        return self._run_of(obj)[0]
 
     def _move_price(self, obj: Obj) -> tuple[bool, float]:
         """(door open: value > fee, M = fee/(s·w)) of moving `obj`."""
@@ -583,6 +591,20 @@ class GandalfPolicy(Policy):
             self._decision = (best[1], True)
             return best[1]
         if drop is not None:
+            # the leaf about to be dropped may be worth moving itself (the paper weighs drop
+            # against move for the object evicted; s and w cancel: move iff its next hit is
+            # worth the fee). Under the prefix rule that move writes its whole DRAM-only run,
+            # root-side end first, so the fee is the run's. Without this only root-side nodes
+            # were priced, and where the root side is a hot shared prefix (w at its floor) their
+            # M never beat a cold leaf's D: nothing was written at any γ ≥ 1 (issue #11)
+            leaf = drop[1]
+            end, run_bytes = self._run_of(leaf)
+            if run_bytes <= ssd_cap:
+                f = move_cost(self.p.gamma, self.budget.mu(self.ctx.now_s), self.p_w, run_bytes,
+                              self.displaced_value(run_bytes - self.ctx.free_bytes(SSD)))
+                if vd(leaf, self.class_of(leaf))[0] > f:
+                    self._decision = (end, True)
+                    return end
             self._decision = (drop[1], False)
             return drop[1]
         if fallback is not None:

@@ -127,3 +127,35 @@ def test_oracle_gamma_line_writes_less_as_gamma_grows() -> None:
     reqs = requests_table([(float(i), [k]) for i, k in enumerate(keys)])
     w = [simulate(reqs, config(1, 100), f"belady:gamma={g}").summary.ssd_write_bytes for g in (0, 1.5, 2.5, 8)]
     assert w == sorted(w, reverse=True) and w[0] > w[-1] == 0, w
+
+
+@pytest.mark.parametrize(("gamma", "writes"), [(0.25, True), (0.45, True), (1.0, False)])
+def test_gandalf_moves_a_cold_leaf_under_a_hot_shared_prefix(gamma: float, writes: bool) -> None:
+    """Issue #11: three sessions share block 0 and take turns on their own block (DRAM holds two
+    blocks), so the only root-side node is the hot block 0 (w at its 1 s floor) and every leaf
+    is cold (w = 20 s). Pricing only root-side moves, M = γ·p_w/1 s never beat a leaf's
+    D = P·p_w/20 s and nothing was written at any γ > 0.05. The leaf is weighed against its own
+    move, which writes its DRAM-only run (block 0 first): written iff P·n·c > γ·p_w·(run bytes),
+    so P > 2γ while block 0 is DRAM-only, P > γ once it is on SSD; P ≤ 1, so never at γ = 1."""
+    rows = [(10.0 * i, [0, 100 + i % 3]) for i in range(60)]
+    sim = Simulator(config(2, 100), f"gandalf:gamma={gamma}")
+    pol = sim.policy
+    seen: list[tuple[int, bool]] = []
+    orig = pol.admit_to_ssd
+
+    def checked(obj: Obj) -> bool:
+        write = orig(obj)
+        seen.append((obj.start, write))  # type: ignore[attr-defined]
+        return write
+
+    pol.admit_to_ssd = checked  # type: ignore[method-assign]
+    sim.run_batch(requests_table(rows), 0)
+    s = sim.finish().summary
+    assert (s.ssd_write_bytes > 0) == writes, (s.ssd_write_bytes, seen[-6:])
+    if writes:
+        # the shared block went first (the prefix rule), then a session's own block; with the
+        # third session's block on SSD the three fit (later at γ = 0.45: P must reach 2γ = 0.9)
+        assert seen[[w for _, w in seen].index(True)][0] == 0
+        assert s.ssd_write_bytes == 2 * BLOCK * KV
+        assert s.token_miss_ratio < simulate(requests_table(rows), config(2, 100),
+                                             "gandalf:gamma=1").summary.token_miss_ratio - 0.25
