@@ -18,6 +18,15 @@ dollars per byte freed per unit of idle time — and does the cheaper one:
   candidate may be moved only if its own next-hit value P·n·c exceeds its own fee
   γ·μ·p_w·s + V (equivalently D > M for that object). Among the open candidates the cheapest M
   is compared with the cheapest droppable D.
+- the leaf's own move: when that comparison would drop a leaf whose next-hit value exceeds the
+  fee of writing its DRAM-only run (the leaf and its DRAM-only ancestors, which the prefix rule
+  makes a move write, root-side end first), the run is moved instead: the paper weighs drop
+  against move for the object being evicted (there s and w cancel). Without it (issue #11) only
+  root-side nodes were priced; where the root side is a hot shared prefix (w at `min_idle_s`)
+  M = γ·p_w/w never beat a cold leaf's D, so nothing was written at any γ ≥ 1: on the demo
+  multi-round (100 sessions × 10 turns, Kimi-K3, DRAM 32 GB / SSD 256 GB) the shared 1,024-token
+  block had P ≈ 0.7, door open (value 6.6e-5 $ vs fee 1.4e-6 $) but M = 5e-14 $/B/s against the
+  cold states' D = 1e-15..2e-14 $/B/s (449 MB states idle 15–80 s), at every decision.
 - μ(t) keeps SSD writes on the budget TBW·t/T_target (`_estimators.WriteBudget`).
 
 A DRAM copy of an object that is also on SSD ("clean") costs nothing to evict and goes first.
