@@ -9,8 +9,12 @@ costs 16,000·p_w = $0.016 per γ to write: the break-even is γ = P (Gandalf, n
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
+from policies.base import Policy
 from policies.sim import SimConfig, Simulator, simulate
 from policies.tree import LINEAR, Obj
 from tests.policies.helpers import requests_table
@@ -23,6 +27,20 @@ def config(dram_blocks: int, ssd_blocks: int, state_bytes: int = 0) -> SimConfig
     return SimConfig(dram_bytes=dram_blocks * BLOCK * KV + 2 * state_bytes, ssd_bytes=ssd_blocks * BLOCK * KV,
                      kv_bytes_per_token=KV, state_bytes=state_bytes, chunk_tokens=BLOCK,
                      gpu_usd_per_hour=3.6, recompute_tokens_per_s=1.0, ssd_usd_per_tb_written=1e6)
+
+
+def record_admissions(pol: Policy, what: Callable[[Obj], Any]) -> list[tuple[Any, bool]]:
+    """Wrap `pol.admit_to_ssd`: every decision as (what(obj), written)."""
+    seen: list[tuple[Any, bool]] = []
+    orig = pol.admit_to_ssd
+
+    def checked(obj: Obj) -> bool:
+        write = orig(obj)
+        seen.append((what(obj), write))
+        return write
+
+    pol.admit_to_ssd = checked  # type: ignore[method-assign]
+    return seen
 
 
 def alternating(n: int) -> list[tuple[float, list[int]]]:
@@ -102,15 +120,7 @@ def test_oracle_promotes_iff_all_future_hits_beat_the_fee(gamma: float) -> None:
     sim = Simulator(config(1, 100), f"belady:gamma={gamma}")
     sim.set_future(reqs)
     pol = sim.policy
-    decided: list[tuple[int, bool]] = []
-    orig = pol.admit_to_ssd
-
-    def checked(obj: Obj) -> bool:
-        write = orig(obj)
-        decided.append((pol.future_hits(obj), write))  # type: ignore[attr-defined]
-        return write
-
-    pol.admit_to_ssd = checked  # type: ignore[method-assign]
+    decided = record_admissions(pol, pol.future_hits)  # type: ignore[attr-defined]
     sim.run_batch(reqs, 0)
     sim.finish()
     assert decided
@@ -139,16 +149,7 @@ def test_gandalf_moves_a_cold_leaf_under_a_hot_shared_prefix(gamma: float, write
     so P > 2γ while block 0 is DRAM-only, P > γ once it is on SSD; P ≤ 1, so never at γ = 1."""
     rows = [(10.0 * i, [0, 100 + i % 3]) for i in range(60)]
     sim = Simulator(config(2, 100), f"gandalf:gamma={gamma}")
-    pol = sim.policy
-    seen: list[tuple[int, bool]] = []
-    orig = pol.admit_to_ssd
-
-    def checked(obj: Obj) -> bool:
-        write = orig(obj)
-        seen.append((obj.start, write))  # type: ignore[attr-defined]
-        return write
-
-    pol.admit_to_ssd = checked  # type: ignore[method-assign]
+    seen = record_admissions(sim.policy, lambda obj: obj.start)  # type: ignore[attr-defined]
     sim.run_batch(requests_table(rows), 0)
     s = sim.finish().summary
     assert (s.ssd_write_bytes > 0) == writes, (s.ssd_write_bytes, seen[-6:])
