@@ -18,6 +18,15 @@ dollars per byte freed per unit of idle time — and does the cheaper one:
   candidate may be moved only if its own next-hit value P·n·c exceeds its own fee
   γ·μ·p_w·s + V (equivalently D > M for that object). Among the open candidates the cheapest M
   is compared with the cheapest droppable D.
+- the leaf's own move: when that comparison would drop a leaf whose next-hit value exceeds the
+  fee of writing its DRAM-only run (the leaf and its DRAM-only ancestors, which the prefix rule
+  makes a move write, root-side end first), the run is moved instead: the paper weighs drop
+  against move for the object being evicted (there s and w cancel). Without it (issue #11) only
+  root-side nodes were priced; where the root side is a hot shared prefix (w at `min_idle_s`)
+  M = γ·p_w/w never beat a cold leaf's D, so nothing was written at any γ ≥ 1: on the demo
+  multi-round (100 sessions × 10 turns, Kimi-K3, DRAM 32 GB / SSD 256 GB) the shared 1,024-token
+  block had P ≈ 0.7, door open (value 6.6e-5 $ vs fee 1.4e-6 $) but M = 5e-14 $/B/s against the
+  cold states' D = 1e-15..2e-14 $/B/s (449 MB states idle 15–80 s), at every decision.
 - μ(t) keeps SSD writes on the budget TBW·t/T_target (`_estimators.WriteBudget`).
 
 A DRAM copy of an object that is also on SSD ("clean") costs nothing to evict and goes first.
@@ -491,20 +500,30 @@ class GandalfPolicy(Policy[GandalfParams]):
 
     # --- decisions ----------------------------------------------------------------------------
     @staticmethod
-    def _root_side_of(obj: Obj) -> Obj:
-        """The root-side end of the DRAM-only run above `obj` (the node a move may write)."""
+    def _run_of(obj: Obj) -> tuple[Obj, int]:
+        """The DRAM-only run from `obj` up to the SSD part (or the root): (its root-side end, the
+        node a move may write first; the run's bytes, `obj` included)."""
+        a: Segment
         if isinstance(obj, Segment):
             a = obj
+            nbytes = obj.nbytes
         else:
             assert isinstance(obj, State)
-            a = obj.seg
-            if not (a.tiers & DRAM and not a.tiers & SSD):
-                return obj
+            seg = obj.seg
+            if not (seg.tiers & DRAM and not seg.tiers & SSD):
+                return obj, obj.nbytes
+            a = seg
+            nbytes = obj.nbytes + seg.nbytes
         par = a.parent
         while par is not None and par.parent is not None and par.tiers & DRAM and not par.tiers & SSD:
             a = par
+            nbytes += a.nbytes
             par = a.parent
-        return a
+        return a, nbytes
+
+    def _root_side_of(self, obj: Obj) -> Obj:
+        """The root-side end of the DRAM-only run above `obj` (the node a move may write)."""
+        return self._run_of(obj)[0]
 
     def _move_price(self, obj: Obj) -> tuple[bool, float]:
         """(door open: value > fee, M = fee/(s·w)) of moving `obj`."""
@@ -584,6 +603,20 @@ class GandalfPolicy(Policy[GandalfParams]):
             self._decision = (best[1], True)
             return best[1]
         if drop is not None:
+            # the leaf about to be dropped may be worth moving itself (the paper weighs drop
+            # against move for the object evicted; s and w cancel: move iff its next hit is
+            # worth the fee). Under the prefix rule that move writes its whole DRAM-only run,
+            # root-side end first, so the fee is the run's. Without this only root-side nodes
+            # were priced, and where the root side is a hot shared prefix (w at its floor) their
+            # M never beat a cold leaf's D: nothing was written at any γ ≥ 1 (issue #11)
+            leaf = drop[1]
+            end, run_bytes = self._run_of(leaf)
+            if run_bytes <= ssd_cap:
+                f = move_cost(self.p.gamma, self.budget.mu(self.ctx.now_s), self.p_w, run_bytes,
+                              self.displaced_value(run_bytes - self.ctx.free_bytes(SSD)))
+                if vd(leaf, self.class_of(leaf))[0] > f:
+                    self._decision = (end, True)
+                    return end
             self._decision = (drop[1], False)
             return drop[1]
         if fallback is not None:

@@ -105,14 +105,17 @@ def test_gandalf_writes_several_times_less_at_gamma_0(request: pytest.FixtureReq
     assert g.token_miss_ratio <= lru.token_miss_ratio + max_extra_miss, (g.token_miss_ratio, lru.token_miss_ratio)
 
 
-def test_gandalf_gain_does_not_reproduce_on_mooncake(request: pytest.FixtureRequest) -> None:
-    """Reported, not hidden: on Mooncake Gandalf at γ = 0 writes about what LRU writes, and at
-    γ = 1 it writes nothing and misses clearly more."""
+def test_gandalf_gain_on_mooncake_needs_gamma_above_0(request: pytest.FixtureRequest) -> None:
+    """Reported, not hidden: on Mooncake Gandalf at γ = 0 writes about what LRU writes; the gain
+    comes with γ: at γ = 4 it writes under half of LRU's bytes at LRU's miss (first 3,000
+    requests: 789 vs 1,971 GB at 0.808 vs 0.809). Until issue #11 γ ≥ 1 wrote nothing here (only
+    root-side moves were priced, and the root side is a hot shared prefix)."""
     lru = run(request, "mooncake", "lru").summary
     g0 = run(request, "mooncake", "gandalf:gamma=0").summary
-    g1 = run(request, "mooncake", "gandalf:gamma=1").summary
+    g4 = run(request, "mooncake", "gandalf:gamma=4").summary
     assert g0.ssd_write_bytes > 0.8 * lru.ssd_write_bytes
-    assert g1.ssd_write_bytes == 0 and g1.token_miss_ratio > lru.token_miss_ratio + 0.05
+    assert 0 < g4.ssd_write_bytes < 0.5 * lru.ssd_write_bytes
+    assert g4.token_miss_ratio <= lru.token_miss_ratio + 0.005
 
 
 @pytest.mark.parametrize("case", SWEEP_CASES)

@@ -9,8 +9,12 @@ costs 16,000·p_w = $0.016 per γ to write: the break-even is γ = P (Gandalf, n
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
+from policies.base import Policy
 from policies.sim import SimConfig, Simulator, simulate
 from policies.tree import LINEAR, Obj
 from tests.policies.helpers import requests_table
@@ -23,6 +27,20 @@ def config(dram_blocks: int, ssd_blocks: int, state_bytes: int = 0) -> SimConfig
     return SimConfig(dram_bytes=dram_blocks * BLOCK * KV + 2 * state_bytes, ssd_bytes=ssd_blocks * BLOCK * KV,
                      kv_bytes_per_token=KV, state_bytes=state_bytes, chunk_tokens=BLOCK,
                      gpu_usd_per_hour=3.6, recompute_tokens_per_s=1.0, ssd_usd_per_tb_written=1e6)
+
+
+def record_admissions(pol: Policy, what: Callable[[Obj], Any]) -> list[tuple[Any, bool]]:
+    """Wrap `pol.admit_to_ssd`: every decision as (what(obj), written)."""
+    seen: list[tuple[Any, bool]] = []
+    orig = pol.admit_to_ssd
+
+    def checked(obj: Obj) -> bool:
+        write = orig(obj)
+        seen.append((what(obj), write))
+        return write
+
+    pol.admit_to_ssd = checked  # type: ignore[method-assign]
+    return seen
 
 
 def alternating(n: int) -> list[tuple[float, list[int]]]:
@@ -102,15 +120,7 @@ def test_oracle_promotes_iff_all_future_hits_beat_the_fee(gamma: float) -> None:
     sim = Simulator(config(1, 100), f"belady:gamma={gamma}")
     sim.set_future(reqs)
     pol = sim.policy
-    decided: list[tuple[int, bool]] = []
-    orig = pol.admit_to_ssd
-
-    def checked(obj: Obj) -> bool:
-        write = orig(obj)
-        decided.append((pol.future_hits(obj), write))  # type: ignore[attr-defined]
-        return write
-
-    pol.admit_to_ssd = checked  # type: ignore[method-assign]
+    decided = record_admissions(pol, pol.future_hits)  # type: ignore[attr-defined]
     sim.run_batch(reqs, 0)
     sim.finish()
     assert decided
@@ -127,3 +137,26 @@ def test_oracle_gamma_line_writes_less_as_gamma_grows() -> None:
     reqs = requests_table([(float(i), [k]) for i, k in enumerate(keys)])
     w = [simulate(reqs, config(1, 100), f"belady:gamma={g}").summary.ssd_write_bytes for g in (0, 1.5, 2.5, 8)]
     assert w == sorted(w, reverse=True) and w[0] > w[-1] == 0, w
+
+
+@pytest.mark.parametrize(("gamma", "writes"), [(0.25, True), (0.45, True), (1.0, False)])
+def test_gandalf_moves_a_cold_leaf_under_a_hot_shared_prefix(gamma: float, writes: bool) -> None:
+    """Issue #11: three sessions share block 0 and take turns on their own block (DRAM holds two
+    blocks), so the only root-side node is the hot block 0 (w at its 1 s floor) and every leaf
+    is cold (w = 20 s). Pricing only root-side moves, M = γ·p_w/1 s never beat a leaf's
+    D = P·p_w/20 s and nothing was written at any γ > 0.05. The leaf is weighed against its own
+    move, which writes its DRAM-only run (block 0 first): written iff P·n·c > γ·p_w·(run bytes),
+    so P > 2γ while block 0 is DRAM-only, P > γ once it is on SSD; P ≤ 1, so never at γ = 1."""
+    rows = [(10.0 * i, [0, 100 + i % 3]) for i in range(60)]
+    sim = Simulator(config(2, 100), f"gandalf:gamma={gamma}")
+    seen = record_admissions(sim.policy, lambda obj: obj.start)  # type: ignore[attr-defined]
+    sim.run_batch(requests_table(rows), 0)
+    s = sim.finish().summary
+    assert (s.ssd_write_bytes > 0) == writes, (s.ssd_write_bytes, seen[-6:])
+    if writes:
+        # the shared block went first (the prefix rule), then a session's own block; with the
+        # third session's block on SSD the three fit (later at γ = 0.45: P must reach 2γ = 0.9)
+        assert seen[[w for _, w in seen].index(True)][0] == 0
+        assert s.ssd_write_bytes == 2 * BLOCK * KV
+        assert s.token_miss_ratio < simulate(requests_table(rows), config(2, 100),
+                                             "gandalf:gamma=1").summary.token_miss_ratio - 0.25
