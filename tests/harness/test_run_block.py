@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,9 +22,18 @@ pytestmark = [
 ]
 
 
-def test_run_on_a_loop_device_with_capture(tmp_path: Path) -> None:
+@pytest.fixture
+def drive_img(tmp_path: Path) -> Iterator[Path]:
+    """The loop device's backing file: the runs write up to 1 GiB into it, so it is removed
+    after the test (pytest keeps its last temporary folders, and the disk is shared)."""
+    path = tmp_path / "drive.img"
+    yield path
+    path.unlink(missing_ok=True)
+
+
+def test_run_on_a_loop_device_with_capture(tmp_path: Path, drive_img: Path) -> None:
     out = tmp_path / "run"
-    with loop_device(tmp_path / "drive.img", 1 << 30) as dev:
+    with loop_device(drive_img, 1 << 30) as dev:
         res = CliRunner().invoke(app, [
             "run", "-o", str(out), "--device", f"block:{dev}", "--tracer", "auto",
             "--policy", "lru", "--policy", "type-aware", "--param", "sessions=3", "--param", "turns=3",
@@ -59,7 +69,7 @@ def test_run_on_a_loop_device_with_capture(tmp_path: Path) -> None:
     assert "eBPF capture by bcc" in html or "eBPF capture by bpftrace" in html     # says which tracer ran
 
 
-def test_the_run_help_loop_device_example_runs_as_written(tmp_path: Path) -> None:
+def test_the_run_help_loop_device_example_runs_as_written(tmp_path: Path, drive_img: Path) -> None:
     """`kvwear run --help`'s loop device example, with /dev/loop7 the loop device this test makes (1 GiB,
     sparse) and its run directory under tmp_path: no --ssd, so the SSD tier is the device's capacity."""
     import re
@@ -73,7 +83,7 @@ def test_the_run_help_loop_device_example_runs_as_written(tmp_path: Path) -> Non
     argv = shlex.split(line)[2:]
     assert "--ssd" not in argv and argv[argv.index("-o") + 1] == "runs/loop"
     out = tmp_path / "runs" / "loop"
-    with loop_device(tmp_path / "drive.img", 1 << 30) as dev:
+    with loop_device(drive_img, 1 << 30) as dev:
         argv = [a.replace("/dev/loop7", dev) for a in argv]
         argv[argv.index("-o") + 1] = str(out)
         res = CliRunner().invoke(app, ["run", *argv])
