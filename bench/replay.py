@@ -38,11 +38,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from harness import fio as fiolib
 from harness.capture import TracerUnavailable, kernel_dev_t, open_tracer
+from harness.devices import fio_runner as fiolib
 from harness.devices.base import DeviceSpec
 from harness.devices.fio import FioDevice, loop_device
-from harness.fio_iolog import export_iolog_v3
+from harness.devices.fio_iolog import export_iolog_v3
 from harness.schema import BLOCK_OPS
 from kvwear.units import format_bytes, parse_size
 

@@ -36,7 +36,7 @@ the guest hangs after "Probing EDD"), so `kvm` is used only when asked for, and 
 only if a probe boot under KVM reaches `ready` (`kvm_works`; here it answers False in 0.1 s).
 
 This module launches processes and moves bytes; it does not interpret SMART or fio output
-(harness.wear, harness.fio do) and never touches a disk it was not given.
+(harness.wear, harness.devices.fio_runner do) and never touches a disk it was not given.
 """
 
 from __future__ import annotations

@@ -59,9 +59,9 @@ def _check_workload(cfg: RunConfig) -> None:
 
 def _check_device(cfg: RunConfig) -> None:
     from harness.devices.base import DEVICES
+    from harness.devices.safety import check_block_device, check_file_target
     from harness.exclusive import block_identity, check_free, device_lock_path, file_identity
     from harness.run import device_capacity, device_spec
-    from harness.safety import check_block_device, check_file_target
 
     kind, target = cfg.device.kind, cfg.device.target
     DEVICES.get(kind)

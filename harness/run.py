@@ -275,7 +275,7 @@ def fixed_device_bytes(cfg: RunConfig) -> int | None:
     qemu, which the run creates or grows to the capacity it needs)."""
     d = cfg.device
     if d.kind == "block":
-        from harness.identity import path_identity
+        from harness.devices.identity import path_identity
 
         if not d.target:
             raise KvwearError("device block needs a path: block:/dev/X")
@@ -672,7 +672,7 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, An
     extra = device.get("extra") or {}
     if int(plan.get("trim_bytes", 0)) and not extra.get("trims_skipped"):
         # The plan's trims reached the backend: what it issued, or, deferring them, what it read
-        # from the plan (harness.deferred_trims: of those, the units rewritten later in their
+        # from the plan (harness.devices.deferred_trims: of those, the units rewritten later in their
         # segment are not issued); eBPF then checks the issued bytes.
         issued = int(device.get("trim_bytes") or 0)
         tool = device.get("tool") or cfg.device.kind

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from harness.safety import FILE_MARKER_XATTR
+from harness.devices.safety import FILE_MARKER_XATTR
 from kvwear.errors import KvwearError
 from kvwear.registry import Registry
 
@@ -76,7 +76,7 @@ ReplayProgress = Callable[[int, int], None]
 
 def mark_created(path: str | Path) -> None:
     """Mark a file target or drive image as kvwear's (created by it, or confirmed to overwrite), so
-    later runs write to it without a confirmation (harness.safety.check_file_target). A filesystem
+    later runs write to it without a confirmation (harness.devices.safety.check_file_target). A filesystem
     without user extended attributes leaves it unmarked."""
     with contextlib.suppress(OSError):
         os.setxattr(path, FILE_MARKER_XATTR, b"1")

@@ -2,8 +2,8 @@
 
 `file:PATH` writes into a regular file (created at `capacity_bytes` if absent, and marked as
 kvwear's; an existing non-empty file kvwear did not create is refused unless confirmed:
-harness.safety.check_file_target); `block:/dev/X` writes to a block device (a loop device, a raw
-NVMe namespace) after `harness.safety` has accepted it. From the checks to `close()` the backend
+harness.devices.safety.check_file_target); `block:/dev/X` writes to a block device (a loop device, a raw
+NVMe namespace) after `harness.devices.safety` has accepted it. From the checks to `close()` the backend
 holds the device exclusively (harness.exclusive: a lock keyed by the device's identity, and
 O_EXCL on a block device). Both turn the plan into a fio iolog v3 file, replay it with `replay_redirect` to the
 target (libaio or io_uring, `iodepth`, as fast as possible or timed), keep fio's job file and
@@ -13,10 +13,10 @@ satisfied.
 
 Never issues I/O outside [0, capacity_bytes): the plan is validated before fio starts, and
 preconditioning jobs are bounded by `size=capacity_bytes`. This module does not parse fio's
-output (harness.fio does) or decide what is safe (harness.safety does).
+output (harness.devices.fio_runner does) or decide what is safe (harness.devices.safety does).
 
 TRIM: a fio that replays iolog trims gets them in the iolog. Older ones (Debian 12's 3.33 drops
-them) get the plan in segments (harness.deferred_trims): fio plays a segment's reads and writes,
+them) get the plan in segments (harness.devices.deferred_trims): fio plays a segment's reads and writes,
 then this backend issues the segment's trims itself — BLKDISCARD on a block device, a punched
 hole (what fio does for a file) on a file, `iodepth` at a time — so the device still sees every
 trim the plan's end states need, each at most one segment late. A segment ends after
@@ -60,8 +60,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from harness import fio as fiolib
-from harness.deferred_trims import DEFAULT_SEGMENT_OPS, device_segments, trim_accounting
+from harness.devices import fio_runner as fiolib
 from harness.devices.base import (
     DEVICES,
     DeviceIdentity,
@@ -71,10 +70,11 @@ from harness.devices.base import (
     mark_created,
     option_flag,
 )
+from harness.devices.deferred_trims import DEFAULT_SEGMENT_OPS, device_segments, trim_accounting
+from harness.devices.fio_iolog import export_iolog_v3
+from harness.devices.identity import path_identity
+from harness.devices.safety import DeviceFacts, check_block_device, check_file_target, loop_serial
 from harness.exclusive import claim_block_device, claim_file
-from harness.fio_iolog import export_iolog_v3
-from harness.identity import path_identity
-from harness.safety import DeviceFacts, check_block_device, check_file_target, loop_serial
 from kvwear.errors import KvwearError
 from kvwear.units import parse_size
 
@@ -287,7 +287,7 @@ class FioDevice:
             progress(1, 1)
         stat_after = self._diskstats()
         s = run.summary
-        # fio 3.33 leaves the last iodepth-1 completions out of io_bytes (module doc of harness.fio).
+        # fio 3.33 leaves the last iodepth-1 completions out of io_bytes (module doc of harness.devices.fio_runner).
         write_bytes, read_bytes, trim_bytes = fiolib.issued_log_bytes(
             s, log, str(run.json_path), iodepth=self.iodepth, max_io_bytes=fiolib.plan_max_length(plan))
         return ReplayResult(

@@ -12,10 +12,10 @@ its own memory, so every replay starts on an empty FTL (one FEMU process per rep
 SMART counters (host / GC-relocated 4 KiB pages) give `nand_write_bytes` and `waf` exactly.
 
 Each replay boots one guest (emulator.guest.run_guest): the plan becomes a fio iolog v3
-(harness.fio_iolog.export_iolog_v3), fio replays it on /dev/nvme0n1 with direct I/O. A plan that
+(harness.devices.fio_iolog.export_iolog_v3), fio replays it on /dev/nvme0n1 with direct I/O. A plan that
 places writes on placement handles (`[replay] placement` other than none, some write on a handle
 > 0) is played instead by kvwear's directive-write tool kvwear-dw (emulator/kvwear_dw.c, plan
-format harness.directive_plan) with each write's handle in its data placement directive, on a
+format harness.devices.directive_plan) with each write's handle in its data placement directive, on a
 drive with NVMe Flexible Data Placement on (emulator.guest.FdpConfig; `fdp_nruh` handles, default
 the plan's largest handle + 1): stock QEMU ≥ 8.0 (`nvme-subsys` with `fdp`) or a FEMU build with
 `femu-subsys`. The tool plays trims itself (Dataset Management), so no deferred segments. Before and
@@ -54,7 +54,7 @@ deleted when the device closes (the device stage ends, finished or failed) unles
 A FEMU drive keeps its data in FEMU's memory and has no image.
 
 This module never writes outside the drive image it created (or was pointed at as a regular
-file) and never parses tool output itself (harness.fio, harness.wear, harness.identity do).
+file) and never parses tool output itself (harness.devices.fio_runner, harness.wear, harness.devices.identity do).
 """
 
 from __future__ import annotations
@@ -87,8 +87,7 @@ from emulator.guest import (
     run_guest,
     supports_fdp,
 )
-from harness import fio as fiolib
-from harness.deferred_trims import DEFAULT_SEGMENT_OPS, PlanSegment, device_segments, trim_accounting
+from harness.devices import fio_runner as fiolib
 from harness.devices.base import (
     DEVICES,
     DeviceIdentity,
@@ -98,13 +97,14 @@ from harness.devices.base import (
     mark_created,
     option_flag,
 )
+from harness.devices.deferred_trims import DEFAULT_SEGMENT_OPS, PlanSegment, device_segments, trim_accounting
+from harness.devices.directive_plan import DwReport, encode_plan, parse_report
 from harness.devices.fio import ROOM_FIX, check_host_room, plan_written_bytes, remove_created
-from harness.directive_plan import DwReport, encode_plan, parse_report
+from harness.devices.fio_iolog import export_iolog_v3
+from harness.devices.identity import identity_from_nvme, parse_id_ctrl_json, parse_id_ns_json
+from harness.devices.safety import check_file_target
 from harness.exclusive import claim_file
-from harness.fio_iolog import export_iolog_v3
-from harness.identity import identity_from_nvme, parse_id_ctrl_json, parse_id_ns_json
 from harness.placement import plan_handles, plan_write_bytes_by_handle
-from harness.safety import check_file_target
 from harness.wear._decode import hexdump
 from harness.wear.fdp import parse_fdp_stats_binary, parse_ruh_status_binary
 from harness.wear.femu import (
@@ -409,7 +409,7 @@ class GuestDevice:
                 files["job.env"] = b"KVWEAR_FDP=1\nKVWEAR_ENDGID=1\n"
         elif deferred:
             # The guest's fio drops iolog trims: per segment, fio plays the reads and writes and
-            # the guest's blkdiscard then issues the trims (harness.deferred_trims).
+            # the guest's blkdiscard then issues the trims (harness.devices.deferred_trims).
             segments, settings = device_segments(plan, capacity_bytes=self._capacity, block_bytes=BLOCK_BYTES,
                                                  max_ops=self.trim_segment_ops, max_bytes=self.trim_segment_bytes)
             files, lines = {}, []

@@ -53,7 +53,7 @@ from kvwear.errors import InputError
 
 if TYPE_CHECKING:
     from harness.devices.base import DeviceIdentity
-    from harness.identity import ControllerId
+    from harness.devices.identity import ControllerId
 
 FEMU_PAGE_BYTES = 4096
 WAF_OFFSET, HOST_PAGES_OFFSET, GC_PAGES_OFFSET = 192, 200, 208
@@ -196,7 +196,7 @@ def sample_from_femu(log_bytes: bytes, source: str = "nvme smart-log -o binary")
 
 
 def _require_femu(device_path: str, runner: CommandRunner, what: str) -> None:
-    from harness.identity import parse_id_ctrl_json  # late: harness.identity imports this package
+    from harness.devices.identity import parse_id_ctrl_json  # late: harness.devices.identity imports this package
 
     argv = ["nvme", "id-ctrl", device_path, "-o", "json"]
     ctrl = parse_id_ctrl_json(runner(argv), " ".join(argv))

@@ -15,12 +15,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from harness import fio as fiolib
 from harness.capture import TRACERS, TracerUnavailable, kernel_dev_t, open_tracer
 from harness.capture.auto import AutoTracer
 from harness.capture.base import CaptureResult, classify_rwbs, parse_fdinfo_misses
 from harness.capture.bcc import EVENT_DTYPE, NO_LATENCY, BccTracer, events_to_table
 from harness.capture.bpftrace import parse_bpftrace_output
+from harness.devices import fio_runner as fiolib
 from harness.devices.base import DeviceSpec
 from harness.devices.fio import FioDevice, loop_device
 from harness.schema import BLOCK_OPS, BLOCK_TRACE

@@ -1,4 +1,4 @@
-"""harness.deferred_trims: segments keep every read and write in order, and after each segment
+"""harness.devices.deferred_trims: segments keep every read and write in order, and after each segment
 the device holds exactly the trimmed/written state the plan in its own order leaves."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.deferred_trims import segment_plan
+from harness.devices.deferred_trims import segment_plan
 from harness.schema import BLOCK_OPS
 from kvwear.errors import KvwearError
 

@@ -1,4 +1,4 @@
-"""harness.directive_plan: the kvwear-dw plan encoder and report parser, and the C tool itself
+"""harness.devices.directive_plan: the kvwear-dw plan encoder and report parser, and the C tool itself
 (emulator/kvwear_dw.c, compiled here with the host's gcc as build-guest.sh does) reading what the
 encoder wrote: its dry run (-n) counts exactly the plan's bytes per op and per handle."""
 
@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from emulator.guest import DW_SOURCE, GuestError, GuestImage, dw_stamp_line, require_dw_tool
-from harness.directive_plan import (
+from harness.devices.directive_plan import (
     HEADER,
     PLAN_MAGIC,
     PLAN_VERSION,

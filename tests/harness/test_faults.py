@@ -23,9 +23,9 @@ import pytest
 
 from harness.devices.base import DeviceSpec
 from harness.devices.fio import FioDevice, loop_device
+from harness.devices.safety import backup_gpt_at_end, check_block_device
 from harness.exclusive import BusyError
 from harness.run import FAULT_DROP_EVENTS_ENV, accounting_faults
-from harness.safety import backup_gpt_at_end, check_block_device
 from harness.sweep import ResultsStore, SweepProgress, load_sweep, plan_sweep, run_sweep
 from kvwear.errors import SafetyError
 

@@ -1,4 +1,4 @@
-"""harness.fio: the JSON parser on recorded fio 3.33 reports, job/iolog builders, plan validation,
+"""harness.devices.fio_runner: the JSON parser on recorded fio 3.33 reports, job/iolog builders, plan validation,
 and real fio runs on files in a temp dir (fio is installed here; no root needed)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from harness import fio as fiolib
-from harness.fio_iolog import export_iolog_v3
+from harness.devices import fio_runner as fiolib
+from harness.devices.fio_iolog import export_iolog_v3
 from harness.schema import BLOCK_OPS
 from kvwear.errors import InputError
 

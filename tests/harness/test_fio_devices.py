@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from harness import fio as fiolib
+from harness.devices import fio_runner as fiolib
 from harness.devices.base import DEVICES, DeviceSpec
 from harness.devices.fio import FioDevice, loop_device
 from harness.schema import BLOCK_OPS
@@ -209,6 +209,6 @@ def test_block_backend_runs_the_safety_check(tmp_path: Path) -> None:
         subprocess.run(["mkfs.ext4", "-q", "-F", devpath], check=True, capture_output=True)
         with pytest.raises(SafetyError, match="ext4 filesystem"):
             FioDevice(DeviceSpec("block", devpath), tmp_path)
-        from harness.safety import loop_serial
+        from harness.devices.safety import loop_serial
         dev = FioDevice(DeviceSpec("block", devpath, options={"confirm_serial": loop_serial(devpath)}), tmp_path)
         assert dev.identity().extra["safety_problems_overridden"]

@@ -11,8 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from harness.fio import parse_fio_json
-from harness.fio_iolog import export_iolog_v3
+from harness.devices.fio_iolog import export_iolog_v3
+from harness.devices.fio_runner import parse_fio_json
 from harness.replay import ReplayConfig, plan_block_ops
 from harness.schema import BLOCK_OPS
 from kvwear.errors import InputError

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.identity import (
+from harness.devices.identity import (
     identity_from_nvme,
     identity_from_nvme_list,
     identity_from_smartctl,

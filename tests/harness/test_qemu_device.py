@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from emulator.guest import FemuGeometry, GuestImage, GuestNotBuiltError, build_guest
-from harness import fio as fiolib
+from harness.devices import fio_runner as fiolib
 from harness.devices.base import DEVICES, DeviceSpec, ReplayResult, open_device
 from harness.devices.qemu import GuestDevice, femu_deltas, host_observation_note, smart_deltas
 from harness.schema import BLOCK_OPS

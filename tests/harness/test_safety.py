@@ -1,4 +1,4 @@
-"""harness.safety: pure parsers and verdicts, then real loop devices this test creates over files
+"""harness.devices.safety: pure parsers and verdicts, then real loop devices this test creates over files
 in its temp dir (blank: accepted; ext4: refused, accepted with the right serial, refused with a
 wrong one; mounted: refused; partitioned: refused). Every loop device is detached on teardown."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.devices.fio import loop_device
-from harness.safety import (
+from harness.devices.safety import (
     DeviceFacts,
     assess,
     check_block_device,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.identity import path_identity
+from harness.devices.identity import path_identity
 from harness.schema import WEAR
 from harness.wear._decode import ReaderUnavailable
 from harness.wear.base import READERS, WearSample, run_command
