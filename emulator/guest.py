@@ -273,7 +273,7 @@ class FemuGeometry:
                               f"valid: {', '.join(sorted(known))}")
         kwargs: dict[str, int] = {}
         for k, v in options.items():
-            if isinstance(v, bool) or not isinstance(v, int | str):
+            if isinstance(v, bool) or not isinstance(v, int | str) or not str(v).strip().lstrip("+-").isdigit():
                 raise KvwearError(f"{source}.{k}: expected an integer, got {v!r}")
             kwargs[k] = int(v)
         return cls(**kwargs)

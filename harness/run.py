@@ -25,11 +25,12 @@ import json
 import math
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -38,7 +39,7 @@ import pyarrow.parquet as pq
 
 from emulator.ftl import FtlConfig
 from harness.config import DEFAULT_SSD_BYTES, RunConfig
-from harness.devices.base import DeviceSpec, ReplayResult, open_device
+from harness.devices.base import Backend, DeviceSpec, ReplayResult, backend, open_device
 from harness.estimate import (
     HOST_BYTES_REL_TOL,
     LIFETIME_REL_TOL,
@@ -254,35 +255,35 @@ CAPACITY_HEADROOM = 1.05
 
 
 def device_capacity(cfg: RunConfig) -> int:
-    """The exposed capacity the plan is laid out on: the configured one, FEMU's devsz_mb (femu, or sim
-    with geometry=femu), else the (scaled) SSD tier plus 5% for the 4 KiB rounding of objects,
-    rounded up to the alignment. Call it on a config `size_tiers` resolved."""
+    """The exposed capacity the plan is laid out on: the configured one, the whole device where the
+    backend fixes it (`FixedCapacity.whole`: FEMU's devsz_mb, on femu or sim with geometry=femu),
+    else the (scaled) SSD tier plus 5% for the 4 KiB rounding of objects, rounded up to the
+    alignment. Call it on a config `size_tiers` resolved."""
     a = cfg.replay.align_bytes
-    if not cfg.device.capacity_bytes and cfg.device.kind == "femu":
-        return int(_femu_geometry(cfg).devsz_mb) << 20
-    opts = cfg.device.options
-    if not cfg.device.capacity_bytes and cfg.device.kind == "sim" and opts.get("geometry") == "femu" \
-            and "devsz_mb" in opts:
-        return int(opts["devsz_mb"]) << 20        # the sim backend refuses any other capacity
+    if not cfg.device.capacity_bytes:
+        fixed = device_backend(cfg).fixed_capacity(device_spec(cfg, None))
+        if fixed is not None and fixed.whole:
+            return fixed.exposed_bytes
     ssd = cfg.tiers.ssd_bytes or DEFAULT_SSD_BYTES
     cap = cfg.device.capacity_bytes or int(ssd * cfg.workload.sample_fraction * CAPACITY_HEADROOM)
     return max(a, -(-cap // a) * a)
 
 
-def fixed_device_bytes(cfg: RunConfig) -> int | None:
-    """The size of a device the run cannot size itself — a block device, a femu drive (devsz_mb),
-    the sim FTL with FEMU geometry and devsz_mb — or None (sim, and the backing files of file: and
-    qemu, which the run creates or grows to the capacity it needs)."""
-    d = cfg.device
-    if d.kind == "block":
-        from harness.devices.identity import path_identity
+def device_backend(cfg: RunConfig) -> type[Backend]:
+    """The configured device's backend (its capabilities and hooks; unknown kinds list the valid ones)."""
+    return backend(cfg.device.kind)
 
-        if not d.target:
-            raise KvwearError("device block needs a path: block:/dev/X")
-        return int(path_identity(d.target).capacity_bytes or 0)
-    if d.kind == "femu" or (d.kind == "sim" and d.options.get("geometry") == "femu" and "devsz_mb" in d.options):
-        return device_capacity(dataclasses.replace(cfg, device=dataclasses.replace(d, capacity_bytes=0)))
-    return None
+
+def fixed_device_bytes(cfg: RunConfig) -> int | None:
+    """The size of a device the run cannot size itself (`Backend.fixed_capacity`: a block device,
+    a femu drive's devsz_mb, the sim FTL with FEMU geometry and devsz_mb), or None (sim, and the
+    backing files of file: and qemu, which the run creates or grows to the capacity it needs).
+    The options are parsed first: a mistyped one is refused before the device is looked at."""
+    b = device_backend(cfg)
+    spec = device_spec(cfg, None)
+    b.params(spec)
+    fixed = b.fixed_capacity(spec)
+    return None if fixed is None else fixed.exposed_bytes
 
 
 @dataclass(frozen=True)
@@ -388,8 +389,9 @@ def plan_death_summary(block_ops: pa.Table, capacity: int) -> DeathSummary:
     return death_summary(codes, first, npages, -(-capacity // PAGE_BYTES))
 
 
-def device_spec(cfg: RunConfig, capacity: int) -> DeviceSpec:
-    """The backend's spec: the configured options plus the confirmations given as flags."""
+def device_spec(cfg: RunConfig, capacity: int | None) -> DeviceSpec:
+    """The backend's spec: the configured options plus the confirmations given as flags (capacity
+    None: the device's own size, for the hooks asked before the run has sized it)."""
     confirm = {k: v for k, v in (("confirm_serial", cfg.device.confirm_serial),
                                  ("confirm_overwrite", cfg.device.confirm_overwrite)) if v}
     return DeviceSpec(kind=cfg.device.kind, target=cfg.device.target, capacity_bytes=capacity,
@@ -401,7 +403,7 @@ def _capture(cfg: RunConfig, device_path: str, out_dir: Path) -> Iterator[dict[s
     """eBPF capture around the replay when configured; yields a dict filled on exit."""
     info: dict[str, Any] = {}
     # Only a block device has a dev_t of its own; a file's dev_t is its whole filesystem.
-    if cfg.capture.tracer == "none" or cfg.device.kind != "block":
+    if cfg.capture.tracer == "none" or not device_backend(cfg).capabilities.block_tracer:
         yield info
         return
     from harness.capture import kernel_dev_t, open_tracer
@@ -498,10 +500,12 @@ def _placement(cfg: RunConfig) -> PlacementConfig:
 
 
 def _placement_device_options(cfg: RunConfig) -> dict[str, Any]:
-    """The embedded FTL gets as many reclaim unit handles as the placement uses (unless the
-    options name `ruh`); the other backends cannot carry handles (fio 3.33's iolog has none)."""
+    """A backend with a handle-count option (the embedded FTL's `ruh`) gets as many handles as the
+    placement uses (unless the options name it); the others size their handles from the plan
+    (qemu/femu) or cannot carry them (fio 3.33's iolog has none)."""
     n = _placement(cfg).handles
-    return {"ruh": n} if cfg.device.kind == "sim" and n > 1 else {}
+    opt = device_backend(cfg).capabilities.handle_count_option
+    return {opt: n} if opt and n > 1 else {}
 
 
 def placement_result(plan: dict[str, Any], device: dict[str, Any], measured_waf: float | None) -> tuple[
@@ -551,15 +555,11 @@ def _write_parquet(table: pa.Table, path: Path) -> None:
 
 
 def wear_readers(cfg: RunConfig) -> list[str]:
-    """Wear readers to snapshot around a replay: the configured ones, else for a block device
-    psutil's disk counters plus the NVMe logs when it is an NVMe namespace."""
+    """Wear readers to snapshot around a replay: the configured ones, else the backend's defaults
+    (a block device: psutil's disk counters plus the NVMe logs when it is an NVMe namespace)."""
     if cfg.capture.wear_readers:
         return list(cfg.capture.wear_readers)
-    if cfg.device.kind != "block":
-        return []
-    name = Path(cfg.device.target).name
-    nvme = ["nvme-smart-binary", "smartctl", "ocp-c0", "intel-ca", "fdp"] if name.startswith("nvme") else []
-    return ["psutil", *nvme]
+    return list(device_backend(cfg).default_wear_readers(device_spec(cfg, None)))
 
 
 # -- estimate -----------------------------------------------------------------------------------
@@ -576,26 +576,10 @@ def duw_check(plan_bytes: int, duw_delta: int, source: str) -> Check:
     return dataclasses.replace(c, passed=c.passed or lo < plan_bytes < hi or (duw_delta == 0 and plan_bytes == 0))
 
 
-def _femu_geometry(cfg: RunConfig) -> Any:
-    from emulator.guest import FemuGeometry
-
-    opts = dict(cfg.device.options)
-    femu = dict(opts.get("femu", {}))
-    femu.update({k.removeprefix("femu."): v for k, v in opts.items() if k.startswith("femu.")})
-    return FemuGeometry.from_options(femu, "device.options.femu")
-
-
 def device_ftl_config(cfg: RunConfig, capacity: int) -> FtlConfig | None:
-    """The FTL geometry of the device when kvwear knows it (`sim`, and `femu` from its -device
-    parameters); None for files, block devices and stock QEMU."""
-    if cfg.device.kind == "sim":
-        from harness.devices.sim import ftl_config_from_spec
-
-        spec = DeviceSpec("sim", "", capacity, {**_placement_device_options(cfg), **dict(cfg.device.options)})
-        return ftl_config_from_spec(spec)
-    if cfg.device.kind == "femu":
-        return cast(FtlConfig, _femu_geometry(cfg).ftl_config())
-    return None
+    """The FTL geometry of the device when kvwear knows it (`Backend.ftl_config`: `sim`, and `femu`
+    from its -device parameters); None for files, block devices and stock QEMU."""
+    return device_backend(cfg).ftl_config(device_spec(cfg, capacity))
 
 
 def uniform_waf(cfg: RunConfig, capacity: int) -> tuple[float, str]:
@@ -605,7 +589,8 @@ def uniform_waf(cfg: RunConfig, capacity: int) -> tuple[float, str]:
     ftl = device_ftl_config(cfg, capacity)
     if ftl is None:
         return 1.0, "assumed-1 (no FTL geometry)"
-    where = " (FEMU geometry)" if cfg.device.kind == "femu" else ""
+    note = device_backend(cfg).capabilities.geometry_note
+    where = f" ({note})" if note else ""
     return ftl_predicted_waf(ftl), f"uniform random, Lambert W{where}"
 
 
@@ -626,26 +611,13 @@ def plan_workload_waf(cfg: RunConfig, rd: RunDir, label: str, plan: dict[str, An
 
 
 def emulator_waf(cfg: RunConfig, rd: RunDir, label: str) -> float | None:
-    """For a `femu` device: the embedded FTL with FEMU's geometry and GC thresholds plays the same
-    plan (after the same sequential fill when the device preconditions) and predicts its WAF."""
-    if cfg.device.kind != "femu":
+    """For a device with an FTL twin (`Capabilities.ftl_twin`: femu), the WAF the embedded FTL
+    predicts playing the same plan on its geometry (Backend.twin_waf); else None."""
+    b = device_backend(cfg)
+    if not b.capabilities.ftl_twin:
         return None
-    from emulator.ftl import OP_WRITE, Ftl
-    from harness.devices.sim import plan_to_requests
-
-    ftl_cfg = _femu_geometry(cfg).ftl_config()
     plan = read_table(BLOCK_OPS, rd.stage_dir("replay", label) / "block_ops.parquet")
-    codes, first, npages = plan_to_requests(plan, ftl_cfg.page_bytes, ftl_cfg.exposed_bytes)
-    ftl = Ftl(ftl_cfg)
-    if str(cfg.device.options.get("precondition", "none")) == "fill":
-        n = ftl_cfg.exposed_bytes // ftl_cfg.page_bytes
-        per_io = (128 << 10) // ftl_cfg.page_bytes          # the guest's fill: 128 KiB sequential writes
-        starts = np.arange(0, n, per_io, dtype=np.int64)
-        ftl.apply_ops(np.full(starts.size, OP_WRITE, dtype=np.int8), starts,
-                      np.minimum(per_io, n - starts).astype(np.int64))
-    before = ftl.counters()
-    ftl.apply_ops(codes, first, npages)
-    return float(ftl.counters().minus(before).waf)
+    return b.twin_waf(device_spec(cfg, None), plan)
 
 
 def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, Any], plan: dict[str, Any],
@@ -792,14 +764,19 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, An
         "cost_recompute_per_1k": summary["gpu_usd"] / n * 1000.0,
         "cost_wear_per_1k": summary["ssd_wear_usd"] / n * 1000.0,
         "cost_per_1k": summary["cost_per_1k_requests_usd"],
-        # Accounting failures are faults; model failures are findings (estimate.Check).
-        "accounting_checks_passed": sum(c.passed for c in checks if c.kind == "accounting"),
-        "accounting_checks_total": sum(c.kind == "accounting" for c in checks),
-        "model_checks_passed": sum(c.passed for c in checks if c.kind == "model"),
-        "model_checks_total": sum(c.kind == "model" for c in checks),
+        **check_tally(checks),
     }
     rd.mark_done(f"estimate/{label}")
     return PolicyOutcome(label=label, row=row, checks=check_rows)
+
+
+def check_tally(checks: Iterable[Check]) -> dict[str, int]:
+    """A results row's `accounting_checks_passed/total` and `model_checks_passed/total`.
+    Accounting failures are faults; model failures are findings (estimate.Check); reference
+    checks are not counted."""
+    by = Counter((c.kind, c.passed) for c in checks)
+    return {f"{cat}_checks_{what}": n for cat in ("accounting", "model")
+            for what, n in (("passed", by[cat, True]), ("total", by[cat, True] + by[cat, False]))}
 
 
 # -- the run ------------------------------------------------------------------------------------

@@ -50,6 +50,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from harness.config import DEFAULT_SSD_BYTES, RunConfig, config_from_mapping, read_toml
+from harness.devices.base import backend
 from harness.rundir import write_json
 from kvwear.children import set_pdeathsig
 from kvwear.errors import InputError, KvwearError
@@ -156,6 +157,10 @@ def plan_sweep(data: Mapping[str, Any], source: str = "<sweep>") -> SweepPlan:
         if k not in {"replay", "drive_resource"}:
             raise InputError(source, None, f"sweep.{k}", "unknown option; valid: drive_resource, replay")
     base = config_from_mapping(base_d, source)
+    try:
+        drive = backend(base.device.kind)         # its capabilities: fixed size, a drive to share
+    except KvwearError as exc:
+        raise InputError(source, None, "base.device.kind", str(exc)) from None
 
     def axis(name: str, default: list[Any]) -> list[Any]:
         v = grid.get(name, default)
@@ -172,7 +177,7 @@ def plan_sweep(data: Mapping[str, Any], source: str = "<sweep>") -> SweepPlan:
                 raise InputError(source, None, "grid.capacities", f"expected {{dram=…, ssd=…}}, got {c!r}")
     else:
         # no SSD tier: the default one, except on a device of fixed size (each point's run sizes it)
-        ssd = base.tiers.ssd_bytes or (0 if base.device.kind in ("block", "femu") else DEFAULT_SSD_BYTES)
+        ssd = base.tiers.ssd_bytes or (0 if drive.capabilities.fixed_size else DEFAULT_SSD_BYTES)
         caps = [{"dram": d, "ssd": s} for d, s in itertools.product(
             axis("dram", [base.tiers.dram_bytes]), axis("ssd", [ssd]))]
     from policies.base import resolve_spec
@@ -220,7 +225,7 @@ def plan_sweep(data: Mapping[str, Any], source: str = "<sweep>") -> SweepPlan:
         seen.add(key)
         axes = {"trace": trace, "model": model, "dram_bytes": cfg.tiers.dram_bytes,
                 "ssd_bytes": cfg.tiers.ssd_bytes, "policy": pol}
-        needs_drive = replay and resource and cfg.device.kind in {"block", "file", "qemu", "femu"}
+        needs_drive = replay and resource and drive.capabilities.drive_resource
         points.append(SweepPoint(key=key, config=cfg, axes=axes, resource=resource if needs_drive else ""))
     return SweepPlan(name=base.name, points=tuple(points), replay=replay)
 

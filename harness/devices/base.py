@@ -1,25 +1,46 @@
-"""The device-backend plugin family: one interface, a registry by name.
+"""The device-backend plugin family: one interface, typed options, capabilities, a registry by name.
 
 A backend plays a `block_ops` plan (harness.schema.BLOCK_OPS) on one device and reports what it
 issued; it can snapshot the device's wear counters. Backends: `sim` (the embedded FTL emulator),
 `file:PATH`, `block:/dev/X`, `qemu`, `femu`. A backend must never issue I/O outside
 [0, capacity_bytes) and must run its safety checks in `open`.
+
+Each backend is a `Backend` subclass in its own module, registered in DEVICES by name (adding a
+backend = its module + one line in DEVICES' module list), in the spirit of fio's `ioengine_ops`:
+- `Params`: a frozen dataclass of its options, parsed from `DeviceSpec.options` (the
+  `--device-option k=v` / `[device] options` mapping) by the one parser here, `DeviceParams.parse`:
+  the field's type says how a value is read (text from the command line is accepted), its metadata
+  the range; an unknown name is refused with the valid ones. Every backend that preconditions uses
+  the one vocabulary `Precondition` (none | fill | steady), each accepting the ones it can do.
+- `capabilities`: a frozen `Capabilities` record of what the orchestrator may ask of it without
+  opening it (can eBPF trace it, does it hold a drive, is its size its own, …);
+- hook class methods for what depends on the spec (its size before opening, its FTL geometry, an
+  FTL twin's WAF, its default wear readers, its static checks).
+harness.run, harness.sweep and harness.preflight ask these instead of testing backend names.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import math
 import os
+import types
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, get_args, get_origin, get_type_hints
 
 import pyarrow as pa
 
 from harness.devices.safety import FILE_MARKER_XATTR
 from kvwear.errors import KvwearError
 from kvwear.registry import Registry
+from kvwear.units import parse_size
+
+if TYPE_CHECKING:
+    from emulator.ftl import FtlConfig
 
 
 @dataclass(frozen=True)
@@ -119,11 +140,229 @@ class DeviceFactory(Protocol):
     def __call__(self, spec: DeviceSpec, workdir: Path) -> DeviceBackend: ...
 
 
+# -- typed options ---------------------------------------------------------------------------
+
+# What preconditioning writes before the first wear snapshot, one vocabulary for every backend:
+# none; fill = sequential passes over the drive; steady = the fill, then random 4 KiB writes until
+# fio's steady-state detector is satisfied (SNIA-style). A backend's Params narrows it to the ones
+# it can do.
+Precondition = Literal["none", "fill", "steady"]
+
+
+def option(default: Any = dataclasses.MISSING, *, ge: float | None = None, gt: float | None = None,
+           le: float | None = None, choices: tuple[str, ...] = (), default_factory: Any = dataclasses.MISSING,
+           ) -> Any:
+    """A Params field with a range (`ge`/`gt`/`le`) or a set of `choices` that `DeviceParams.parse` checks."""
+    meta = {"ge": ge, "gt": gt, "le": le, "choices": choices}
+    if default_factory is not dataclasses.MISSING:
+        return field(default_factory=default_factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+P = TypeVar("P", bound="DeviceParams")
+
+
+@dataclass(frozen=True)
+class DeviceParams:
+    """Base of each backend's frozen options record (fields with defaults; see `parse`)."""
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def of(cls: type[P], spec: DeviceSpec) -> P:
+        """`spec.options` parsed as this record, errors prefixed `device KIND`."""
+        return cls.parse(spec.options, f"device {spec.kind}")
+
+    @classmethod
+    def parse(cls: type[P], options: Mapping[str, Any], where: str) -> P:
+        """The options as this record: each value read by its field's type (bool by `option_flag`'s
+        words; int/float from numbers or their text, a `*_bytes` int also from a size like 64MiB;
+        str from text or a number; a Literal or `choices` from its words; X | None; a mapping field
+        also from flat `name.key` entries) and checked against the field's range. An unknown name
+        is refused with the valid ones; a bad value names the option and what it expects."""
+        hints = get_type_hints(cls)
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        opts = dict(options)
+        for k in [k for k in opts if "." in k]:        # --device-option femu.nchs=4 → femu = {nchs = 4}
+            head, _, sub = k.partition(".")
+            if head in fields and _is_mapping(hints[head]):
+                table = opts.get(head, {})
+                if not isinstance(table, Mapping):
+                    raise KvwearError(f"{where}: option {head} must be a table, got {table!r}")
+                opts[head] = {**table, sub: opts.pop(k)}
+        bad = sorted(set(opts) - set(fields))
+        if bad:
+            raise KvwearError(f"{where}: unknown option {', '.join(bad)} (valid: {', '.join(fields)})")
+        values = {k: _read_option(where, k, v, hints[k], fields[k].metadata) for k, v in opts.items()}
+        try:
+            return cls(**values)
+        except (TypeError, ValueError) as exc:        # a Params __post_init__ refusing a combination
+            raise KvwearError(f"{where}: {exc}") from None
+
+
+def _is_mapping(tp: Any) -> bool:
+    return get_origin(tp) in (Mapping, dict, typing.Mapping) or tp in (Mapping, dict)
+
+
+def _read_option(where: str, name: str, v: Any, tp: Any, meta: Mapping[str, Any]) -> Any:
+    """One option value as type `tp` (see DeviceParams.parse)."""
+    def fail(expected: str) -> KvwearError:
+        return KvwearError(f"{where}: option {name}: expected {expected}, got {v!r}")
+
+    args = get_args(tp)
+    if get_origin(tp) in (types.UnionType, typing.Union):          # X | None
+        if v is None:
+            return None
+        tp = next(a for a in args if a is not type(None))
+        args = get_args(tp)
+    choices: tuple[str, ...] = tuple(args) if get_origin(tp) is Literal else tuple(meta.get("choices") or ())
+    if choices:
+        if not isinstance(v, str) or v not in choices:
+            raise KvwearError(f"{where}: option {name} must be one of {', '.join(choices)}, got {v!r}")
+        return v
+    out: Any
+    if tp is bool:
+        try:
+            return option_flag({name: v}, name)
+        except KvwearError:
+            raise fail("true or false") from None
+    if _is_mapping(tp):
+        if not isinstance(v, Mapping):
+            raise fail("a table")
+        return dict(v)
+    if tp is str:
+        if isinstance(v, bool) or not isinstance(v, str | int | float):
+            raise fail("text")
+        return str(v)
+    if tp is int:
+        if isinstance(v, bool) or not isinstance(v, int | str):
+            raise fail("an integer")
+        try:
+            out = int(v)
+        except ValueError:
+            if not name.endswith("_bytes"):
+                raise fail("an integer") from None
+            try:
+                out = parse_size(v)
+            except ValueError:
+                raise fail("a size in bytes (4096, 64MiB, 1GB)") from None
+    elif tp is float:
+        if isinstance(v, bool) or not isinstance(v, int | float | str):
+            raise fail("a number")
+        try:
+            out = float(v)
+        except ValueError:
+            raise fail("a number") from None
+        if not math.isfinite(out):
+            raise fail("a finite number")
+    else:                                                           # a Params field of a type not read here
+        raise TypeError(f"{where}: option {name} has type {tp!r}, which DeviceParams.parse cannot read")
+    for key, ok, word in (("ge", lambda b: out >= b, "≥"), ("gt", lambda b: out > b, ">"),
+                          ("le", lambda b: out <= b, "≤")):
+        bound = meta.get(key)
+        if bound is not None and not ok(bound):
+            raise KvwearError(f"{where}: option {name} must be {word} {bound:g}, got {v!r}")
+    return out
+
+
+@dataclass(frozen=True)
+class NoParams(DeviceParams):
+    """A backend without options."""
+
+
+# -- capabilities --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do, asked by the orchestrator instead of its name (as fio asks an
+    ioengine's flags). Defaults: an FTL-less device in a file the run sizes, nothing to trace."""
+
+    # Its I/O reaches a block device of its own: eBPF's block tracepoints, filtered on that dev_t,
+    # see exactly the replay (a file's dev_t is its whole filesystem; a guest's NVMe is invisible).
+    block_tracer: bool = False
+    # It writes a drive (a device, a file, an image) that sweep points must take turns on
+    # (`[sweep] drive_resource`); the embedded FTL is private to each point.
+    drive_resource: bool = False
+    # Its size is its own, so a sweep without an SSD axis lets each point's run size the tier from
+    # it (harness.run.size_tiers) rather than use the default tier.
+    fixed_size: bool = False
+    # The option through which the run gives it as many placement handles as `[replay] placement`
+    # uses (sim: ruh); "" when it sizes them from the plan (qemu/femu: fdp_nruh) or carries none.
+    handle_count_option: str = ""
+    # kvwear knows its FTL (`ftl_config`) but does not run it: the embedded FTL plays the same plan
+    # as a twin (`twin_waf`) to predict the measured WAF (femu). The sim device *is* the FTL.
+    ftl_twin: bool = False
+    # How the model-WAF source names its geometry ("FEMU geometry"); "" to say nothing.
+    geometry_note: str = ""
+
+
+@dataclass(frozen=True)
+class FixedCapacity:
+    """A device size the run cannot choose: `exposed_bytes`, and whether a plan must span all of
+    it (`whole`: the FTL geometry fixes the exposed size, FEMU's devsz_mb) or may use less."""
+
+    exposed_bytes: int
+    whole: bool
+
+
+class Backend:
+    """One backend of the family: its options record, its capabilities, its hooks. Never
+    instantiated: `open` builds the DeviceBackend that plays plans."""
+
+    Params: ClassVar[type[DeviceParams]] = NoParams
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    # Its DeviceBackend class (or factory): `open` calls it, which runs the safety checks and
+    # takes the device.
+    device: ClassVar[DeviceFactory]
+
+    @classmethod
+    def params(cls, spec: DeviceSpec) -> DeviceParams:
+        """`spec.options` parsed and checked (refused naming the option)."""
+        return cls.Params.of(spec)
+
+    @classmethod
+    def open(cls, spec: DeviceSpec, workdir: Path) -> DeviceBackend:
+        """The device, checked, taken and ready to replay."""
+        return cls.device(spec, workdir)
+
+    @classmethod
+    def fixed_capacity(cls, spec: DeviceSpec) -> FixedCapacity | None:
+        """Its size before opening when the run cannot size it (spec.capacity_bytes ignored), else None."""
+        return None
+
+    @classmethod
+    def ftl_config(cls, spec: DeviceSpec) -> FtlConfig | None:
+        """The FTL geometry kvwear knows for it (for the model WAF), or None."""
+        return None
+
+    @classmethod
+    def twin_waf(cls, spec: DeviceSpec, plan: pa.Table) -> float | None:
+        """With `capabilities.ftl_twin`: the WAF the embedded FTL predicts for `plan` on this device."""
+        return None
+
+    @classmethod
+    def default_wear_readers(cls, spec: DeviceSpec) -> tuple[str, ...]:
+        """Wear readers to snapshot around a replay when the config names none."""
+        return ()
+
+    @classmethod
+    def preflight(cls, spec: DeviceSpec) -> None:
+        """The static checks before the first stage (harness.preflight): may read, never write."""
+        cls.params(spec)
+
+
 # Modules that register backends. Adding a backend = its module + one line here.
-DEVICES: Registry[DeviceFactory] = Registry("device", modules=[
+DEVICES: Registry[type[Backend]] = Registry("device", modules=[
     "harness.devices.sim", "harness.devices.fio", "harness.devices.qemu"])
 
 
+def backend(kind: str) -> type[Backend]:
+    """The backend registered as `kind` (unknown kinds list the valid ones)."""
+    return DEVICES.get(kind)
+
+
 def open_device(spec: DeviceSpec, workdir: Path) -> DeviceBackend:
-    """Open the backend named by `spec.kind` (unknown kinds list the valid ones)."""
-    return DEVICES.get(spec.kind)(spec, workdir)
+    """Open the backend named by `spec.kind`."""
+    return backend(spec.kind).open(spec, workdir)

@@ -7,9 +7,9 @@ NVMe namespace) after `harness.devices.safety` has accepted it. From the checks 
 holds the device exclusively (harness.exclusive: a lock keyed by the device's identity, and
 O_EXCL on a block device). Both turn the plan into a fio iolog v3 file, replay it with `replay_redirect` to the
 target (libaio or io_uring, `iodepth`, as fast as possible or timed), keep fio's job file and
-JSON in the work directory, and report what fio issued. Optional SNIA-style preconditioning:
-sequential fill of 2× the range, then random 4 KiB writes until fio's steady-state detector is
-satisfied.
+JSON in the work directory, and report what fio issued. Optional SNIA-style preconditioning
+(precondition=steady): sequential fill of 2× the range, then random 4 KiB writes until fio's
+steady-state detector is satisfied.
 
 Never issues I/O outside [0, capacity_bytes): the plan is validated before fio starts, and
 preconditioning jobs are bounded by `size=capacity_bytes`. This module does not parse fio's
@@ -24,12 +24,14 @@ trim the plan's end states need, each at most one segment late. A segment ends a
 capacity, at least 64 MiB), whichever comes first: the bytes bound keeps the stale data a late
 trim leaves for GC small against the drive; the ops bound amortizes fio's start (~0.3 s here).
 
-Device options (DeviceSpec.options): ioengine (libaio), iodepth (16), confirm_serial,
+Device options (`FioParams`, DeviceSpec.options): ioengine (libaio), iodepth (16), confirm_serial,
 confirm_overwrite (a file: path to write to although kvwear did not create it), precondition
-(False), ss_criterion ("iops_slope:10%"), ss_dur_s (60), ss_ramp_s (10),
-fill_loops (2), ss_max_runtime_s (3600), trim_segment_ops (50000), trim_segment_bytes (1% of the
-capacity, ≥ 64 MiB), skip_trims (False: drop the plan's trims knowingly; they are reported as
-trims_skipped), keep_image (False). Other names are refused with this list.
+(none | fill: `fill_loops` sequential passes | steady: the fill, then random 4 KiB writes until
+fio's steady-state detector is satisfied), ss_criterion ("iops_slope:10%"), ss_dur_s (60),
+ss_ramp_s (10), fill_loops (2), ss_max_runtime_s (3600), trim_segment_ops (50000),
+trim_segment_bytes (1% of the capacity, ≥ 64 MiB), skip_trims (False: drop the plan's trims
+knowingly; they are reported as trims_skipped), keep_image (False). Other names are refused with
+this list.
 
 Never fills the host: a `file:` target the backend creates is sparse (a truncate, no byte written),
 and before fio writes anything the file system holding it must have room for every byte the plan
@@ -63,25 +65,34 @@ import pyarrow.compute as pc
 from harness.devices import fio_runner as fiolib
 from harness.devices.base import (
     DEVICES,
+    Backend,
+    Capabilities,
     DeviceIdentity,
+    DeviceParams,
     DeviceSpec,
+    FixedCapacity,
+    Precondition,
     ReplayProgress,
     ReplayResult,
     mark_created,
-    option_flag,
+    option,
 )
 from harness.devices.deferred_trims import DEFAULT_SEGMENT_OPS, device_segments, trim_accounting
 from harness.devices.fio_iolog import export_iolog_v3
 from harness.devices.identity import path_identity
 from harness.devices.safety import DeviceFacts, check_block_device, check_file_target, loop_serial
-from harness.exclusive import claim_block_device, claim_file
+from harness.exclusive import (
+    block_identity,
+    check_free,
+    claim_block_device,
+    claim_file,
+    device_lock_path,
+    file_identity,
+)
 from kvwear.errors import KvwearError
 from kvwear.units import parse_size
 
 CHUNKED_IOLOG_ROWS = 1_000_000   # above this, fio reads the iolog in pieces
-OPTIONS = ("ioengine", "iodepth", "confirm_serial", "confirm_overwrite", "precondition", "fill_loops",
-           "ss_criterion", "ss_dur_s", "ss_ramp_s", "ss_max_runtime_s", "trim_segment_ops", "trim_segment_bytes",
-           "skip_trims", "keep_image")
 BLKDISCARD = 0x1277              # _IO(0x12, 119), linux/fs.h: discard a (start, length) byte range
 _FALLOC_PUNCH = 0x01 | 0x02      # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -148,28 +159,24 @@ class PreconditionResult:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
-_INT_OPTIONS = ("iodepth", "trim_segment_ops", "fill_loops", "ss_dur_s", "ss_ramp_s", "ss_max_runtime_s")
+@dataclass(frozen=True)
+class FioParams(DeviceParams):
+    """The `file` and `block` backends' options (module docstring)."""
 
-
-def check_options(spec: DeviceSpec) -> dict[str, Any]:
-    """`spec.options`, refused (naming the option) when a name is unknown or a number is not one."""
-    opts = dict(spec.options)
-    bad = sorted(set(opts) - set(OPTIONS))
-    if bad:
-        raise KvwearError(f"device {spec.kind}: unknown option(s) {', '.join(bad)}; valid: {', '.join(OPTIONS)}")
-    for k in _INT_OPTIONS:
-        v = opts.get(k)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
-            raise KvwearError(f"device {spec.kind}: option {k} must be a positive integer, got {v!r}")
-    if opts.get("ioengine", "libaio") not in fiolib.IOENGINES:
-        raise KvwearError(f"device {spec.kind}: option ioengine {opts['ioengine']!r}; valid: "
-                          f"{', '.join(fiolib.IOENGINES)}")
-    if opts.get("trim_segment_bytes") is not None:
-        try:
-            parse_size(opts["trim_segment_bytes"])
-        except ValueError as exc:
-            raise KvwearError(f"device {spec.kind}: option trim_segment_bytes: {exc}") from None
-    return opts
+    ioengine: str = option("libaio", choices=fiolib.IOENGINES)
+    iodepth: int = option(16, ge=1)
+    confirm_serial: str | None = None
+    confirm_overwrite: str | None = None
+    precondition: Precondition = "none"
+    fill_loops: int = option(2, ge=1)
+    ss_criterion: str = "iops_slope:10%"
+    ss_dur_s: int = option(60, ge=1)
+    ss_ramp_s: int = option(10, ge=1)
+    ss_max_runtime_s: int = option(3600, ge=1)
+    trim_segment_ops: int = option(DEFAULT_SEGMENT_OPS, ge=1)
+    trim_segment_bytes: int | None = option(None, gt=0)
+    skip_trims: bool = False
+    keep_image: bool = False
 
 
 class FioDevice:
@@ -182,32 +189,25 @@ class FioDevice:
         self.workdir = Path(workdir)
         self.runner = runner
         self.path = spec.target
-        opts = check_options(spec)
-        self.ioengine = str(opts.get("ioengine", "libaio"))
-        self.iodepth = int(opts.get("iodepth", 16))
-        self.skip_trims = option_flag(opts, "skip_trims")
-        self.trim_segment_ops = int(opts.get("trim_segment_ops", DEFAULT_SEGMENT_OPS))
-        seg_bytes = opts.get("trim_segment_bytes")
-        self.trim_segment_bytes = parse_size(str(seg_bytes)) if seg_bytes is not None else None
+        self.p = p = FioParams.of(spec)
         self.safety: DeviceFacts | None = None
-        self.keep_image = option_flag(opts, "keep_image")
         self.created: Path | None = None           # the backing file this backend created
         self._claim = contextlib.ExitStack()
         if spec.kind == "block":
-            self.safety = check_block_device(self.path, opts.get("confirm_serial"))
+            self.safety = check_block_device(self.path, p.confirm_serial)
             self._claim.enter_context(claim_block_device(self.path, self.safety.serial, self.safety.dev))
         else:
-            check_file_target(self.path, opts.get("confirm_overwrite"))
+            check_file_target(self.path, p.confirm_overwrite)
             self._prepare_file()
             self._claim.enter_context(claim_file(self.path))
         try:
-            self._init_claimed(spec, runner, opts)
+            self._init_claimed(spec, runner)
         except BaseException:
             remove_created(self.created, keep=False)    # a failed open leaves no file behind
             self._claim.close()
             raise
 
-    def _init_claimed(self, spec: DeviceSpec, runner: fiolib.FioRunner, opts: dict[str, Any]) -> None:
+    def _init_claimed(self, spec: DeviceSpec, runner: fiolib.FioRunner) -> None:
         self._identity = path_identity(self.path)
         size = int(self._identity.capacity_bytes or 0)
         cap = int(spec.capacity_bytes) if spec.capacity_bytes is not None else size
@@ -217,9 +217,9 @@ class FioDevice:
         self._capacity = cap - cap % self.block_bytes
         self.fio_version = fiolib.fio_version(runner)
         self.precondition_result: PreconditionResult | None = None
-        if option_flag(opts, "precondition"):
+        if self.p.precondition != "none":
             self._check_room(self._capacity)
-            self.precondition_result = self.precondition(self.workdir)
+            self.precondition_result = self.precondition(self.workdir, steady=self.p.precondition == "steady")
 
     def _prepare_file(self) -> None:
         """Create the file (sparse, at the capacity) or grow it; mark it as kvwear's either way
@@ -274,10 +274,10 @@ class FioDevice:
             return self._empty_replay()
         trims = fiolib.plan_lengths(plan, "trim")
         can_trim = fiolib.fio_replays_trim(self.fio_version)
-        if trims.size and not can_trim and not self.skip_trims:
+        if trims.size and not can_trim and not self.p.skip_trims:
             return self._replay_deferring_trims(plan, workdir, timed=timed, progress=progress)
         log = export_iolog_v3(plan, workdir / "replay.iolog", include_trims=can_trim)
-        job = fiolib.replay_job(log.path, self.path, ioengine=self.ioengine, iodepth=self.iodepth,
+        job = fiolib.replay_job(log.path, self.path, ioengine=self.p.ioengine, iodepth=self.p.iodepth,
                                 timed=timed, chunked=plan.num_rows > CHUNKED_IOLOG_ROWS)
         stat_before = self._diskstats()
         t0 = time.perf_counter()
@@ -289,7 +289,7 @@ class FioDevice:
         s = run.summary
         # fio 3.33 leaves the last iodepth-1 completions out of io_bytes (module doc of harness.devices.fio_runner).
         write_bytes, read_bytes, trim_bytes = fiolib.issued_log_bytes(
-            s, log, str(run.json_path), iodepth=self.iodepth, max_io_bytes=fiolib.plan_max_length(plan))
+            s, log, str(run.json_path), iodepth=self.p.iodepth, max_io_bytes=fiolib.plan_max_length(plan))
         return ReplayResult(
             device=f"{self.spec.kind}:{self.path}",
             write_bytes=write_bytes, read_bytes=read_bytes, trim_bytes=trim_bytes,
@@ -303,7 +303,7 @@ class FioDevice:
                 "write_clat_percentiles_ns": dict(s.write.clat_percentiles_ns),
                 "trims_skipped": int(trims.size) if not can_trim else 0,
                 "trim_mode": ("none" if not trims.size else "fio" if can_trim else "skipped"),
-                "ioengine": self.ioengine, "iodepth": self.iodepth, "timed": timed,
+                "ioengine": self.p.ioengine, "iodepth": self.p.iodepth, "timed": timed,
                 "iolog": str(log.path), "job_file": str(run.job_path),
                 # The kernel's own count for the device over the replay (any other writer included).
                 **({"diskstats_write_bytes": stat_after[1] - stat_before[1],
@@ -319,14 +319,14 @@ class FioDevice:
         return ReplayResult(device=f"{self.spec.kind}:{self.path}", write_bytes=0, read_bytes=0, trim_bytes=0,
                             write_ios=0, read_ios=0, wall_s=0.0, tool=self.fio_version,
                             extra={"empty_plan": True, "trim_mode": "none", "trims_skipped": 0,
-                                   "ioengine": self.ioengine, "iodepth": self.iodepth})
+                                   "ioengine": self.p.ioengine, "iodepth": self.p.iodepth})
 
     def _replay_deferring_trims(self, plan: pa.Table, workdir: Path, *, timed: bool,
                                 progress: ReplayProgress | None) -> ReplayResult:
         """Replay for a fio that drops iolog trims: per segment, fio plays the reads and writes, then
         the segment's trims are issued here (module docstring)."""
         segments, settings = device_segments(plan, capacity_bytes=self._capacity, block_bytes=self.block_bytes,
-                                             max_ops=self.trim_segment_ops, max_bytes=self.trim_segment_bytes)
+                                             max_ops=self.p.trim_segment_ops, max_bytes=self.p.trim_segment_bytes)
         t_s = plan.column("t_s").to_numpy(zero_copy_only=False)
         stat_before = self._diskstats()
         parts: list[tuple[fiolib.FioSummary, fiolib.IologStats, str]] = []
@@ -335,14 +335,14 @@ class FioDevice:
         fd = os.open(self.path, os.O_WRONLY)
         # Discards run iodepth at a time, like fio's I/O (a BLKDISCARD ioctl blocks its thread
         # and releases the GIL; one segment's ranges are disjoint, so their order is free).
-        pool = ThreadPoolExecutor(max_workers=max(self.iodepth, 1), thread_name_prefix="kvwear-discard")
+        pool = ThreadPoolExecutor(max_workers=max(self.p.iodepth, 1), thread_name_prefix="kvwear-discard")
         try:
             for k, seg in enumerate(segments):
                 if timed:   # keep the plan's clock across segments (fio keeps it inside one)
                     time.sleep(max(0.0, float(t_s[seg.first_row] - t_s[0]) - (time.perf_counter() - t0)))
                 if seg.ops.num_rows:
                     log = export_iolog_v3(seg.ops, workdir / f"replay-{k:05d}.iolog", include_trims=False)
-                    job = fiolib.replay_job(log.path, self.path, ioengine=self.ioengine, iodepth=self.iodepth,
+                    job = fiolib.replay_job(log.path, self.path, ioengine=self.p.ioengine, iodepth=self.p.iodepth,
                                             timed=timed, chunked=seg.ops.num_rows > CHUNKED_IOLOG_ROWS)
                     run = fiolib.run_jobs([job], workdir, f"replay-{k:05d}", runner=self.runner)
                     log.path.unlink()        # derived from block_ops.parquet; the JSON and job file stay
@@ -356,7 +356,7 @@ class FioDevice:
             os.close(fd)
         wall = time.perf_counter() - t0
         stat_after = self._diskstats()
-        fio = fiolib.combine_segment_replays(parts, iodepth=self.iodepth, max_io_bytes=fiolib.plan_max_length(plan))
+        fio = fiolib.combine_segment_replays(parts, iodepth=self.p.iodepth, max_io_bytes=fiolib.plan_max_length(plan))
         return ReplayResult(
             device=f"{self.spec.kind}:{self.path}",
             write_bytes=fio.write_bytes, read_bytes=fio.read_bytes,
@@ -365,7 +365,7 @@ class FioDevice:
             tool=self.fio_version, tool_output_path=fio.json_paths[0] if fio.json_paths else "",
             extra={
                 **fio.extra(), **trim_accounting(segments), **settings,
-                "ioengine": self.ioengine, "iodepth": self.iodepth, "timed": timed,
+                "ioengine": self.p.ioengine, "iodepth": self.p.iodepth, "timed": timed,
                 "job_file": jobs[0] if jobs else "",
                 **({"diskstats_write_bytes": stat_after[1] - stat_before[1],
                     "diskstats_write_ios": stat_after[0] - stat_before[0]}
@@ -404,19 +404,20 @@ class FioDevice:
             return None
         return int(fields[4]), int(fields[6]) * 512   # write I/Os, write sectors (512 B units)
 
-    def precondition(self, workdir: Path) -> PreconditionResult:
-        """SNIA-style: sequential fill of 2× the range, then random 4 KiB writes until fio's
-        steady-state detector (`ss=`) is satisfied or the time cap passes."""
-        o = self.spec.options
+    def precondition(self, workdir: Path, *, steady: bool = True) -> PreconditionResult:
+        """A sequential fill of `fill_loops` × the range, then (`steady`, SNIA-style) random 4 KiB
+        writes until fio's steady-state detector (`ss=`) is satisfied or the time cap passes."""
+        p = self.p
         cap = self._capacity
-        fill = fiolib.seq_fill_job(self.path, cap, loops=int(o.get("fill_loops", 2)),
-                                   ioengine=self.ioengine, iodepth=self.iodepth)
-        rand = fiolib.steady_state_job(
-            self.path, cap, criterion=str(o.get("ss_criterion", "iops_slope:10%")),
-            ss_dur_s=int(o.get("ss_dur_s", 60)), ss_ramp_s=int(o.get("ss_ramp_s", 10)),
-            max_runtime_s=int(o.get("ss_max_runtime_s", 3600)),
-            ioengine=self.ioengine, iodepth=self.iodepth)
+        fill = fiolib.seq_fill_job(self.path, cap, loops=p.fill_loops, ioengine=self.p.ioengine, iodepth=self.p.iodepth)
         a = fiolib.run_jobs([fill], workdir, "precondition-fill", runner=self.runner)
+        if not steady:
+            return PreconditionResult(seq_fill_bytes=a.summary.write.io_bytes, random_bytes=0,
+                                      steady_state_attained=False, criterion="", random_runtime_ms=0,
+                                      json_paths=(str(a.json_path),))
+        rand = fiolib.steady_state_job(
+            self.path, cap, criterion=p.ss_criterion, ss_dur_s=p.ss_dur_s, ss_ramp_s=p.ss_ramp_s,
+            max_runtime_s=p.ss_max_runtime_s, ioengine=self.p.ioengine, iodepth=self.p.iodepth)
         b = fiolib.run_jobs([rand], workdir, "precondition-steady", runner=self.runner)
         ss = b.summary.jobs[0].steady_state
         return PreconditionResult(
@@ -429,20 +430,69 @@ class FioDevice:
     def close(self) -> None:
         """Delete the backing file this backend created, unless keep_image=true, then release it
         (in that order: once released, another run may claim the path)."""
-        remove_created(self.created, self.keep_image)
+        remove_created(self.created, self.p.keep_image)
         self._claim.close()
 
 
-def _open_file(spec: DeviceSpec, workdir: Path) -> FioDevice:
-    return FioDevice(spec, workdir)
+class File(Backend):
+    """`file:PATH`: a regular file the run creates at the capacity it needs, or an existing one."""
+
+    Params = FioParams
+    capabilities = Capabilities(drive_resource=True)
+    device = FioDevice
+
+    @classmethod
+    def preflight(cls, spec: DeviceSpec) -> None:
+        """The target passes check_file_target, its folder is writable, no other kvwear holds it."""
+        p = FioParams.of(spec)
+        target = _target(spec)
+        check_file_target(target, p.confirm_overwrite)
+        folder = Path(target).resolve().parent
+        if not Path(target).exists() and not os.access(folder, os.W_OK | os.X_OK):
+            raise KvwearError(f"device.target {target}: cannot create a file in {folder}")
+        if Path(target).exists():
+            if not os.access(target, os.W_OK):
+                raise KvwearError(f"device.target {target}: not writable")
+            check_free(device_lock_path("file", file_identity(target)), target)
 
 
-def _open_block(spec: DeviceSpec, workdir: Path) -> FioDevice:
-    return FioDevice(spec, workdir)
+class Block(Backend):
+    """`block:/dev/X`: a whole block device of fixed size, traced by eBPF, with NVMe wear logs."""
+
+    Params = FioParams
+    capabilities = Capabilities(block_tracer=True, drive_resource=True, fixed_size=True)
+    device = FioDevice
+
+    @classmethod
+    def fixed_capacity(cls, spec: DeviceSpec) -> FixedCapacity:
+        return FixedCapacity(int(path_identity(_target(spec)).capacity_bytes or 0), whole=False)
+
+    @classmethod
+    def default_wear_readers(cls, spec: DeviceSpec) -> tuple[str, ...]:
+        """psutil's disk counters, plus the NVMe logs when it is an NVMe namespace."""
+        nvme = ("nvme-smart-binary", "smartctl", "ocp-c0", "intel-ca", "fdp")
+        return ("psutil", *(nvme if Path(spec.target).name.startswith("nvme") else ()))
+
+    @classmethod
+    def preflight(cls, spec: DeviceSpec) -> None:
+        """The safety guard accepts it, it is writable, and no other kvwear holds it."""
+        p = FioParams.of(spec)
+        facts = check_block_device(_target(spec), p.confirm_serial)
+        ro = Path(f"/sys/class/block/{facts.name}/ro")
+        if not os.access(spec.target, os.W_OK) or (ro.exists() and ro.read_text().strip() == "1"):
+            raise KvwearError(f"device.target {spec.target}: not writable (read-only, or not root)")
+        ident = block_identity(facts.serial, facts.dev)
+        check_free(device_lock_path("block", ident), f"{spec.target} ({ident})")
 
 
-DEVICES.add("file", _open_file)
-DEVICES.add("block", _open_block)
+def _target(spec: DeviceSpec) -> str:
+    if not spec.target:
+        raise KvwearError(f"--device {spec.kind} needs a path: {spec.kind}:/path")
+    return spec.target
+
+
+DEVICES.add("file", File)
+DEVICES.add("block", Block)
 
 
 # ---------------------------------------------------------------------------------------------

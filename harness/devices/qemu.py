@@ -32,19 +32,20 @@ logged NVMe timeouts raises (emulator.guest.GuestIOTimeoutError) and is never re
 guest output (fio JSON, SMART json/binary/smartctl, dmesg, exit codes) is kept under
 `<workdir>/guest/`.
 
-Options (DeviceSpec.options): serial, cache (none|writeback), drive_options (extra QEMU -drive
-options, e.g. throttling.bps-write=… to give the drive a real drive's speed), qemu_args (extra
-QEMU arguments, shell-quoted, e.g. "-L /opt/femu/pc-bios"), accel (tcg|kvm|auto), cpus,
-memory_mib, boot_timeout_s, job_timeout_s, io_timeout_s, iodepth (1), ioengine (libaio),
-trim_segment_ops / trim_segment_bytes (a plan with TRIM on the guest's fio 3.33, which drops
-iolog trims, runs in segments: fio per segment, then the guest's blkdiscard per trim range, as in
-harness.devices.fio; `timed` holds across segments too: each waits for its plan time),
-skip_trims (False: drop the plan's trims knowingly), precondition
-(none|fill: one sequential pass over the drive before the first snapshot), guest_dir,
-qemu_binary, femu_binary, femu (a table of FemuGeometry fields, or flat `femu.<field>` keys as
-`--device-option femu.nchs=4` gives them), player (auto|fio|kvwear-dw), drop_handles (False),
-fdp_nruh, fdp_runs_bytes (stock QEMU's reclaim unit size), fdp_nru (FEMU's reclaim units),
-keep_image (False). Text values from the command line are accepted.
+Options (`GuestParams`, DeviceSpec.options; other names are refused with the list): serial, cache
+(none|writeback), drive_options (extra QEMU -drive options, e.g. throttling.bps-write=… to give the
+drive a real drive's speed), qemu_args (extra QEMU arguments, shell-quoted, e.g. "-L
+/opt/femu/pc-bios"), accel (tcg|kvm|auto), cpus, memory_mib, boot_timeout_s, job_timeout_s,
+io_timeout_s, iodepth (1), ioengine (libaio), trim_segment_ops / trim_segment_bytes (a plan with
+TRIM on the guest's fio 3.33, which drops iolog trims, runs in segments: fio per segment, then the
+guest's blkdiscard per trim range, as in harness.devices.fio; `timed` holds across segments too:
+each waits for its plan time), skip_trims (False: drop the plan's trims knowingly), precondition
+(none|fill: one sequential pass over the drive before the first snapshot; not steady, whose minutes
+of random writes run only on the host's fio), guest_dir, qemu_binary, femu_binary, femu (a table of
+FemuGeometry fields, or flat `femu.<field>` keys as `--device-option femu.nchs=4` gives them),
+player (auto|fio|kvwear-dw), drop_handles (False), fdp_nruh, fdp_runs_bytes (stock QEMU's reclaim
+unit size), fdp_nru (FEMU's reclaim units), keep_image (False). Text values from the command line
+are accepted.
 
 Never fills the host: a stock QEMU drive's image is created sparse; before the guest boots, the host
 file system must have room for every byte the plan writes (the union of its write extents; the
@@ -66,15 +67,17 @@ import shlex
 import stat
 import time
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from emulator.guest import (
     GUEST_DEVICE,
+    Accel,
+    CacheMode,
     DriveConfig,
     FdpConfig,
     FemuGeometry,
@@ -90,12 +93,16 @@ from emulator.guest import (
 from harness.devices import fio_runner as fiolib
 from harness.devices.base import (
     DEVICES,
+    Backend,
+    Capabilities,
     DeviceIdentity,
+    DeviceParams,
     DeviceSpec,
+    FixedCapacity,
     ReplayProgress,
     ReplayResult,
     mark_created,
-    option_flag,
+    option,
 )
 from harness.devices.deferred_trims import DEFAULT_SEGMENT_OPS, PlanSegment, device_segments, trim_accounting
 from harness.devices.directive_plan import DwReport, encode_plan, parse_report
@@ -119,18 +126,49 @@ from harness.wear.femu import (
 from harness.wear.nvme_smart import parse_smart_log_binary, parse_smart_log_json, sample_from_smart_log
 from harness.wear.snapshot import delta
 from kvwear.errors import KvwearError
-from kvwear.units import parse_size
+
+if TYPE_CHECKING:
+    from emulator.ftl import FtlConfig
 
 DEFAULT_QEMU_BYTES = 256 * 2**20
 BLOCK_BYTES = 512
 FEMU_BINARY_ENV = "KVWEAR_FEMU_BINARY"
-OPTIONS = ("serial", "cache", "accel", "cpus", "memory_mib", "boot_timeout_s", "job_timeout_s", "io_timeout_s",
-           "iodepth", "ioengine", "skip_trims", "trim_segment_ops", "keep_image",
-           "trim_segment_bytes", "precondition", "guest_dir", "qemu_binary", "femu_binary",
-           # confirm_serial: `kvwear run` passes it to every backend; a drive we create needs none
-           "confirm_serial", "confirm_overwrite", "drive_options", "qemu_args", "player", "drop_handles",
-           "fdp_nruh", "fdp_runs_bytes", "fdp_nru")
-PLAYERS = ("auto", "fio", "kvwear-dw")
+
+
+@dataclass(frozen=True)
+class GuestParams(DeviceParams):
+    """The `qemu` and `femu` backends' options (module docstring)."""
+
+    serial: str = "kvwear0001"
+    cache: str = "none"                    # none | writeback (emulator.guest.DriveConfig checks)
+    accel: str = "tcg"                     # tcg | kvm | auto (emulator.guest.GuestConfig checks)
+    cpus: int = option(1, ge=1)
+    memory_mib: int = option(512, ge=1)
+    boot_timeout_s: float = option(120.0, gt=0)
+    job_timeout_s: float = option(600.0, gt=0)
+    io_timeout_s: int = option(15, ge=1)
+    iodepth: int = option(1, ge=1)
+    ioengine: str = option("libaio", choices=fiolib.IOENGINES)
+    skip_trims: bool = False
+    trim_segment_ops: int = option(DEFAULT_SEGMENT_OPS, ge=1)
+    trim_segment_bytes: int | None = option(None, gt=0)
+    keep_image: bool = False
+    # the guest's fill only: fio's steady-state detector runs minutes of random writes on the host
+    precondition: Literal["none", "fill"] = "none"
+    guest_dir: str | None = None
+    qemu_binary: str = "qemu-system-x86_64"
+    femu_binary: str | None = None
+    # confirm_serial: `kvwear run` passes it to every backend; a drive we create needs none
+    confirm_serial: str | None = None
+    confirm_overwrite: str | None = None
+    drive_options: str = ""
+    qemu_args: str = ""
+    player: Literal["auto", "fio", "kvwear-dw"] = "auto"
+    drop_handles: bool = False
+    fdp_nruh: int | None = option(None, ge=0)      # None or 0: the plan's largest handle + 1
+    fdp_runs_bytes: int | None = option(None, gt=0)
+    fdp_nru: int | None = option(None, ge=0)
+    femu: Mapping[str, Any] = option(default_factory=dict)    # FemuGeometry fields (also femu.FIELD=…)
 
 
 def host_observation_note(cache: str, femu: bool = False) -> str:
@@ -153,26 +191,6 @@ def host_observation_note(cache: str, femu: bool = False) -> str:
                      "host write of the same size and offset within the file, so host request counts and "
                      "bytes map about 1:1 to the guest's (iodepth 1 leaves nothing to merge); exceptions are "
                      "splits at the host queue's max_sectors_kb and the filesystem's own writes.")
-
-
-def _int(opts: Mapping[str, Any], key: str, default: int) -> int:
-    v = opts.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int | str):
-        raise KvwearError(f"device option {key}: expected an integer, got {v!r}")
-    try:
-        return int(v)
-    except ValueError:
-        raise KvwearError(f"device option {key}: expected an integer, got {v!r}") from None
-
-
-def _float(opts: Mapping[str, Any], key: str, default: float) -> float:
-    v = opts.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int | float | str):
-        raise KvwearError(f"device option {key}: expected a number, got {v!r}")
-    try:
-        return float(v)
-    except ValueError:
-        raise KvwearError(f"device option {key}: expected a number, got {v!r}") from None
 
 
 def smart_deltas(before_bin: bytes, after_bin: bytes, before_json: bytes | None = None,
@@ -233,44 +251,20 @@ class GuestDevice:
     def __init__(self, spec: DeviceSpec, workdir: Path) -> None:
         if spec.kind not in ("qemu", "femu"):
             raise KvwearError(f"GuestDevice handles kinds qemu and femu, not {spec.kind!r}")
-        opts = dict(spec.options)
-        # FEMU geometry as a table (TOML: femu = {devsz_mb = 96}) or flat keys (--device-option femu.nchs=4).
-        femu_opts = opts.pop("femu", {})
-        if not isinstance(femu_opts, Mapping):
-            raise KvwearError(f"device option femu must be a table of FEMU geometry fields, got {femu_opts!r}")
-        femu_opts = dict(femu_opts)
-        for k in [k for k in opts if k.startswith("femu.")]:
-            femu_opts[k.removeprefix("femu.")] = opts.pop(k)
-        bad = sorted(set(opts) - set(OPTIONS))
-        if bad:
-            raise KvwearError(f"device {spec.kind}: unknown option(s) {', '.join(bad)}; valid: {', '.join(OPTIONS)}")
+        self.p = p = GuestParams.of(spec)
+        femu_opts = dict(p.femu)
         self.spec = spec
         self.workdir = Path(workdir)
-        self.iodepth = _int(opts, "iodepth", 1)
-        self.ioengine = str(opts.get("ioengine", "libaio"))
-        self.skip_trims = option_flag(opts, "skip_trims")
-        self.trim_segment_ops = _int(opts, "trim_segment_ops", DEFAULT_SEGMENT_OPS)
-        seg_bytes = opts.get("trim_segment_bytes")
-        self.trim_segment_bytes = parse_size(str(seg_bytes)) if seg_bytes is not None else None
-        self.precondition = str(opts.get("precondition", "none"))
-        if self.precondition not in ("none", "fill"):
-            raise KvwearError(f"device option precondition must be none or fill, got {self.precondition!r}")
-        self.player = str(opts.get("player", "auto"))
-        if self.player not in PLAYERS:
-            raise KvwearError(f"device option player must be one of {', '.join(PLAYERS)}, got {self.player!r}")
-        self.drop_handles = option_flag(opts, "drop_handles")
-        self.fdp_nruh = _int(opts, "fdp_nruh", 0) or None
-        runs = opts.get("fdp_runs_bytes")
-        self.fdp_runs_bytes = parse_size(str(runs)) if runs is not None else None
-        self.fdp_nru = _int(opts, "fdp_nru", 0) or None
+        self.fdp_nruh = p.fdp_nruh or None
+        self.fdp_nru = p.fdp_nru or None
         if self.fdp_nruh is not None:
-            FdpConfig(self.fdp_nruh, self.fdp_runs_bytes, self.fdp_nru)     # validates now, not at replay
-        guest_folder = Path(str(opts["guest_dir"])) if opts.get("guest_dir") else None
+            FdpConfig(self.fdp_nruh, self.p.fdp_runs_bytes, self.fdp_nru)     # validates now, not at replay
+        guest_folder = Path(p.guest_dir) if p.guest_dir else None
         self.image = find_guest(guest_folder)     # fails early, naming the build command
         self.femu: FemuGeometry | None = None
         if spec.kind == "femu":
             self.femu = FemuGeometry.from_options(femu_opts, "device.options.femu")
-            binary = str(opts.get("femu_binary") or os.environ.get(FEMU_BINARY_ENV, ""))
+            binary = p.femu_binary or os.environ.get(FEMU_BINARY_ENV, "")
             if not binary:
                 raise KvwearError(f"device femu needs a FEMU binary: device option femu_binary (--femu-binary) "
                                   f"or ${FEMU_BINARY_ENV}")
@@ -283,7 +277,7 @@ class GuestDevice:
         else:
             if femu_opts:
                 raise KvwearError(f"device qemu: FEMU geometry options {sorted(femu_opts)} need --device femu")
-            qemu_binary = str(opts.get("qemu_binary", "qemu-system-x86_64"))
+            qemu_binary = p.qemu_binary
             size = int(spec.capacity_bytes) if spec.capacity_bytes is not None else DEFAULT_QEMU_BYTES
             cap = size
             self.drive_image = Path(spec.target) if spec.target else self.workdir / "qemu-nvme.img"
@@ -292,20 +286,19 @@ class GuestDevice:
         self._capacity = cap - cap % BLOCK_BYTES
         self._size = size
         self.config = GuestConfig(
-            drive=DriveConfig(image=self.drive_image, serial=str(opts.get("serial", "kvwear0001")),
-                              cache=opts.get("cache", "none"), femu=self.femu,
-                              drive_options=str(opts.get("drive_options", ""))),
-            qemu_binary=qemu_binary, accel=opts.get("accel", "tcg"), cpus=_int(opts, "cpus", 1),
-            memory_mib=_int(opts, "memory_mib", 512), boot_timeout_s=_float(opts, "boot_timeout_s", 120.0),
-            job_timeout_s=_float(opts, "job_timeout_s", 600.0), io_timeout_s=_int(opts, "io_timeout_s", 15),
-            guest_folder=guest_folder, extra_args=tuple(shlex.split(str(opts.get("qemu_args", "")))))
-        self.keep_image = option_flag(opts, "keep_image")
+            # DriveConfig and GuestConfig check cache and accel, naming the valid words
+            drive=DriveConfig(image=self.drive_image, serial=p.serial, cache=cast(CacheMode, p.cache),
+                              femu=self.femu, drive_options=p.drive_options),
+            qemu_binary=qemu_binary, accel=cast(Accel, p.accel), cpus=p.cpus,
+            memory_mib=p.memory_mib, boot_timeout_s=p.boot_timeout_s,
+            job_timeout_s=p.job_timeout_s, io_timeout_s=p.io_timeout_s,
+            guest_folder=guest_folder, extra_args=tuple(shlex.split(p.qemu_args)))
         self.created_image: Path | None = None     # the image this backend created (deleted on close)
         self._claim = contextlib.ExitStack()
         if self.drive_image is not None:     # only once every setting has been accepted
             # a drive image kvwear did not create is refused unless confirmed; held exclusively
             if self.drive_image.is_file():       # not a file: _prepare_image refuses it
-                check_file_target(str(self.drive_image), opts.get("confirm_overwrite"))
+                check_file_target(str(self.drive_image), p.confirm_overwrite)
             if self._prepare_image(self.drive_image, size):
                 self.created_image = self.drive_image
             mark_created(self.drive_image)
@@ -362,8 +355,8 @@ class GuestDevice:
         ops = plan.column("op").cast(pa.string()).to_numpy(zero_copy_only=False)
         handles = plan_handles(plan)[ops == "write"]
         placed = bool(handles.size and handles.max() > 0)
-        if not placed or self.drop_handles:
-            return self.player == "kvwear-dw", None, placed
+        if not placed or self.p.drop_handles:
+            return self.p.player == "kvwear-dw", None, placed
         binary = self.config.qemu_binary
         if not supports_fdp(binary, self.femu is not None):
             what = ("femu-subsys" if self.femu is not None else "nvme-subsys") + " takes no fdp"
@@ -373,14 +366,14 @@ class GuestDevice:
                 f"QEMU has it from 8.0, FEMU in builds with femu-subsys): use such a build (qemu_binary / "
                 f"femu_binary), or set device option drop_handles=true to play the plan with plain writes "
                 f"(its WAF is then the WAF without placement)")
-        if self.player == "fio":
+        if self.p.player == "fio":
             raise KvwearError(f"device {self.spec.kind}: player fio cannot carry placement handles (the guest's "
                               f"{self.fio_version} has no FDP); use player auto or kvwear-dw")
         nruh = self.fdp_nruh or int(handles.max()) + 1
         if int(handles.max()) >= nruh:
             raise KvwearError(f"device {self.spec.kind}: the plan uses placement handle {int(handles.max())} but "
                               f"fdp_nruh is {nruh}")
-        return True, FdpConfig(nruh, self.fdp_runs_bytes, self.fdp_nru), False
+        return True, FdpConfig(nruh, self.p.fdp_runs_bytes, self.fdp_nru), False
 
     def replay(self, plan: pa.Table, workdir: Path, *, timed: bool = False,
                progress: ReplayProgress | None = None) -> ReplayResult:
@@ -390,11 +383,11 @@ class GuestDevice:
         fiolib.validate_plan(plan, self._capacity, block_bytes=BLOCK_BYTES)
         use_dw, fdp, dropped = self._placement(plan)
         if self.drive_image is not None:      # the guest writes into a sparse image on the host
-            need = self._capacity if self.precondition == "fill" else plan_written_bytes(plan)
+            need = self._capacity if self.p.precondition == "fill" else plan_written_bytes(plan)
             check_host_room(self.drive_image, need, what="drive image", fix=ROOM_FIX)
         trims = fiolib.plan_lengths(plan, "trim")
         can_trim = fiolib.fio_replays_trim(self.fio_version)
-        deferred = bool(trims.size) and not can_trim and not self.skip_trims and not use_dw
+        deferred = bool(trims.size) and not can_trim and not self.p.skip_trims and not use_dw
         logs: dict[str, fiolib.IologStats] = {}      # guest fio output name → the iolog it replayed
         segments: list[PlanSegment] = []
         settings: dict[str, int] = {}
@@ -402,7 +395,7 @@ class GuestDevice:
         if use_dw:
             require_dw_tool(self.image)              # a stale image is refused by name, before booting
             # the tool plays trims itself; skip_trims drops them knowingly, as with fio
-            if self.skip_trims and trims.size:
+            if self.p.skip_trims and trims.size:
                 dw_plan = plan.filter(pc.not_equal(plan.column("op").cast(pa.string()), "trim"))
             files = {"dw.plan": encode_plan(dw_plan, directives=fdp is not None, timed=timed)}
             if fdp is not None:
@@ -411,7 +404,7 @@ class GuestDevice:
             # The guest's fio drops iolog trims: per segment, fio plays the reads and writes and
             # the guest's blkdiscard then issues the trims (harness.devices.deferred_trims).
             segments, settings = device_segments(plan, capacity_bytes=self._capacity, block_bytes=BLOCK_BYTES,
-                                                 max_ops=self.trim_segment_ops, max_bytes=self.trim_segment_bytes)
+                                                 max_ops=self.p.trim_segment_ops, max_bytes=self.p.trim_segment_bytes)
             files, lines = {}, []
             t_s = plan.column("t_s").to_numpy(zero_copy_only=False)
             for k, seg in enumerate(segments):
@@ -419,8 +412,8 @@ class GuestDevice:
                 if seg.ops.num_rows:
                     logs[f"fio-{name}.json"] = log = export_iolog_v3(
                         seg.ops, workdir / f"seg-{name}.iolog", include_trims=False)
-                    job = fiolib.replay_job(f"seg-{name}.iolog", GUEST_DEVICE, ioengine=self.ioengine,
-                                            iodepth=self.iodepth, timed=timed)
+                    job = fiolib.replay_job(f"seg-{name}.iolog", GUEST_DEVICE, ioengine=self.p.ioengine,
+                                            iodepth=self.p.iodepth, timed=timed)
                     files[f"seg-{name}.fio"] = fiolib.render_job_file([job]).encode()
                     files[f"seg-{name}.iolog"] = log.path.read_bytes()
                 if seg.trim_offsets.size:
@@ -434,12 +427,12 @@ class GuestDevice:
                 files["job.env"] = b"KVWEAR_TIMED=1\n"
         else:
             logs["fio.json"] = log = export_iolog_v3(plan, workdir / "replay.iolog", include_trims=can_trim)
-            job = fiolib.replay_job("replay.iolog", GUEST_DEVICE, ioengine=self.ioengine, iodepth=self.iodepth,
+            job = fiolib.replay_job("replay.iolog", GUEST_DEVICE, ioengine=self.p.ioengine, iodepth=self.p.iodepth,
                                     timed=timed)
             files = {"job.fio": fiolib.render_job_file([job]).encode(), "replay.iolog": log.path.read_bytes()}
-        if self.precondition == "fill":
-            fill = fiolib.seq_fill_job(GUEST_DEVICE, self._capacity, loops=1, ioengine=self.ioengine,
-                                       iodepth=self.iodepth, name="precondition")
+        if self.p.precondition == "fill":
+            fill = fiolib.seq_fill_job(GUEST_DEVICE, self._capacity, loops=1, ioengine=self.p.ioengine,
+                                       iodepth=self.p.iodepth, name="precondition")
             files["precondition.fio"] = fiolib.render_job_file([fill]).encode()
         config = replace(self.config, drive=replace(self.config.drive, fdp=fdp))
         t0 = time.perf_counter()
@@ -482,22 +475,22 @@ class GuestDevice:
                 if s.errors:
                     raise fiolib.FioError(f"fio reported errors {s.errors} in the guest (report {outdir / name})")
                 parts.append((s, log, str(outdir / name)))
-            fio = fiolib.combine_segment_replays(parts, iodepth=self.iodepth,
+            fio = fiolib.combine_segment_replays(parts, iodepth=self.p.iodepth,
                                                  max_io_bytes=fiolib.plan_max_length(plan))
             if deferred:
                 trim_bytes = sum(seg.issued_trim_bytes for seg in segments)
                 trim_extra: dict[str, Any] = {**trim_accounting(segments), **settings}
             else:
-                trim_bytes = fiolib.issued_log_bytes(parts[0][0], parts[0][1], parts[0][2], iodepth=self.iodepth,
+                trim_bytes = fiolib.issued_log_bytes(parts[0][0], parts[0][1], parts[0][2], iodepth=self.p.iodepth,
                                                      max_io_bytes=fiolib.plan_max_length(plan))[2]
                 trim_extra = {"trims_skipped": int(trims.size) if not can_trim else 0,
                               "trim_mode": "none" if not trims.size else "fio" if can_trim else "skipped"}
             counts = (fio.write_bytes, fio.read_bytes, trim_bytes, fio.write_ios, fio.read_ios)
             tool = parts[0][0].fio_version if parts else self.fio_version
             tool_output = fio.json_paths[0] if fio.json_paths else str(outdir)
-            extra.update({**fio.extra(), **trim_extra, "ioengine": self.ioengine})
+            extra.update({**fio.extra(), **trim_extra, "ioengine": self.p.ioengine})
         extra.update({
-            "iodepth": self.iodepth, "timed": timed,
+            "iodepth": self.p.iodepth, "timed": timed,
             "boot_s": run.boot_s, "guest_wall_s": run.wall_s, "guest_fio_s": run.fio_s, "accel": run.accel,
             "guest_outputs": str(outdir), "host_observation": self.host_observation_note(),
             **smart_deltas(run.files["smart-before.bin"], run.files["smart-after.bin"],
@@ -568,13 +561,51 @@ class GuestDevice:
     def close(self) -> None:
         """Delete the drive image this backend created unless keep_image=true, then release it (each
         replay's QEMU process is reaped before replay returns)."""
-        remove_created(self.created_image, self.keep_image)
+        remove_created(self.created_image, self.p.keep_image)
         self._claim.close()
 
 
-def _open(spec: DeviceSpec, workdir: Path) -> GuestDevice:
-    return GuestDevice(spec, workdir)
+def femu_geometry(spec: DeviceSpec) -> FemuGeometry:
+    """The FEMU drive a `femu` spec describes (option `femu`, or flat `femu.FIELD` keys)."""
+    return FemuGeometry.from_options(GuestParams.of(spec).femu, "device.options.femu")
 
 
-DEVICES.add("qemu", _open)
-DEVICES.add("femu", _open)
+class Qemu(Backend):
+    """Stock QEMU's NVMe drive in an image the run creates: a drive to hold, no FTL (WAF 1)."""
+
+    Params = GuestParams
+    capabilities = Capabilities(drive_resource=True)
+    device = GuestDevice
+
+
+class Femu(Backend):
+    """A FEMU black-box drive: its size is devsz_mb, its FTL geometry is known, so the embedded FTL
+    plays each plan as its twin."""
+
+    Params = GuestParams
+    capabilities = Capabilities(drive_resource=True, fixed_size=True, ftl_twin=True, geometry_note="FEMU geometry")
+    device = GuestDevice
+
+    @classmethod
+    def fixed_capacity(cls, spec: DeviceSpec) -> FixedCapacity:
+        return FixedCapacity(femu_geometry(spec).devsz_mb << 20, whole=True)
+
+    @classmethod
+    def ftl_config(cls, spec: DeviceSpec) -> FtlConfig:
+        return femu_geometry(spec).ftl_config()
+
+    @classmethod
+    def twin_waf(cls, spec: DeviceSpec, plan: pa.Table) -> float:
+        """FEMU's geometry and GC thresholds in the embedded FTL, after the same sequential fill
+        when the drive preconditions."""
+        from harness.devices.sim import twin_waf
+
+        return twin_waf(cls.ftl_config(spec), plan, fill_first=GuestParams.of(spec).precondition == "fill")
+
+    @classmethod
+    def preflight(cls, spec: DeviceSpec) -> None:
+        femu_geometry(spec)
+
+
+DEVICES.add("qemu", Qemu)
+DEVICES.add("femu", Femu)

@@ -12,7 +12,9 @@ shared; see emulator.ftl). `interval_host_pages` (default: about 1/200 of the pl
 sets the WAF-over-time resolution. Each block op becomes one request on pages ⌊offset/page⌋ … ⌈(offset+length)/page⌉ − 1
 (a partially covered page counts as a whole page, as in FEMU), written with the row's
 `placement_handle`. The FTL persists across replays of one opened device, like a real drive.
-`timed` is ignored: the emulator has no clock.
+`timed` is ignored: the emulator has no clock. The options are `SimParams` (typed; other names are
+refused with this list). `twin_waf` plays a plan on an FTL of a known geometry for backends with an
+FTL twin (femu).
 
 Placement: when the plan uses a handle other than 0, a twin FTL of the same geometry (same raw
 NAND, same `ruh`) plays the same plan with every write on handle 0 (option
@@ -32,16 +34,37 @@ Must not: touch files other than its own outputs in the work directory.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from emulator.ftl import OP_READ, OP_TRIM, OP_WRITE, Ftl, FtlConfig, FtlCounters, FtlHandleCounters
-from harness.devices.base import DEVICES, DeviceIdentity, DeviceSpec, ReplayProgress, ReplayResult, option_flag
+from emulator.ftl import (
+    OP_READ,
+    OP_TRIM,
+    OP_WRITE,
+    Ftl,
+    FtlConfig,
+    FtlCounters,
+    FtlHandleCounters,
+    GcHandles,
+    Victim,
+)
+from harness.devices.base import (
+    DEVICES,
+    Backend,
+    Capabilities,
+    DeviceIdentity,
+    DeviceParams,
+    DeviceSpec,
+    FixedCapacity,
+    ReplayProgress,
+    ReplayResult,
+    option,
+)
 from harness.placement import plan_handles, plan_write_bytes_by_handle
 from kvwear.errors import InputError, KvwearError
 from kvwear.tables import TableSpec, write_table
@@ -65,54 +88,70 @@ _FEMU_KEYS = ("devsz_mb", "secsz", "secs_per_pg", "pgs_per_blk", "blks_per_pl", 
 _OPS = {"write": OP_WRITE, "read": OP_READ, "trim": OP_TRIM}
 
 
-OPTIONS = ("geometry", "interval_host_pages", "capacity_bytes", "op_ratio", "page_bytes", "pages_per_block",
-           "reserve_lines", "victim", "separate_gc_line", "honor_trim", "ruh", "gc_handles", *_FEMU_KEYS)
+@dataclass(frozen=True)
+class SimParams(DeviceParams):
+    """The `sim` backend's options (module docstring). FEMU fields left None take FEMU's defaults."""
+
+    geometry: Literal["block", "femu"] = "block"
+    interval_host_pages: int = option(0, ge=0)        # 0: about 1/200 of the plan's written pages
+    capacity_bytes: int | None = option(None, gt=0)
+    op_ratio: float = option(0.07, ge=0)
+    page_bytes: int = option(4096, gt=0)
+    pages_per_block: int = option(64, gt=0)
+    reserve_lines: int = option(2, ge=0)
+    victim: Victim = "greedy"
+    separate_gc_line: bool = False
+    honor_trim: bool = True
+    ruh: int = option(1, ge=1)
+    gc_handles: GcHandles = "per-handle"
+    placement_baseline: bool = True
+    devsz_mb: int | None = option(None, gt=0)
+    secsz: int | None = option(None, gt=0)
+    secs_per_pg: int | None = option(None, gt=0)
+    pgs_per_blk: int | None = option(None, gt=0)
+    blks_per_pl: int | None = option(None, gt=0)
+    pls_per_lun: int | None = option(None, gt=0)
+    luns_per_ch: int | None = option(None, gt=0)
+    nchs: int | None = option(None, gt=0)
+    gc_thres_pcent: int | None = option(None, gt=0)
+    gc_thres_pcent_high: int | None = option(None, gt=0)
 
 
 def ftl_config_from_spec(spec: DeviceSpec) -> FtlConfig:
     """The emulated drive a `sim` DeviceSpec describes (see the module docstring); unknown
-    options and values that are not numbers are refused, naming the option."""
-    bad = sorted(set(spec.options) - set(OPTIONS))
-    if bad:
-        raise KvwearError(f"device sim: unknown option(s) {', '.join(bad)}; valid: {', '.join(OPTIONS)}")
+    options and values of the wrong type are refused, naming the option."""
+    p = SimParams.of(spec)
     try:
-        return _ftl_config(spec)
+        return _ftl_config(spec, p)
     except (TypeError, ValueError, ArithmeticError) as exc:
-        # int('abc'), float('abc'), a zero that divides, or FtlConfig refusing a geometry
+        # a zero that divides, or FtlConfig refusing a geometry
         raise KvwearError(f"device sim options {dict(spec.options)}: {exc}") from None
 
 
-def _ftl_config(spec: DeviceSpec) -> FtlConfig:
-    o = dict(spec.options)
-    geometry = o.get("geometry", "block")
-    interval = int(o.get("interval_host_pages", 0))
-    ruh = int(o.get("ruh", 1))
-    gc_handles = o.get("gc_handles", "per-handle")
-    if geometry == "femu":
-        femu = {k: int(o[k]) for k in _FEMU_KEYS if k in o}
+def _ftl_config(spec: DeviceSpec, p: SimParams) -> FtlConfig:
+    if p.geometry == "femu":
+        femu = {k: getattr(p, k) for k in _FEMU_KEYS if getattr(p, k) is not None}
         if "devsz_mb" not in femu:
             raise KvwearError("sim geometry=femu needs option devsz_mb (FEMU's exposed size in MiB)")
-        cfg = FtlConfig.femu(**femu, victim=o.get("victim", "greedy"), ruh=ruh, gc_handles=gc_handles,
-                             honor_trim=option_flag(o, "honor_trim", True), interval_host_pages=interval)
+        cfg = FtlConfig.femu(**femu, victim=p.victim, ruh=p.ruh, gc_handles=p.gc_handles,
+                             honor_trim=p.honor_trim, interval_host_pages=p.interval_host_pages)
         if spec.capacity_bytes not in (None, cfg.exposed_bytes):
             raise KvwearError(f"sim femu: capacity {spec.capacity_bytes} ≠ devsz_mb {femu['devsz_mb']} MiB")
         return cfg
-    if geometry != "block":
-        raise KvwearError(f"sim geometry {geometry!r}; valid: block, femu")
-    cap = spec.capacity_bytes if spec.capacity_bytes is not None else o.get("capacity_bytes")
+    cap = spec.capacity_bytes if spec.capacity_bytes is not None else p.capacity_bytes
     if cap is None:
         raise KvwearError("sim device needs a capacity (DeviceSpec.capacity_bytes or option capacity_bytes)")
     return FtlConfig.block_level(
-        int(cap), float(o.get("op_ratio", 0.07)),
-        page_bytes=int(o.get("page_bytes", 4096)),
-        pages_per_block=int(o.get("pages_per_block", 64)),
-        reserve_lines=int(o.get("reserve_lines", 2)),
-        victim=o.get("victim", "greedy"),
-        separate_gc_line=option_flag(o, "separate_gc_line"),
-        ruh=ruh,
-        gc_handles=gc_handles,
-        honor_trim=option_flag(o, "honor_trim", True),
-        interval_host_pages=interval,
+        int(cap), p.op_ratio,
+        page_bytes=p.page_bytes,
+        pages_per_block=p.pages_per_block,
+        reserve_lines=p.reserve_lines,
+        victim=p.victim,
+        separate_gc_line=p.separate_gc_line,
+        ruh=p.ruh,
+        gc_handles=p.gc_handles,
+        honor_trim=p.honor_trim,
+        interval_host_pages=p.interval_host_pages,
     )
 
 
@@ -146,7 +185,7 @@ class SimDevice:
         self.config = ftl_config_from_spec(spec)
         self.ftl: Ftl | None = None
         self.twin: Ftl | None = None         # the same drive without placement (module docstring)
-        self.baseline = option_flag(spec.options, "placement_baseline", True)
+        self.baseline = SimParams.of(spec).placement_baseline
 
     def identity(self) -> DeviceIdentity:
         c = self.config
@@ -262,8 +301,42 @@ def fdp_summary(hc: FtlHandleCounters, plan: pa.Table) -> dict[str, Any]:
     }
 
 
-def _open_sim(spec: DeviceSpec, workdir: Path) -> SimDevice:
-    return SimDevice(spec, workdir)
+def twin_waf(ftl_cfg: FtlConfig, plan: pa.Table, *, fill_first: bool) -> float:
+    """The WAF the embedded FTL of `ftl_cfg` measures playing `plan` on an empty drive, after one
+    sequential fill of 128 KiB writes (a guest's precondition=fill) when `fill_first`."""
+    codes, first, npages = plan_to_requests(plan, ftl_cfg.page_bytes, ftl_cfg.exposed_bytes)
+    ftl = Ftl(ftl_cfg)
+    if fill_first:
+        n = ftl_cfg.exposed_bytes // ftl_cfg.page_bytes
+        per_io = (128 << 10) // ftl_cfg.page_bytes
+        starts = np.arange(0, n, per_io, dtype=np.int64)
+        ftl.apply_ops(np.full(starts.size, OP_WRITE, dtype=np.int8), starts,
+                      np.minimum(per_io, n - starts).astype(np.int64))
+    before = ftl.counters()
+    ftl.apply_ops(codes, first, npages)
+    return float(ftl.counters().minus(before).waf)
 
 
-DEVICES.add("sim", _open_sim)
+class Sim(Backend):
+    """The embedded FTL: no drive to share, no block device to trace; it is its own FTL geometry."""
+
+    Params = SimParams
+    capabilities = Capabilities(handle_count_option="ruh")
+    device = SimDevice
+
+    @classmethod
+    def fixed_capacity(cls, spec: DeviceSpec) -> FixedCapacity | None:
+        # FEMU geometry: devsz_mb is the exposed size, and the FTL refuses any other capacity
+        p = SimParams.of(spec)
+        return FixedCapacity(p.devsz_mb << 20, whole=True) if p.geometry == "femu" and p.devsz_mb else None
+
+    @classmethod
+    def ftl_config(cls, spec: DeviceSpec) -> FtlConfig:
+        return ftl_config_from_spec(spec)
+
+    @classmethod
+    def preflight(cls, spec: DeviceSpec) -> None:
+        ftl_config_from_spec(spec)
+
+
+DEVICES.add("sim", Sim)
