@@ -212,3 +212,16 @@ def test_block_backend_runs_the_safety_check(tmp_path: Path) -> None:
         from harness.devices.safety import loop_serial
         dev = FioDevice(DeviceSpec("block", devpath, options={"confirm_serial": loop_serial(devpath)}), tmp_path)
         assert dev.identity().extra["safety_problems_overridden"]
+
+
+def test_precondition_fill_writes_the_range_fill_loops_times(tmp_path: Path) -> None:
+    cap = 4 << 20
+    dev = FioDevice(DeviceSpec("file", str(tmp_path / "f.img"), capacity_bytes=cap,
+                               options={"precondition": "fill", "fill_loops": "3"}), tmp_path)
+    try:
+        pre = dev.precondition_result
+        assert pre is not None and pre.seq_fill_bytes == 3 * cap
+        assert pre.random_bytes == 0 and not pre.steady_state_attained and len(pre.json_paths) == 1
+    finally:
+        dev.close()
+    assert not (tmp_path / "f.img").exists()      # created by the backend, removed on close
