@@ -150,10 +150,9 @@ Precondition = Literal["none", "fill", "steady"]
 
 
 def option(default: Any = dataclasses.MISSING, *, ge: float | None = None, gt: float | None = None,
-           le: float | None = None, choices: tuple[str, ...] = (), default_factory: Any = dataclasses.MISSING,
-           ) -> Any:
-    """A Params field with a range (`ge`/`gt`/`le`) or a set of `choices` that `DeviceParams.parse` checks."""
-    meta = {"ge": ge, "gt": gt, "le": le, "choices": choices}
+           choices: tuple[str, ...] = (), default_factory: Any = dataclasses.MISSING) -> Any:
+    """A Params field with a lower bound (`ge`/`gt`) or a set of `choices` that `DeviceParams.parse` checks."""
+    meta = {"ge": ge, "gt": gt, "choices": choices}
     if default_factory is not dataclasses.MISSING:
         return field(default_factory=default_factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -165,10 +164,6 @@ P = TypeVar("P", bound="DeviceParams")
 @dataclass(frozen=True)
 class DeviceParams:
     """Base of each backend's frozen options record (fields with defaults; see `parse`)."""
-
-    @classmethod
-    def names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls))
 
     @classmethod
     def of(cls: type[P], spec: DeviceSpec) -> P:
@@ -259,8 +254,7 @@ def _read_option(where: str, name: str, v: Any, tp: Any, meta: Mapping[str, Any]
             raise fail("a finite number")
     else:                                                           # a Params field of a type not read here
         raise TypeError(f"{where}: option {name} has type {tp!r}, which DeviceParams.parse cannot read")
-    for key, ok, word in (("ge", lambda b: out >= b, "≥"), ("gt", lambda b: out > b, ">"),
-                          ("le", lambda b: out <= b, "≤")):
+    for key, ok, word in (("ge", lambda b: out >= b, "≥"), ("gt", lambda b: out > b, ">")):
         bound = meta.get(key)
         if bound is not None and not ok(bound):
             raise KvwearError(f"{where}: option {name} must be {word} {bound:g}, got {v!r}")
