@@ -525,6 +525,15 @@ def placement_result(plan: dict[str, Any], device: dict[str, Any], measured_waf:
                                             strict=True)):
             checks.append(Check.of(f"host bytes, handle {h}", want, got, f"{fdp.get('measured_by', 'kvwear-ftl')} fdp",
                                    0.0, kind="accounting"))
+    # an emulated FDP drive's own statistics log (22h): its host bytes are the plan's; stock QEMU's
+    # media bytes follow from the plan exactly (harness.devices.qemu.stock_qemu_fdp_media_bytes)
+    stats = (device.get("extra") or {}).get("fdp_stats")
+    if fdp and stats:
+        checks.append(Check.of("host bytes", sum(fdp["plan_write_bytes_by_handle"]), stats["host_bytes_delta"],
+                               "fdp-stats-log-22h", 0.0, kind="accounting"))
+        if stats.get("media_bytes_expected") is not None:
+            checks.append(Check.of("media bytes", stats["media_bytes_expected"], stats["media_bytes_delta"],
+                                   "fdp-stats-log-22h (stock QEMU)", 0.0, kind="accounting"))
     return row, checks
 
 

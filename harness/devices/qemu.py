@@ -41,8 +41,9 @@ iolog trims, runs in segments: fio per segment, then the guest's blkdiscard per 
 harness.devices.fio; `timed` holds across segments too: each waits for its plan time),
 skip_trims (False: drop the plan's trims knowingly), precondition
 (none|fill: one sequential pass over the drive before the first snapshot), guest_dir,
-qemu_binary, femu_binary, femu (a table of FemuGeometry fields, or flat `femu.<field>` keys as
-`--device-option femu.nchs=4` gives them), player (auto|fio|kvwear-dw), drop_handles (False),
+qemu_binary (else $KVWEAR_QEMU_BINARY, else qemu-system-x86_64 on PATH), femu_binary, femu (a
+table of FemuGeometry fields, or flat `femu.<field>` keys as `--device-option femu.nchs=4` gives
+them), player (auto|fio|kvwear-dw), drop_handles (False),
 fdp_nruh, fdp_runs_bytes (stock QEMU's reclaim unit size), fdp_nru (FEMU's reclaim units),
 keep_image (False). Text values from the command line are accepted.
 
@@ -70,6 +71,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -124,6 +126,7 @@ from kvwear.units import parse_size
 DEFAULT_QEMU_BYTES = 256 * 2**20
 BLOCK_BYTES = 512
 FEMU_BINARY_ENV = "KVWEAR_FEMU_BINARY"
+QEMU_BINARY_ENV = "KVWEAR_QEMU_BINARY"     # a stock QEMU other than the one on PATH (e.g. ≥ 8.0 for FDP)
 OPTIONS = ("serial", "cache", "accel", "cpus", "memory_mib", "boot_timeout_s", "job_timeout_s", "io_timeout_s",
            "iodepth", "ioengine", "skip_trims", "trim_segment_ops", "keep_image",
            "trim_segment_bytes", "precondition", "guest_dir", "qemu_binary", "femu_binary",
@@ -131,6 +134,35 @@ OPTIONS = ("serial", "cache", "accel", "cpus", "memory_mib", "boot_timeout_s", "
            "confirm_serial", "confirm_overwrite", "drive_options", "qemu_args", "player", "drop_handles",
            "fdp_nruh", "fdp_runs_bytes", "fdp_nru")
 PLAYERS = ("auto", "fio", "kvwear-dw")
+QEMU_FDP_RUNS_BYTES = 96 * 2**20     # nvme-subsys fdp.runs default (QEMU 8.0 … 10.0)
+
+
+def stock_qemu_fdp_media_bytes(plan: pa.Table, *, max_io_bytes: int, ru_bytes: int,
+                               lba_bytes: int = BLOCK_BYTES) -> int:
+    """The media bytes stock QEMU's FDP statistics (log 22h MBMW) count for `plan` played by
+    kvwear-dw in commands of at most `max_io_bytes`. QEMU has no FTL: MBMW is the host bytes, plus,
+    each time a write command reaches the end of its handle's open reclaim unit of `ru_bytes`, the
+    part of that unit the command filled once more (QEMU's handle update counts the unit's remaining
+    RUAMW as unwritten media before the write's consumption of it is subtracted; measured on QEMU
+    10.0.2, tests/harness/test_qemu_dw.py). Exact, so its DLWA above 1 is accounted, not a finding."""
+    w = pc.equal(plan.column("op").cast(pa.string()), "write").to_numpy(zero_copy_only=False)
+    h = plan_handles(plan)[w]
+    ln = plan.column("length_bytes").to_numpy(zero_copy_only=False)[w].astype(np.int64)
+    # the commands kvwear-dw issues: each row in max_io pieces, the last one shorter
+    pieces = -(-ln // max_io_bytes)
+    row = np.repeat(np.arange(ln.size), pieces)
+    k = np.arange(row.size) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+    cmd = np.minimum(ln[row] - k * max_io_bytes, max_io_bytes) // lba_bytes
+    ru = ru_bytes // lba_bytes
+    extra = 0
+    for handle in np.unique(h):
+        c = cmd[h[row] == handle]
+        end = np.cumsum(c)
+        start = end - c
+        crossed = end // ru - start // ru
+        hit = crossed > 0
+        extra += int(((start[hit] // ru + 1) * ru - start[hit]).sum() + ((crossed[hit] - 1) * ru).sum())
+    return int(ln.sum()) + extra * lba_bytes
 
 
 def host_observation_note(cache: str, femu: bool = False) -> str:
@@ -283,7 +315,7 @@ class GuestDevice:
         else:
             if femu_opts:
                 raise KvwearError(f"device qemu: FEMU geometry options {sorted(femu_opts)} need --device femu")
-            qemu_binary = str(opts.get("qemu_binary", "qemu-system-x86_64"))
+            qemu_binary = str(opts.get("qemu_binary") or os.environ.get(QEMU_BINARY_ENV, "qemu-system-x86_64"))
             size = int(spec.capacity_bytes) if spec.capacity_bytes is not None else DEFAULT_QEMU_BYTES
             cap = size
             self.drive_image = Path(spec.target) if spec.target else self.workdir / "qemu-nvme.img"
@@ -517,11 +549,11 @@ class GuestDevice:
             trim_bytes=trim_bytes, write_ios=write_ios, read_ios=read_ios, wall_s=wall,
             nand_write_bytes=nand, waf=waf, tool=tool, tool_output_path=tool_output, extra=extra)
 
-    @staticmethod
-    def _dw_extra(plan: pa.Table, rep: DwReport, fdp: FdpConfig | None, run: GuestRun,
+    def _dw_extra(self, plan: pa.Table, rep: DwReport, fdp: FdpConfig | None, run: GuestRun,
                   outdir: str) -> dict[str, Any]:
         """kvwear-dw's counts, and on an FDP drive the per-handle accounting, the FDP statistics
-        (DLWA = media ÷ host bytes of this replay) and the reclaim unit handle status."""
+        (DLWA = media ÷ host bytes of this replay; on stock QEMU also the media bytes its reclaim
+        unit accounting must count, `stock_qemu_fdp_media_bytes`) and the reclaim unit handle status."""
         extra: dict[str, Any] = {"dw_write_cmds": rep.write_cmds, "dw_read_cmds": rep.read_cmds,
                                  "dw_trim_cmds": rep.trim_cmds, "dw_directive_writes": rep.directive_writes,
                                  "dw_max_io_bytes": rep.max_io_bytes, "dw_elapsed_s": rep.elapsed_s,
@@ -545,6 +577,10 @@ class GuestDevice:
         extra["fdp_stats"] = {"host_bytes_delta": host, "media_bytes_delta": media,
                               "media_bytes_erased_delta": after.media_bytes_erased - before.media_bytes_erased,
                               "dlwa": media / host if host else None}
+        if self.femu is None:
+            extra["fdp_stats"]["media_bytes_expected"] = stock_qemu_fdp_media_bytes(
+                plan, max_io_bytes=rep.max_io_bytes, ru_bytes=fdp.runs_bytes or QEMU_FDP_RUNS_BYTES,
+                lba_bytes=rep.lba_bytes)
         extra["fdp_ruh_status"] = [
             {"placement_id": a.placement_id, "ruh_id": a.ruh_id, "ruamw_blocks_before": b.ruamw_blocks,
              "ruamw_blocks_after": a.ruamw_blocks} for b, a in zip(rb, ra, strict=True)]
