@@ -76,6 +76,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from emulator.guest import (
+    FDP_QEMU_SCRIPT,
     GUEST_DEVICE,
     DriveConfig,
     FdpConfig,
@@ -84,6 +85,7 @@ from emulator.guest import (
     GuestJob,
     GuestRun,
     emulator_version,
+    fdp_qemu_prefix,
     find_guest,
     require_dw_tool,
     run_guest,
@@ -403,7 +405,8 @@ class GuestDevice:
                 f"device {self.spec.kind}: the plan places writes on {int(handles.max()) + 1} FDP handles, but "
                 f"{binary} (QEMU {emulator_version(binary)}) has no NVMe Flexible Data Placement ({what}; stock "
                 f"QEMU has it from 8.0, FEMU in builds with femu-subsys): use such a build (qemu_binary / "
-                f"femu_binary), or set device option drop_handles=true to play the plan with plain writes "
+                f"femu_binary; on Debian 12, bash {FDP_QEMU_SCRIPT} unpacks Debian's backports QEMU 10 into "
+                f"{fdp_qemu_prefix()}), or set device option drop_handles=true to play the plan with plain writes "
                 f"(its WAF is then the WAF without placement)")
         if self.player == "fio":
             raise KvwearError(f"device {self.spec.kind}: player fio cannot carry placement handles (the guest's "

@@ -66,7 +66,8 @@ _OPS = {"write": OP_WRITE, "read": OP_READ, "trim": OP_TRIM}
 
 
 OPTIONS = ("geometry", "interval_host_pages", "capacity_bytes", "op_ratio", "page_bytes", "pages_per_block",
-           "reserve_lines", "victim", "separate_gc_line", "honor_trim", "ruh", "gc_handles", *_FEMU_KEYS)
+           "reserve_lines", "victim", "separate_gc_line", "honor_trim", "ruh", "gc_handles", "placement_baseline",
+           *_FEMU_KEYS)
 
 
 def ftl_config_from_spec(spec: DeviceSpec) -> FtlConfig:

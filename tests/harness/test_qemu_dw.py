@@ -25,6 +25,7 @@ from emulator.guest import (
     GuestImage,
     build_guest,
     emulator_version,
+    fdp_qemu_binary,
     qemu_argv,
     supports_fdp,
 )
@@ -38,6 +39,10 @@ from kvwear.errors import KvwearError
 MiB = 2**20
 K = 4096
 QEMU = os.environ.get(QEMU_BINARY_ENV, "qemu-system-x86_64")     # the backend's default too
+# a QEMU with FDP for the placement tests: QEMU itself if ≥ 8.0, else scripts/fetch-qemu-fdp.sh's
+FDP_QEMU = fdp_qemu_binary(QEMU) if shutil.which(QEMU) else None
+NO_FDP_QEMU = (f"{QEMU} (QEMU {emulator_version(QEMU) if shutil.which(QEMU) else 'missing'}) has no NVMe FDP "
+               f"(nvme-subsys fdp needs QEMU ≥ 8.0) and scripts/fetch-qemu-fdp.sh fetched none (Debian 12 only)")
 IMAGE = GuestImage(kernel=Path("/g/vmlinuz"), initrd=Path("/g/initrd.img"), stamp="")
 
 
@@ -189,13 +194,11 @@ def test_dropped_handles_and_skipped_trims_say_so(guest_image: GuestImage, tmp_p
 
 
 @pytest.mark.guest
-@pytest.mark.skipif(not shutil.which(QEMU) or not supports_fdp(QEMU, femu=False),
-                    reason=f"{QEMU} (QEMU {emulator_version(QEMU) if shutil.which(QEMU) else 'missing'}) has "
-                           "no NVMe FDP (nvme-subsys fdp needs QEMU ≥ 8.0); the FTL model's unit tests "
-                           "(tests/emulator/test_ftl.py) cover placement instead")
+@pytest.mark.skipif(FDP_QEMU is None, reason=NO_FDP_QEMU + "; the FTL model's unit tests "
+                    "(tests/emulator/test_ftl.py) cover placement instead")
 def test_kvwear_dw_places_pages_on_the_handle_asked(guest_image: GuestImage, tmp_path: Path) -> None:
     plan = _plan(PLACED)
-    res = _device(tmp_path).replay(plan, tmp_path / "r")
+    res = _device(tmp_path, qemu_binary=FDP_QEMU).replay(plan, tmp_path / "r")
     e = res.extra
     want = plan_write_bytes_by_handle(plan)
     assert e["player"] == "kvwear-dw" and e["dw_directive_writes"] == res.write_ios
@@ -241,8 +244,7 @@ def test_kvwear_run_with_placement_on_a_qemu_without_fdp(guest_image: GuestImage
 
 
 @pytest.mark.guest
-@pytest.mark.skipif(not shutil.which(QEMU) or not supports_fdp(QEMU, femu=False),
-                    reason=f"{QEMU} has no NVMe FDP (QEMU ≥ 8.0; set ${QEMU_BINARY_ENV} to one)")
+@pytest.mark.skipif(FDP_QEMU is None, reason=NO_FDP_QEMU)
 def test_kvwear_run_with_placement_on_an_fdp_qemu(guest_image: GuestImage, tmp_path: Path) -> None:
     """`kvwear run --placement kind` on a QEMU with FDP: kvwear-dw writes each handle's bytes, the
     FDP log's host bytes are the plan's, its media bytes what QEMU's reclaim unit accounting makes of
@@ -255,7 +257,7 @@ def test_kvwear_run_with_placement_on_an_fdp_qemu(guest_image: GuestImage, tmp_p
     res = CliRunner().invoke(app, ["run", "--device", "qemu", "--policy", "lru", "--placement", "kind",
                                    "--param", "sessions=2", "--param", "turns=3", "--param",
                                    "system_prompt_tokens=256", "--model", "qwen3-next-80b-a3b", "--dram", "200MB",
-                                   "--ssd", "300MB", "-o", str(out)])
+                                   "--ssd", "300MB", "-o", str(out), "--device-option", f"qemu_binary={FDP_QEMU}"])
     assert res.exit_code == 0, res.output + repr(res.exception)
     plan = json.loads((out / "replay" / "lru" / "plan.json").read_text())
     device = json.loads((out / "device" / "lru" / "result.json").read_text())
