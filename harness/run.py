@@ -518,6 +518,8 @@ def placement_result(plan: dict[str, Any], device: dict[str, Any], measured_waf:
         "placement_carried": carried or not used,
         # a device that did not play the handles measured the WAF without placement
         "waf_no_placement": twin["waf"] if twin else (None if carried else measured_waf),
+        # why a device that plays handles elsewhere could not here (harness.devices.fdp_host's gate)
+        "placement_unavailable": (device.get("extra") or {}).get("placement_unavailable") if used else None,
     }
     checks = []
     if fdp:

@@ -103,11 +103,11 @@ from harness.devices.base import (
     option_flag,
 )
 from harness.devices.fio import ROOM_FIX, check_host_room, plan_written_bytes, remove_created
-from harness.directive_plan import DwReport, encode_plan, parse_report
+from harness.directive_plan import DwReport, encode_plan, handle_accounting, parse_report, report_extra
 from harness.exclusive import claim_file
 from harness.fio_iolog import export_iolog_v3
 from harness.identity import identity_from_nvme, parse_id_ctrl_json, parse_id_ns_json
-from harness.placement import plan_handles, plan_write_bytes_by_handle
+from harness.placement import plan_handles
 from harness.safety import check_file_target
 from harness.wear._decode import hexdump
 from harness.wear.fdp import parse_fdp_stats_binary, parse_ruh_status_binary
@@ -494,6 +494,9 @@ class GuestDevice:
                              for f in ("fio-stderr.txt", "dw-stderr.txt", "stderr.txt"))
             raise KvwearError(f"guest commands failed {failed} (outputs in {outdir}): {stderr}")
         self._identity = self._identity_from_run(run)
+        if fdp is not None and not self._identity.extra.get("fdp_supported"):
+            raise KvwearError(f"{self.config.qemu_binary} took fdp=on but its controller does not report FDP "
+                              f"(Identify Controller CTRATT bit 19; outputs in {outdir}): its FDP logs cannot be read")
         if deferred and run.events.get("protocol") not in ("2", "3"):
             raise KvwearError(f"the guest image in {self.image.kernel.parent} predates deferred trims (its /init "
                               "ignored segments.txt): rebuild it with scripts/build-guest.sh")
@@ -557,14 +560,9 @@ class GuestDevice:
         """kvwear-dw's counts, and on an FDP drive the per-handle accounting, the FDP statistics
         (DLWA = media ÷ host bytes of this replay; on stock QEMU also the media bytes its reclaim
         unit accounting must count, `stock_qemu_fdp_media_bytes`) and the reclaim unit handle status."""
-        extra: dict[str, Any] = {"dw_write_cmds": rep.write_cmds, "dw_read_cmds": rep.read_cmds,
-                                 "dw_trim_cmds": rep.trim_cmds, "dw_directive_writes": rep.directive_writes,
-                                 "dw_max_io_bytes": rep.max_io_bytes, "dw_elapsed_s": rep.elapsed_s,
-                                 "trim_mode": "kvwear-dw" if rep.trim_cmds else "none"}
+        extra: dict[str, Any] = report_extra(rep)
         if fdp is None:
             return extra
-        want = plan_write_bytes_by_handle(plan)
-        n = max(len(want), len(rep.write_bytes_by_handle))
         src = f"{outdir}/fdp-stats"
         before = parse_fdp_stats_binary(run.files["fdp-stats-before.bin"], f"{src}-before.bin")
         after = parse_fdp_stats_binary(run.files["fdp-stats-after.bin"], f"{src}-after.bin")
@@ -572,11 +570,7 @@ class GuestDevice:
         media = after.media_bytes_with_metadata_written - before.media_bytes_with_metadata_written
         rb = parse_ruh_status_binary(run.files["ruh-status-before.bin"], f"{outdir}/ruh-status-before.bin")
         ra = parse_ruh_status_binary(run.files["ruh-status-after.bin"], f"{outdir}/ruh-status-after.bin")
-        extra["fdp"] = {
-            "measured_by": "kvwear-dw", "nruh": fdp.nruh,
-            "plan_write_bytes_by_handle": want + [0] * (n - len(want)),
-            "host_bytes_by_handle": list(rep.write_bytes_by_handle) + [0] * (n - len(rep.write_bytes_by_handle)),
-        }
+        extra["fdp"] = handle_accounting(plan, rep, fdp.nruh)
         extra["fdp_stats"] = {"host_bytes_delta": host, "media_bytes_delta": media,
                               "media_bytes_erased_delta": after.media_bytes_erased - before.media_bytes_erased,
                               "dlwa": media / host if host else None}
@@ -602,7 +596,7 @@ class GuestDevice:
         return DeviceIdentity(kind=ident.kind, path=ident.path, model=ident.model, serial=ident.serial,
                               firmware=ident.firmware, capacity_bytes=ident.capacity_bytes,
                               logical_block_bytes=ident.logical_block_bytes,
-                              extra={**ident.extra, **self._extra_identity()})
+                              extra={**ident.extra, **self._extra_identity(), "fdp_supported": ctrl.fdp_supported})
 
     def close(self) -> None:
         """Delete the drive image this backend created unless keep_image=true, then release it (each

@@ -198,8 +198,10 @@ def test_dropped_handles_and_skipped_trims_say_so(guest_image: GuestImage, tmp_p
                     "(tests/emulator/test_ftl.py) cover placement instead")
 def test_kvwear_dw_places_pages_on_the_handle_asked(guest_image: GuestImage, tmp_path: Path) -> None:
     plan = _plan(PLACED)
-    res = _device(tmp_path, qemu_binary=FDP_QEMU).replay(plan, tmp_path / "r")
+    dev = _device(tmp_path, qemu_binary=FDP_QEMU)
+    res = dev.replay(plan, tmp_path / "r")
     e = res.extra
+    assert dev.identity().extra["fdp_supported"]                # CTRATT bit 19, read in the guest
     want = plan_write_bytes_by_handle(plan)
     assert e["player"] == "kvwear-dw" and e["dw_directive_writes"] == res.write_ios
     assert e["fdp"]["plan_write_bytes_by_handle"] == e["fdp"]["host_bytes_by_handle"] == want
