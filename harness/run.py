@@ -494,7 +494,8 @@ def device_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int,
 
 
 def _placement(cfg: RunConfig) -> PlacementConfig:
-    return PlacementConfig(cfg.replay.placement, cfg.replay.placement_handles)  # type: ignore[arg-type]
+    return PlacementConfig(cfg.replay.placement, cfg.replay.placement_handles,  # type: ignore[arg-type]
+                           cfg.replay.placement_kind_min_separation)
 
 
 def _placement_device_options(cfg: RunConfig) -> dict[str, Any]:

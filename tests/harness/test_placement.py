@@ -146,6 +146,15 @@ def test_sim_refuses_a_handle_the_drive_lacks(tmp_path: Path) -> None:
         dev.replay(plan, tmp_path)
 
 
+def test_sim_plays_the_twin_only_when_asked(tmp_path: Path) -> None:
+    plan, _ = assign_placement(_plan([("write", 0, 4, "full", 1), ("write", 8, 2, "linear", 2)]),
+                               PlacementConfig("kind", kind_min_separation=0.0), 64 * U)
+    for flag, twin in (("true", True), ("false", False)):
+        dev = SimDevice(DeviceSpec("sim", "", 64 * U * 16, {"op_ratio": 0.2, "ruh": 2, "placement_baseline": flag}),
+                        tmp_path / flag)
+        assert ("no_placement" in dev.replay(plan, tmp_path / flag).extra) is twin
+
+
 def test_run_with_kind_placement_reports_both_wafs(tmp_path: Path) -> None:
     cfg = config_from_mapping({
         "name": "p", "model": "kimi-k3", "policies": ["lru", "gandalf:budget=fixed,gamma=0"],

@@ -133,6 +133,14 @@ def guest_image() -> GuestImage:
     return build_guest()
 
 
+def _keep_kinds_apart(tmp_path: Path) -> str:
+    """A run config that keeps `kind`'s two handles whatever the kinds' lifetimes: the tiny
+    workloads below evict both kinds alike, which would put every write on handle 0."""
+    path = tmp_path / "apart.toml"
+    path.write_text("[replay]\nplacement_kind_min_separation = 0.0\n")
+    return str(path)
+
+
 def _device(tmp_path: Path, **options: object) -> GuestDevice:
     dev = open_device(DeviceSpec("qemu", target=str(tmp_path / "d.img"), capacity_bytes=16 * MiB,
                                  options={"drive_options": "discard=unmap", **options}), tmp_path)
@@ -224,7 +232,8 @@ def test_kvwear_run_with_placement_on_a_qemu_without_fdp(guest_image: GuestImage
 
     from harness.cli import app
 
-    args = ["run", "--device", "qemu", "--policy", "lru", "--placement", "kind", "--param", "sessions=2",
+    args = ["run", _keep_kinds_apart(tmp_path), "--device", "qemu", "--policy", "lru", "--placement", "kind",
+            "--param", "sessions=2",
             "--param", "turns=3", "--param", "system_prompt_tokens=256", "--model", "qwen3-next-80b-a3b",
             "--dram", "200MB", "--ssd", "300MB"]
     res = CliRunner().invoke(app, [*args, "-o", str(tmp_path / "refused")])
@@ -256,7 +265,8 @@ def test_kvwear_run_with_placement_on_an_fdp_qemu(guest_image: GuestImage, tmp_p
     from harness.cli import app
 
     out = tmp_path / "run"
-    res = CliRunner().invoke(app, ["run", "--device", "qemu", "--policy", "lru", "--placement", "kind",
+    res = CliRunner().invoke(app, ["run", _keep_kinds_apart(tmp_path), "--device", "qemu", "--policy", "lru",
+                                   "--placement", "kind",
                                    "--param", "sessions=2", "--param", "turns=3", "--param",
                                    "system_prompt_tokens=256", "--model", "qwen3-next-80b-a3b", "--dram", "200MB",
                                    "--ssd", "300MB", "-o", str(out), "--device-option", f"qemu_binary={FDP_QEMU}"])
