@@ -88,7 +88,7 @@ from harness.identity import path_identity
 from harness.placement import plan_handles
 from harness.safety import DeviceFacts, check_block_device, check_file_target, loop_serial
 from harness.wear.base import CommandRunner, run_command
-from harness.wear.fdp import parse_fdp_stats_binary
+from harness.wear.fdp import FdpStats, parse_fdp_stats_binary
 from kvwear.errors import KvwearError
 from kvwear.units import parse_size
 
@@ -305,10 +305,19 @@ class FioDevice:
         """kvwear-dw (host build) plays the plan on the namespace's generic device with each write's
         handle as its placement directive; the FDP statistics log is read before and after."""
         assert gate.generic is not None and gate.controller is not None and gate.configuration is not None
+        workdir.mkdir(parents=True, exist_ok=True)
         plan_path = workdir / "dw.plan"
         plan_path.write_bytes(encode_plan(plan, directives=True, timed=timed))
         stats_argv = ["nvme", "fdp", "stats", gate.controller, "--endgrp-id=1", "-o", "binary"]
-        before = parse_fdp_stats_binary(self.nvme_runner(stats_argv), " ".join(stats_argv))
+
+        def stats() -> FdpStats:
+            try:
+                return parse_fdp_stats_binary(self.nvme_runner(stats_argv), " ".join(stats_argv))
+            except subprocess.CalledProcessError as exc:
+                raise KvwearError(f"{' '.join(stats_argv)} failed (exit {exc.returncode}): the FDP drive's "
+                                  f"statistics log is needed for its WAF") from None
+
+        before = stats()
         t0 = time.perf_counter()
         proc = subprocess.run([str(host_dw_binary()), gate.generic, str(plan_path)], capture_output=True,
                               check=False)
@@ -317,7 +326,7 @@ class FioDevice:
         if proc.returncode != 0:
             raise KvwearError(f"kvwear-dw failed on {gate.generic} (exit {proc.returncode}): "
                               f"{proc.stderr.decode(errors='replace').strip()[-500:]}")
-        after = parse_fdp_stats_binary(self.nvme_runner(stats_argv), " ".join(stats_argv))
+        after = stats()
         if progress is not None:
             progress(1, 1)
         rep = parse_report(proc.stdout, str(workdir / "dw.json"))
