@@ -278,6 +278,11 @@ def test_kvwear_run_with_placement_on_an_fdp_qemu(guest_image: GuestImage, tmp_p
     assert device["tool"] == "kvwear-dw 1" and not e["placement_dropped"] and len(want) == 2 and min(want) > 0
     assert e["fdp"]["host_bytes_by_handle"] == want and e["fdp_stats"]["host_bytes_delta"] == sum(want)
     assert e["fdp_stats"]["media_bytes_delta"] == e["fdp_stats"]["media_bytes_expected"] > sum(want)
+    # each handle's pages landed in its own reclaim units: its open unit (96 MiB, started full) has
+    # what its bytes leave after filling whole units (a unit filled to its end is replaced at once)
+    ru = 96 * MiB // 512
+    assert [(s["ruamw_blocks_before"], s["ruamw_blocks_after"]) for s in e["fdp_ruh_status"]] == \
+        [(ru, ru - (b // 512) % ru) for b in want]
     checks = json.loads((out / "estimate" / "lru" / "crossval.json").read_text())["checks"]
     acc = {(c["quantity"], c["source"]): c["passed"] for c in checks if c.get("kind", "accounting") == "accounting"}
     assert {("host bytes, handle 0", "kvwear-dw fdp"), ("host bytes, handle 1", "kvwear-dw fdp"),
