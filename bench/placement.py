@@ -12,7 +12,9 @@ unit handles as the placement uses (`none` on the same drive as `kind`).
 shared`: relocated pages of every handle go to handle 0's frontier, FDP's initially isolated
 handles).
 
-Printed per policy: host bytes written, WAF none / kind / lifetime / kind with shared GC, and the
+Printed per policy: host bytes written, `kind`'s separation of the two kinds' lifetimes (TVD of
+their lifetime buckets; below 0.5 `kind` keeps one handle, marked *), WAF none / kind / lifetime /
+kind with shared GC, and the
 lifetime gain over LRU
 without placement = host-write gain × WAF gain (lifetime ∝ 1 / (host bytes × WAF) on one drive),
 for kind and lifetime; then the FTL's throughput over all replays (host and NAND pages per
@@ -76,10 +78,14 @@ def main() -> None:
             ops = read_table(SSD_OPS, root / "run" / "policies" / label / "ssd_ops.parquet")
             laid = plan_block_ops(ops, rc)
             waf: dict[str, float] = {}
+            sep = ""
             for mode in MODES:
                 pmode, _, gc = mode.partition(", ")
                 pcfg = PlacementConfig(pmode)  # type: ignore[arg-type]
-                plan, _ = assign_placement(laid.table, pcfg, cap)
+                plan, st = assign_placement(laid.table, pcfg, cap)
+                if pmode == "kind" and not gc:
+                    sep = "—" if st.kind_separation is None else \
+                        f"{st.kind_separation:.2f}{'*' if st.kind_fallback else ''}"
                 ruh = max(pcfg.handles, PlacementConfig("kind").handles)
                 work = root / "device" / label / mode.replace(", ", "-").replace(" ", "-")
                 opts = {**geometry, "ruh": ruh, "placement_baseline": False,
@@ -90,7 +96,7 @@ def main() -> None:
                 host_pages += res.write_bytes // 4096
                 nand_pages += int(res.nand_write_bytes or 0) // 4096
                 kernel_s += res.wall_s
-            rows.append((label, laid.aligned_write_bytes, waf))
+            rows.append((label, laid.aligned_write_bytes, waf, sep))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -100,16 +106,16 @@ def main() -> None:
           f"SSD tier {args.ssd}, {args.layout} layout + TRIM, FTL FEMU geometry devsz {args.devsz_mb} MiB, "
           f"{args.lines} lines of 64 MiB, GC 75/95%")
     print(f"  lifetime gain over {base[0]} without placement = host-write gain × WAF gain")
-    print(f"  {'policy':<32} {'host GiB':>9} {'WAF none':>9} {'kind':>7} {'lifetime':>9} {'kind+shGC':>10} "
-          f"{'host gain':>10} {'gain kind':>10} {'gain life':>10}")
-    for label, host, waf in rows:
+    print(f"  {'policy':<32} {'host GiB':>9} {'kind sep':>9} {'WAF none':>9} {'kind':>7} {'lifetime':>9} "
+          f"{'kind+shGC':>10} {'host gain':>10} {'gain kind':>10} {'gain life':>10}")
+    for label, host, waf, sep in rows:
         hg = base[1] / host if host else float("inf")
         gk = base_cost / (host * waf["kind"]) if host else float("inf")
         gl = base_cost / (host * waf["lifetime"]) if host else float("inf")
-        print(f"  {label:<32} {host / 2**30:>9.2f} {waf['none']:>9.3f} {waf['kind']:>7.3f} {waf['lifetime']:>9.3f} "
-              f"{waf['kind, shared GC']:>10.3f} {hg:>9.2f}x {gk:>9.2f}x {gl:>9.2f}x")
-    lowered = [label for label, _h, w in rows if w["kind"] < w["none"]]
-    same = [label for label, _h, w in rows if w["kind"] == w["none"]]
+        print(f"  {label:<32} {host / 2**30:>9.2f} {sep:>9} {waf['none']:>9.3f} {waf['kind']:>7.3f} "
+              f"{waf['lifetime']:>9.3f} {waf['kind, shared GC']:>10.3f} {hg:>9.2f}x {gk:>9.2f}x {gl:>9.2f}x")
+    lowered = [label for label, _h, w, _s in rows if w["kind"] < w["none"]]
+    same = [label for label, _h, w, _s in rows if w["kind"] == w["none"]]
     print(f"  kind lowers WAF for: {', '.join(lowered) or 'none'}; unchanged: {', '.join(same) or 'none'}")
     print(f"  FTL: {host_pages:,} host pages, {nand_pages:,} NAND pages in {kernel_s:.2f} s of replay = "
           f"{host_pages / max(kernel_s, 1e-9) / 1e6:.2f} M host pages/s, "

@@ -122,6 +122,26 @@ def guest_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "kvwear" / "guest"
 
 
+FDP_QEMU_SCRIPT = "scripts/fetch-qemu-fdp.sh"
+
+
+def fdp_qemu_prefix() -> Path:
+    """Where scripts/fetch-qemu-fdp.sh unpacks Debian's backports QEMU on Debian 12:
+    $KVWEAR_QEMU_FDP_PREFIX, else ~/.cache/kvwear/qemu-fdp."""
+    env = os.environ.get("KVWEAR_QEMU_FDP_PREFIX")
+    return Path(env) if env else Path.home() / ".cache" / "kvwear" / "qemu-fdp"
+
+
+def fdp_qemu_binary(preferred: str = "qemu-system-x86_64") -> str | None:
+    """A stock QEMU with NVMe FDP: `preferred` if it has it, else the one fetch-qemu-fdp.sh
+    unpacked, else None (Debian 12's QEMU 7.2 has none; Debian 13's QEMU 10 has it)."""
+    private = fdp_qemu_prefix() / "usr" / "bin" / "qemu-system-x86_64"
+    for binary in (preferred, str(private)):
+        if (shutil.which(binary) or Path(binary).is_file()) and supports_fdp(binary, femu=False):
+            return binary
+    return None
+
+
 def build_command(folder: Path | None = None) -> str:
     """The shell command that builds the guest into `folder`."""
     folder = folder or guest_dir()

@@ -496,7 +496,8 @@ def device_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int,
 
 
 def _placement(cfg: RunConfig) -> PlacementConfig:
-    return PlacementConfig(cfg.replay.placement, cfg.replay.placement_handles)  # type: ignore[arg-type]
+    return PlacementConfig(cfg.replay.placement, cfg.replay.placement_handles,  # type: ignore[arg-type]
+                           cfg.replay.placement_kind_min_separation)
 
 
 def _placement_device_options(cfg: RunConfig) -> dict[str, Any]:
@@ -522,6 +523,8 @@ def placement_result(plan: dict[str, Any], device: dict[str, Any], measured_waf:
         "placement_carried": carried or not used,
         # a device that did not play the handles measured the WAF without placement
         "waf_no_placement": twin["waf"] if twin else (None if carried else measured_waf),
+        # why a device that plays handles elsewhere could not here (harness.devices.fdp_host's gate)
+        "placement_unavailable": (device.get("extra") or {}).get("placement_unavailable") if used else None,
     }
     checks = []
     if fdp:
@@ -529,6 +532,15 @@ def placement_result(plan: dict[str, Any], device: dict[str, Any], measured_waf:
                                             strict=True)):
             checks.append(Check.of(f"host bytes, handle {h}", want, got, f"{fdp.get('measured_by', 'kvwear-ftl')} fdp",
                                    0.0, kind="accounting"))
+    # an emulated FDP drive's own statistics log (22h): its host bytes are the plan's; stock QEMU's
+    # media bytes follow from the plan exactly (harness.devices.qemu.stock_qemu_fdp_media_bytes)
+    stats = (device.get("extra") or {}).get("fdp_stats")
+    if fdp and stats:
+        checks.append(Check.of("host bytes", sum(fdp["plan_write_bytes_by_handle"]), stats["host_bytes_delta"],
+                               "fdp-stats-log-22h", 0.0, kind="accounting"))
+        if stats.get("media_bytes_expected") is not None:
+            checks.append(Check.of("media bytes", stats["media_bytes_expected"], stats["media_bytes_delta"],
+                                   "fdp-stats-log-22h (stock QEMU)", 0.0, kind="accounting"))
     return row, checks
 
 

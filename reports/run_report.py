@@ -292,7 +292,11 @@ def placement_section(df: pd.DataFrame) -> tuple[list[str], list[list[str]], lis
              "gain × WAF gain."]
     if "placement_carried" in df.columns:
         lost = [str(p) for p, ok in zip(df["policy"], df["placement_carried"], strict=True) if not ok]
-        if lost:
+        why = sorted({str(r) for r in df.get("placement_unavailable", []) if isinstance(r, str) and r})
+        if lost and why:
+            notes.append(f"This drive could not take placement handles ({'; '.join(why)}): the plan was played "
+                         f"with plain writes, so the WAF of {', '.join(lost)} is without placement.")
+        elif lost:
             notes.append(f"This device cannot carry placement handles (only the embedded FTL does; fio 3.33's "
                          f"iolog has no placement field): the WAF of {', '.join(lost)} is without placement.")
     return [h for _, h, _ in cols], rows, notes

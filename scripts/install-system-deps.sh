@@ -22,3 +22,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# Debian 12's QEMU 7.2 has no NVMe FDP: the FDP guest tests use Debian's backports QEMU 10,
+# unpacked into a private prefix (never replaces the system QEMU; skips with its reason).
+bash "$(dirname "$0")/fetch-qemu-fdp.sh"

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from harness.placement import plan_handles
+from harness.placement import plan_handles, plan_write_bytes_by_handle
 from kvwear.errors import InputError, KvwearError
 
 PLAN_MAGIC = b"KVWDPLAN"
@@ -131,3 +131,19 @@ def parse_report(data: bytes | str, source: str = "kvwear-dw report") -> DwRepor
         raise KvwearError(f"{source}: write bytes per handle sum to {sum(rep.write_bytes_by_handle)}, "
                           f"not the {rep.write_bytes} written")
     return rep
+
+
+def report_extra(rep: DwReport) -> dict[str, object]:
+    """A result's `extra` fields for what kvwear-dw issued."""
+    return {"dw_write_cmds": rep.write_cmds, "dw_read_cmds": rep.read_cmds, "dw_trim_cmds": rep.trim_cmds,
+            "dw_directive_writes": rep.directive_writes, "dw_max_io_bytes": rep.max_io_bytes,
+            "dw_elapsed_s": rep.elapsed_s, "trim_mode": "kvwear-dw" if rep.trim_cmds else "none"}
+
+
+def handle_accounting(plan: pa.Table, rep: DwReport, nruh: int) -> dict[str, object]:
+    """`extra["fdp"]`: the plan's and the tool's write bytes per handle, padded to one length (the
+    per-handle accounting checks of harness.run compare them)."""
+    want = plan_write_bytes_by_handle(plan)
+    n = max(len(want), len(rep.write_bytes_by_handle))
+    return {"measured_by": "kvwear-dw", "nruh": nruh, "plan_write_bytes_by_handle": want + [0] * (n - len(want)),
+            "host_bytes_by_handle": list(rep.write_bytes_by_handle) + [0] * (n - len(rep.write_bytes_by_handle))}

@@ -24,6 +24,15 @@ trim the plan's end states need, each at most one segment late. A segment ends a
 capacity, at least 64 MiB), whichever comes first: the bytes bound keeps the stale data a late
 trim leaves for GC small against the drive; the ops bound amortizes fio's start (~0.3 s here).
 
+Placement handles: fio cannot take a handle per I/O from an iolog (fio ≥ 3.34's FDP takes a fixed
+list per job), so a plan whose writes name handles is played on a `block:` NVMe namespace that
+passes the FDP gate (harness.devices.fdp_host: CTRATT bit 19, an FDP configuration with enough
+handles) by the host build of kvwear-dw on its generic device /dev/ngXnY, each write with its
+handle as data placement directive, FDP statistics (log 22h) read before and after (`waf` = their
+DLWA), bytes per handle in `extra["fdp"]`. Elsewhere (a file, a loop device, a drive without FDP)
+fio plays it with plain writes, and `extra` says `placement_dropped` and `placement_unavailable`
+(the gate's reason), which the report prints.
+
 Device options (`FioParams`, DeviceSpec.options): ioengine (libaio), iodepth (16), confirm_serial,
 confirm_overwrite (a file: path to write to although kvwear did not create it), precondition
 (none | fill: `fill_loops` sequential passes | steady: the fill, then random 4 KiB writes until
@@ -78,6 +87,8 @@ from harness.devices.base import (
     option,
 )
 from harness.devices.deferred_trims import DEFAULT_SEGMENT_OPS, device_segments, trim_accounting
+from harness.devices.directive_plan import encode_plan, handle_accounting, parse_report, report_extra
+from harness.devices.fdp_host import FdpGate, fdp_capability, host_dw_binary
 from harness.devices.fio_iolog import export_iolog_v3
 from harness.devices.identity import path_identity
 from harness.devices.safety import DeviceFacts, check_block_device, check_file_target, loop_serial
@@ -89,6 +100,9 @@ from harness.exclusive import (
     device_lock_path,
     file_identity,
 )
+from harness.placement import plan_handles
+from harness.wear.base import CommandRunner, run_command
+from harness.wear.fdp import FdpStats, parse_fdp_stats_binary
 from kvwear.errors import KvwearError
 from kvwear.units import parse_size
 
@@ -182,12 +196,14 @@ class FioParams(DeviceParams):
 class FioDevice:
     """A file or block device played with fio. Construct through `open_device(DeviceSpec)`."""
 
-    def __init__(self, spec: DeviceSpec, workdir: Path, runner: fiolib.FioRunner = fiolib.run_fio) -> None:
+    def __init__(self, spec: DeviceSpec, workdir: Path, runner: fiolib.FioRunner = fiolib.run_fio,
+                 nvme_runner: CommandRunner = run_command) -> None:
         if not spec.target:
             raise KvwearError(f"device {spec.kind!r} needs a path: {spec.kind}:/path")
         self.spec = spec
         self.workdir = Path(workdir)
         self.runner = runner
+        self.nvme_runner = nvme_runner      # nvme-cli, for the FDP gate and statistics
         self.path = spec.target
         self.p = p = FioParams.of(spec)
         self.safety: DeviceFacts | None = None
@@ -266,10 +282,69 @@ class FioDevice:
     def replay(self, plan: pa.Table, workdir: Path, *, timed: bool = False,
                progress: ReplayProgress | None = None) -> ReplayResult:
         """Validate `plan` against [0, capacity), write it as an iolog, replay it with fio
-        (`progress` steps: one per deferred-trim segment, else the one fio run)."""
+        (`progress` steps: one per deferred-trim segment, else the one fio run). A plan with
+        placement handles goes to kvwear-dw on an NVMe namespace that passes the FDP gate
+        (module docstring); elsewhere fio plays it with plain writes and the result says why."""
         workdir = Path(workdir)
         fiolib.validate_plan(plan, self._capacity, block_bytes=self.block_bytes)
         self._check_room(plan_written_bytes(plan))
+        ops = plan.column("op").cast(pa.string()).to_numpy(zero_copy_only=False)
+        handles = plan_handles(plan)[ops == "write"]
+        if not (handles.size and handles.max() > 0):
+            return self._replay_fio(plan, workdir, timed=timed, progress=progress)
+        gate = (fdp_capability(self.path, int(handles.max()) + 1, self.nvme_runner) if self.spec.kind == "block"
+                else FdpGate(False, "a file: target has no placement handles"))
+        if gate.ok:
+            return self._replay_dw(plan, workdir, gate, timed=timed, progress=progress)
+        res = self._replay_fio(plan, workdir, timed=timed, progress=progress)
+        return dataclasses.replace(res, extra={**res.extra, "placement_dropped": True,
+                                               "placement_unavailable": gate.reason})
+
+    def _replay_dw(self, plan: pa.Table, workdir: Path, gate: FdpGate, *, timed: bool,
+                   progress: ReplayProgress | None) -> ReplayResult:
+        """kvwear-dw (host build) plays the plan on the namespace's generic device with each write's
+        handle as its placement directive; the FDP statistics log is read before and after."""
+        assert gate.generic is not None and gate.controller is not None and gate.configuration is not None
+        workdir.mkdir(parents=True, exist_ok=True)
+        plan_path = workdir / "dw.plan"
+        plan_path.write_bytes(encode_plan(plan, directives=True, timed=timed))
+        stats_argv = ["nvme", "fdp", "stats", gate.controller, "--endgrp-id=1", "-o", "binary"]
+
+        def stats() -> FdpStats:
+            try:
+                return parse_fdp_stats_binary(self.nvme_runner(stats_argv), " ".join(stats_argv))
+            except subprocess.CalledProcessError as exc:
+                raise KvwearError(f"{' '.join(stats_argv)} failed (exit {exc.returncode}): the FDP drive's "
+                                  f"statistics log is needed for its WAF") from None
+
+        before = stats()
+        t0 = time.perf_counter()
+        proc = subprocess.run([str(host_dw_binary()), gate.generic, str(plan_path)], capture_output=True,
+                              check=False)
+        wall = time.perf_counter() - t0
+        (workdir / "dw.json").write_bytes(proc.stdout)
+        if proc.returncode != 0:
+            raise KvwearError(f"kvwear-dw failed on {gate.generic} (exit {proc.returncode}): "
+                              f"{proc.stderr.decode(errors='replace').strip()[-500:]}")
+        after = stats()
+        if progress is not None:
+            progress(1, 1)
+        rep = parse_report(proc.stdout, str(workdir / "dw.json"))
+        host = after.host_bytes_with_metadata_written - before.host_bytes_with_metadata_written
+        media = after.media_bytes_with_metadata_written - before.media_bytes_with_metadata_written
+        return ReplayResult(
+            device=f"{self.spec.kind}:{self.path}", write_bytes=rep.write_bytes, read_bytes=rep.read_bytes,
+            trim_bytes=rep.trim_bytes, write_ios=rep.write_cmds, read_ios=rep.read_cmds, wall_s=wall,
+            nand_write_bytes=media, waf=media / host if host else None,
+            tool="kvwear-dw 1", tool_output_path=str(workdir / "dw.json"),
+            extra={**report_extra(rep), "player": "kvwear-dw", "placement_dropped": False, "timed": timed,
+                   "fdp": handle_accounting(plan, rep, gate.configuration.reclaim_unit_handles),
+                   "fdp_stats": {"host_bytes_delta": host, "media_bytes_delta": media,
+                                 "media_bytes_erased_delta": after.media_bytes_erased - before.media_bytes_erased,
+                                 "dlwa": media / host if host else None}})
+
+    def _replay_fio(self, plan: pa.Table, workdir: Path, *, timed: bool,
+                    progress: ReplayProgress | None) -> ReplayResult:
         if plan.num_rows == 0:        # a policy that never touched the SSD: fio refuses an empty iolog
             return self._empty_replay()
         trims = fiolib.plan_lengths(plan, "trim")

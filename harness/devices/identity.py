@@ -42,6 +42,12 @@ class ControllerId:
     subnqn: str
     version: int
     namespaces: int
+    ctratt: int = 0                    # Controller Attributes; 0 when nvme-cli does not print it
+
+    @property
+    def fdp_supported(self) -> bool:
+        """CTRATT bit 19: the controller supports Flexible Data Placement (NVMe 2.0, TP4146)."""
+        return bool(self.ctratt >> 19 & 1)
 
 
 @dataclass(frozen=True)
@@ -93,6 +99,7 @@ def parse_id_ctrl_json(text: str | bytes, source: str = "nvme id-ctrl -o json") 
         subnqn=str(obj.get("subnqn", "")).strip(),
         version=json_uint_or(obj, "ver", source, 0),
         namespaces=json_uint_or(obj, "nn", source, 0),
+        ctratt=json_uint_or(obj, "ctratt", source, 0),
     )
 
 

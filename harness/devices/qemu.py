@@ -41,7 +41,8 @@ TRIM on the guest's fio 3.33, which drops iolog trims, runs in segments: fio per
 guest's blkdiscard per trim range, as in harness.devices.fio; `timed` holds across segments too:
 each waits for its plan time), skip_trims (False: drop the plan's trims knowingly), precondition
 (none|fill: one sequential pass over the drive before the first snapshot; not steady, whose minutes
-of random writes run only on the host's fio), guest_dir, qemu_binary, femu_binary, femu (a table of
+of random writes run only on the host's fio), guest_dir, qemu_binary (else $KVWEAR_QEMU_BINARY, else
+qemu-system-x86_64 on PATH), femu_binary, femu (a table of
 FemuGeometry fields, or flat `femu.<field>` keys as `--device-option femu.nchs=4` gives them),
 player (auto|fio|kvwear-dw), drop_handles (False), fdp_nruh, fdp_runs_bytes (stock QEMU's reclaim
 unit size), fdp_nru (FEMU's reclaim units), keep_image (False). Text values from the command line
@@ -71,10 +72,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from emulator.guest import (
+    FDP_QEMU_SCRIPT,
     GUEST_DEVICE,
     Accel,
     CacheMode,
@@ -85,6 +88,7 @@ from emulator.guest import (
     GuestJob,
     GuestRun,
     emulator_version,
+    fdp_qemu_prefix,
     find_guest,
     require_dw_tool,
     run_guest,
@@ -105,13 +109,13 @@ from harness.devices.base import (
     option,
 )
 from harness.devices.deferred_trims import DEFAULT_SEGMENT_OPS, PlanSegment, device_segments, trim_accounting
-from harness.devices.directive_plan import DwReport, encode_plan, parse_report
+from harness.devices.directive_plan import DwReport, encode_plan, handle_accounting, parse_report, report_extra
 from harness.devices.fio import ROOM_FIX, check_host_room, plan_written_bytes, remove_created
 from harness.devices.fio_iolog import export_iolog_v3
 from harness.devices.identity import identity_from_nvme, parse_id_ctrl_json, parse_id_ns_json
 from harness.devices.safety import check_file_target
 from harness.exclusive import claim_file
-from harness.placement import plan_handles, plan_write_bytes_by_handle
+from harness.placement import plan_handles
 from harness.wear._decode import hexdump
 from harness.wear.fdp import parse_fdp_stats_binary, parse_ruh_status_binary
 from harness.wear.femu import (
@@ -133,6 +137,7 @@ if TYPE_CHECKING:
 DEFAULT_QEMU_BYTES = 256 * 2**20
 BLOCK_BYTES = 512
 FEMU_BINARY_ENV = "KVWEAR_FEMU_BINARY"
+QEMU_BINARY_ENV = "KVWEAR_QEMU_BINARY"     # a stock QEMU other than the one on PATH (e.g. ≥ 8.0 for FDP)
 
 
 @dataclass(frozen=True)
@@ -156,7 +161,7 @@ class GuestParams(DeviceParams):
     # the guest's fill only: fio's steady-state detector runs minutes of random writes on the host
     precondition: Literal["none", "fill"] = "none"
     guest_dir: str | None = None
-    qemu_binary: str = "qemu-system-x86_64"
+    qemu_binary: str | None = None         # None: $KVWEAR_QEMU_BINARY, else qemu-system-x86_64
     femu_binary: str | None = None
     # confirm_serial: `kvwear run` passes it to every backend; a drive we create needs none
     confirm_serial: str | None = None
@@ -169,6 +174,37 @@ class GuestParams(DeviceParams):
     fdp_runs_bytes: int | None = option(None, gt=0)
     fdp_nru: int | None = option(None, ge=0)
     femu: Mapping[str, Any] = option(default_factory=dict)    # FemuGeometry fields (also femu.FIELD=…)
+
+
+QEMU_FDP_RUNS_BYTES = 96 * 2**20     # nvme-subsys fdp.runs default (QEMU 8.0 … 10.0)
+
+
+def stock_qemu_fdp_media_bytes(plan: pa.Table, *, max_io_bytes: int, ru_bytes: int,
+                               lba_bytes: int = BLOCK_BYTES) -> int:
+    """The media bytes stock QEMU's FDP statistics (log 22h MBMW) count for `plan` played by
+    kvwear-dw in commands of at most `max_io_bytes`. QEMU has no FTL: MBMW is the host bytes, plus,
+    each time a write command reaches the end of its handle's open reclaim unit of `ru_bytes`, the
+    part of that unit the command filled once more (QEMU's handle update counts the unit's remaining
+    RUAMW as unwritten media before the write's consumption of it is subtracted; measured on QEMU
+    10.0.2, tests/harness/test_qemu_dw.py). Exact, so its DLWA above 1 is accounted, not a finding."""
+    w = pc.equal(plan.column("op").cast(pa.string()), "write").to_numpy(zero_copy_only=False)
+    h = plan_handles(plan)[w]
+    ln = plan.column("length_bytes").to_numpy(zero_copy_only=False)[w].astype(np.int64)
+    # the commands kvwear-dw issues: each row in max_io pieces, the last one shorter
+    pieces = -(-ln // max_io_bytes)
+    row = np.repeat(np.arange(ln.size), pieces)
+    k = np.arange(row.size) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+    cmd = np.minimum(ln[row] - k * max_io_bytes, max_io_bytes) // lba_bytes
+    ru = ru_bytes // lba_bytes
+    extra = 0
+    for handle in np.unique(h):
+        c = cmd[h[row] == handle]
+        end = np.cumsum(c)
+        start = end - c
+        crossed = end // ru - start // ru
+        hit = crossed > 0
+        extra += int(((start[hit] // ru + 1) * ru - start[hit]).sum() + ((crossed[hit] - 1) * ru).sum())
+    return int(ln.sum()) + extra * lba_bytes
 
 
 def host_observation_note(cache: str, femu: bool = False) -> str:
@@ -277,7 +313,7 @@ class GuestDevice:
         else:
             if femu_opts:
                 raise KvwearError(f"device qemu: FEMU geometry options {sorted(femu_opts)} need --device femu")
-            qemu_binary = p.qemu_binary
+            qemu_binary = p.qemu_binary or os.environ.get(QEMU_BINARY_ENV, "qemu-system-x86_64")
             size = int(spec.capacity_bytes) if spec.capacity_bytes is not None else DEFAULT_QEMU_BYTES
             cap = size
             self.drive_image = Path(spec.target) if spec.target else self.workdir / "qemu-nvme.img"
@@ -364,7 +400,8 @@ class GuestDevice:
                 f"device {self.spec.kind}: the plan places writes on {int(handles.max()) + 1} FDP handles, but "
                 f"{binary} (QEMU {emulator_version(binary)}) has no NVMe Flexible Data Placement ({what}; stock "
                 f"QEMU has it from 8.0, FEMU in builds with femu-subsys): use such a build (qemu_binary / "
-                f"femu_binary), or set device option drop_handles=true to play the plan with plain writes "
+                f"femu_binary; on Debian 12, bash {FDP_QEMU_SCRIPT} unpacks Debian's backports QEMU 10 into "
+                f"{fdp_qemu_prefix()}), or set device option drop_handles=true to play the plan with plain writes "
                 f"(its WAF is then the WAF without placement)")
         if self.p.player == "fio":
             raise KvwearError(f"device {self.spec.kind}: player fio cannot carry placement handles (the guest's "
@@ -452,6 +489,9 @@ class GuestDevice:
                              for f in ("fio-stderr.txt", "dw-stderr.txt", "stderr.txt"))
             raise KvwearError(f"guest commands failed {failed} (outputs in {outdir}): {stderr}")
         self._identity = self._identity_from_run(run)
+        if fdp is not None and not self._identity.extra.get("fdp_supported"):
+            raise KvwearError(f"{self.config.qemu_binary} took fdp=on but its controller does not report FDP "
+                              f"(Identify Controller CTRATT bit 19; outputs in {outdir}): its FDP logs cannot be read")
         if deferred and run.events.get("protocol") not in ("2", "3"):
             raise KvwearError(f"the guest image in {self.image.kernel.parent} predates deferred trims (its /init "
                               "ignored segments.txt): rebuild it with scripts/build-guest.sh")
@@ -510,19 +550,14 @@ class GuestDevice:
             trim_bytes=trim_bytes, write_ios=write_ios, read_ios=read_ios, wall_s=wall,
             nand_write_bytes=nand, waf=waf, tool=tool, tool_output_path=tool_output, extra=extra)
 
-    @staticmethod
-    def _dw_extra(plan: pa.Table, rep: DwReport, fdp: FdpConfig | None, run: GuestRun,
+    def _dw_extra(self, plan: pa.Table, rep: DwReport, fdp: FdpConfig | None, run: GuestRun,
                   outdir: str) -> dict[str, Any]:
         """kvwear-dw's counts, and on an FDP drive the per-handle accounting, the FDP statistics
-        (DLWA = media ÷ host bytes of this replay) and the reclaim unit handle status."""
-        extra: dict[str, Any] = {"dw_write_cmds": rep.write_cmds, "dw_read_cmds": rep.read_cmds,
-                                 "dw_trim_cmds": rep.trim_cmds, "dw_directive_writes": rep.directive_writes,
-                                 "dw_max_io_bytes": rep.max_io_bytes, "dw_elapsed_s": rep.elapsed_s,
-                                 "trim_mode": "kvwear-dw" if rep.trim_cmds else "none"}
+        (DLWA = media ÷ host bytes of this replay; on stock QEMU also the media bytes its reclaim
+        unit accounting must count, `stock_qemu_fdp_media_bytes`) and the reclaim unit handle status."""
+        extra: dict[str, Any] = report_extra(rep)
         if fdp is None:
             return extra
-        want = plan_write_bytes_by_handle(plan)
-        n = max(len(want), len(rep.write_bytes_by_handle))
         src = f"{outdir}/fdp-stats"
         before = parse_fdp_stats_binary(run.files["fdp-stats-before.bin"], f"{src}-before.bin")
         after = parse_fdp_stats_binary(run.files["fdp-stats-after.bin"], f"{src}-after.bin")
@@ -530,14 +565,14 @@ class GuestDevice:
         media = after.media_bytes_with_metadata_written - before.media_bytes_with_metadata_written
         rb = parse_ruh_status_binary(run.files["ruh-status-before.bin"], f"{outdir}/ruh-status-before.bin")
         ra = parse_ruh_status_binary(run.files["ruh-status-after.bin"], f"{outdir}/ruh-status-after.bin")
-        extra["fdp"] = {
-            "measured_by": "kvwear-dw", "nruh": fdp.nruh,
-            "plan_write_bytes_by_handle": want + [0] * (n - len(want)),
-            "host_bytes_by_handle": list(rep.write_bytes_by_handle) + [0] * (n - len(rep.write_bytes_by_handle)),
-        }
+        extra["fdp"] = handle_accounting(plan, rep, fdp.nruh)
         extra["fdp_stats"] = {"host_bytes_delta": host, "media_bytes_delta": media,
                               "media_bytes_erased_delta": after.media_bytes_erased - before.media_bytes_erased,
                               "dlwa": media / host if host else None}
+        if self.femu is None:
+            extra["fdp_stats"]["media_bytes_expected"] = stock_qemu_fdp_media_bytes(
+                plan, max_io_bytes=rep.max_io_bytes, ru_bytes=fdp.runs_bytes or QEMU_FDP_RUNS_BYTES,
+                lba_bytes=rep.lba_bytes)
         extra["fdp_ruh_status"] = [
             {"placement_id": a.placement_id, "ruh_id": a.ruh_id, "ruamw_blocks_before": b.ruamw_blocks,
              "ruamw_blocks_after": a.ruamw_blocks} for b, a in zip(rb, ra, strict=True)]
@@ -556,7 +591,7 @@ class GuestDevice:
         return DeviceIdentity(kind=ident.kind, path=ident.path, model=ident.model, serial=ident.serial,
                               firmware=ident.firmware, capacity_bytes=ident.capacity_bytes,
                               logical_block_bytes=ident.logical_block_bytes,
-                              extra={**ident.extra, **self._extra_identity()})
+                              extra={**ident.extra, **self._extra_identity(), "fdp_supported": ctrl.fdp_supported})
 
     def close(self) -> None:
         """Delete the drive image this backend created unless keep_image=true, then release it (each

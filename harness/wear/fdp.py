@@ -16,6 +16,14 @@ Handle Status (I/O Management Receive, `nvme fdp status DEV -o binary`): bytes 1
 EARUTR in seconds (7:4), RUAMW in logical blocks (15:8) — the media writes left in the handle's
 open reclaim unit, which falls as writes land on that handle.)
 
+The FDP Configurations log (Log Identifier 20h, per endurance group; `nvme fdp configs DEV
+--endgrp-id=N -o binary`): a 16-byte header (NUMFDPC u16 at 0, zero-based; LSIZE u32 at 4), then
+one configuration descriptor per configuration: DSZE u16 (its size in bytes) at 0, FDPA u8 at 2
+(bit 7: the configuration is valid), VSS u8 at 3, NRG u32 at 4, NRUH u16 at 8, MAXPIDS u16 at 10,
+NNSS u32 at 12, RUNS u64 (reclaim unit nominal size, bytes) at 16, ERUTL u32 at 24, reserved to
+byte 63, then NRUH 4-byte reclaim unit handle descriptors (RUHT u8: 1 initially isolated, 2
+persistently isolated) and padding up to DSZE (`parse_fdp_configs_binary`).
+
 Inputs: `nvme fdp stats DEV --endgrp-id=N -o json` (`{"hbmw": ..., "mbmw": ..., "mbe": ...}`,
 128-bit values as numbers or decimal strings) and `-o binary` (the 64 bytes). The counters include
 metadata bytes, so on a namespace formatted with metadata they exceed the data bytes. Drives
@@ -36,6 +44,7 @@ from harness.wear._decode import (
     run_or_unavailable,
 )
 from harness.wear.base import READERS, CommandRunner, WearReader, WearSample
+from kvwear.errors import InputError
 
 FDP_STATS_BYTES = 64
 
@@ -78,15 +87,60 @@ RUH_STATUS_DESCRIPTOR_BYTES = 32
 
 
 def parse_ruh_status_binary(data: bytes, source: str = "nvme fdp status -o binary") -> tuple[RuhStatus, ...]:
+    """The descriptors of a Reclaim Unit Handle Status. Also accepted: exactly NRUHSD × 32 bytes,
+    what Debian 12's nvme-cli 2.3 prints (it transfers the descriptors' size and forgets the 16-byte
+    header; recorded against QEMU 10, tests/harness/fixtures/qemu-10-fdp): that cuts only the last
+    descriptor's 16 reserved bytes, so every field is still there."""
     need_length(data, RUH_STATUS_HEADER_BYTES, source, "reclaim unit handle status", exact=False)
     n = le_uint(data, 14, 2)
-    need_length(data, RUH_STATUS_HEADER_BYTES + n * RUH_STATUS_DESCRIPTOR_BYTES, source,
-                f"reclaim unit handle status with {n} descriptors", exact=False)
+    if len(data) != n * RUH_STATUS_DESCRIPTOR_BYTES:
+        need_length(data, RUH_STATUS_HEADER_BYTES + n * RUH_STATUS_DESCRIPTOR_BYTES, source,
+                    f"reclaim unit handle status with {n} descriptors", exact=False)
     out = []
     for i in range(n):
         o = RUH_STATUS_HEADER_BYTES + i * RUH_STATUS_DESCRIPTOR_BYTES
         out.append(RuhStatus(le_uint(data, o, 2), le_uint(data, o + 2, 2), le_uint(data, o + 4, 4),
                              le_uint(data, o + 8, 8)))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class FdpConfiguration:
+    """One FDP configuration descriptor of log page 20h."""
+
+    index: int
+    valid: bool                 # FDPA bit 7
+    reclaim_groups: int         # NRG
+    reclaim_unit_handles: int   # NRUH
+    max_placement_ids: int      # MAXPIDS, zero-based as the log gives it
+    namespaces: int             # NNSS
+    reclaim_unit_bytes: int     # RUNS
+    ruh_types: tuple[int, ...]  # RUHT per handle (1 initially, 2 persistently isolated)
+
+
+FDP_CONFIGS_HEADER_BYTES = 16
+FDP_CONFIG_FIXED_BYTES = 64
+
+
+def parse_fdp_configs_binary(data: bytes, source: str = "nvme fdp configs -o binary") -> tuple[FdpConfiguration, ...]:
+    """Every configuration of the FDP Configurations log; a descriptor that overruns the data (or
+    claims fewer bytes than its handle list) is an InputError naming it."""
+    need_length(data, FDP_CONFIGS_HEADER_BYTES, source, "FDP configurations log", exact=False)
+    n = le_uint(data, 0, 2) + 1
+    out, o = [], FDP_CONFIGS_HEADER_BYTES
+    for i in range(n):
+        need_length(data, o + FDP_CONFIG_FIXED_BYTES, source, f"FDP configuration {i}", exact=False)
+        size, nruh = le_uint(data, o, 2), le_uint(data, o + 8, 2)
+        if size < FDP_CONFIG_FIXED_BYTES + 4 * nruh:
+            raise InputError(source, None, f"FDP configuration {i} DSZE",
+                             f"{size} bytes cannot hold its {nruh} reclaim unit handle descriptors")
+        need_length(data, o + size, source, f"FDP configuration {i} ({size} bytes)", exact=False)
+        ruht = tuple(data[o + FDP_CONFIG_FIXED_BYTES + 4 * k] for k in range(nruh))
+        out.append(FdpConfiguration(index=i, valid=bool(data[o + 2] & 0x80), reclaim_groups=le_uint(data, o + 4, 4),
+                                    reclaim_unit_handles=nruh, max_placement_ids=le_uint(data, o + 10, 2),
+                                    namespaces=le_uint(data, o + 12, 4), reclaim_unit_bytes=le_uint(data, o + 16, 8),
+                                    ruh_types=ruht))
+        o += size
     return tuple(out)
 
 

@@ -57,7 +57,8 @@ def _kv_ssd_ops(steps: int, seed: int) -> pa.Table:
 def test_kind_tags_writes_by_object_kind_only() -> None:
     plan = _plan([("write", 0, 4, "full", 1), ("write", 4, 2, "linear", 2), ("read", 0, 4, "full", 1),
                   ("trim", 4, 2, "linear", 2)])
-    out, st = assign_placement(plan, PlacementConfig("kind"), 64 * U)
+    # both writes never die (one lifetime bucket): separated only when asked to at any distance
+    out, st = assign_placement(plan, PlacementConfig("kind", kind_min_separation=0.0), 64 * U)
     assert plan_handles(out).tolist() == [0, 1, 0, 0]
     assert st.write_bytes_by_handle == (4 * U, 2 * U) and st.write_ios_by_handle == (1, 1)
     none, st0 = assign_placement(out, PlacementConfig("none"), 64 * U)
@@ -66,6 +67,26 @@ def test_kind_tags_writes_by_object_kind_only() -> None:
         assign_placement(_plan([("write", 0, 1, "sliding", 1)]), PlacementConfig("kind"), 64 * U)
     with pytest.raises(KvwearError, match="unknown placement 'stream'"):
         PlacementConfig("stream")  # type: ignore[arg-type]
+
+
+def test_kind_keeps_one_handle_when_the_kinds_die_alike() -> None:
+    """The kinds' lifetime buckets (C/4, C/2, C of 64 units): full KV never dies, linear state
+    dies after 1 unit: TVD 1, apart; both never die: TVD 0, one handle, and the plan says so."""
+    apart = _plan([("write", 0, 4, "full", 1), ("write", 8, 1, "linear", 2), ("write", 8, 1, "linear", 3),
+                   ("write", 30, 1, "full", 4)])
+    out, st = assign_placement(apart, PlacementConfig("kind"), 64 * U)
+    assert plan_handles(out).tolist() == [0, 1, 1, 0]
+    # the second state row never dies: half the state bytes share the KV's bucket
+    assert (st.kind_separation, st.kind_fallback) == (0.5, False)
+    alike = _plan([("write", 0, 4, "full", 1), ("write", 8, 2, "linear", 2)])
+    out, st = assign_placement(alike, PlacementConfig("kind"), 64 * U)
+    assert plan_handles(out).tolist() == [0, 0] and st.write_bytes_by_handle == (6 * U, 0)
+    assert (st.kind_separation, st.kind_fallback) == (0.0, True)
+    assert st.as_dict()["kind_fallback"] is True
+    _, st = assign_placement(alike, PlacementConfig("kind", kind_min_separation=0.0), 64 * U)
+    assert st.write_bytes_by_handle == (4 * U, 2 * U) and not st.kind_fallback
+    with pytest.raises(KvwearError, match="kind_min_separation must be 0–1"):
+        PlacementConfig("kind", kind_min_separation=1.5)
 
 
 def test_lifetime_oracle_reads_page_deaths_from_the_plan() -> None:
@@ -123,6 +144,15 @@ def test_sim_refuses_a_handle_the_drive_lacks(tmp_path: Path) -> None:
     dev = SimDevice(DeviceSpec("sim", "", 64 * U * 16, {"op_ratio": 0.2}), tmp_path)
     with pytest.raises(InputError, match="field 'placement_handle': handle 1 but the sim drive has 1"):
         dev.replay(plan, tmp_path)
+
+
+def test_sim_plays_the_twin_only_when_asked(tmp_path: Path) -> None:
+    plan, _ = assign_placement(_plan([("write", 0, 4, "full", 1), ("write", 8, 2, "linear", 2)]),
+                               PlacementConfig("kind", kind_min_separation=0.0), 64 * U)
+    for flag, twin in (("true", True), ("false", False)):
+        dev = SimDevice(DeviceSpec("sim", "", 64 * U * 16, {"op_ratio": 0.2, "ruh": 2, "placement_baseline": flag}),
+                        tmp_path / flag)
+        assert ("no_placement" in dev.replay(plan, tmp_path / flag).extra) is twin
 
 
 def test_run_with_kind_placement_reports_both_wafs(tmp_path: Path) -> None:

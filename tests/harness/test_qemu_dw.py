@@ -25,11 +25,12 @@ from emulator.guest import (
     GuestImage,
     build_guest,
     emulator_version,
+    fdp_qemu_binary,
     qemu_argv,
     supports_fdp,
 )
 from harness.devices.base import DeviceSpec, open_device
-from harness.devices.qemu import GuestDevice
+from harness.devices.qemu import QEMU_BINARY_ENV, GuestDevice, stock_qemu_fdp_media_bytes
 from harness.placement import plan_write_bytes_by_handle
 from harness.schema import BLOCK_OPS
 from harness.wear.base import NVME_DATA_UNIT_BYTES
@@ -37,7 +38,11 @@ from kvwear.errors import KvwearError
 
 MiB = 2**20
 K = 4096
-QEMU = "qemu-system-x86_64"
+QEMU = os.environ.get(QEMU_BINARY_ENV, "qemu-system-x86_64")     # the backend's default too
+# a QEMU with FDP for the placement tests: QEMU itself if ≥ 8.0, else scripts/fetch-qemu-fdp.sh's
+FDP_QEMU = fdp_qemu_binary(QEMU) if shutil.which(QEMU) else None
+NO_FDP_QEMU = (f"{QEMU} (QEMU {emulator_version(QEMU) if shutil.which(QEMU) else 'missing'}) has no NVMe FDP "
+               f"(nvme-subsys fdp needs QEMU ≥ 8.0) and scripts/fetch-qemu-fdp.sh fetched none (Debian 12 only)")
 IMAGE = GuestImage(kernel=Path("/g/vmlinuz"), initrd=Path("/g/initrd.img"), stamp="")
 
 
@@ -90,6 +95,22 @@ def test_fdp_command_line_on_femu() -> None:
     assert [plain[i + 1] for i, a in enumerate(plain) if a == "-device"] == [femu.device_arg()]
 
 
+def test_stock_qemu_counts_a_filled_reclaim_units_tail_twice() -> None:
+    """Reclaim units of 16 blocks, commands of ≤ 8 blocks: handle 1's commands end at blocks 8, 16
+    (fills its first unit: the command's 8 blocks count again), 24, 28; handle 0's 12 KiB row is 3
+    commands ending at 8, 16 (fills a unit: 8 blocks again), 24; a read counts nothing."""
+    plan = _plan([("write", 0, 4 * K, 1), ("write", 8 * K, 4 * K, 1), ("write", 16 * K, 12 * K, 0),
+                  ("write", 32 * K, 4 * K, 1), ("read", 0, 4 * K, 0), ("write", 64 * K, 2 * K, 1)])
+    host = 26 * K
+    assert stock_qemu_fdp_media_bytes(plan, max_io_bytes=4 * K, ru_bytes=8 * K) == host + 4 * K + 4 * K
+    # one unit larger than everything: nothing fills, media = host (the recorded PLACED run)
+    assert stock_qemu_fdp_media_bytes(_plan(PLACED), max_io_bytes=512 * 1024, ru_bytes=96 * MiB) == \
+        _sums(_plan(PLACED))["write"]
+    # a command longer than two units counts each unit it fills
+    assert stock_qemu_fdp_media_bytes(_plan([("write", 0, 5 * K, 0)]), max_io_bytes=8 * K, ru_bytes=2 * K) == \
+        5 * K + 2 * K + 2 * K
+
+
 @pytest.mark.parametrize("bad", [{"nruh": 0}, {"nruh": 2, "runs_bytes": 0}, {"nruh": 2, "nru": -1}])
 def test_fdp_config_rejects(bad: dict[str, int]) -> None:
     with pytest.raises(KvwearError, match="FDP"):
@@ -110,6 +131,14 @@ def test_the_emulators_fdp_support_is_probed() -> None:
 @pytest.fixture(scope="module")
 def guest_image() -> GuestImage:
     return build_guest()
+
+
+def _keep_kinds_apart(tmp_path: Path) -> str:
+    """A run config that keeps `kind`'s two handles whatever the kinds' lifetimes: the tiny
+    workloads below evict both kinds alike, which would put every write on handle 0."""
+    path = tmp_path / "apart.toml"
+    path.write_text("[replay]\nplacement_kind_min_separation = 0.0\n")
+    return str(path)
 
 
 def _device(tmp_path: Path, **options: object) -> GuestDevice:
@@ -173,19 +202,20 @@ def test_dropped_handles_and_skipped_trims_say_so(guest_image: GuestImage, tmp_p
 
 
 @pytest.mark.guest
-@pytest.mark.skipif(not shutil.which(QEMU) or not supports_fdp(QEMU, femu=False),
-                    reason=f"{QEMU} (QEMU {emulator_version(QEMU) if shutil.which(QEMU) else 'missing'}) has "
-                           "no NVMe FDP (nvme-subsys fdp needs QEMU ≥ 8.0); the FTL model's unit tests "
-                           "(tests/emulator/test_ftl.py) cover placement instead")
+@pytest.mark.skipif(FDP_QEMU is None, reason=NO_FDP_QEMU + "; the FTL model's unit tests "
+                    "(tests/emulator/test_ftl.py) cover placement instead")
 def test_kvwear_dw_places_pages_on_the_handle_asked(guest_image: GuestImage, tmp_path: Path) -> None:
     plan = _plan(PLACED)
-    res = _device(tmp_path).replay(plan, tmp_path / "r")
+    dev = _device(tmp_path, qemu_binary=FDP_QEMU)
+    res = dev.replay(plan, tmp_path / "r")
     e = res.extra
+    assert dev.identity().extra["fdp_supported"]                # CTRATT bit 19, read in the guest
     want = plan_write_bytes_by_handle(plan)
     assert e["player"] == "kvwear-dw" and e["dw_directive_writes"] == res.write_ios
     assert e["fdp"]["plan_write_bytes_by_handle"] == e["fdp"]["host_bytes_by_handle"] == want
     assert e["fdp"]["nruh"] == 3
     assert e["fdp_stats"]["host_bytes_delta"] == res.write_bytes          # no metadata on this namespace
+    assert e["fdp_stats"]["media_bytes_delta"] == e["fdp_stats"]["media_bytes_expected"] == res.write_bytes
     # each handle's open reclaim unit lost exactly the blocks written through it (reclaim units of
     # 96 MiB: none fills up here)
     used = {s["placement_id"]: s["ruamw_blocks_before"] - s["ruamw_blocks_after"] for s in e["fdp_ruh_status"]}
@@ -202,7 +232,8 @@ def test_kvwear_run_with_placement_on_a_qemu_without_fdp(guest_image: GuestImage
 
     from harness.cli import app
 
-    args = ["run", "--device", "qemu", "--policy", "lru", "--placement", "kind", "--param", "sessions=2",
+    args = ["run", _keep_kinds_apart(tmp_path), "--device", "qemu", "--policy", "lru", "--placement", "kind",
+            "--param", "sessions=2",
             "--param", "turns=3", "--param", "system_prompt_tokens=256", "--model", "qwen3-next-80b-a3b",
             "--dram", "200MB", "--ssd", "300MB"]
     res = CliRunner().invoke(app, [*args, "-o", str(tmp_path / "refused")])
@@ -221,3 +252,39 @@ def test_kvwear_run_with_placement_on_a_qemu_without_fdp(guest_image: GuestImage
     host = [c for c in checks if c["quantity"] == "host bytes" and c["source"] == "kvwear-dw 1"]
     smart = [c for c in checks if c["source"] == "smart-duw (guest)"]
     assert host and host[0]["passed"] and smart and smart[0]["passed"]
+
+
+@pytest.mark.guest
+@pytest.mark.skipif(FDP_QEMU is None, reason=NO_FDP_QEMU)
+def test_kvwear_run_with_placement_on_an_fdp_qemu(guest_image: GuestImage, tmp_path: Path) -> None:
+    """`kvwear run --placement kind` on a QEMU with FDP: kvwear-dw writes each handle's bytes, the
+    FDP log's host bytes are the plan's, its media bytes what QEMU's reclaim unit accounting makes of
+    them (handle 1 fills some 96 MiB units), every accounting check passes."""
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    out = tmp_path / "run"
+    res = CliRunner().invoke(app, ["run", _keep_kinds_apart(tmp_path), "--device", "qemu", "--policy", "lru",
+                                   "--placement", "kind",
+                                   "--param", "sessions=2", "--param", "turns=3", "--param",
+                                   "system_prompt_tokens=256", "--model", "qwen3-next-80b-a3b", "--dram", "200MB",
+                                   "--ssd", "300MB", "-o", str(out), "--device-option", f"qemu_binary={FDP_QEMU}"])
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    plan = json.loads((out / "replay" / "lru" / "plan.json").read_text())
+    device = json.loads((out / "device" / "lru" / "result.json").read_text())
+    e = device["extra"]
+    want = plan["placement"]["write_bytes_by_handle"]
+    assert device["tool"] == "kvwear-dw 1" and not e["placement_dropped"] and len(want) == 2 and min(want) > 0
+    assert e["fdp"]["host_bytes_by_handle"] == want and e["fdp_stats"]["host_bytes_delta"] == sum(want)
+    assert e["fdp_stats"]["media_bytes_delta"] == e["fdp_stats"]["media_bytes_expected"] > sum(want)
+    # each handle's pages landed in its own reclaim units: its open unit (96 MiB, started full) has
+    # what its bytes leave after filling whole units (a unit filled to its end is replaced at once)
+    ru = 96 * MiB // 512
+    assert [(s["ruamw_blocks_before"], s["ruamw_blocks_after"]) for s in e["fdp_ruh_status"]] == \
+        [(ru, ru - (b // 512) % ru) for b in want]
+    checks = json.loads((out / "estimate" / "lru" / "crossval.json").read_text())["checks"]
+    acc = {(c["quantity"], c["source"]): c["passed"] for c in checks if c.get("kind", "accounting") == "accounting"}
+    assert {("host bytes, handle 0", "kvwear-dw fdp"), ("host bytes, handle 1", "kvwear-dw fdp"),
+            ("host bytes", "fdp-stats-log-22h"), ("media bytes", "fdp-stats-log-22h (stock QEMU)")} <= set(acc)
+    assert all(acc.values()), acc

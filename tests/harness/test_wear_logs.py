@@ -1,7 +1,8 @@
 """OCP C0h, Intel/Solidigm CAh and FDP statistics parsers, and the decoding of a tool's refusal.
 
-The OCP refusals are the recorded ones (fixtures/*/ocp_c0.txt); for the logs no device here has,
-inputs are built byte by byte from the documented layouts (nvme-cli's structs, NVMe/OCP specs)."""
+The OCP refusals are the recorded ones (fixtures/*/ocp_c0.txt); the FDP logs are also recorded on
+QEMU 10's FDP drive (tests/harness/fixtures/qemu-10-fdp); for the logs no device here has, inputs
+are built byte by byte from the documented layouts (nvme-cli's structs, NVMe/OCP specs)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,18 @@ from pathlib import Path
 
 import pytest
 
+from harness.devices.directive_plan import parse_report
+from harness.devices.identity import parse_id_ctrl_json
 from harness.wear._decode import LogUnsupported, describe_nvme_status, parse_nvme_refusal
-from harness.wear.fdp import FdpStats, RuhStatus, parse_fdp_stats_binary, parse_fdp_stats_json, parse_ruh_status_binary
+from harness.wear.fdp import (
+    FdpConfiguration,
+    FdpStats,
+    RuhStatus,
+    parse_fdp_configs_binary,
+    parse_fdp_stats_binary,
+    parse_fdp_stats_json,
+    parse_ruh_status_binary,
+)
 from harness.wear.intel import (
     INTEL_CA_UNIT_BYTES,
     IntelCaLog,
@@ -155,3 +166,55 @@ def test_ruh_status_binary_layout() -> None:
     assert parse_ruh_status_binary(bytes(16)) == ()
     with pytest.raises(InputError, match=r"2 descriptors.*expected 80 bytes, got 79"):
         parse_ruh_status_binary(page[:-1], "ruhs.bin")
+
+
+# --- FDP, recorded on QEMU 10 (tests/harness/fixtures/qemu-10-fdp/README.md) ------------------
+
+QEMU10 = Path(__file__).parent / "fixtures" / "qemu-10-fdp"
+
+
+def test_recorded_fdp_statistics_count_the_plans_writes() -> None:
+    before = parse_fdp_stats_binary((QEMU10 / "fdp-stats-before.bin").read_bytes())
+    after = parse_fdp_stats_binary((QEMU10 / "fdp-stats-after.bin").read_bytes())
+    rep = parse_report((QEMU10 / "dw.json").read_bytes())
+    assert before == FdpStats(0, 0, 0)
+    # QEMU has no FTL: media bytes = host bytes (DLWA 1), nothing erased; no metadata on the namespace
+    assert after == FdpStats(rep.write_bytes, rep.write_bytes, 0) and after.waf == 1.0
+    assert rep.write_bytes_by_handle == (2 * 2**20, 2**20, 3 * 4096)
+
+
+def test_recorded_ruh_status_short_read_and_per_handle_usage() -> None:
+    """nvme-cli 2.3 prints NRUHSD × 32 bytes (the header forgotten): accepted, every field read;
+    each handle's RUAMW fell by exactly the 512-byte blocks kvwear-dw wrote through it."""
+    before = parse_ruh_status_binary((QEMU10 / "ruh-status-before.bin").read_bytes())
+    after = parse_ruh_status_binary((QEMU10 / "ruh-status-after.bin").read_bytes())
+    full = json.loads((QEMU10 / "ruh-status.json").read_text())
+    assert [(s.placement_id, s.ruh_id, s.earutr_s, s.ruamw_blocks) for s in before] == \
+        [(d["pid"], d["ruhid"], d["earutr"], d["ruamw"]) for d in full["ruhss"]]
+    assert [s.ruamw_blocks for s in before] == [96 * 2**20 // 512] * 3
+    rep = parse_report((QEMU10 / "dw.json").read_bytes())
+    assert [b.ruamw_blocks - a.ruamw_blocks for b, a in zip(before, after, strict=True)] == \
+        [n // 512 for n in rep.write_bytes_by_handle]
+    with pytest.raises(InputError, match=r"3 descriptors.*expected 112 bytes, got 95"):
+        parse_ruh_status_binary((QEMU10 / "ruh-status-after.bin").read_bytes()[:-1], "ruhs.bin")
+
+
+def test_recorded_fdp_configurations_and_ctratt() -> None:
+    cfgs = parse_fdp_configs_binary((QEMU10 / "fdp-configs.bin").read_bytes())
+    js = json.loads((QEMU10 / "fdp-configs.json").read_text())["configs"][0]
+    assert cfgs == (FdpConfiguration(index=0, valid=True, reclaim_groups=1, reclaim_unit_handles=3,
+                                     max_placement_ids=127, namespaces=256, reclaim_unit_bytes=96 * 2**20,
+                                     ruh_types=(1, 1, 1)),)
+    assert (js["fdpa"] >> 7, js["nrg"], js["nruh"], js["nnss"], js["runs"]) == (1, 1, 3, 256, 96 * 2**20)
+    raw = (QEMU10 / "fdp-configs.bin").read_bytes()
+    with pytest.raises(InputError, match=r"FDP configuration 0 \(80 bytes\).*got 95"):
+        parse_fdp_configs_binary(raw[:-1], "cfg.bin")
+    with pytest.raises(InputError, match=r"DSZE.*cannot hold its 3 reclaim unit handle"):
+        parse_fdp_configs_binary(raw[:16] + (70).to_bytes(2, "little") + raw[18:], "cfg.bin")
+    # CTRATT bit 19: QEMU 10's FDP subsystem has it, Debian 12's QEMU 7.2 (recorded in ../shared) not
+    assert parse_id_ctrl_json((QEMU10 / "id-ctrl.json").read_text()).fdp_supported
+
+
+def test_ctratt_without_fdp(shared: Path) -> None:
+    ctrl = parse_id_ctrl_json((shared / "fixtures" / "qemu-7.2-nvme" / "id_ctrl_json.json").read_text())
+    assert ctrl.ctratt == 0x8000 and not ctrl.fdp_supported

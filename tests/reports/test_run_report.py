@@ -12,7 +12,7 @@ import pytest
 
 from kvwear.errors import KvwearError
 from reports.figures import pareto_mask
-from reports.run_report import build_run_report, device_notes
+from reports.run_report import build_run_report, device_notes, placement_section
 from tests.reports.chromium import CHROMIUM, image_status
 
 GIB = 2**30
@@ -131,3 +131,21 @@ def test_lifetime_figures_pick_the_named_waf(tmp_path: Path) -> None:
     _make_run(run)
     html = build_run_report(run, waf="uniform").html.read_text()
     assert "Projected lifetime under WAF uniform" in html
+
+
+def test_placement_section_says_why_a_drive_took_no_handles() -> None:
+    """A block: drive that failed the FDP gate: the note names the gate's reason; a device that
+    never carries handles keeps the generic note."""
+    from harness.run import placement_result
+
+    plan = {"placement": {"mode": "kind", "write_bytes_by_handle": [8, 4]}}
+    device = {"extra": {"placement_dropped": True, "placement_unavailable": "/dev/loop3 is not an NVMe namespace"}}
+    row, checks = placement_result(plan, device, 1.25)
+    assert (row["placement_carried"], row["waf_no_placement"], checks) == (False, 1.25, [])
+    df = pd.DataFrame([{"policy": "lru", **row, "waf_measured": 1.25}])
+    notes = placement_section(df)[2]
+    assert any(n.startswith("This drive could not take placement handles (/dev/loop3 is not an NVMe namespace)")
+               for n in notes), notes
+    row, _ = placement_result(plan, {"extra": {}}, 1.25)
+    notes = placement_section(pd.DataFrame([{"policy": "lru", **row, "waf_measured": 1.25}]))[2]
+    assert any(n.startswith("This device cannot carry placement handles") for n in notes), notes
