@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from harness.config import config_from_mapping
 from harness.devices.base import DeviceSpec, open_device
-from harness.replay import LAYOUTS, ReplayConfig, plan_block_ops
+from harness.plan import LAYOUTS, ReplayConfig, plan_block_ops
 from harness.run import device_capacity, sim_config
 from kvwear.units import format_bytes
 from policies.schema import SSD_OPS
@@ -114,7 +114,7 @@ def main() -> None:
         print(f"{'':<14} device {format_bytes(cap)} = 1.05 × SSD tier {ssd}, DRAM {dram}, policy {a.policy}")
 
     ops = synthetic_ops()
-    import harness.replay as current
+    import harness.plan as current
 
     peak = current.plan_block_ops(ops, ReplayConfig(capacity_bytes=1 << 40, layout="extent")).peak_live_bytes
     tight = -(-int(peak * 1.05) // 4096) * 4096

@@ -51,7 +51,7 @@ class TierConfig:
 
 @dataclass(frozen=True)
 class ReplaySettings:
-    """How SSD operations become block I/O (see harness.replay.ReplayConfig for each field)."""
+    """How SSD operations become block I/O (see harness.plan.ReplayConfig for each field)."""
 
     # extent (first fit) keeps every object where the policy put it until the policy evicts it, so
     # the plan writes exactly the simulation's bytes; log and slab add the relocation writes of

@@ -5,7 +5,7 @@ Stages (each writes its files atomically, then a stage marker; `resume` skips ma
   characterize             the KVCache-in-the-Wild analyses of those requests → workload/characterization/
                            (for the report: skipped when the run makes none)
   simulate/LABEL           tiered-cache simulation under one policy → policies/LABEL/
-  plan/LABEL               ssd_ops → block_ops on the device's capacity → replay/LABEL/
+  plan/LABEL               ssd_ops → block_ops on the device's capacity → plan/LABEL/
   device/LABEL             play the plan on the device (wear snapshots, eBPF capture) → device/LABEL/
   estimate/LABEL           lifetime projections and predicted-vs-measured checks → estimate/LABEL/
   results, report          results.parquet and report/
@@ -54,7 +54,7 @@ from harness.estimate import (
     tbw_from_pe_cycles,
 )
 from harness.placement import PlacementConfig, assign_placement
-from harness.replay import ReplayConfig, plan_block_ops
+from harness.plan import ReplayConfig, plan_block_ops
 from harness.rundir import RunDir, build_manifest, input_sha256, write_json
 from harness.schema import BLOCK_OPS, WEAR
 from harness.waf_model import PAGE_BYTES, DeathSummary, WafPrediction, death_summary, workload_waf
@@ -355,7 +355,7 @@ def plan_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int) -> dict[st
     """Lay the policy's ssd_ops out as block_ops; returns the plan's accounting (plan.json)."""
     from policies.schema import SSD_OPS
 
-    d = rd.stage_dir("replay", label)
+    d = rd.stage_dir("plan", label)
     stage = f"plan/{label}"
     if rd.is_done(stage):
         rd.skip()
@@ -458,7 +458,7 @@ def device_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int,
     if rd.is_done(stage):
         rd.skip()
         return dict(json.loads((d / "result.json").read_text()))
-    plan = read_table(BLOCK_OPS, rd.stage_dir("replay", label) / "block_ops.parquet")
+    plan = read_table(BLOCK_OPS, rd.stage_dir("plan", label) / "block_ops.parquet")
     readers = wear_readers(cfg)
     dev = open_device(device_spec(cfg, capacity), d)
     try:
@@ -617,7 +617,7 @@ def plan_workload_waf(cfg: RunConfig, rd: RunDir, label: str, plan: dict[str, An
     ftl = device_ftl_config(cfg, capacity)
     if ftl is None:
         return None
-    path = rd.stage_dir("replay", label) / "plan.json"
+    path = rd.stage_dir("plan", label) / "plan.json"
     if "death_summary" in plan:
         ds = DeathSummary.from_dict(plan["death_summary"], str(path))
     else:
@@ -634,7 +634,7 @@ def emulator_waf(cfg: RunConfig, rd: RunDir, label: str) -> float | None:
     from harness.devices.sim import plan_to_requests
 
     ftl_cfg = _femu_geometry(cfg).ftl_config()
-    plan = read_table(BLOCK_OPS, rd.stage_dir("replay", label) / "block_ops.parquet")
+    plan = read_table(BLOCK_OPS, rd.stage_dir("plan", label) / "block_ops.parquet")
     codes, first, npages = plan_to_requests(plan, ftl_cfg.page_bytes, ftl_cfg.exposed_bytes)
     ftl = Ftl(ftl_cfg)
     if str(cfg.device.options.get("precondition", "none")) == "fill":

@@ -4,11 +4,12 @@ Layout (one folder per policy label below each stage folder):
 
     RUN/config.toml            resolved config (reruns the same run)
     RUN/manifest.json          revision, versions, kernel, device identity, seeds, input checksums
-    RUN/workload/              requests.parquet
+    RUN/workload/              requests.parquet; characterization/ (when the run makes a report)
     RUN/policies/LABEL/        ssd_ops.parquet, per_request.parquet, summary.json, timeline.parquet
-    RUN/replay/LABEL/          block_ops.parquet, plan.json, plan.iolog
-    RUN/device/LABEL/          result.json, wear.parquet, tool output (fio JSON, FTL intervals)
-    RUN/capture/LABEL/         block_trace.parquet, capture.json
+    RUN/plan/LABEL/            block_ops.parquet, plan.json
+    RUN/device/LABEL/          result.json, wear.parquet, timeline.parquet (the sim FTL's WAF), tool
+                               output (fio JSON and iolog, FTL intervals), eBPF block_trace.parquet
+                               and capture.json
     RUN/estimate/LABEL/        crossval.json
     RUN/results.parquet        one row per policy
     RUN/report/                report.html, report.md, results.csv, figures/

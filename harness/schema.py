@@ -1,4 +1,4 @@
-"""Tables the harness writes: block_ops (replayer → device), block_trace (eBPF capture),
+"""Tables the harness writes: block_ops (planner → device), block_trace (eBPF capture),
 wear (counter snapshots) and results (one row per run × policy)."""
 
 from __future__ import annotations

@@ -184,7 +184,7 @@ def device_notes(run_dir: Path) -> list[str]:
         if obs and obs not in seen:
             seen.add(obs)
             notes.append(f"Host-side observation: {obs}")
-    for p in sorted((run_dir / "replay").glob("*/plan.json")):
+    for p in sorted((run_dir / "plan").glob("*/plan.json")):
         plan = json.loads(p.read_text())
         ds = plan.get("death_summary")
         if ds:
