@@ -34,7 +34,8 @@ import pyarrow as pa
 from harness.config import config_from_mapping
 from harness.devices.base import DeviceSpec, open_device
 from harness.plan import LAYOUTS, ReplayConfig, plan_block_ops
-from harness.run import device_capacity, sim_config
+from harness.run import device_capacity
+from harness.simulate import sim_config
 from kvwear.units import format_bytes
 from policies.schema import SSD_OPS
 from policies.sim import simulate

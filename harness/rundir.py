@@ -15,9 +15,11 @@ Layout (one folder per policy label below each stage folder):
     RUN/report/                report.html, report.md, results.csv, figures/
     RUN/.stages/NAME.json      one marker per finished stage (written last, atomically)
 
-A stage is finished when its marker exists; `--resume` skips finished stages. Every file is
-written atomically (temporary sibling + rename), so an interrupted run keeps what it finished and
-nothing half-written looks complete. This module must not run stages itself.
+A stage is finished when its marker exists; `--resume` skips finished stages (`Stage.run`: a
+finished stage's record is read back from its files, an unfinished one is computed, its files
+written, then its marker). Every file is written atomically (temporary sibling + rename), so an
+interrupted run keeps what it finished and nothing half-written looks complete. This module
+holds the skeleton; it must not know what any stage computes.
 """
 
 from __future__ import annotations
@@ -29,10 +31,11 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from kvwear import __version__
 from kvwear.errors import KvwearError
@@ -158,6 +161,29 @@ class RunDir:
         self.root.mkdir(parents=True, exist_ok=True)
         write_text(self.config_path, config_toml)
         self._last_mark = time.monotonic()
+
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Stage(Generic[R]):
+    """One stage's skip/compute/mark skeleton. `compute()` runs the stage, writing its files, and
+    returns its record and what its marker records; `load()` reads a finished stage's record back
+    from its files. The marker is written last, so an interrupted stage runs again on resume."""
+
+    name: str
+    compute: Callable[[], tuple[R, Mapping[str, Any]]]
+    load: Callable[[], R]
+
+    def run(self, rd: RunDir) -> R:
+        if rd.is_done(self.name):
+            record = self.load()
+            rd.skip()
+            return record
+        record, info = self.compute()
+        rd.mark_done(self.name, info)
+        return record
 
 
 def _git_revision() -> str | None:

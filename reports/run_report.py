@@ -317,7 +317,8 @@ def build_run_report(run_dir: str | Path, notes: list[str] | None = None, waf: s
     if not (run / "results.parquet").is_file():
         raise KvwearError(f"{run} has no results.parquet: not a run directory, or the run has not finished "
                           "(continue it with kvwear run --resume)")
-    df = pq.read_table(run / "results.parquet").to_pandas()
+    # a column no policy has a value for (the device's, in a run without replay) is left out
+    df = pq.read_table(run / "results.parquet").to_pandas().dropna(axis=1, how="all")
     manifest = json.loads((run / "manifest.json").read_text()) if (run / "manifest.json").exists() else {}
     checks = load_checks(run)
     timelines = load_timelines(run)

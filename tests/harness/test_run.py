@@ -50,7 +50,7 @@ def _ops_bytes(table, op: str, col: str) -> np.ndarray:
 def test_every_byte_accounted(small_run: Path, label: str) -> None:
     ssd_ops = read_table(SSD_OPS, small_run / "policies" / label / "ssd_ops.parquet")
     block_ops = read_table(BLOCK_OPS, small_run / "plan" / label / "block_ops.parquet")
-    summary = json.loads((small_run / "policies" / label / "summary.json").read_text())
+    summary = json.loads((small_run / "policies" / label / "summary.json").read_text())["summary"]
     plan = json.loads((small_run / "plan" / label / "plan.json").read_text())
     device = json.loads((small_run / "device" / label / "result.json").read_text())
     obj = _ops_bytes(ssd_ops, "write", "bytes")

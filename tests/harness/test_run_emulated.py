@@ -18,7 +18,8 @@ from typer.testing import CliRunner
 from harness.cli import app
 from harness.config import config_from_mapping
 from harness.devices.qemu import femu_deltas
-from harness.run import duw_check, emulator_waf
+from harness.estimate import duw_check
+from harness.run import emulator_waf
 from harness.rundir import RunDir
 from harness.schema import BLOCK_OPS
 from kvwear.tables import read_table, write_table
