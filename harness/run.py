@@ -1,14 +1,19 @@
 """`kvwear run`: the whole pipeline for one config, stage by stage, into a run directory.
 
-Stages (each writes its files atomically, then a stage marker; `resume` skips marked stages):
+Stages (harness.rundir.Stage: each writes its files atomically, then a stage marker; `resume`
+skips marked stages and reads their records back), with the typed record each hands on:
   workload                 generate or load the requests (sampled if asked) → workload/requests.parquet
+                           (Workload: the file; later stages stream it)
   characterize             the KVCache-in-the-Wild analyses of those requests → workload/characterization/
                            (for the report: skipped when the run makes none)
-  simulate/LABEL           tiered-cache simulation under one policy → policies/LABEL/
-  plan/LABEL               ssd_ops → block_ops on the device's capacity → plan/LABEL/
+  simulate/LABEL           tiered-cache simulation under one policy (harness.simulate, the function
+                           `kvwear simulate` calls) → policies/LABEL/ (SimOutput)
+  plan/LABEL               ssd_ops → block_ops on the device's capacity (harness.plan) → plan/LABEL/ (Plan)
   device/LABEL             play the plan on the device (wear snapshots, eBPF capture) → device/LABEL/
-  estimate/LABEL           lifetime projections and predicted-vs-measured checks → estimate/LABEL/
-  results, report          results.parquet and report/
+                           (estimate.DeviceBytes)
+  estimate/LABEL           lifetime projections and predicted-vs-measured checks (estimate.estimate_policy)
+                           → estimate/LABEL/crossval.json, which keeps the results row
+  results, report          results.parquet (schema.RESULTS) and report/
 
 Scaling: `workload.sample_fraction` f keeps whole sessions (or, without sessions, whole
 root-prefix groups) with probability f and scales the DRAM and SSD tiers by f; lifetime

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 def _fmt(n: float) -> str:
     return format_bytes(int(n), False).replace(".00 ", "").replace(" ", "")
 
+
 _HELP = "\n\n".join([
     "Simulate a KV-cache trace through GPU HBM (optional), DRAM and SSD under placement policies.",
     "TRACE is a `requests` Parquet table (streamed) or a raw trace in any format the loaders know. "
@@ -97,25 +98,25 @@ def simulate_cmd(
     model: str = typer.Option(RunConfig.model, "--model", "-m",
                               help="model profile: built-in name or config.json / .toml path"),
     dram: str | None = typer.Option(None, "--dram", show_default=False,
-                                    help=f"DRAM tier capacity [default: {_fmt(_T.dram_bytes)}, as [tiers] dram]"),
+                                    help=f"DRAM tier capacity (default: {_fmt(_T.dram_bytes)}, a run config's)"),
     ssd: str | None = typer.Option(None, "--ssd", show_default=False,
-                                   help=f"SSD tier capacity [default: {_fmt(DEFAULT_SSD_BYTES)}]"),
+                                   help=f"SSD tier capacity (default: {_fmt(DEFAULT_SSD_BYTES)})"),
     hbm: str | None = typer.Option(None, "--hbm", show_default=False,
-                                   help="GPU HBM tier capacity [default: 0, no HBM tier]"),
+                                   help="GPU HBM tier capacity (default: 0, no HBM tier)"),
     policy: list[str] = typer.Option(["lru"], "--policy", "-p", help="policy spec; repeatable"),
     block_tokens: int = typer.Option(WorkloadConfig.block_tokens, "--block-tokens", "-b", min=1,
                                      help="simulator chunk size S in tokens"),
     out_dir: Path | None = typer.Option(None, "--out", "-o", help="output folder"),
     interval: str | None = typer.Option(None, "--interval", show_default=False,
-                                        help=f"timeline interval [default: {_S.interval_s:g} s]"),
+                                        help=f"timeline interval (default: {_S.interval_s:g} s)"),
     max_requests: int | None = typer.Option(None, "--max-requests", min=1,
                                             help="simulate only the first N requests"),
     ssd_read: str | None = typer.Option(None, "--ssd-read-per-s", show_default=False,
-                                        help=f"SSD→DRAM bandwidth per second [default: "
-                                             f"{_fmt(_S.ssd_read_bytes_per_s)}]"),
+                                        help=f"SSD→DRAM bandwidth per second (default: "
+                                             f"{_fmt(_S.ssd_read_bytes_per_s)})"),
     hbm_load: str | None = typer.Option(None, "--hbm-load-per-s", show_default=False,
-                                        help=f"DRAM→HBM bandwidth per second [default: "
-                                             f"{_fmt(_S.dram_to_hbm_bytes_per_s)}]"),
+                                        help=f"DRAM→HBM bandwidth per second (default: "
+                                             f"{_fmt(_S.dram_to_hbm_bytes_per_s)})"),
     recompute: float = typer.Option(_S.recompute_tokens_per_s, "--recompute-tokens-per-s", help="prefill speed"),
     gpu_usd: float = typer.Option(_S.gpu_usd_per_hour, "--gpu-usd-per-hour",
                                    help="price of the GPUs doing the recompute (an 8-GPU node)"),
