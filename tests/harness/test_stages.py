@@ -9,16 +9,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
 import harness.run as run_mod
 from harness.cli import app
 from harness.config import config_from_mapping
-from harness.run import run
+from harness.run import results_table, run
 from harness.rundir import RunDir, Stage
-from kvwear.errors import InputError
+from harness.schema import RESULTS
+from kvwear.errors import InputError, KvwearError
 from kvwear.tables import read_table
 from policies.metrics import SIM_REQUESTS
 from policies.schema import SSD_OPS
@@ -99,6 +99,8 @@ def test_simulator_section_is_validated_and_reaches_the_simulator(tmp_path: Path
         s = json.loads((out.run_dir / "policies" / "lru" / "summary.json").read_text())
         assert s["config"]["gpu_usd_per_hour"] == gpu and s["config"]["ssd_read_bytes_per_s"] == 5e9
         costs.append(s["summary"]["gpu_usd"])
+        res = read_table(RESULTS, out.run_dir / "results.parquet")          # the results contract
+        assert res.schema.names == RESULTS.schema.names and res.column("waf_measured").null_count == 1
     assert costs[1] == pytest.approx(2 * costs[0]) and costs[0] > 0
 
 
@@ -124,7 +126,15 @@ def test_resume_does_not_estimate_again(tmp_path: Path, monkeypatch: pytest.Monk
     again = run(cfg, out, resume=True, report=False)
     assert calls == []
     assert again.outcomes[0].row == first.outcomes[0].row
-    assert pq.read_table(out / "results.parquet").equals(first.results)
+    assert read_table(RESULTS, out / "results.parquet").equals(first.results)
+    assert first.results.column("waf_measured").null_count == 0
     (out / ".stages" / "estimate__lru.json").unlink()          # interrupted before its marker
     run(cfg, out, resume=True, report=False)
     assert sorted(calls) == ["emulator_waf", "plan_workload_waf"]
+
+
+def test_results_rows_must_fit_the_contract() -> None:
+    t = results_table([{"policy": "lru", "requests": 3}])
+    assert t.schema.names == RESULTS.schema.names and t.column("requests").to_pylist() == [3]
+    with pytest.raises(KvwearError, match="RESULTS lacks: bogus_bytes"):
+        results_table([{"policy": "lru", "bogus_bytes": 1}])
