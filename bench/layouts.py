@@ -13,7 +13,7 @@ objects the extent layout split, and the FTL's WAF.
 Then the planner's rate on a synthetic stream (300k ops over 20k objects of 256 KiB, 150 kB and
 40 MB) on an unpressured 1 TiB device and on a pressured one (1.05 × its peak live bytes), best of
 `--reps`. `--baseline PATH` times the same unpressured plans with another revision's replay module
-(e.g. `git show main:harness/replay.py > /tmp/replay_main.py`), for a before/after rate.
+(e.g. `git show main:harness/plan.py > /tmp/plan_main.py`), for a before/after rate.
 
 Run: .venv/bin/python bench/layouts.py [--policy lru] [--sessions 10] [--reps 3] [--baseline FILE]
 """
@@ -33,8 +33,9 @@ import pyarrow as pa
 
 from harness.config import config_from_mapping
 from harness.devices.base import DeviceSpec, open_device
-from harness.replay import LAYOUTS, ReplayConfig, plan_block_ops
-from harness.run import device_capacity, sim_config
+from harness.plan import LAYOUTS, ReplayConfig, plan_block_ops
+from harness.run import device_capacity
+from harness.simulate import sim_config
 from kvwear.units import format_bytes
 from policies.schema import SSD_OPS
 from policies.sim import simulate
@@ -89,7 +90,7 @@ def main() -> None:
     ap.add_argument("--policy", default="lru")
     ap.add_argument("--sessions", type=int, default=10)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--baseline", default="", help="another revision's harness/replay.py to time beside this one")
+    ap.add_argument("--baseline", default="", help="another revision's harness/plan.py to time beside this one")
     a = ap.parse_args()
 
     print(f"{'model':<14} {'layout':<7} {'trim':<5} {'ssd_ops':>8} {'plan s':>7} {'ops/s':>10} {'policy writes':>14} "
@@ -114,7 +115,7 @@ def main() -> None:
         print(f"{'':<14} device {format_bytes(cap)} = 1.05 × SSD tier {ssd}, DRAM {dram}, policy {a.policy}")
 
     ops = synthetic_ops()
-    import harness.replay as current
+    import harness.plan as current
 
     peak = current.plan_block_ops(ops, ReplayConfig(capacity_bytes=1 << 40, layout="extent")).peak_live_bytes
     tight = -(-int(peak * 1.05) // 4096) * 4096

@@ -34,7 +34,7 @@ from harness.config import config_from_mapping
 from harness.devices.base import DeviceSpec
 from harness.devices.sim import SimDevice
 from harness.placement import PlacementConfig, assign_placement
-from harness.replay import ReplayConfig, plan_block_ops
+from harness.plan import ReplayConfig, plan_block_ops
 from harness.run import device_capacity, policy_label, run
 from kvwear.tables import read_table
 from policies.schema import SSD_OPS

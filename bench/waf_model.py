@@ -23,7 +23,7 @@ import numpy as np
 from emulator.ftl import OP_WRITE, Ftl, FtlConfig
 from harness.devices.sim import plan_to_requests
 from harness.estimate import analytical_waf, ftl_alpha, ftl_predicted_waf
-from harness.replay import ReplayConfig, plan_block_ops
+from harness.plan import ReplayConfig, plan_block_ops
 from harness.waf_model import PAGE_BYTES, death_summary, steady_state_waf, workload_waf
 from kvwear.errors import KvwearError
 

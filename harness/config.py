@@ -20,6 +20,7 @@ from typing import Any, get_type_hints
 
 from kvwear.errors import InputError
 from kvwear.units import parse_duration, parse_size
+from policies.sim import SimConfig
 
 CONFIG_VERSION = 1
 
@@ -49,9 +50,27 @@ class TierConfig:
     ssd_bytes: int = 0
 
 
+_SIM_DEFAULTS: dict[str, float] = {f.name: f.default for f in fields(SimConfig)
+                                   if isinstance(f.default, int | float)}
+
+
+@dataclass(frozen=True)
+class SimulatorConfig:
+    """The simulator's speeds and prices (policies.sim.SimConfig, whose defaults these are): what
+    a load costs in time and what a miss and a written byte cost in dollars. `kvwear simulate`
+    takes the same settings as flags."""
+
+    ssd_read_bytes_per_s: float = _SIM_DEFAULTS["ssd_read_bytes_per_s"]         # SSD → DRAM
+    dram_to_hbm_bytes_per_s: float = _SIM_DEFAULTS["dram_to_hbm_bytes_per_s"]
+    recompute_tokens_per_s: float = _SIM_DEFAULTS["recompute_tokens_per_s"]     # prefill speed
+    gpu_usd_per_hour: float = _SIM_DEFAULTS["gpu_usd_per_hour"]                 # the recomputing GPUs
+    ssd_usd_per_tb_written: float = _SIM_DEFAULTS["ssd_usd_per_tb_written"]     # drive price / TBW
+    interval_s: float = _SIM_DEFAULTS["interval_s"]                             # timeline interval
+
+
 @dataclass(frozen=True)
 class ReplaySettings:
-    """How SSD operations become block I/O (see harness.replay.ReplayConfig for each field)."""
+    """How SSD operations become block I/O (see harness.plan.ReplayConfig for each field)."""
 
     # extent (first fit) keeps every object where the policy put it until the policy evicts it, so
     # the plan writes exactly the simulation's bytes; log and slab add the relocation writes of
@@ -105,6 +124,7 @@ class RunConfig:
     policies: tuple[str, ...] = ("lru", "lru-k", "type-aware", "gandalf:budget=fixed,gamma=4", "belady")
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     tiers: TierConfig = field(default_factory=TierConfig)
+    simulator: SimulatorConfig = field(default_factory=SimulatorConfig)
     replay: ReplaySettings = field(default_factory=ReplaySettings)
     device: DeviceConfig = field(default_factory=DeviceConfig)
     capture: CaptureConfig = field(default_factory=CaptureConfig)
@@ -122,6 +142,7 @@ _SIZE_FIELDS = {"hbm_bytes", "dram_bytes", "ssd_bytes", "capacity_bytes", "align
 _SECTIONS: dict[str, type] = {
     "workload": WorkloadConfig,
     "tiers": TierConfig,
+    "simulator": SimulatorConfig,
     "replay": ReplaySettings,
     "device": DeviceConfig,
     "capture": CaptureConfig,
@@ -144,6 +165,8 @@ def _coerce(path: str, section: str, name: str, typ: Any, value: Any) -> Any:
     try:
         if name in _SIZE_FIELDS:
             return parse_size(value)
+        if name.endswith("_bytes_per_s"):           # a bandwidth: "10GB" per second
+            return float(parse_size(value))
         if typ is bool:
             if not isinstance(value, bool):
                 raise ValueError(f"expected true or false, got {value!r}")
@@ -210,6 +233,12 @@ _RANGES: dict[tuple[str, str], tuple[Callable[[Any], bool], str]] = {
     ("replay", "align_bytes"): (lambda v: v >= 512 and v & (v - 1) == 0, "a power of two ≥ 512"),
     ("replay", "max_io_bytes"): (lambda v: v >= 512, "≥ 512"),
     ("replay", "time_compression"): (lambda v: v > 0, "> 0"),
+    ("simulator", "ssd_read_bytes_per_s"): (lambda v: v > 0, "> 0"),
+    ("simulator", "dram_to_hbm_bytes_per_s"): (lambda v: v > 0, "> 0"),
+    ("simulator", "recompute_tokens_per_s"): (lambda v: v > 0, "> 0"),
+    ("simulator", "gpu_usd_per_hour"): (lambda v: v > 0, "> 0"),
+    ("simulator", "ssd_usd_per_tb_written"): (lambda v: v >= 0, "≥ 0"),
+    ("simulator", "interval_s"): (lambda v: v > 0, "> 0"),
     ("estimate", "dwpd"): (lambda v: v > 0, "> 0"),
     ("estimate", "warranty_years"): (lambda v: v > 0, "> 0"),
     ("estimate", "rated_pe_cycles"): (lambda v: v >= 0, "≥ 0 (0: use dwpd)"),

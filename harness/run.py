@@ -1,14 +1,19 @@
 """`kvwear run`: the whole pipeline for one config, stage by stage, into a run directory.
 
-Stages (each writes its files atomically, then a stage marker; `resume` skips marked stages):
+Stages (harness.rundir.Stage: each writes its files atomically, then a stage marker; `resume`
+skips marked stages and reads their records back), with the typed record each hands on:
   workload                 generate or load the requests (sampled if asked) → workload/requests.parquet
+                           (Workload: the file; later stages stream it)
   characterize             the KVCache-in-the-Wild analyses of those requests → workload/characterization/
                            (for the report: skipped when the run makes none)
-  simulate/LABEL           tiered-cache simulation under one policy → policies/LABEL/
-  plan/LABEL               ssd_ops → block_ops on the device's capacity → replay/LABEL/
+  simulate/LABEL           tiered-cache simulation under one policy (harness.simulate, the function
+                           `kvwear simulate` calls) → policies/LABEL/ (SimOutput)
+  plan/LABEL               ssd_ops → block_ops on the device's capacity (harness.plan) → plan/LABEL/ (Plan)
   device/LABEL             play the plan on the device (wear snapshots, eBPF capture) → device/LABEL/
-  estimate/LABEL           lifetime projections and predicted-vs-measured checks → estimate/LABEL/
-  results, report          results.parquet and report/
+                           (estimate.DeviceBytes)
+  estimate/LABEL           lifetime projections and predicted-vs-measured checks (estimate.estimate_policy)
+                           → estimate/LABEL/crossval.json, which keeps the results row
+  results, report          results.parquet (schema.RESULTS) and report/
 
 Scaling: `workload.sample_fraction` f keeps whole sessions (or, without sessions, whole
 root-prefix groups) with probability f and scales the DRAM and SSD tiers by f; lifetime
@@ -22,10 +27,8 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import math
 import os
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,29 +44,28 @@ from emulator.ftl import FtlConfig
 from harness.config import DEFAULT_SSD_BYTES, RunConfig
 from harness.devices.base import Backend, DeviceSpec, ReplayResult, backend, open_device
 from harness.estimate import (
-    HOST_BYTES_REL_TOL,
-    LIFETIME_REL_TOL,
-    SMART_HOST_BYTES_REL_TOL,
     TLC_PE_CYCLES,
-    WAF_REL_TOL,
-    Check,
+    DeviceBytes,
+    EstimateInputs,
+    PlanBytes,
+    estimate_policy,
     host_bytes_per_day,
-    pe_cycles_per_day,
-    pe_lifetime_days,
+    pe_projections,
     projected_lifetime_days,
+    sim_row,
     tbw_from_dwpd,
     tbw_from_pe_cycles,
 )
 from harness.placement import PlacementConfig, assign_placement
-from harness.replay import ReplayConfig, plan_block_ops
-from harness.rundir import RunDir, build_manifest, input_sha256, write_json
-from harness.schema import BLOCK_OPS, WEAR
+from harness.plan import ReplayConfig, plan_block_ops
+from harness.rundir import RunDir, Stage, build_manifest, input_sha256, write_json
+from harness.schema import BLOCK_OPS, RESULTS, WEAR
+from harness.simulate import SimOutput, parquet_source, read_output, sim_config, simulate_policy
 from harness.waf_model import PAGE_BYTES, DeathSummary, WafPrediction, death_summary, workload_waf
-from harness.wear.base import NVME_DATA_UNIT_BYTES
 from harness.wear.snapshot import delta as wear_delta
 from harness.wear.snapshot import snapshot, wear_rows, wear_table
 from kvwear.errors import InputError, KvwearError
-from kvwear.tables import TableWriter, atomic_write, read_table, write_table
+from kvwear.tables import atomic_write, read_table, write_table
 from kvwear.units import format_bytes
 from workloads.blocks import splitmix64
 from workloads.models import ModelProfile, resolve_profile
@@ -156,39 +158,53 @@ def _load_workload(cfg: RunConfig) -> tuple[pa.Table, dict[str, Path]]:
     return generate(w.generator, **params), {}
 
 
-def workload_stage(cfg: RunConfig, rd: RunDir) -> tuple[pa.Table, dict[str, Path]]:
+@dataclass(frozen=True)
+class Workload:
+    """The workload stage's record: the requests Parquet every later stage reads."""
+
+    path: Path
+    rows: int
+    inputs: Mapping[str, Path]        # input files, for the manifest's checksums
+
+
+def workload_stage(cfg: RunConfig, rd: RunDir) -> Workload:
+    """Load or generate the requests, sample them, write workload/requests.parquet. Only its
+    record goes on: the stages after it stream the file (issue #16)."""
     path = rd.stage_dir("workload") / "requests.parquet"
     inputs = {"trace": Path(cfg.workload.trace)} if cfg.workload.trace else {}
-    if rd.is_done("workload"):
+
+    def load() -> Workload:
         # Same config, same path: the file behind it may still have changed since the stage ran.
         stored = rd.done_info("workload").get("inputs_sha256", {})
         for k, p in inputs.items():
             if k in stored and stored[k] != input_sha256(p):
                 raise KvwearError(f"{p} changed since {rd.root} sampled it; resume only with the same input "
                                   "(or choose another --out)")
-        table = read_table(REQUESTS, path)
-        rd.skip()
-        return table, inputs
-    table, inputs = _load_workload(cfg)
-    table = sample_groups(table, cfg.workload.sample_fraction, cfg.workload.seed)
-    if table.num_rows == 0:
-        raise KvwearError("the workload has no requests (after sampling)")
-    write_table(REQUESTS, table, path)
-    rd.mark_done("workload", {"rows": table.num_rows,
-                              "inputs_sha256": {k: input_sha256(p) for k, p in inputs.items()}})
-    return read_table(REQUESTS, path), inputs
+        return Workload(path, pq.ParquetFile(path).metadata.num_rows, inputs)
+
+    def compute() -> tuple[Workload, Mapping[str, Any]]:
+        table, found = _load_workload(cfg)
+        table = sample_groups(table, cfg.workload.sample_fraction, cfg.workload.seed)
+        if table.num_rows == 0:
+            raise KvwearError("the workload has no requests (after sampling)")
+        write_table(REQUESTS, table, path)
+        return Workload(path, table.num_rows, found), {
+            "rows": table.num_rows, "inputs_sha256": {k: input_sha256(p) for k, p in found.items()}}
+
+    return Stage("workload", compute, load).run(rd)
 
 
-def characterize_stage(rd: RunDir, requests: pa.Table, profile: ModelProfile) -> None:
+def characterize_stage(rd: RunDir, workload: Workload, profile: ModelProfile) -> None:
     """The workload's characterization (ideal hit ratio, reuse times, lifespans, capacity needed)
     for the report; workloads.characterize does the analyses."""
-    if rd.is_done("characterize"):
-        rd.skip()
-        return
-    from workloads.characterize import characterize
+    def compute() -> tuple[None, Mapping[str, Any]]:
+        from workloads.characterize import characterize
 
-    res, _ = characterize(requests, profile, rd.stage_dir("workload") / "characterization")
-    rd.mark_done("characterize", {"token_hit_ratio": res.token_hit_ratio, "capacity_bytes": res.capacity_bytes})
+        res, _ = characterize(read_table(REQUESTS, workload.path), profile,
+                              rd.stage_dir("workload") / "characterization")
+        return None, {"token_hit_ratio": res.token_hit_ratio, "capacity_bytes": res.capacity_bytes}
+
+    Stage("characterize", compute, lambda: None).run(rd)
 
 
 # -- per policy ---------------------------------------------------------------------------------
@@ -199,54 +215,24 @@ def policy_label(spec: str) -> str:
     return resolve_spec(spec).label
 
 
-def sim_config(cfg: RunConfig, profile: ModelProfile) -> Any:
-    from policies.sim import SimConfig
-
-    f = cfg.workload.sample_fraction
-    return SimConfig(
-        dram_bytes=int(cfg.tiers.dram_bytes * f), ssd_bytes=int(cfg.tiers.ssd_bytes * f),
-        hbm_bytes=int(cfg.tiers.hbm_bytes * f), kv_bytes_per_token=profile.kv_bytes_per_token,
-        state_bytes=profile.state_bytes, chunk_tokens=cfg.workload.block_tokens, model=profile.name,
-        active_params=profile.active_params, attn_flops_per_token=profile.attn_flops_per_token,
-    )
-
-
-def simulate_stage(cfg: RunConfig, rd: RunDir, spec: str, label: str, requests: pa.Table,
-                   profile: ModelProfile, progress: Progress) -> dict[str, Any]:
-    from policies.metrics import SIM_REQUESTS, SIM_TIMELINE
-    from policies.schema import SSD_OPS
-    from policies.sim import simulate
-
+def simulate_stage(cfg: RunConfig, rd: RunDir, spec: str, label: str, workload: Workload,
+                   profile: ModelProfile, progress: Progress) -> SimOutput:
+    """The policy's simulation (harness.simulate, as `kvwear simulate`) into policies/LABEL/,
+    streaming the workload's Parquet."""
     d = rd.stage_dir("policies", label)
     stage = f"simulate/{label}"
-    if not rd.is_done(stage):
-        total = requests.num_rows
+
+    def compute() -> tuple[SimOutput, Mapping[str, Any]]:
         done = [0]
 
         def tick(n: int) -> None:
             done[0] += n
-            progress(stage, done[0], total)
+            progress(stage, done[0], workload.rows)
 
-        # ssd_ops stream to disk batch by batch: they grow with the trace, the cache does not;
-        # an oracle reads its future from a next-use column of the workload's Parquet
-        from policies.base import POLICIES, resolve_spec
-        from workloads.nextuse import iter_with_next_use, next_use_file
+        out = simulate_policy(parquet_source(workload.path), sim_config(cfg, profile), spec, d, progress=tick)
+        return out, {"ssd_ops": out.ssd_ops_rows}
 
-        sim_cfg = sim_config(cfg, profile)
-        workload = rd.stage_dir("workload") / "requests.parquet"
-        ps = resolve_spec(spec)
-        oracle = POLICIES.get(ps.name).streams_future(ps.params)
-        with next_use_file(workload, d / ".next_use.parquet", sim_cfg.chunk_tokens) if oracle \
-                else contextlib.nullcontext() as nu, TableWriter(SSD_OPS, d / "ssd_ops.parquet") as ops_out:
-            batches = iter_with_next_use(workload, nu) if nu is not None else requests.to_batches(max_chunksize=2048)
-            res = simulate(batches, sim_cfg, spec, progress=tick, ops_sink=ops_out.write)
-        write_table(SIM_REQUESTS, res.requests, d / "per_request.parquet")
-        write_table(SIM_TIMELINE, res.timeline, d / "timeline.parquet")
-        write_json(d / "summary.json", res.summary.as_dict())
-        rd.mark_done(stage, {"ssd_ops": ops_out.rows})
-    else:
-        rd.skip()
-    return dict(json.loads((d / "summary.json").read_text()))
+    return Stage(stage, compute, lambda: read_output(d, label)).run(rd)
 
 
 # The room a plan gets beyond the (scaled) SSD tier, for the 4 KiB rounding of each object: a
@@ -352,33 +338,54 @@ def size_tiers(cfg: RunConfig) -> tuple[RunConfig, TierSizing]:
     return out, TierSizing(t.ssd_bytes, t.dram_bytes, f2, usable, "fit", note)
 
 
-def plan_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int) -> dict[str, Any]:
-    """Lay the policy's ssd_ops out as block_ops; returns the plan's accounting (plan.json)."""
+@dataclass(frozen=True)
+class Plan:
+    """The plan stage's record: plan/LABEL/ (block_ops.parquet, plan.json) and its accounting."""
+
+    label: str
+    dir: Path
+    bytes: PlanBytes
+    death_summary: DeathSummary
+
+    @property
+    def block_ops_path(self) -> Path:
+        return self.dir / "block_ops.parquet"
+
+    @classmethod
+    def read(cls, label: str, d: Path) -> Plan:
+        path = d / "plan.json"
+        acc = json.loads(path.read_text())
+        return cls(label, d, PlanBytes.from_json(acc), DeathSummary.from_dict(acc["death_summary"], str(path)))
+
+
+def plan_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, capacity: int) -> Plan:
+    """Lay the policy's ssd_ops out as block_ops on the device's capacity (harness.plan), then the
+    placement post-pass; plan.json holds the plan's accounting."""
     from policies.schema import SSD_OPS
 
-    d = rd.stage_dir("replay", label)
-    stage = f"plan/{label}"
-    if rd.is_done(stage):
-        rd.skip()
-        return dict(json.loads((d / "plan.json").read_text()))
-    ops = read_table(SSD_OPS, rd.stage_dir("policies", label) / "ssd_ops.parquet")
-    r = cfg.replay
-    rc = ReplayConfig(capacity_bytes=capacity, layout=r.layout, align_bytes=r.align_bytes,  # type: ignore[arg-type]
-                      trim_on_evict=r.trim_on_evict, max_io_bytes=r.max_io_bytes,
-                      time_mode=r.time_mode, time_compression=r.time_compression,  # type: ignore[arg-type]
-                      log_full=r.log_full)  # type: ignore[arg-type]
-    try:
-        plan = plan_block_ops(ops, rc, source=str(rd.stage_dir("policies", label) / "ssd_ops.parquet"))
-    except InputError as exc:     # name the policy whose plan did not fit
-        raise InputError(exc.path, exc.line, exc.field, f"policy {label}: {exc.message}") from None
-    # the placement post-pass runs on the laid-out plan: handles never change where data goes
-    table, placed = assign_placement(plan.table, _placement(cfg), capacity, r.align_bytes)
-    write_table(BLOCK_OPS, table, d / "block_ops.parquet")
-    accounting: dict[str, Any] = {**plan.accounting(), "placement": placed.as_dict(),
-                                  "death_summary": plan_death_summary(table, capacity).as_dict()}
-    write_json(d / "plan.json", accounting)
-    rd.mark_done(stage, {"write_ios": plan.write_ios})
-    return accounting
+    label = sim.label
+    d = rd.stage_dir("plan", label)
+
+    def compute() -> tuple[Plan, Mapping[str, Any]]:
+        ops = read_table(SSD_OPS, sim.ssd_ops_path)
+        r = cfg.replay
+        rc = ReplayConfig(capacity_bytes=capacity, layout=r.layout, align_bytes=r.align_bytes,  # type: ignore[arg-type]
+                          trim_on_evict=r.trim_on_evict, max_io_bytes=r.max_io_bytes,
+                          time_mode=r.time_mode, time_compression=r.time_compression,  # type: ignore[arg-type]
+                          log_full=r.log_full)  # type: ignore[arg-type]
+        try:
+            plan = plan_block_ops(ops, rc, source=str(sim.ssd_ops_path))
+        except InputError as exc:     # name the policy whose plan did not fit
+            raise InputError(exc.path, exc.line, exc.field, f"policy {label}: {exc.message}") from None
+        del ops
+        # the placement post-pass runs on the laid-out plan: handles never change where data goes
+        table, placed = assign_placement(plan.table, _placement(cfg), capacity, r.align_bytes)
+        write_table(BLOCK_OPS, table, d / "block_ops.parquet")
+        write_json(d / "plan.json", {**plan.accounting(), "placement": placed.as_dict(),
+                                     "death_summary": plan_death_summary(table, capacity).as_dict()})
+        return Plan.read(label, d), {"write_ios": plan.write_ios}
+
+    return Stage(f"plan/{label}", compute, lambda: Plan.read(label, d)).run(rd)
 
 
 def plan_death_summary(block_ops: pa.Table, capacity: int) -> DeathSummary:
@@ -453,21 +460,35 @@ def _drop_write_events(info: dict[str, Any], n: int) -> dict[str, Any]:
             "injected_fault": f"{writes.num_rows} write events ({lost:,} bytes) dropped ({FAULT_DROP_EVENTS_ENV})"}
 
 
-def device_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int,
-                 progress: Progress = _no_progress) -> dict[str, Any]:
+def device_stage(cfg: RunConfig, rd: RunDir, plan: Plan, capacity: int,
+                 progress: Progress = _no_progress) -> DeviceBytes:
+    label = plan.label
     d = rd.stage_dir("device", label)
     stage = f"device/{label}"
-    if rd.is_done(stage):
-        rd.skip()
-        return dict(json.loads((d / "result.json").read_text()))
-    plan = read_table(BLOCK_OPS, rd.stage_dir("replay", label) / "block_ops.parquet")
+
+    def load() -> DeviceBytes:
+        return DeviceBytes.from_json(json.loads((d / "result.json").read_text()), cfg.device.kind)
+
+    def compute() -> tuple[DeviceBytes, Mapping[str, Any]]:
+        res = _replay_on_device(cfg, d, plan, label, capacity, progress)
+        return load(), {"write_bytes": res.write_bytes}
+
+    return Stage(stage, compute, load).run(rd)
+
+
+def _replay_on_device(cfg: RunConfig, d: Path, plan: Plan, label: str, capacity: int,
+                      progress: Progress) -> ReplayResult:
+    """Play the plan on the device with wear snapshots and the eBPF capture around it; writes
+    result.json, wear.parquet and (where the backend counts intervals) timeline.parquet."""
+    stage = f"device/{label}"
+    block_ops = read_table(BLOCK_OPS, plan.block_ops_path)
     readers = wear_readers(cfg)
     dev = open_device(device_spec(cfg, capacity), d)
     try:
         before = snapshot(cfg.device.target, readers) if readers else []
         t0 = time.monotonic()
         with _capture(cfg, cfg.device.target, d) as cap:
-            res: ReplayResult = dev.replay(plan, d, timed=cfg.replay.time_mode != "afap",
+            res: ReplayResult = dev.replay(block_ops, d, timed=cfg.replay.time_mode != "afap",
                                            progress=lambda done, total: progress(stage, done, total))
         after = snapshot(cfg.device.target, readers) if readers else []
         ident = dev.identity()
@@ -484,15 +505,14 @@ def device_stage(cfg: RunConfig, rd: RunDir, label: str, capacity: int,
                 wear[b.source] = {"unsupported": (b.note or a.note)}
     out = {**dataclasses.asdict(res), "identity": dataclasses.asdict(ident), "capture": cap, "wear": wear}
     out["extra"].pop("intervals", None)           # kept as a table below, not in the JSON
-    if res.tool_output_path and Path(res.tool_output_path).name == "ftl_intervals.parquet":
-        iv = pq.read_table(res.tool_output_path)
+    if res.intervals_path:                        # the backend counted host and NAND bytes per interval
+        iv = pq.read_table(res.intervals_path)
         host = np.cumsum(iv.column("host_bytes").to_numpy())
         nand = np.cumsum(iv.column("nand_bytes").to_numpy())
         _write_parquet(pa.table({"host_bytes": host, "nand_bytes": nand,
                                  "waf_cumulative": nand / np.maximum(host, 1)}), d / "timeline.parquet")
     write_json(d / "result.json", out)
-    rd.mark_done(stage, {"write_bytes": res.write_bytes})
-    return dict(json.loads((d / "result.json").read_text()))
+    return res
 
 
 def _placement(cfg: RunConfig) -> PlacementConfig:
@@ -507,41 +527,6 @@ def _placement_device_options(cfg: RunConfig) -> dict[str, Any]:
     n = _placement(cfg).handles
     opt = device_backend(cfg).capabilities.handle_count_option
     return {opt: n} if opt and n > 1 else {}
-
-
-def placement_result(plan: dict[str, Any], device: dict[str, Any], measured_waf: float | None) -> tuple[
-        dict[str, Any], list[Check]]:
-    """Placement fields of a results row (the device WAF without placement: the sim twin's, or the
-    measured one when the plan used no handle) and the per-handle byte-accounting checks."""
-    p = plan.get("placement") or {"mode": "none", "write_bytes_by_handle": []}
-    fdp = (device.get("extra") or {}).get("fdp")
-    twin = (device.get("extra") or {}).get("no_placement")
-    used = sum(1 for b in p["write_bytes_by_handle"] if b) > 1
-    carried = bool(fdp) and used
-    row: dict[str, Any] = {
-        "placement": p["mode"],
-        "placement_carried": carried or not used,
-        # a device that did not play the handles measured the WAF without placement
-        "waf_no_placement": twin["waf"] if twin else (None if carried else measured_waf),
-        # why a device that plays handles elsewhere could not here (harness.devices.fdp_host's gate)
-        "placement_unavailable": (device.get("extra") or {}).get("placement_unavailable") if used else None,
-    }
-    checks = []
-    if fdp:
-        for h, (want, got) in enumerate(zip(fdp["plan_write_bytes_by_handle"], fdp["host_bytes_by_handle"],
-                                            strict=True)):
-            checks.append(Check.of(f"host bytes, handle {h}", want, got, f"{fdp.get('measured_by', 'kvwear-ftl')} fdp",
-                                   0.0, kind="accounting"))
-    # an emulated FDP drive's own statistics log (22h): its host bytes are the plan's; stock QEMU's
-    # media bytes follow from the plan exactly (harness.devices.qemu.stock_qemu_fdp_media_bytes)
-    stats = (device.get("extra") or {}).get("fdp_stats")
-    if fdp and stats:
-        checks.append(Check.of("host bytes", sum(fdp["plan_write_bytes_by_handle"]), stats["host_bytes_delta"],
-                               "fdp-stats-log-22h", 0.0, kind="accounting"))
-        if stats.get("media_bytes_expected") is not None:
-            checks.append(Check.of("media bytes", stats["media_bytes_expected"], stats["media_bytes_delta"],
-                                   "fdp-stats-log-22h (stock QEMU)", 0.0, kind="accounting"))
-    return row, checks
 
 
 def placement_gains(rows: list[dict[str, Any]], reference: str = "lru") -> list[dict[str, Any]]:
@@ -576,16 +561,6 @@ def wear_readers(cfg: RunConfig) -> list[str]:
 
 # -- estimate -----------------------------------------------------------------------------------
 
-def duw_check(plan_bytes: int, duw_delta: int, source: str) -> Check:
-    """Plan bytes vs an NVMe Data Units Written delta: the counter moves in 512,000-byte units,
-    rounded up, so it passes when the plan lies inside the bounds the delta allows
-    ((ΔD − 1)·512,000, (ΔD + 1)·512,000) or within the SMART tolerance."""
-    from harness.wear.snapshot import duw_bytes_bounds
-
-    measured = duw_delta * NVME_DATA_UNIT_BYTES
-    c = Check.of("host bytes", plan_bytes, measured, source, SMART_HOST_BYTES_REL_TOL, kind="accounting")
-    lo, hi = duw_bytes_bounds(duw_delta)
-    return dataclasses.replace(c, passed=c.passed or lo < plan_bytes < hi or (duw_delta == 0 and plan_bytes == 0))
 
 
 def device_ftl_config(cfg: RunConfig, capacity: int) -> FtlConfig | None:
@@ -606,20 +581,11 @@ def uniform_waf(cfg: RunConfig, capacity: int) -> tuple[float, str]:
     return ftl_predicted_waf(ftl), f"uniform random, Lambert W{where}"
 
 
-def plan_workload_waf(cfg: RunConfig, rd: RunDir, label: str, plan: dict[str, Any],
-                      capacity: int) -> WafPrediction | None:
+def plan_workload_waf(cfg: RunConfig, plan: Plan, capacity: int) -> WafPrediction | None:
     """The workload model (harness.waf_model) over the plan's death summary, for the device's
-    geometry; None where the geometry is unknown. A plan.json written before the summary existed
-    gets it from block_ops.parquet."""
+    geometry; None where the geometry is unknown."""
     ftl = device_ftl_config(cfg, capacity)
-    if ftl is None:
-        return None
-    path = rd.stage_dir("replay", label) / "plan.json"
-    if "death_summary" in plan:
-        ds = DeathSummary.from_dict(plan["death_summary"], str(path))
-    else:
-        ds = plan_death_summary(read_table(BLOCK_OPS, path.with_name("block_ops.parquet")), capacity)
-    return workload_waf(ds, ftl)
+    return None if ftl is None else workload_waf(plan.death_summary, ftl)
 
 
 def emulator_waf(cfg: RunConfig, rd: RunDir, label: str) -> float | None:
@@ -628,167 +594,40 @@ def emulator_waf(cfg: RunConfig, rd: RunDir, label: str) -> float | None:
     b = device_backend(cfg)
     if not b.capabilities.ftl_twin:
         return None
-    plan = read_table(BLOCK_OPS, rd.stage_dir("replay", label) / "block_ops.parquet")
+    plan = read_table(BLOCK_OPS, rd.stage_dir("plan", label) / "block_ops.parquet")
     return b.twin_waf(device_spec(cfg, None), plan)
 
 
-def estimate_stage(cfg: RunConfig, rd: RunDir, label: str, summary: dict[str, Any], plan: dict[str, Any],
-                   device: dict[str, Any], capacity: int) -> PolicyOutcome:
-    f = cfg.workload.sample_fraction
-    tbw, duration = tbw_and_duration(cfg, float(summary["span_s"]))
-    plan_bytes = int(plan["aligned_write_bytes"])
-    per_day = host_bytes_per_day(plan_bytes / f, duration)
-    waf_uniform, waf_uniform_src = uniform_waf(cfg, capacity)
-    prediction = plan_workload_waf(cfg, rd, label, plan, capacity)
-    waf_workload = prediction.waf if prediction is not None else None
-    measured_waf = device.get("waf")
-    dev_bytes = int(device["write_bytes"])
-    checks: list[Check] = []
-    notes: dict[str, str] = {}
-    checks.append(Check.of("ssd_ops write bytes → plan", summary["ssd_write_bytes"], plan["object_write_bytes"],
-                           "plan", 0.0, kind="accounting"))
-    checks.append(Check.of("host bytes", plan_bytes, dev_bytes, device.get("tool") or cfg.device.kind,
-                           HOST_BYTES_REL_TOL, kind="accounting"))
-    cap = device.get("capture") or {}
-    if cap.get("write_bytes") is not None:
-        checks.append(Check.of("host bytes", plan_bytes, cap["write_bytes"], f"ebpf:{cap.get('tracer')}",
-                               HOST_BYTES_REL_TOL, kind="accounting"))
-    extra = device.get("extra") or {}
-    if int(plan.get("trim_bytes", 0)) and not extra.get("trims_skipped"):
-        # The plan's trims reached the backend: what it issued, or, deferring them, what it read
-        # from the plan (harness.devices.deferred_trims: of those, the units rewritten later in their
-        # segment are not issued); eBPF then checks the issued bytes.
-        issued = int(device.get("trim_bytes") or 0)
-        tool = device.get("tool") or cfg.device.kind
-        checks.append(Check.of("trim bytes", int(plan["trim_bytes"]), int(extra.get("trim_bytes_planned", issued)),
-                               tool, 0.0, kind="accounting"))
-        if cap.get("bytes_by_op") is not None:
-            checks.append(Check.of("trim bytes", issued, int(cap["bytes_by_op"].get("discard", 0)),
-                                   f"ebpf:{cap.get('tracer')}", HOST_BYTES_REL_TOL, kind="accounting"))
-        if extra.get("trim_bytes_superseded"):
-            notes[f"trim bytes|{tool}"] = (f"deferred trims (fio cannot replay iolog trims): {issued:,} bytes "
-                                           f"issued, {int(extra['trim_bytes_superseded']):,} rewritten later in "
-                                           "their segment and not trimmed")
-    if extra.get("smart_duw_delta") is not None:          # SMART read inside an emulated drive's guest
-        checks.append(duw_check(plan_bytes, int(extra["smart_duw_delta"]), "smart-duw (guest)"))
-        notes["host bytes"] = "SMART Data Units Written count 512,000-byte units, rounded up"
-    for src, w in sorted((device.get("wear") or {}).items()):
-        if w.get("host_bytes") is None:
-            continue
-        if w.get("data_units") is not None:
-            checks.append(duw_check(plan_bytes, int(w["data_units"]), f"wear:{src}"))
-        else:
-            checks.append(Check.of("host bytes", plan_bytes, w["host_bytes"], f"wear:{src}", HOST_BYTES_REL_TOL,
-                                   kind="accounting"))
-        if measured_waf is None and w.get("nand_bytes") and w["host_bytes"]:
-            measured_waf = w["nand_bytes"] / w["host_bytes"]
-            device = {**device, "nand_write_bytes": w["nand_bytes"]}
-    placement_row, placement_checks = placement_result(plan, device, measured_waf)
-    checks.extend(placement_checks)
-    emulated = emulator_waf(cfg, rd, label)
-    # The embedded FTL, configured as the device, on the same plan: its WAF is a prediction too.
-    if emulated is not None and measured_waf is not None:
-        checks.append(Check.of("WAF (FTL emulator)", emulated, measured_waf, cfg.device.kind, WAF_REL_TOL,
-                               kind="model"))
-    tool = device.get("tool") or cfg.device.kind
-    if measured_waf is not None:
-        if prediction is not None:
-            checks.append(Check.of("WAF (workload model)", prediction.waf, measured_waf, tool, WAF_REL_TOL,
-                                   kind="model"))
-            notes["WAF (workload model)"] = notes["lifetime days (workload model)"] = (
-                f"{prediction.model} (harness.waf_model) on {prediction.p_eff_pages * 4096 / 2**20:,.0f} MiB "
-                f"of GC space; {prediction.regime} GC"
-                + ("; the model plays the plan on an empty drive, this one was filled first (precondition=fill)"
-                   if str(cfg.device.options.get("precondition", "none")) == "fill" else ""))
-        checks.append(Check.of("WAF (uniform reference)", waf_uniform, measured_waf, tool, WAF_REL_TOL,
-                               kind="reference"))
-        notes["WAF (uniform reference)"] = notes["lifetime days (uniform reference WAF)"] = (
-            "reference only: uniform random overwrites of the whole exposed space; "
-            f"the {cfg.replay.layout} layout's write pattern is not that")
-        notes["lifetime days (WAF 1)"] = "reference only: Gandalf's assumption"
-    life_waf1 = projected_lifetime_days(tbw, per_day, 1.0)
-    life_uniform = projected_lifetime_days(tbw, per_day, waf_uniform)
-    life_workload = projected_lifetime_days(tbw, per_day, waf_workload) if waf_workload is not None else None
-    measured_per_day = host_bytes_per_day(dev_bytes / f, duration)
-    life_measured = (projected_lifetime_days(tbw, measured_per_day, measured_waf)
-                     if measured_waf is not None else None)
-    waf_none = placement_row["waf_no_placement"]
-    placement_row["lifetime_days_no_placement"] = (
-        projected_lifetime_days(tbw, host_bytes_per_day(dev_bytes / f, duration), waf_none)
-        if waf_none is not None else None)
-    if life_measured is not None:
-        # Each projection against the measurement; only the workload model's counts in the tally.
-        if life_workload is not None:
-            checks.append(Check.of("lifetime days (workload model)", life_workload, life_measured,
-                                   "measured host bytes × WAF", LIFETIME_REL_TOL, kind="model"))
-        checks.append(Check.of("lifetime days (WAF 1)", life_waf1, life_measured, "measured host bytes × WAF",
-                               LIFETIME_REL_TOL, kind="reference"))
-        checks.append(Check.of("lifetime days (uniform reference WAF)", life_uniform, life_measured,
-                               "measured host bytes × WAF", LIFETIME_REL_TOL, kind="reference"))
-    pe = pe_projections(cfg, capacity, {"waf1": (per_day, 1.0), "uniform": (per_day, waf_uniform),
-                                        "workload": (per_day, waf_workload),
-                                        "measured": (measured_per_day, measured_waf)})
-    check_rows = [{"quantity": c.name, "source": c.source, "predicted": c.predicted, "measured": c.measured,
-                   "rel_error": None if math.isinf(c.rel_error) else c.rel_error, "tolerance": c.tolerance,
-                   "passed": c.passed, "kind": c.kind,
-                   "note": notes.get(f"{c.name}|{c.source}", notes.get(c.name, ""))} for c in checks]
-    write_json(rd.stage_dir("estimate", label) / "crossval.json", {"policy": label, "checks": check_rows,
-                                                                    "tbw_bytes": tbw, "duration_s": duration})
-    n = max(int(summary["requests"]), 1)
-    row: dict[str, Any] = {
-        "policy": label,
-        "model": cfg.model,
-        "device": cfg.device.kind,
-        "dram_bytes": cfg.tiers.dram_bytes,
-        "ssd_bytes": cfg.tiers.ssd_bytes,
-        "sample_fraction": f,
-        "requests": int(summary["requests"]),
-        "span_s": float(summary["span_s"]),
-        "miss_ratio_tokens": summary["token_miss_ratio"],
-        "miss_ratio_chunks": summary["chunk_miss_ratio"],
-        "ssd_write_bytes": summary["ssd_write_bytes"],
-        "ssd_write_bytes_full": summary["ssd_write_bytes_full"],
-        "ssd_write_bytes_linear": summary["ssd_write_bytes_linear"],
-        "ssd_read_bytes": summary["ssd_read_bytes"],
-        "linear_share_of_ssd_write_bytes": summary["linear_share_of_ssd_write_bytes"],
-        "hits_per_ssd_write": summary["ssd_hits_per_write"],
-        "frac_ssd_writes_hit": summary["ssd_written_fraction_hit"],
-        "plan_write_bytes": plan_bytes,
-        "device_write_bytes": dev_bytes,
-        "nand_write_bytes": device.get("nand_write_bytes"),
-        "ebpf_write_bytes": cap.get("write_bytes"),
-        "smart_write_bytes": extra.get("smart_host_bytes"),
-        "waf_measured": measured_waf,
-        "waf_emulator": emulated,
-        "waf_uniform": waf_uniform,
-        "waf_uniform_source": waf_uniform_src,
-        "waf_workload": waf_workload,
-        "waf_workload_regime": prediction.regime if prediction is not None else None,
-        "tbw_bytes": tbw,
-        "host_bytes_per_day": per_day,
-        "lifetime_days_waf1": life_waf1,
-        "lifetime_days_uniform": life_uniform,
-        "lifetime_days_workload": life_workload,
-        "lifetime_days_measured": life_measured,
-        **placement_row,
-        **pe,
-        "load_latency_mean_s": summary["mean_load_latency_s"],
-        "cost_recompute_per_1k": summary["gpu_usd"] / n * 1000.0,
-        "cost_wear_per_1k": summary["ssd_wear_usd"] / n * 1000.0,
-        "cost_per_1k": summary["cost_per_1k_requests_usd"],
-        **check_tally(checks),
-    }
-    rd.mark_done(f"estimate/{label}")
-    return PolicyOutcome(label=label, row=row, checks=check_rows)
 
+def estimate_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, plan: Plan, device: DeviceBytes,
+                   capacity: int) -> PolicyOutcome:
+    """The estimator (harness.estimate.estimate_policy) on what the policy's stages counted, with
+    the device's models (uniform WAF, workload model, FTL twin); writes crossval.json, which also
+    keeps the results row, so a resumed run does not run the models (the twin's replay) again."""
+    label = sim.label
+    path = rd.stage_dir("estimate", label) / "crossval.json"
 
-def check_tally(checks: Iterable[Check]) -> dict[str, int]:
-    """A results row's `accounting_checks_passed/total` and `model_checks_passed/total`.
-    Accounting failures are faults; model failures are findings (estimate.Check); reference
-    checks are not counted."""
-    by = Counter((c.kind, c.passed) for c in checks)
-    return {f"{cat}_checks_{what}": n for cat in ("accounting", "model")
-            for what, n in (("passed", by[cat, True]), ("total", by[cat, True] + by[cat, False]))}
+    def load() -> PolicyOutcome:
+        d = json.loads(path.read_text())
+        return PolicyOutcome(label, dict(d["row"]), list(d["checks"]))
+
+    def compute() -> tuple[PolicyOutcome, Mapping[str, Any]]:
+        tbw, duration = tbw_and_duration(cfg, sim.summary.span_s)
+        waf_uniform, waf_uniform_src = uniform_waf(cfg, capacity)
+        raw, rating = pe_rating(cfg, capacity)
+        est = estimate_policy(EstimateInputs(
+            label=label, model=cfg.model, device_kind=cfg.device.kind, dram_bytes=cfg.tiers.dram_bytes,
+            ssd_bytes=cfg.tiers.ssd_bytes, sample_fraction=cfg.workload.sample_fraction, summary=sim.summary,
+            plan=plan.bytes, device=device, tbw_bytes=tbw, duration_s=duration, waf_uniform=waf_uniform,
+            waf_uniform_source=waf_uniform_src, prediction=plan_workload_waf(cfg, plan, capacity),
+            waf_emulator=emulator_waf(cfg, rd, label),
+            precondition_fill=str(cfg.device.options.get("precondition", "none")) == "fill",
+            layout=cfg.replay.layout, raw_nand_bytes=raw, pe_rating_cycles=rating))
+        write_json(path, {"policy": label, "checks": list(est.checks), "tbw_bytes": tbw, "duration_s": duration,
+                          "row": est.row})
+        return load(), {}
+
+    return Stage(f"estimate/{label}", compute, load).run(rd)
 
 
 # -- the run ------------------------------------------------------------------------------------
@@ -813,10 +652,10 @@ def _run_stages(cfg: RunConfig, sizing: TierSizing, rd: RunDir, *, resume: bool,
                 progress: Progress) -> RunOutcome:
     rd.prepare(cfg.to_toml(), resume)
     profile = resolve_profile(cfg.model)
-    requests, inputs = workload_stage(cfg, rd)
+    workload = workload_stage(cfg, rd)
     progress("workload", 1, 1)
     if report:          # it feeds the report only (sweep points run without one)
-        characterize_stage(rd, requests, profile)
+        characterize_stage(rd, workload, profile)
         progress("characterize", 1, 1)
     capacity = device_capacity(cfg)
     _placement(cfg)                     # a bad placement setting fails before any simulation
@@ -824,25 +663,25 @@ def _run_stages(cfg: RunConfig, sizing: TierSizing, rd: RunDir, *, resume: bool,
     if len(set(labels)) != len(labels):
         raise KvwearError(f"two policies resolve to the same label: {labels}")
     write_json(rd.manifest_path, build_manifest(
-        config=cfg.to_dict(), inputs=inputs, seeds={"workload": cfg.workload.seed},
+        config=cfg.to_dict(), inputs=workload.inputs, seeds={"workload": cfg.workload.seed},
         devices={"kind": cfg.device.kind, "target": cfg.device.target, "capacity_bytes": capacity,
                  "tiers": sizing.as_dict()}))
     outcomes = []
     for spec, label in zip(cfg.policies, labels, strict=True):
-        summary = simulate_stage(cfg, rd, spec, label, requests, profile, progress)
+        sim = simulate_stage(cfg, rd, spec, label, workload, profile, progress)
         if not replay:
             row = {"policy": label, "model": cfg.model, "dram_bytes": cfg.tiers.dram_bytes,
                    "ssd_bytes": cfg.tiers.ssd_bytes, "sample_fraction": cfg.workload.sample_fraction,
-                   **_sim_only_row(summary)}
+                   **sim_row(sim.summary)}
             outcomes.append(PolicyOutcome(label, {**row, **_projections_without_device(cfg, row)}, []))
             continue
-        plan = plan_stage(cfg, rd, label, capacity)
+        plan = plan_stage(cfg, rd, sim, capacity)
         progress(f"plan/{label}", 1, 1)
-        device = device_stage(cfg, rd, label, capacity, progress)
+        device = device_stage(cfg, rd, plan, capacity, progress)
         progress(f"device/{label}", 1, 1)
-        outcomes.append(estimate_stage(cfg, rd, label, summary, plan, device, capacity))
-    results = pa.Table.from_pylist(placement_gains([o.row for o in outcomes]) if replay else [o.row for o in outcomes])
-    _write_parquet(results, rd.results_path)
+        outcomes.append(estimate_stage(cfg, rd, sim, plan, device, capacity))
+    results = results_table(placement_gains([o.row for o in outcomes]) if replay else [o.row for o in outcomes])
+    write_table(RESULTS, results, rd.results_path)
     rd.mark_done("results")
     html = None
     if report:
@@ -851,6 +690,15 @@ def _run_stages(cfg: RunConfig, sizing: TierSizing, rd: RunDir, *, resume: bool,
         html = build_run_report(rd.root).html
         rd.mark_done("report")
     return RunOutcome(rd.root, results, tuple(outcomes), html, sizing)
+
+
+def results_table(rows: list[dict[str, Any]]) -> pa.Table:
+    """The rows as a RESULTS table (columns a row lacks are null: a run without replay has no
+    device columns); a column RESULTS does not declare is a harness bug, refused by name."""
+    extra = sorted({k for r in rows for k in r} - set(RESULTS.schema.names))
+    if extra:
+        raise KvwearError(f"results rows hold columns harness.schema.RESULTS lacks: {', '.join(extra)}")
+    return RESULTS.conform(pa.Table.from_pylist(rows, schema=RESULTS.schema))
 
 
 def accounting_faults(rows: Iterable[Mapping[Any, Any]]) -> list[str]:
@@ -864,22 +712,6 @@ def accounting_faults(rows: Iterable[Mapping[Any, Any]]) -> list[str]:
         if passed < total:
             out.append(f"{r['policy']}: {total - passed} of {total} checks failed")
     return out
-
-
-def _sim_only_row(summary: dict[str, Any]) -> dict[str, Any]:
-    n = max(int(summary["requests"]), 1)
-    return {
-        "miss_ratio_tokens": summary["token_miss_ratio"], "miss_ratio_chunks": summary["chunk_miss_ratio"],
-        "ssd_write_bytes": summary["ssd_write_bytes"], "ssd_write_bytes_full": summary["ssd_write_bytes_full"],
-        "ssd_write_bytes_linear": summary["ssd_write_bytes_linear"],
-        "linear_share_of_ssd_write_bytes": summary["linear_share_of_ssd_write_bytes"],
-        "hits_per_ssd_write": summary["ssd_hits_per_write"],
-        "frac_ssd_writes_hit": summary["ssd_written_fraction_hit"],
-        "load_latency_mean_s": summary["mean_load_latency_s"],
-        "cost_recompute_per_1k": summary["gpu_usd"] / n * 1000.0,
-        "cost_wear_per_1k": summary["ssd_wear_usd"] / n * 1000.0, "cost_per_1k": summary["cost_per_1k_requests_usd"],
-        "span_s": float(summary["span_s"]), "requests": int(summary["requests"]),
-    }
 
 
 def run_point(cfg: RunConfig, out: Path, *, replay: bool) -> dict[str, Any]:
@@ -913,20 +745,13 @@ def _projections_without_device(cfg: RunConfig, row: dict[str, Any]) -> dict[str
     return {"tbw_bytes": tbw, "host_bytes_per_day": per_day, "waf_uniform": waf_uniform, "waf_uniform_source": src,
             "lifetime_days_waf1": projected_lifetime_days(tbw, per_day, 1.0),
             "lifetime_days_uniform": projected_lifetime_days(tbw, per_day, waf_uniform),
-            **pe_projections(cfg, device_capacity(cfg), {"waf1": (per_day, 1.0), "uniform": (per_day, waf_uniform)})}
+            **pe_projections(*pe_rating(cfg, device_capacity(cfg)),
+                             {"waf1": (per_day, 1.0), "uniform": (per_day, waf_uniform)})}
 
 
-def pe_projections(cfg: RunConfig, capacity: int,
-                   wafs: dict[str, tuple[float, float | None]]) -> dict[str, Any]:
-    """P/E cycles the full-size drive consumes per day under each WAF (name → host bytes per day,
-    WAF), and the days a drive rated `estimate.rated_pe_cycles` (else TLC's 3,000) lasts. Raw NAND =
-    the SSD tier × the device's raw/exposed ratio (1 where its geometry is unknown)."""
+def pe_rating(cfg: RunConfig, capacity: int) -> tuple[float, float]:
+    """The full-size drive's raw NAND (the SSD tier × the device's raw/exposed ratio; 1 where its
+    geometry is unknown) and its P/E rating (`estimate.rated_pe_cycles`, else TLC's 3,000)."""
     ftl = device_ftl_config(cfg, capacity)
     raw = cfg.tiers.ssd_bytes * (ftl.raw_bytes / ftl.exposed_bytes if ftl is not None else 1.0)
-    rating = cfg.estimate.rated_pe_cycles or TLC_PE_CYCLES
-    out: dict[str, Any] = {"raw_nand_bytes": raw, "pe_rating_cycles": rating}
-    for name, (per_day, waf) in wafs.items():
-        cycles = pe_cycles_per_day(per_day, waf, raw) if waf is not None else None
-        out[f"pe_cycles_per_day_{name}"] = cycles
-        out[f"lifetime_days_pe_{name}"] = pe_lifetime_days(rating, cycles) if cycles is not None else None
-    return out
+    return raw, cfg.estimate.rated_pe_cycles or TLC_PE_CYCLES

@@ -4,19 +4,22 @@ Layout (one folder per policy label below each stage folder):
 
     RUN/config.toml            resolved config (reruns the same run)
     RUN/manifest.json          revision, versions, kernel, device identity, seeds, input checksums
-    RUN/workload/              requests.parquet
+    RUN/workload/              requests.parquet; characterization/ (when the run makes a report)
     RUN/policies/LABEL/        ssd_ops.parquet, per_request.parquet, summary.json, timeline.parquet
-    RUN/replay/LABEL/          block_ops.parquet, plan.json, plan.iolog
-    RUN/device/LABEL/          result.json, wear.parquet, tool output (fio JSON, FTL intervals)
-    RUN/capture/LABEL/         block_trace.parquet, capture.json
+    RUN/plan/LABEL/            block_ops.parquet, plan.json
+    RUN/device/LABEL/          result.json, wear.parquet, timeline.parquet (the sim FTL's WAF), tool
+                               output (fio JSON and iolog, FTL intervals), eBPF block_trace.parquet
+                               and capture.json
     RUN/estimate/LABEL/        crossval.json
     RUN/results.parquet        one row per policy
     RUN/report/                report.html, report.md, results.csv, figures/
     RUN/.stages/NAME.json      one marker per finished stage (written last, atomically)
 
-A stage is finished when its marker exists; `--resume` skips finished stages. Every file is
-written atomically (temporary sibling + rename), so an interrupted run keeps what it finished and
-nothing half-written looks complete. This module must not run stages itself.
+A stage is finished when its marker exists; `--resume` skips finished stages (`Stage.run`: a
+finished stage's record is read back from its files, an unfinished one is computed, its files
+written, then its marker). Every file is written atomically (temporary sibling + rename), so an
+interrupted run keeps what it finished and nothing half-written looks complete. This module
+holds the skeleton; it must not know what any stage computes.
 """
 
 from __future__ import annotations
@@ -28,10 +31,11 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from kvwear import __version__
 from kvwear.errors import KvwearError
@@ -157,6 +161,29 @@ class RunDir:
         self.root.mkdir(parents=True, exist_ok=True)
         write_text(self.config_path, config_toml)
         self._last_mark = time.monotonic()
+
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Stage(Generic[R]):
+    """One stage's skip/compute/mark skeleton. `compute()` runs the stage, writing its files, and
+    returns its record and what its marker records; `load()` reads a finished stage's record back
+    from its files. The marker is written last, so an interrupted stage runs again on resume."""
+
+    name: str
+    compute: Callable[[], tuple[R, Mapping[str, Any]]]
+    load: Callable[[], R]
+
+    def run(self, rd: RunDir) -> R:
+        if rd.is_done(self.name):
+            record = self.load()
+            rd.skip()
+            return record
+        record, info = self.compute()
+        rd.mark_done(self.name, info)
+        return record
 
 
 def _git_revision() -> str | None:

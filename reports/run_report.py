@@ -184,7 +184,7 @@ def device_notes(run_dir: Path) -> list[str]:
         if obs and obs not in seen:
             seen.add(obs)
             notes.append(f"Host-side observation: {obs}")
-    for p in sorted((run_dir / "replay").glob("*/plan.json")):
+    for p in sorted((run_dir / "plan").glob("*/plan.json")):
         plan = json.loads(p.read_text())
         ds = plan.get("death_summary")
         if ds:
@@ -321,7 +321,8 @@ def build_run_report(run_dir: str | Path, notes: list[str] | None = None, waf: s
     if not (run / "results.parquet").is_file():
         raise KvwearError(f"{run} has no results.parquet: not a run directory, or the run has not finished "
                           "(continue it with kvwear run --resume)")
-    df = pq.read_table(run / "results.parquet").to_pandas()
+    # a column no policy has a value for (the device's, in a run without replay) is left out
+    df = pq.read_table(run / "results.parquet").to_pandas().dropna(axis=1, how="all")
     manifest = json.loads((run / "manifest.json").read_text()) if (run / "manifest.json").exists() else {}
     checks = load_checks(run)
     timelines = load_timelines(run)

@@ -89,6 +89,9 @@ class ReplayResult:
     waf: float | None = None
     tool: str = ""                              # e.g. "fio-3.33", "kvwear-ftl"
     tool_output_path: str | None = None         # raw output kept in the run directory
+    # host and NAND bytes per interval (columns host_bytes, nand_bytes), where the backend counts
+    # them (the embedded FTL): the run draws its WAF over the replay from it
+    intervals_path: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 

@@ -261,6 +261,7 @@ class SimDevice:
             waf=d.waf,
             tool="kvwear-ftl",
             tool_output_path=str(out),
+            intervals_path=str(out),
             extra={
                 "counters": counters,
                 "interval_host_pages": c.interval_host_pages,

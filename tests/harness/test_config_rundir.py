@@ -67,7 +67,7 @@ def test_rundir_resume_rules(tmp_path: Path) -> None:
     rd = RunDir(tmp_path / "run")
     rd.prepare("a = 1\n", resume=False)
     rd.mark_done("simulate/lru", {"rows": 3})
-    assert rd.is_done("simulate/lru") and not rd.is_done("replay/lru")
+    assert rd.is_done("simulate/lru") and not rd.is_done("plan/lru")
     assert rd.finished_stages() == ["simulate/lru"]
     with pytest.raises(KvwearError, match="--resume"):
         RunDir(tmp_path / "run").prepare("a = 1\n", resume=False)

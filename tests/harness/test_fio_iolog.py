@@ -13,7 +13,7 @@ import pytest
 
 from harness.devices.fio_iolog import export_iolog_v3
 from harness.devices.fio_runner import parse_fio_json
-from harness.replay import ReplayConfig, plan_block_ops
+from harness.plan import ReplayConfig, plan_block_ops
 from harness.schema import BLOCK_OPS
 from kvwear.errors import InputError
 from policies.schema import SSD_OPS

@@ -13,7 +13,7 @@ from harness.config import config_from_mapping
 from harness.devices.base import DeviceSpec
 from harness.devices.sim import SimDevice
 from harness.placement import PlacementConfig, assign_placement, plan_handles, residency_bytes
-from harness.replay import ReplayConfig, plan_block_ops
+from harness.plan import ReplayConfig, plan_block_ops
 from harness.run import run
 from harness.schema import BLOCK_OPS
 from kvwear.errors import InputError, KvwearError
@@ -172,7 +172,7 @@ def test_run_with_kind_placement_reports_both_wafs(tmp_path: Path) -> None:
     assert "## Physical placement (FDP reclaim unit handles)" in md
     assert f"| {gandalf['policy']} | kind | {gandalf['waf_no_placement']:,.3f} |" in md
     assert "Physical placement" in (tmp_path / "r" / "report" / "report.html").read_text()
-    plan = json.loads((tmp_path / "r" / "replay" / "lru" / "plan.json").read_text())
+    plan = json.loads((tmp_path / "r" / "plan" / "lru" / "plan.json").read_text())
     assert plan["placement"]["mode"] == "kind" and sum(plan["placement"]["write_bytes_by_handle"]) == \
         plan["aligned_write_bytes"]
     checks = json.loads((tmp_path / "r" / "estimate" / "lru" / "crossval.json").read_text())["checks"]

@@ -243,7 +243,7 @@ def test_kvwear_run_with_placement_on_a_qemu_without_fdp(guest_image: GuestImage
     res = CliRunner().invoke(app, [*args, "-o", str(out), "--device-option", "drop_handles=true",
                                    "--device-option", "player=kvwear-dw"])
     assert res.exit_code == 0, res.output + repr(res.exception)
-    plan = json.loads((out / "replay" / "lru" / "plan.json").read_text())
+    plan = json.loads((out / "plan" / "lru" / "plan.json").read_text())
     device = json.loads((out / "device" / "lru" / "result.json").read_text())
     assert plan["placement"]["mode"] == "kind" and plan["placement"]["write_bytes_by_handle"][1] > 0
     assert device["tool"] == "kvwear-dw 1" and device["extra"]["placement_dropped"]
@@ -271,7 +271,7 @@ def test_kvwear_run_with_placement_on_an_fdp_qemu(guest_image: GuestImage, tmp_p
                                    "system_prompt_tokens=256", "--model", "qwen3-next-80b-a3b", "--dram", "200MB",
                                    "--ssd", "300MB", "-o", str(out), "--device-option", f"qemu_binary={FDP_QEMU}"])
     assert res.exit_code == 0, res.output + repr(res.exception)
-    plan = json.loads((out / "replay" / "lru" / "plan.json").read_text())
+    plan = json.loads((out / "plan" / "lru" / "plan.json").read_text())
     device = json.loads((out / "device" / "lru" / "result.json").read_text())
     e = device["extra"]
     want = plan["placement"]["write_bytes_by_handle"]

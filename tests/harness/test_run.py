@@ -49,9 +49,9 @@ def _ops_bytes(table, op: str, col: str) -> np.ndarray:
 @pytest.mark.parametrize("label", ["lru", "type-aware"])
 def test_every_byte_accounted(small_run: Path, label: str) -> None:
     ssd_ops = read_table(SSD_OPS, small_run / "policies" / label / "ssd_ops.parquet")
-    block_ops = read_table(BLOCK_OPS, small_run / "replay" / label / "block_ops.parquet")
-    summary = json.loads((small_run / "policies" / label / "summary.json").read_text())
-    plan = json.loads((small_run / "replay" / label / "plan.json").read_text())
+    block_ops = read_table(BLOCK_OPS, small_run / "plan" / label / "block_ops.parquet")
+    summary = json.loads((small_run / "policies" / label / "summary.json").read_text())["summary"]
+    plan = json.loads((small_run / "plan" / label / "plan.json").read_text())
     device = json.loads((small_run / "device" / label / "result.json").read_text())
     obj = _ops_bytes(ssd_ops, "write", "bytes")
     assert obj.sum() == summary["ssd_write_bytes"] == plan["object_write_bytes"] > 0
@@ -168,7 +168,7 @@ def test_no_replay_projects_lifetime_without_a_device(tmp_path: Path) -> None:
     row = pq.read_table(out / "results.parquet").to_pylist()[0]
     assert row["lifetime_days_waf1"] > row["lifetime_days_uniform"] > 0        # uniform WAF > 1 for the sim geometry
     assert row["lifetime_days_pe_waf1"] > row["lifetime_days_pe_uniform"] > 0
-    assert not (out / "replay").exists() and not (out / "device").exists()
+    assert not (out / "plan").exists() and not (out / "device").exists()
 
 
 def test_resume_refuses_a_changed_trace_file(tmp_path: Path, mooncake_path: Path) -> None:

@@ -41,7 +41,7 @@ def test_run_on_a_loop_device_with_capture(tmp_path: Path, drive_img: Path) -> N
         ])
         assert res.exit_code == 0, res.output + repr(res.exception)
     for label in ("lru", "type-aware"):
-        plan = json.loads((out / "replay" / label / "plan.json").read_text())
+        plan = json.loads((out / "plan" / label / "plan.json").read_text())
         checks = json.loads((out / "estimate" / label / "crossval.json").read_text())["checks"]
         host = {c["source"]: c for c in checks if c["quantity"] == "host bytes"}
         assert any(s.startswith("fio-") for s in host), host

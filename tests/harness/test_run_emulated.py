@@ -18,7 +18,8 @@ from typer.testing import CliRunner
 from harness.cli import app
 from harness.config import config_from_mapping
 from harness.devices.qemu import femu_deltas
-from harness.run import duw_check, emulator_waf
+from harness.estimate import duw_check
+from harness.run import emulator_waf
 from harness.rundir import RunDir
 from harness.schema import BLOCK_OPS
 from kvwear.tables import read_table, write_table
@@ -42,7 +43,7 @@ def test_femu_emulator_prediction_matches_the_recorded_femu_run(tmp_path: Path, 
                      "length_bytes": np.full(lpn.size, 4096), "obj_kind": ["full"] * lpn.size,
                      "obj_id": np.arange(lpn.size)})
     rd = RunDir(tmp_path / "run")
-    write_table(BLOCK_OPS, plan, rd.stage_dir("replay", "lru") / "block_ops.parquet")
+    write_table(BLOCK_OPS, plan, rd.stage_dir("plan", "lru") / "block_ops.parquet")
     cfg = config_from_mapping({"device": {"kind": "femu", "options": {"femu": FIXTURE_GEOMETRY,
                                                                       "precondition": "fill"}}})
     predicted = emulator_waf(cfg, rd, "lru")
@@ -65,7 +66,7 @@ def test_run_replays_a_policy_plan_in_a_qemu_guest(tmp_path: Path) -> None:
         "--model", "qwen3-next-80b-a3b", "--dram", "200MB", "--ssd", "300MB",
     ])
     assert res.exit_code == 0, res.output + repr(res.exception)
-    plan = json.loads((out / "replay" / "lru" / "plan.json").read_text())
+    plan = json.loads((out / "plan" / "lru" / "plan.json").read_text())
     device = json.loads((out / "device" / "lru" / "result.json").read_text())
     assert plan["aligned_write_bytes"] > 0
     assert device["write_bytes"] == plan["aligned_write_bytes"]                  # fio issued the plan
@@ -74,7 +75,7 @@ def test_run_replays_a_policy_plan_in_a_qemu_guest(tmp_path: Path) -> None:
     assert device["write_ios"] == plan["write_ios"]
     # The guest's NVMe driver splits an I/O larger than the controller's maximum transfer (QEMU's
     # MDTS 7: 2^7 × 4 KiB = 512 KiB) into several write commands.
-    ops = read_table(BLOCK_OPS, out / "replay" / "lru" / "block_ops.parquet")
+    ops = read_table(BLOCK_OPS, out / "plan" / "lru" / "block_ops.parquet")
     lengths = ops.filter(pc.equal(pc.cast(ops.column("op"), pa.string()), "write")).column("length_bytes")
     commands = int(np.ceil(lengths.to_numpy() / (512 << 10)).sum())
     assert device["extra"]["smart_host_write_commands_delta"] == commands

@@ -29,12 +29,12 @@ def test_simulate_requests_table(tmp_path) -> None:
     assert "lru-k,k=3" in r.output and "token miss" in r.output
     for label in ("lru", "lru-k,k=3"):
         d = out / label
-        for name, kind in (("ssd_ops", "ssd_ops"), ("requests", "sim_requests"),
+        for name, kind in (("ssd_ops", "ssd_ops"), ("per_request", "sim_requests"),
                            ("timeline", "sim_timeline"), ("summary", "sim_summary")):
             assert table_kind(d / f"{name}.parquet")[0] == kind
         summ = read_table(SIM_SUMMARY, d / "summary.parquet").to_pylist()[0]
         assert summ["requests"] == 50
-        assert read_table(SIM_REQUESTS, d / "requests.parquet").num_rows == 50
+        assert read_table(SIM_REQUESTS, d / "per_request.parquet").num_rows == 50
         ops = read_table(SSD_OPS, d / "ssd_ops.parquet")
         assert sum(b for b, o in zip(ops.column("bytes").to_pylist(), ops.column("op").to_pylist(),
                                      strict=True) if o == "write") == summ["ssd_write_bytes"]
@@ -47,7 +47,7 @@ def test_simulate_raw_trace_prefix(mooncake_path, tmp_path) -> None:
     r = runner.invoke(app, ["simulate", "-t", str(mooncake_path), "--max-requests", "200",
                             "--dram", "10GB", "--ssd", "100GB", "--hbm", "5GB", "-o", str(tmp_path)])
     assert r.exit_code == 0, r.output
-    assert read_table(SIM_REQUESTS, tmp_path / "lru" / "requests.parquet").num_rows == 200
+    assert read_table(SIM_REQUESTS, tmp_path / "lru" / "per_request.parquet").num_rows == 200
 
 
 def test_list_policies() -> None:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from harness.devices.base import DeviceSpec, open_device
 from harness.devices.sim import SimDevice
-from harness.replay import BlockPlan, ReplayConfig, plan_block_ops
+from harness.plan import BlockPlan, ReplayConfig, plan_block_ops
 from harness.schema import BLOCK_OPS
 from kvwear.errors import InputError
 from policies.schema import SSD_OPS

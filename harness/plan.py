@@ -1,4 +1,4 @@
-"""The replayer: object-granularity `ssd_ops` (write/read/evict of obj_id) → LBA-level `block_ops`.
+"""The planner: object-granularity `ssd_ops` (write/read/evict of obj_id) → LBA-level `block_ops`.
 
 Placement on a device of `capacity_bytes` (ReplayConfig.layout). Every layout places each write
 while the live (aligned) bytes fit the device; a plan fails only when they do not, and the error

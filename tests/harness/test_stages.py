@@ -1,0 +1,140 @@
+"""The run's stage skeleton (harness.rundir.Stage) and its one simulate path (harness.simulate):
+`kvwear simulate` and `kvwear run --no-replay` write the same tables; a resumed run skips every
+finished stage, the estimate's models included; the [simulator] section reaches the simulator."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import harness.run as run_mod
+from harness.cli import app
+from harness.config import config_from_mapping
+from harness.run import results_table, run
+from harness.rundir import RunDir, Stage
+from harness.schema import RESULTS
+from kvwear.errors import InputError, KvwearError
+from kvwear.tables import read_table
+from policies.metrics import SIM_REQUESTS
+from policies.schema import SSD_OPS
+
+runner = CliRunner()
+
+
+def test_stage_runs_once_and_an_unfinished_one_again(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path / "r")
+    rd.prepare("a = 1\n", resume=False)
+    calls: list[str] = []
+
+    def compute() -> tuple[int, Mapping[str, Any]]:
+        calls.append("compute")
+        (rd.root / "x.txt").write_text("7")
+        return 7, {"rows": 7}
+
+    def load() -> int:
+        calls.append("load")
+        return int((rd.root / "x.txt").read_text())
+
+    st = Stage("x/lru", compute, load)
+    assert st.run(rd) == 7 and rd.done_info("x/lru")["rows"] == 7
+    assert st.run(rd) == 7
+    assert calls == ["compute", "load"]
+
+    def fail() -> tuple[int, Mapping[str, Any]]:
+        raise RuntimeError("interrupted")
+
+    with pytest.raises(RuntimeError):
+        Stage("y", fail, load).run(rd)
+    assert not rd.is_done("y")                     # no marker: a resume computes it again
+
+
+def test_simulate_and_run_no_replay_write_identical_tables(tmp_path: Path, mooncake_path: Path) -> None:
+    """The same trace, model and tiers through `kvwear simulate` (a raw trace, loaded; the oracle's
+    future from the in-memory pre-pass) and `kvwear run --no-replay` (the workload's Parquet,
+    streamed; the oracle's future from its next-use column) give the same Arrow tables."""
+    common = ["--trace", str(mooncake_path), "--model", "qwen3.5-27b", "--dram", "4GB", "--ssd", "40GB",
+              "-p", "lru", "-p", "belady:mode=min"]
+    r = runner.invoke(app, ["simulate", *common, "-o", str(tmp_path / "sim")])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["run", *common, "--no-replay", "--no-report", "-o", str(tmp_path / "run")])
+    assert r.exit_code == 0, r.output
+    for label in ("lru", "belady,mode=min"):
+        a, b = tmp_path / "sim" / label, tmp_path / "run" / "policies" / label
+        assert sorted(p.name for p in a.iterdir()) == sorted(p.name for p in b.iterdir())
+        for name, spec in (("ssd_ops", SSD_OPS), ("per_request", SIM_REQUESTS)):
+            ta, tb = read_table(spec, a / f"{name}.parquet"), read_table(spec, b / f"{name}.parquet")
+            assert ta.num_rows > 0 and ta.schema.equals(tb.schema, check_metadata=True)
+            assert ta.equals(tb), f"{label}/{name}.parquet differs"
+        assert json.loads((a / "summary.json").read_text()) == json.loads((b / "summary.json").read_text())
+
+
+def test_simulate_defaults_are_the_run_configs(tmp_path: Path, mooncake_path: Path) -> None:
+    r = runner.invoke(app, ["simulate", "--trace", str(mooncake_path), "--max-requests", "50",
+                            "-o", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    got = json.loads((tmp_path / "lru" / "summary.json").read_text())["config"]
+    cfg = config_from_mapping({})
+    assert got["dram_bytes"] == cfg.tiers.dram_bytes == 32 * 10**9
+    assert got["ssd_bytes"] == 256 * 10**9
+    assert got["recompute_tokens_per_s"] == cfg.simulator.recompute_tokens_per_s
+    assert got["interval_s"] == cfg.simulator.interval_s
+
+
+def test_simulator_section_is_validated_and_reaches_the_simulator(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"simulator\.gpu_usd.*valid: dram_to_hbm_bytes_per_s"):
+        config_from_mapping({"simulator": {"gpu_usd": 1.0}}, "c.toml")
+    with pytest.raises(InputError, match=r"simulator\.ssd_read_bytes_per_s.*> 0"):
+        config_from_mapping({"simulator": {"ssd_read_bytes_per_s": 0}}, "c.toml")
+    base = {"name": "t", "model": "kimi-k3", "policies": ["lru"], "tiers": {"dram": "1GB", "ssd": "8GB"},
+            "workload": {"generator": "multi-round", "params": {"sessions": 3, "turns": 3}}}
+    costs = []
+    for gpu in (20.0, 40.0):
+        cfg = config_from_mapping({**base, "simulator": {"gpu_usd_per_hour": gpu, "ssd_read_bytes_per_s": "5GB"}})
+        out = run(cfg, tmp_path / f"g{gpu:g}", replay=False, report=False)
+        s = json.loads((out.run_dir / "policies" / "lru" / "summary.json").read_text())
+        assert s["config"]["gpu_usd_per_hour"] == gpu and s["config"]["ssd_read_bytes_per_s"] == 5e9
+        costs.append(s["summary"]["gpu_usd"])
+        res = read_table(RESULTS, out.run_dir / "results.parquet")          # the results contract
+        assert res.schema.names == RESULTS.schema.names and res.column("waf_measured").null_count == 1
+    assert costs[1] == pytest.approx(2 * costs[0]) and costs[0] > 0
+
+
+def test_resume_does_not_estimate_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The estimate stage honours its marker: a resumed run neither replays the FTL twin nor runs
+    the workload model again, and its results row is the stored one."""
+    calls: list[str] = []
+    for name in ("emulator_waf", "plan_workload_waf"):
+        real = getattr(run_mod, name)
+
+        def counted(*a: Any, _real: Any = real, _name: str = name, **k: Any) -> Any:
+            calls.append(_name)
+            return _real(*a, **k)
+
+        monkeypatch.setattr(run_mod, name, counted)
+    cfg = config_from_mapping({"name": "t", "model": "kimi-k3", "policies": ["lru"],
+                               "tiers": {"dram": "1GB", "ssd": "8GB"},
+                               "workload": {"generator": "multi-round", "params": {"sessions": 3, "turns": 3}}})
+    out = tmp_path / "r"
+    first = run(cfg, out, report=False)
+    assert sorted(calls) == ["emulator_waf", "plan_workload_waf"]
+    calls.clear()
+    again = run(cfg, out, resume=True, report=False)
+    assert calls == []
+    assert again.outcomes[0].row == first.outcomes[0].row
+    assert read_table(RESULTS, out / "results.parquet").equals(first.results)
+    assert first.results.column("waf_measured").null_count == 0
+    (out / ".stages" / "estimate__lru.json").unlink()          # interrupted before its marker
+    run(cfg, out, resume=True, report=False)
+    assert sorted(calls) == ["emulator_waf", "plan_workload_waf"]
+
+
+def test_results_rows_must_fit_the_contract() -> None:
+    t = results_table([{"policy": "lru", "requests": 3}])
+    assert t.schema.names == RESULTS.schema.names and t.column("requests").to_pylist() == [3]
+    with pytest.raises(KvwearError, match="RESULTS lacks: bogus_bytes"):
+        results_table([{"policy": "lru", "bogus_bytes": 1}])
