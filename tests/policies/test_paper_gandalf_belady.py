@@ -73,6 +73,18 @@ def test_gandalf_moves_a_block_iff_its_next_hit_beats_its_fee(gamma: float, writ
     assert (s.ssd_write_bytes > 0) == writes, (s.ssd_write_bytes, seen[-3:])
 
 
+def _states_by_last_key(sim: Simulator) -> dict[int, Any]:
+    """The states of namespace 0's tree, by the last block key of the segment they end."""
+    states = {}
+    stack = list(sim.roots[0].children.values())
+    while stack:
+        seg = stack.pop()
+        stack.extend(seg.children.values())
+        if seg.state is not None:
+            states[seg.keys[-1]] = seg.state
+    return states
+
+
 def test_gandalf_values_a_superseded_state_at_zero() -> None:
     """A linear state is reused once, by the next turn; once a later request extended its prefix
     and checkpointed deeper, the shallower state is worth nothing — unless the tree branches
@@ -82,13 +94,7 @@ def test_gandalf_values_a_superseded_state_at_zero() -> None:
     sim = Simulator(config(100, 100, state_bytes=50 * KV), "gandalf:gamma=0")
     pol = sim.policy
     sim.run_batch(reqs, 0)
-    states = {}
-    stack = list(sim.roots[0].children.values())
-    while stack:
-        seg = stack.pop()
-        stack.extend(seg.children.values())
-        if seg.state is not None:
-            states[seg.keys[-1]] = seg.state
+    states = _states_by_last_key(sim)
     assert set(states) == {2, 4, 6, 7}
     assert pol.value(states[2]) == 0.0                   # superseded by the state at 4
     assert pol.value(states[4]) > 0.0                    # a branch point: 4 → 5, 6 and 4 → 7
@@ -161,17 +167,6 @@ def test_gandalf_moves_a_cold_leaf_under_a_hot_shared_prefix(gamma: float, write
         assert s.ssd_write_bytes == 2 * BLOCK * KV
         assert s.token_miss_ratio < simulate(requests_table(rows), config(2, 100),
                                              "gandalf:gamma=1").summary.token_miss_ratio - 0.25
-
-
-def _states_by_last_key(sim: Simulator) -> dict[int, Any]:
-    states = {}
-    stack = list(sim.roots[0].children.values())
-    while stack:
-        seg = stack.pop()
-        stack.extend(seg.children.values())
-        if seg.state is not None:
-            states[seg.keys[-1]] = seg.state
-    return states
 
 
 def test_gandalf_prices_a_state_by_the_tokens_back_to_the_resident_state_above() -> None:
