@@ -50,7 +50,7 @@ KNOBS: dict[str, tuple[str, tuple[float, ...] | None]] = {
     # all future hits: a wider range, and denser (the oracle's line is the bound checked)
     "belady": ("gamma", (0, 4, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)),
     "lru-k": ("k", (1, 2, 3, 4, 5, 6, 8, 10)),
-    "hotprefix": ("theta", (1, 2, 3, 5, 10)),
+    "hotprefix": ("theta", (1, 2, 3, 4, 5, 6, 8, 10)),
     "marconi": ("alpha", (0.0, 0.5, 1.0, 1.5, 2.0)),
     "meritkv": ("tau_s", (-0.1, 0.0, 0.05, 0.1, 0.2, 0.5)),
     "dynamo": ("min_frequency", (1, 2, 4, 8)),

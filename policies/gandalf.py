@@ -59,17 +59,42 @@ SSD victims are the lowest-D SSD objects (the same price, so V is what the paper
   checkpoints below it recomputes it anyway). A *superseded* state — its segment already has a
   child, i.e. a later request extended that prefix and checkpointed deeper — is worth
   P × `superseded_weight` (default 0, the paper's reading: a linear state is reused once, by the
-  next turn, and the next turn will use the deeper state). n for a state is its whole prefix.
-- **Victims' value V**: the SSD victims are taken in D order from the first `scan` entries of
-  every SSD list; beyond those the last examined victim's value per byte is extrapolated.
-- **μ(t)** (`budget`): "ratio" = (written / budget)^`budget_gain`, clipped to [0.05, 20];
-  "fixed" (default) = 1. The budget is `dwpd` drive writes per day of the simulated SSD capacity,
-  i.e. TBW·t/T_target with TBW = capacity·DWPD·365·years and T_target = years. "fixed" is the
-  default because traces that write far above the budget make μ(t) saturate and the policy drop
-  nearly everything, whatever γ: γ alone then traces the lifetime/miss trade-off.
-- **Prices**: c = `gpu_usd_per_hour`/3600/`recompute_tokens_per_s` and p_w =
-  `ssd_usd_per_tb_written`/10¹² from `SimConfig` (the run's prices, shared with the cost
-  metrics); see README "Gandalf" for the defaults and what γ then means per model.
+  next turn, and the next turn will use the deeper state).
+- **n for a state** (`state_tokens`): "marginal" (default) = the tokens from the deepest resident
+  state above it on its path to its own end — what the next hit loses without it, since the hit
+  falls back to that state; "prefix" = its whole prefix (the earlier reading, which priced a
+  state as if nothing above it could serve). On Weka × Kimi-K3 (bench/frontier.py tiers: DRAM
+  2.6 GiB, SSD 26.4 GiB) "marginal" writes less, at fewer misses up to γ = 16: γ = 0, 1, 4, 16,
+  32 write 181.6, 126.9, 121.8, 91.1, 57.8 GiB at miss 0.115, 0.118, 0.122, 0.117, 0.180
+  against 186.3, 140.1, 156.6, 119.8, 104.5 GiB at 0.123, 0.128, 0.128, 0.123, 0.126
+  (Qwen3.5-27B γ = 0, 4: 321.1, 284.8 GiB at 0.166, 0.178 against 316.2, 284.2 at 0.176, 0.187;
+  Mooncake's first 3,000 requests, Kimi-K3, γ = 4: 732.8 GiB at 0.834 against 803.9 at 0.831).
+- **`superseded_weight` stays 0, the paper's value, on this evidence** (same tiers, marginal n;
+  γ = 0, 4, 16, 32): on Weka × Kimi-K3 0.1 gives 256.4, 113.8, 88.5, 60.0 GiB at miss 0.108,
+  0.101, 0.110, 0.178 and 1 gives 272.8, 132.9, 95.8, 53.3 GiB at 0.119, 0.110, 0.116, 0.284,
+  against 0's 181.6, 121.8, 91.1, 57.8 GiB at 0.115, 0.122, 0.117, 0.180; on Qwen3.5-27B (γ = 0,
+  4, 16) 0.1 gives 351.6, 260.6, 144.9 GiB at 0.167, 0.163, 0.309 and 1 gives 327.6, 276.4, 101.6
+  GiB at 0.175, 0.169, 0.391, against 0's 321.1, 284.8, 148.4 GiB at 0.166, 0.178, 0.317; on
+  Mooncake (first 3,000 requests, Kimi-K3, γ = 0, 4) the three are within 0.4 %. So 0.1
+  dominates 0 at γ = 4 and 16 on Weka (0.7–2.1 points of miss ratio, 2–9 % of the bytes) but
+  writes 10–41 % more at γ = 0, and 1 misses far more at Kimi-K3's γ = 32 and Qwen3.5-27B's
+  γ = 16; no weight wins at every γ, so the paper's 0 stays. The gain of 0.1 is not superseded
+  states serving hits: on Weka × Kimi-K3 at γ = 4 no request's hit ended at a state that was
+  superseded when the request arrived (0 of 411–416 state hits, at each weight), so it comes
+  from the order of the other decisions (a superseded state no longer pre-empts every DRAM
+  decision at D = 0, and displacing one from the SSD adds to V).
+- **Why Gandalf still writes states on Weka × Kimi-K3 at γ ≥ 4** (issue #11 asks ≤ 10 % of the
+  SSD bytes; measured 0.32, 0.23, 0.13 at γ = 4, 16, 32): not superseded states — none is
+  written at γ > 0 (tests/policies: `test_gandalf_never_moves_a_superseded_state`) — and not the
+  leaf's own move: each of the 94 states written at γ = 4 went through the root-side door as a
+  session's live tip (no child yet, its KV already on SSD, idle 1–8,092 s), its next-hit value
+  1.04–85× its fee. DRAM is 1 % of the footprint, six Kimi-K3 states (449 MB each), fewer than
+  the sessions in flight, so a tip cannot wait in DRAM for its next turn; at P ≈ 0.7 the paper's
+  per-object rule (move iff P·n·c > γ·p_w·s) moves a tip worth more than about 350·γ tokens back
+  to the resident state above it (its whole prefix when none is), and Claude-Code tips are worth
+  thousands. Those writes pay: at γ = 4 the 94 states written
+  serve 93 state hits from SSD (318 from DRAM). The paper's ≤ 10 % rests on DRAM holding the
+  tips; kvwear does not tune a rule to reach it.
 
 Per-event work: objects sit in LRU lists per tier × class, inside which D is non-increasing in
 idle time, so the cheapest object of a list is (up to the hybrid adjustments) its head and a
@@ -111,6 +136,9 @@ class GandalfParams(PolicyParams):
     scan: int = param(4, sweep=(1, 16), help="entries per list examined for the leaf and root-side tests")
     move_candidates: int = param(1, sweep=(1, 64),
                                  help="root-side move candidates judged per kind × size class list")
+    state_tokens: Literal["marginal", "prefix"] = param(
+        "marginal", sweep=("marginal", "prefix"),
+        help="n of a state: tokens back to the deepest resident state above it, or its whole prefix")
     superseded_weight: float = param(
         0.0, sweep=(0.0, 1.0),
         help="P multiplier for a state whose prefix a later request already extended")
@@ -163,6 +191,18 @@ def _superseded(st: State) -> bool:
     return False
 
 
+def _fallback_tokens(seg: Segment) -> int:
+    """Where a request ending at `seg` would hit without the state there: the end (in tokens)
+    of the deepest segment above it holding a resident state, 0 if none."""
+    a = seg.parent
+    while a is not None and a.parent is not None:
+        st = a.state
+        if st is not None and st.tiers:
+            return a.end_tokens
+        a = a.parent
+    return 0
+
+
 def _root_side(obj: Obj) -> bool:
     """A node a move may write: its parent is the root or not a DRAM-only node (a state: its
     segment is not DRAM-only), so the SSD part of every path stays a prefix."""
@@ -190,6 +230,7 @@ class GandalfPolicy(Policy[GandalfParams]):
         cfg = ctx.config
         self.c_token = cfg.usd_per_recomputed_token
         self._hist_model = p.idle_model == "hist"
+        self._marginal = p.state_tokens == "marginal"
         # (value P·n·c in $, D in $/byte/s) per object, valid until the next access of anything
         self._vcache: dict[Obj, tuple[float, float]] = {}
         self.p_w = cfg.ssd_usd_per_byte_written
@@ -312,6 +353,8 @@ class GandalfPolicy(Policy[GandalfParams]):
         else:
             assert isinstance(obj, State)
             n = obj.seg.end_tokens
+            if self._marginal:
+                n -= _fallback_tokens(obj.seg)
             weight = self.p.superseded_weight if self.hybrid and _superseded(obj) else 1.0
             if weight == 0.0:
                 return 0.0

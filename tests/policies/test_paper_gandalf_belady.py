@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from policies.base import Policy
+from policies.gandalf import _superseded
 from policies.sim import SimConfig, Simulator, simulate
 from policies.tree import LINEAR, Obj
 from tests.policies.helpers import requests_table
@@ -72,6 +73,18 @@ def test_gandalf_moves_a_block_iff_its_next_hit_beats_its_fee(gamma: float, writ
     assert (s.ssd_write_bytes > 0) == writes, (s.ssd_write_bytes, seen[-3:])
 
 
+def _states_by_last_key(sim: Simulator) -> dict[int, Any]:
+    """The states of namespace 0's tree, by the last block key of the segment they end."""
+    states = {}
+    stack = list(sim.roots[0].children.values())
+    while stack:
+        seg = stack.pop()
+        stack.extend(seg.children.values())
+        if seg.state is not None:
+            states[seg.keys[-1]] = seg.state
+    return states
+
+
 def test_gandalf_values_a_superseded_state_at_zero() -> None:
     """A linear state is reused once, by the next turn; once a later request extended its prefix
     and checkpointed deeper, the shallower state is worth nothing — unless the tree branches
@@ -81,13 +94,7 @@ def test_gandalf_values_a_superseded_state_at_zero() -> None:
     sim = Simulator(config(100, 100, state_bytes=50 * KV), "gandalf:gamma=0")
     pol = sim.policy
     sim.run_batch(reqs, 0)
-    states = {}
-    stack = list(sim.roots[0].children.values())
-    while stack:
-        seg = stack.pop()
-        stack.extend(seg.children.values())
-        if seg.state is not None:
-            states[seg.keys[-1]] = seg.state
+    states = _states_by_last_key(sim)
     assert set(states) == {2, 4, 6, 7}
     assert pol.value(states[2]) == 0.0                   # superseded by the state at 4
     assert pol.value(states[4]) > 0.0                    # a branch point: 4 → 5, 6 and 4 → 7
@@ -160,3 +167,40 @@ def test_gandalf_moves_a_cold_leaf_under_a_hot_shared_prefix(gamma: float, write
         assert s.ssd_write_bytes == 2 * BLOCK * KV
         assert s.token_miss_ratio < simulate(requests_table(rows), config(2, 100),
                                              "gandalf:gamma=1").summary.token_miss_ratio - 0.25
+
+
+def test_gandalf_prices_a_state_by_the_tokens_back_to_the_resident_state_above() -> None:
+    """A state's next hit saves the tokens between the deepest resident state above it (where
+    the hit would fall back without it) and its own end, not its whole prefix: with states
+    resident at 2, 4, 6 and 7 blocks (4 a branch point), the states at 6, 7 and 4 are worth
+    2/6, 1/5 and 2/4 of their whole-prefix value (`state_tokens=prefix`)."""
+    reqs = requests_table([(0.0, [1, 2]), (5.0, [1, 2, 3, 4]), (10.0, [1, 2, 3, 4, 5, 6]),
+                           (15.0, [1, 2, 3, 4, 7])])
+    vals = []
+    for mode in ("marginal", "prefix"):
+        sim = Simulator(config(100, 100, state_bytes=50 * KV), f"gandalf:gamma=0,state_tokens={mode}")
+        sim.run_batch(reqs, 0)
+        states = _states_by_last_key(sim)
+        assert all(st.tiers for st in states.values())
+        vals.append({k: sim.policy.value(st) for k, st in states.items()})  # type: ignore[attr-defined]
+    marginal, prefix = vals
+    for key, share in ((6, 2 / 6), (7, 1 / 5), (4, 2 / 4)):
+        assert prefix[key] > 0 and marginal[key] == pytest.approx(prefix[key] * share), (key, marginal, prefix)
+
+
+@pytest.mark.parametrize("gamma", [0.5, 2.0])
+def test_gandalf_never_moves_a_superseded_state(gamma: float) -> None:
+    """Gandalf: a linear state is reused once, by the next turn, so a state whose prefix a later
+    request already extended (and checkpointed deeper) is worth 0 and never worth its fee at
+    γ > 0. Four interleaved append-only sessions through a DRAM of a few states: every state
+    that reaches the SSD door superseded is dropped, while live states are written."""
+    rows = sorted((s * 0.5 + 3.0 * t, [1000 * s + j for j in range(4 * (t + 1))])
+                  for t in range(8) for s in range(4))
+    sim = Simulator(config(12, 400, state_bytes=8 * KV), f"gandalf:gamma={gamma}")
+    seen = record_admissions(sim.policy, lambda obj: (obj.kind, obj.kind == LINEAR and _superseded(obj)))
+    sim.run_batch(requests_table(rows), 0)
+    s = sim.finish().summary
+    superseded = [w for (_, sup), w in seen if sup]
+    assert superseded and not any(superseded), seen
+    assert any(w for (kind, sup), w in seen if kind == LINEAR and not sup), seen
+    assert s.ssd_write_objects_linear > 0

@@ -119,12 +119,13 @@ def test_dynamo_frequency_filter_and_decay() -> None:
 
 
 def test_hotprefix_drops_refused_prefixes() -> None:
-    sim = Simulator(cfg(dram=1000, ssd=10_000), "hotprefix:theta=2")
+    # DRAM holds nothing: every object is a DRAM victim at once, and θ decides at the SSD door
+    sim = Simulator(cfg(dram=0, ssd=10_000), "hotprefix:theta=2")
     run(sim, requests_table([(0, [1, 2])]))
-    assert sim.used_bytes[DRAM] == 0 and sim.used_bytes[SSD] == 0  # freq 1 < θ: refused
+    assert sim.used_bytes[SSD] == 0  # hotness 1 < θ: refused, i.e. dropped
     assert sim.policy.refused == 1  # type: ignore[attr-defined]
     run(sim, requests_table([(1, [1, 2])]))
-    assert seg_of(sim, 1).tiers == DRAM  # second reference: admitted
+    assert seg_of(sim, 1).tiers == SSD  # second reference: written
     # many once-referenced prefixes through a small DRAM: nothing is ever written
     once = requests_table([(i, [10 * i + 1, 10 * i + 2]) for i in range(30)])
     res = simulate(once, cfg(dram=64, ssd=10_000), "hotprefix:theta=2")
