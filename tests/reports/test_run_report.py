@@ -131,3 +131,19 @@ def test_lifetime_figures_pick_the_named_waf(tmp_path: Path) -> None:
     _make_run(run)
     html = build_run_report(run, waf="uniform").html.read_text()
     assert "Projected lifetime under WAF uniform" in html
+
+
+def test_sweep_lifetime_figure_with_a_panel_that_never_wrote(tmp_path: Path) -> None:
+    """A grid cell where no point wrote to the SSD has only unbounded (inf) lifetimes: the figure
+    says so in that panel instead of failing on an empty log axis (issue #12's small sweep example)."""
+    from reports.sweep_report import fig_lifetime_vs_miss
+
+    inf = float("inf")
+    df = pd.DataFrame({"axis_trace": [""] * 4, "axis_model": ["kimi-k3"] * 4,
+                       "axis_dram_bytes": ["4000000000"] * 4, "axis_ssd_bytes": ["16000000000", "16000000000",
+                                                                                 "12000000000", "12000000000"],
+                       "axis_policy": ["lru", "gandalf:gamma=4", "lru", "gandalf:gamma=4"],
+                       "miss_ratio_tokens": [0.30, 0.35, 0.31, 0.36],
+                       "lifetime_days_workload": [8.5, inf, inf, inf]})
+    path = fig_lifetime_vs_miss(df, tmp_path / "f.png", "lifetime_days_workload")
+    assert path is not None and path.stat().st_size > 0
