@@ -52,19 +52,25 @@ def test_femu_emulator_prediction_matches_the_recorded_femu_run(tmp_path: Path, 
     assert predicted == pytest.approx(measured, rel=0.05)
 
 
-@pytest.mark.guest
-@pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="qemu-system-x86 not installed")
-def test_run_replays_a_policy_plan_in_a_qemu_guest(tmp_path: Path) -> None:
+def _qemu_run(tmp_path: Path, policy: str) -> Path:
+    """`kvwear run` of a small workload under `policy` on the qemu device; its run directory."""
     from emulator.guest import build_guest
 
     build_guest()
     out = tmp_path / "run"
     res = CliRunner().invoke(app, [
-        "run", "-o", str(out), "--device", "qemu", "--policy", "lru",
+        "run", "-o", str(out), "--device", "qemu", "--policy", policy,
         "--param", "sessions=2", "--param", "turns=3", "--param", "system_prompt_tokens=256",
         "--model", "qwen3-next-80b-a3b", "--dram", "200MB", "--ssd", "300MB",
     ])
     assert res.exit_code == 0, res.output + repr(res.exception)
+    return out
+
+
+@pytest.mark.guest
+@pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="qemu-system-x86 not installed")
+def test_run_replays_a_policy_plan_in_a_qemu_guest(tmp_path: Path) -> None:
+    out = _qemu_run(tmp_path, "lru")
     plan = json.loads((out / "replay" / "lru" / "plan.json").read_text())
     device = json.loads((out / "device" / "lru" / "result.json").read_text())
     assert plan["aligned_write_bytes"] > 0
@@ -95,16 +101,7 @@ def test_run_on_qemu_with_a_policy_that_never_writes(tmp_path: Path) -> None:
     """A plan without rows (the oracle with no write budget): the guest boots, plays no job (its fio
     would refuse an empty iolog) and SMART measures zero bytes written; the femu backend shares this
     replay path."""
-    from emulator.guest import build_guest
-
-    build_guest()
-    out = tmp_path / "run"
-    res = CliRunner().invoke(app, [
-        "run", "-o", str(out), "--device", "qemu", "--policy", "belady:max_write_bytes=0",
-        "--param", "sessions=2", "--param", "turns=3", "--param", "system_prompt_tokens=256",
-        "--model", "qwen3-next-80b-a3b", "--dram", "200MB", "--ssd", "300MB",
-    ])
-    assert res.exit_code == 0, res.output + repr(res.exception)
+    out = _qemu_run(tmp_path, "belady:max_write_bytes=0")
     label = next((out / "device").iterdir()).name
     plan = json.loads((out / "replay" / label / "plan.json").read_text())
     device = json.loads((out / "device" / label / "result.json").read_text())
