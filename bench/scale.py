@@ -11,7 +11,7 @@ of the public corpus the issue measured (94 M blocks).
 
 For every size it runs, each as its own `kvwear` process: `trace convert` (JSON → Parquet),
 `trace inspect`, `trace characterize`, `simulate` with lru, gandalf and belady, and `run` with the
-embedded `sim` device (lru, log layout), at fixed tier capacities (`--dram`, `--ssd`), and prints wall
+embedded `sim` device (lru, the default extent layout), at fixed tier capacities (`--dram`, `--ssd`), and prints wall
 seconds and the child's peak RSS (its own `ru_maxrss` from wait4, so one child's peak never
 hides another's), then the growth of each from the 1× to the 4× workload — the slope is the
 point. Generated files live in one temporary folder that is deleted at the end.
@@ -112,10 +112,8 @@ def main() -> None:
         "lru": lambda d, r: ["simulate", "--trace", str(r), *sim, "--policy", "lru", "-o", str(d / "sim")],
         "gandalf": lambda d, r: ["simulate", "--trace", str(r), *sim, "--policy", "gandalf", "-o", str(d / "sim")],
         "belady": lambda d, r: ["simulate", "--trace", str(r), *sim, "--policy", "belady", "-o", str(d / "sim")],
-        # the log layout: the extent layout failed here on fragmentation (no hole for a 449 MB
-        # Kimi-K3 state with 13 GB free), a planner bug reported apart
         "run": lambda d, r: ["run", "--trace", str(d / "json"), "--format", "weka", *sim, "--policy", "lru",
-                             "--device", "sim", "--layout", "log", "--no-report", "-o", str(d / "run")],
+                             "--device", "sim", "--no-report", "-o", str(d / "run")],
     }
     root = Path(tempfile.mkdtemp(prefix="kvwear-scale-", dir=args.tmp))
     results: dict[Fraction, dict[str, Measured]] = {}

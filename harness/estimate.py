@@ -376,7 +376,7 @@ def sim_row(s: SimSummary) -> dict[str, Any]:
     }
 
 
-def _placement_result(plan: PlanBytes, device: DeviceBytes, measured_waf: float | None) -> tuple[
+def placement_result(plan: PlanBytes, device: DeviceBytes, measured_waf: float | None) -> tuple[
         dict[str, Any], list[Check]]:
     """Placement fields of a results row (the device WAF without placement: the sim twin's, or the
     measured one when the plan used no handle) and the per-handle byte-accounting checks."""
@@ -460,7 +460,7 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
         if measured_waf is None and w.nand_bytes and w.host_bytes:
             measured_waf = w.nand_bytes / w.host_bytes
             nand_write_bytes = w.nand_bytes
-    placement_row, placement_checks = _placement_result(plan, device, measured_waf)
+    placement_row, placement_checks = placement_result(plan, device, measured_waf)
     checks.extend(placement_checks)
     # The embedded FTL, configured as the device, on the same plan: its WAF is a prediction too.
     if inp.waf_emulator is not None and measured_waf is not None:

@@ -44,7 +44,7 @@ loop is one numba kernel per layout; everything around it is vectorized numpy/py
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numba
 import numpy as np
@@ -187,15 +187,33 @@ def _full(info, i, a, live_bytes):
     info[3] = live_bytes
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
+def _room(out, k, need):
+    """`out`, or a copy at least twice as wide when fewer than `need` columns are left after k: the
+    log and slab kernels grow their own output (relocations make its size unknowable beforehand)
+    instead of being run a second time with the size the first run counted."""
+    if k + need <= out.shape[1]:
+        return out
+    bigger = np.empty((out.shape[0], max(2 * out.shape[1], k + need)), out.dtype)
+    bigger[:, :k] = out[:, :k]
+    return bigger
+
+
+@numba.njit(cache=True)
 def _q_push(q_obj, q_cum, qh, qn, v, cum):
-    """Append a placement to the ring; returns the new count, or -1 when the ring is full."""
+    """Append a placement to the ring, doubling it (unrolled from its head) when full; returns
+    (q_obj, q_cum, qh, qn)."""
     qsize = q_obj.shape[0]
     if qn == qsize:
-        return -1
+        idx = (qh + np.arange(qn)) % qsize
+        obj = np.empty(2 * qsize, np.int64)
+        cm = np.empty(2 * qsize, np.int64)
+        obj[:qn] = q_obj[idx]
+        cm[:qn] = q_cum[idx]
+        q_obj, q_cum, qh, qsize = obj, cm, 0, 2 * qsize
     q_obj[(qh + qn) % qsize] = v
     q_cum[(qh + qn) % qsize] = cum
-    return qn + 1
+    return q_obj, q_cum, qh, qn + 1
 
 
 @numba.njit(cache=True)
@@ -214,6 +232,7 @@ def _plan_log(ops, oid, alen, n_obj, cap, trim, mode, qsize, out, stats, info):
         o = oid[i]
         a = alen[i]
         op = ops[i]
+        out = _room(out, k, 4)                  # an op's own rows: a trim and a write, each in ≤ 2 spans
         if op == 0:
             if a == 0:
                 stats[_S_EMPTY] += 1
@@ -227,13 +246,13 @@ def _plan_log(ops, oid, alen, n_obj, cap, trim, mode, qsize, out, stats, info):
                 live_bytes -= olen[o]
             if mode == _LOG_RELOCATE and live_bytes + a > cap:
                 _full(info, i, a, live_bytes)
-                return k
+                return k, out
             end = cum + a
             # live objects whose first byte the head reaches in this lap: clean (relocate), evict or fail
             while qn > 0 and q_cum[qh] + cap < end:
                 v = q_obj[qh]
                 s = q_cum[qh]
-                qh = (qh + 1) % qsize
+                qh = (qh + 1) % q_obj.shape[0]
                 qn -= 1
                 if not (live[v] and start[v] == s):
                     continue                    # a dead or superseded placement: its space is free
@@ -245,7 +264,7 @@ def _plan_log(ops, oid, alen, n_obj, cap, trim, mode, qsize, out, stats, info):
                     info[3] = cum % cap
                     info[4] = live_bytes
                     info[5] = a
-                    return k
+                    return k, out
                 if mode == _LOG_EVICT:
                     live[v] = False
                     live_bytes -= lv
@@ -258,6 +277,7 @@ def _plan_log(ops, oid, alen, n_obj, cap, trim, mode, qsize, out, stats, info):
                     stats[_S_STEPPED] += 1
                     stats[_S_STEPPED_BYTES] += lv
                 else:
+                    out = _room(out, k, 6)      # a read, a trim and a write, each in ≤ 2 spans
                     k = _emit_span(out, k, i, 1, s % cap, lv, cap, v)
                     tail = max(p, cum + lv)     # the part of the old copy the new one does not cover
                     if trim and p + lv > tail:
@@ -267,21 +287,16 @@ def _plan_log(ops, oid, alen, n_obj, cap, trim, mode, qsize, out, stats, info):
                     stats[_S_RELOC_BYTES] += lv
                     stats[_S_EXTENTS] += 1
                 start[v] = cum
-                qn = _q_push(q_obj, q_cum, qh, qn, v, cum)
-                if qn < 0:
-                    info[0] = _ERR_GROW
-                    return k
+                q_obj, q_cum, qh, qn = _q_push(q_obj, q_cum, qh, qn, v, cum)
                 cum += lv
                 end = cum + a
+            out = _room(out, k, 2)
             k = _emit_span(out, k, i, 0, cum % cap, a, cap, o)
             stats[_S_EXTENTS] += 1
             live[o] = True
             start[o] = cum
             olen[o] = a
-            qn = _q_push(q_obj, q_cum, qh, qn, o, cum)
-            if qn < 0:
-                info[0] = _ERR_GROW
-                return k
+            q_obj, q_cum, qh, qn = _q_push(q_obj, q_cum, qh, qn, o, cum)
             cum = end
             live_bytes += a
             if live_bytes > stats[_S_PEAK]:
@@ -299,7 +314,7 @@ def _plan_log(ops, oid, alen, n_obj, cap, trim, mode, qsize, out, stats, info):
                 live_bytes -= olen[o]
             else:
                 stats[_S_EVICT_MISS] += 1
-    return k
+    return k, out
 
 
 # Slab layout. The device is cut into regions of `region` bytes (slab_bytes); a size class lays its
@@ -317,7 +332,9 @@ def _plan_log(ops, oid, alen, n_obj, cap, trim, mode, qsize, out, stats, info):
 
 @numba.njit(cache=True)
 def _slab_io(out, k, row, op, s, ln, c, obj, cls_size, region, reg_tab, reg_base):
-    """The I/O for `ln` bytes of slot s of class c, one row per physically contiguous piece."""
+    """The I/O for `ln` bytes of slot s of class c, one row per physically contiguous piece;
+    returns (k, out), `out` grown when it had no room for them."""
+    out = _room(out, k, ln // region + 2)
     lo = s * cls_size[c]
     first = -1
     run = 0
@@ -337,7 +354,7 @@ def _slab_io(out, k, row, op, s, ln, c, obj, cls_size, region, reg_tab, reg_base
         ln -= piece
     if first >= 0:
         k = _emit(out, k, row, op, first, run, obj)
-    return k
+    return k, out
 
 
 @numba.njit(cache=True)
@@ -400,7 +417,7 @@ def _plan_slab(ops, oid, alen, cls, n_obj, cls_size, slot_cap, region, n_reg, tr
         if op == 1:
             if live[o]:
                 c = ocls[o]
-                k = _slab_io(out, k, i, 1, oslot[o], olen[o], c, o, cls_size, region, reg_tab, reg_base)
+                k, out = _slab_io(out, k, i, 1, oslot[o], olen[o], c, o, cls_size, region, reg_tab, reg_base)
             else:
                 stats[_S_READ_MISS] += 1
             continue
@@ -415,7 +432,7 @@ def _plan_slab(ops, oid, alen, cls, n_obj, cls_size, slot_cap, region, n_reg, tr
             c = ocls[o]
             s = oslot[o]
             if trim:
-                k = _slab_io(out, k, i, 2, s, olen[o], c, o, cls_size, region, reg_tab, reg_base)
+                k, out = _slab_io(out, k, i, 2, s, olen[o], c, o, cls_size, region, reg_tab, reg_base)
             b = slot_base[c]
             slot_obj[b + s] = -1
             n_live[c] -= 1
@@ -434,7 +451,7 @@ def _plan_slab(ops, oid, alen, cls, n_obj, cls_size, slot_cap, region, n_reg, tr
             continue
         if live_bytes + a > n_reg * region:
             _full(info, i, a, live_bytes)
-            return k
+            return k, out
         c = cls[i]
         size = cls_size[c]
         b = slot_base[c]
@@ -443,7 +460,7 @@ def _plan_slab(ops, oid, alen, cls, n_obj, cls_size, slot_cap, region, n_reg, tr
             s = hw[c]
             if s >= slot_cap[c]:
                 info[0] = _ERR_GROW
-                return k
+                return k, out
             need = ((s + 1) * size + region - 1) // region - n_mapped[c]
             while nfree < need:
                 # compact the class with the most regions beyond what its live slots need
@@ -460,7 +477,7 @@ def _plan_slab(ops, oid, alen, cls, n_obj, cls_size, slot_cap, region, n_reg, tr
                     info[2] = a
                     info[3] = live_bytes
                     info[4] = need - nfree
-                    return k
+                    return k, out
                 d = best
                 bd = slot_base[d]
                 before = n_mapped[d]
@@ -468,10 +485,10 @@ def _plan_slab(ops, oid, alen, cls, n_obj, cls_size, slot_cap, region, n_reg, tr
                     t = hw[d] - 1               # live: _slab_shrink keeps the top slot live
                     f = _slab_pop(d, hw, slot_obj, slot_base, fs, fs_top, in_stack)
                     v = slot_obj[bd + t]
-                    k = _slab_io(out, k, i, 1, t, olen[v], d, v, cls_size, region, reg_tab, reg_base)
+                    k, out = _slab_io(out, k, i, 1, t, olen[v], d, v, cls_size, region, reg_tab, reg_base)
                     if trim:
-                        k = _slab_io(out, k, i, 2, t, olen[v], d, v, cls_size, region, reg_tab, reg_base)
-                    k = _slab_io(out, k, i, 0, f, olen[v], d, v, cls_size, region, reg_tab, reg_base)
+                        k, out = _slab_io(out, k, i, 2, t, olen[v], d, v, cls_size, region, reg_tab, reg_base)
+                    k, out = _slab_io(out, k, i, 0, f, olen[v], d, v, cls_size, region, reg_tab, reg_base)
                     stats[_S_RELOC] += 1
                     stats[_S_RELOC_BYTES] += olen[v]
                     stats[_S_EXTENTS] += 1
@@ -487,7 +504,7 @@ def _plan_slab(ops, oid, alen, cls, n_obj, cls_size, slot_cap, region, n_reg, tr
             hw[c] = s + 1
         slot_obj[b + s] = o
         n_live[c] += 1
-        k = _slab_io(out, k, i, 0, s, a, c, o, cls_size, region, reg_tab, reg_base)
+        k, out = _slab_io(out, k, i, 0, s, a, c, o, cls_size, region, reg_tab, reg_base)
         stats[_S_EXTENTS] += 1
         live[o] = True
         oslot[o] = s
@@ -496,7 +513,7 @@ def _plan_slab(ops, oid, alen, cls, n_obj, cls_size, slot_cap, region, n_reg, tr
         live_bytes += a
         if live_bytes > stats[_S_PEAK]:
             stats[_S_PEAK] = live_bytes
-    return k
+    return k, out
 
 
 # Extent layout. Holes (free extents) form a doubly linked list in address order. To find the
@@ -760,6 +777,37 @@ def _plan_extent(ops, oid, alen, n_obj, cap, trim, m, ne, out, stats, info):
 # ----------------------------------------------------------------------------------------------
 
 
+@numba.njit(cache=True)
+def _split_ios(out, k, mx):
+    """The kernel's first k extents (out: row, op, offset, length, obj) cut into I/Os of at most
+    `mx` bytes, in one pass (relocating plans have tens of millions of I/Os; numpy's repeat and
+    index arithmetic took several passes and temporaries per column): (rows, codes, offsets,
+    lengths, objs)."""
+    n = 0
+    for j in range(k):
+        n += (out[3, j] + mx - 1) // mx
+    rows = np.empty(n, np.int64)
+    codes = np.empty(n, np.int8)
+    offs = np.empty(n, np.int64)
+    lens = np.empty(n, np.int64)
+    objs = np.empty(n, np.int64)
+    x = 0
+    for j in range(k):
+        ln = out[3, j]
+        off = out[2, j]
+        while ln > 0:
+            piece = min(mx, ln)
+            rows[x] = out[0, j]
+            codes[x] = out[1, j]
+            offs[x] = off
+            lens[x] = piece
+            objs[x] = out[4, j]
+            off += piece
+            ln -= piece
+            x += 1
+    return rows, codes, offs, lens, objs
+
+
 def _column_np(table: pa.Table, name: str, source: str, dtype: type) -> np.ndarray:
     col = table.column(name)
     if col.null_count:
@@ -836,14 +884,16 @@ def plan_block_ops(ssd_ops: pa.Table, config: ReplayConfig, *, source: str = "ss
     nwr = int(is_write.sum())
     units = cap // al
 
-    kernel: Any
+    # kernel(out, stats, info) → (rows, out): log and slab grow `out` (and log its ring) themselves;
+    # extent counts the rows it could not store and is run again with room for them (or a larger
+    # pool, grow[0], on _ERR_GROW)
+    grow = [0]
     if config.layout == "log":
-        kernel = _plan_log
         mode = {"relocate": _LOG_RELOCATE, "evict": _LOG_EVICT, "error": _LOG_ERROR}[config.log_full]
-        grow = [min(units + 4, 2 * nwr + 16)]
+        qsize = min(units + 4, 2 * nwr + 16)     # the kernel doubles its ring when this is short
 
-        def args_of() -> tuple[Any, ...]:
-            return (ops, oid, aligned, n_obj, cap, trim, mode, grow[0])
+        def kernel(out: np.ndarray, stats: np.ndarray, info: np.ndarray) -> tuple[int, np.ndarray]:
+            return _plan_log(ops, oid, aligned, n_obj, cap, trim, mode, qsize, out, stats, info)
     elif config.layout == "slab":
         written = aligned[is_write & (aligned > 0)]
         classes = np.asarray(config.slab_classes_bytes or default_slab_classes(al, written), np.int64)
@@ -859,49 +909,36 @@ def plan_block_ops(ssd_ops: pa.Table, config: ReplayConfig, *, source: str = "ss
             raise KvwearError(f"slab layout: capacity {cap} bytes is smaller than one {region}-byte slab")
         writes_per_class = np.bincount(cls[is_write], minlength=len(classes)).astype(np.int64)
         slot_cap = np.minimum(writes_per_class, n_reg * region // classes + 1) + 1
-        kernel = _plan_slab
-        grow = [0]
 
-        def args_of() -> tuple[Any, ...]:
-            return (ops, oid, aligned, cls, n_obj, classes, slot_cap, region, n_reg, trim)
+        def kernel(out: np.ndarray, stats: np.ndarray, info: np.ndarray) -> tuple[int, np.ndarray]:
+            return _plan_slab(ops, oid, aligned, cls, n_obj, classes, slot_cap, region, n_reg, trim, out, stats, info)
     else:
         m = 1
         while m < min(units, 1 << 18):
             m *= 2
-        kernel = _plan_extent
-        grow = [min(units + 2, 2 * nwr + 16)]
+        grow[0] = min(units + 2, 2 * nwr + 16)
 
-        def args_of() -> tuple[Any, ...]:
-            return (ops, oid, aligned, n_obj, cap, trim, m, grow[0])
+        def kernel(out: np.ndarray, stats: np.ndarray, info: np.ndarray) -> tuple[int, np.ndarray]:
+            return _plan_extent(ops, oid, aligned, n_obj, cap, trim, m, grow[0], out, stats, info), out
 
     out_size = 2 * n + 16
     while True:
         out = np.empty((5, out_size), np.int64)        # one row per field: contiguous columns below
         stats = np.zeros(_N_STATS, np.int64)
         info = np.zeros(8, np.int64)
-        k = kernel(*args_of(), out, stats, info)
+        k, out = kernel(out, stats, info)
         if info[0] == _ERR_GROW:
+            if not grow[0]:
+                raise KvwearError(f"internal error: the {config.layout} layout ran out of a pool it sizes itself")
             grow[0] *= 2                  # a pool of the kernel's ran out (its size is a guess): rerun
             continue
-        if info[0] == 0 and k > out_size:
+        if info[0] == 0 and k > out.shape[1]:
             out_size = int(k)             # the kernel counted what it could not store: rerun
             continue
         break
     if info[0]:
         _raise_kernel_error(info, config, source, uniq, t)
-    out_row, out_op, out_off, out_len, out_obj = (out[j, :k] for j in range(5))
-
-    # split extents into I/Os of at most max_io_bytes
-    mx = config.max_io_bytes
-    pieces = (out_len + (mx - 1)) // mx
-    rep = np.repeat(np.arange(k), pieces)
-    first = np.repeat(np.cumsum(pieces) - pieces, pieces)
-    within = (np.arange(len(rep)) - first) * mx
-    rows = out_row[rep]
-    objs = out_obj[rep]
-    codes = out_op[rep].astype(np.int8)
-    offs = out_off[rep] + within
-    lens = np.minimum(mx, out_len[rep] - within)
+    rows, codes, offs, lens, objs = _split_ios(out, k, config.max_io_bytes)
     if len(offs) and (offs.min() < 0 or (offs + lens).max() > cap or lens.min() <= 0):
         raise KvwearError("internal error: a planned I/O falls outside [0, capacity_bytes)")
 

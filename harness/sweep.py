@@ -347,7 +347,9 @@ def run_sweep(
     if not todo:
         return progress
     if scheduler or client is not None:
-        _run_dask(todo, str(store.root), plan.replay, scheduler, client, progress, report)
+        # absolute: a Dask worker runs in its own working directory (a relative store would put
+        # its results there, and the sweep would never see them)
+        _run_dask(todo, str(store.root.resolve()), plan.replay, scheduler, client, progress, report)
     elif jobs <= 1:
         for p in todo:
             progress.running = 1

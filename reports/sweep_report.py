@@ -74,14 +74,19 @@ def fig_lifetime_vs_miss(df: pd.DataFrame, path: Path, lt: str) -> Path | None:
     for ax, ((trace, model, dram, ssd), g) in zip(axes.flat, groups, strict=False):
         g = g.assign(family=g["axis_policy"].map(policy_family))
         for fam, gg in g.groupby("family", sort=True):
-            gg = gg.sort_values("miss_ratio_tokens")
+            gg = gg[np.isfinite(gg[lt].to_numpy(float))].sort_values("miss_ratio_tokens")
             ax.plot(gg["miss_ratio_tokens"], gg[lt] / 365.0, marker="o", label=fam)
         mr = g["miss_ratio_tokens"].to_numpy(float)
         life = g[lt].to_numpy(float)
-        front = pareto_mask(mr, life)
+        front = pareto_mask(mr, life) & np.isfinite(life)
         ax.scatter(mr[front], life[front] / 365.0, s=120, facecolors="none", edgecolors="black",
                    label="Pareto frontier")
-        ax.set_yscale("log")
+        # A point that never wrote to the SSD has an unbounded lifetime (inf), which no axis shows:
+        # a panel where every point is such (a small workload) says so instead of a log axis.
+        if np.isfinite(life).any():
+            ax.set_yscale("log")
+        else:
+            ax.text(0.5, 0.5, "no SSD writes: every lifetime unbounded", transform=ax.transAxes, ha="center")
         dram_gb, ssd_gb = float(str(dram)) / 1e9, float(str(ssd)) / 1e9
         ax.set_title(f"{_short(trace)} · {model} · DRAM {dram_gb:g} GB · SSD {ssd_gb:g} GB", fontsize=9)
         ax.set_xlabel("miss ratio (token-weighted)")

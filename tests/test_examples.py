@@ -1,8 +1,8 @@
 """Every `kvwear …` example in README.md and in each command's `--help` names a real command and
 only options that command takes, with values it accepts: click parses each one as written, in a
 scratch directory where the input files an example names (the user's traces, config.json…) exist
-as empty files; the command is not invoked. The `kvwear run --help` loop device example is also run
-as written, on a loop device the test makes, in tests/harness/test_run_block.py."""
+as empty files; the command is not invoked. tests/test_examples_run.py runs each one (the loop
+device example in tests/harness/test_run_block.py)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def examples(text: str) -> list[str]:
     for line in text.splitlines():
         m = re.match(r"^\s*(?:Example:\s*)?(kvwear\s.*)$", line)
         if m:
-            found.append(m.group(1).split("  #")[0].strip())
+            found.append(" ".join(m.group(1).split("  #")[0].split()))
     return found
 
 
@@ -54,7 +54,11 @@ def command_of(path: tuple[str, ...]) -> Any:
 def all_examples() -> list[str]:
     readme = (REPO / "README.md").read_text()
     found = examples("\n".join(re.findall(r"```bash\n(.*?)```", readme, re.S)))
-    found += [e for e in re.findall(r"`(kvwear [^`]+)`", readme) if not re.search(r"\b[A-Z]{1,}[.A-Z]*\b", e)]
+    # Inline code in prose: placeholders (`kvwear trace inspect T`) and bare command names (`kvwear
+    # simulate` flags) refer to a command; the rest are examples.
+    paths = set(commands())
+    found += [e for e in re.findall(r"`(kvwear [^`]+)`", readme)
+              if not re.search(r"\b[A-Z]{1,}[.A-Z]*\b", e) and tuple(e.split()[1:]) not in paths]
     for path in commands():
         cmd = command_of(path)
         found += examples(f"{cmd.help or ''}\n{cmd.epilog or ''}")

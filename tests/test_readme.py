@@ -38,4 +38,4 @@ def test_config_and_sweep_examples_load() -> None:
         assert cfg.policies
     for b in sweeps:
         plan = plan_sweep(b, "README.md")
-        assert len(plan.points) == 2 * 2 * (1 + 5 + 10 + 10)
+        assert len(plan.points) == 2 * 2 * (1 + 2 + 2)

@@ -47,7 +47,8 @@ def _scalar(v: str) -> Any:
       (/dev/loop7: a loop device you made, e.g. losetup -f --show disk.img; with no --ssd the SSD tier is
       the device's capacity ÷ 1.05, and --fit-device scales a larger --ssd/--dram workload down to it)
 
-  kvwear run --placement kind -o runs/fdp       # FDP handles by object kind; WAF with and without
+  kvwear run --placement kind --policy lru --policy gandalf -o runs/fdp
+      (FDP handles by object kind: device WAF with and without placement, side by side)
 
   kvwear run --device femu --femu-binary ~/femu/build/qemu-system-x86_64 \
       --device-option femu.devsz_mb=192 --device-option precondition=fill --no-trim -o runs/femu

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from harness.commands import EXIT_ACCOUNTING_FAULT, app
-from harness.sweep import ResultsStore, SweepProgress, load_sweep, run_sweep
+
+if TYPE_CHECKING:
+    from harness.sweep import SweepProgress
 
 console = Console(stderr=True)
 
@@ -18,7 +21,9 @@ console = Console(stderr=True)
 
   kvwear sweep sweep.toml -o sweeps/fig7 --jobs 2
 
-  kvwear sweep sweep.toml -o sweeps/fig7 --scheduler tcp://10.0.0.5:8786   # on a Dask cluster
+  kvwear sweep sweep.toml -o sweeps/fig7 --scheduler tcp://127.0.0.1:8786   # on a Dask cluster
+
+      (here a scheduler on this host: dask scheduler --port 8786, and dask worker tcp://127.0.0.1:8786)
 
 A point that finished is never run again: rerunning the same command resumes the sweep.
 Exit status: 0 when every point ran and every byte-accounting check held; 1 when a point failed
@@ -33,6 +38,10 @@ def sweep_cmd(
     no_report: bool = typer.Option(False, "--no-report", help="Skip the sweep report."),
 ) -> None:
     """Run every point of a sweep that is not in the results store yet, then report."""
+    # Imported here: harness.sweep pulls in pandas and Dask's client, a second of start-up that
+    # every other command would pay.
+    from harness.sweep import ResultsStore, load_sweep, run_sweep
+
     plan = load_sweep(config)
     console.print(f"{len(plan.points)} points; store: {out}")
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[counts]}"),

@@ -462,6 +462,10 @@ class GuestDevice:
             files["segments.txt"] = "".join(lines).encode()
             if timed:      # the guest keeps the plan's clock across segments (fio keeps it inside one)
                 files["job.env"] = b"KVWEAR_TIMED=1\n"
+        elif plan.num_rows == 0:
+            # A policy that never touched the SSD: fio refuses an empty iolog, so the guest gets no
+            # job and only takes its SMART snapshots (their delta is the measurement: zero).
+            files = {}
         else:
             logs["fio.json"] = log = export_iolog_v3(plan, workdir / "replay.iolog", include_trims=can_trim)
             job = fiolib.replay_job("replay.iolog", GUEST_DEVICE, ioengine=self.p.ioengine, iodepth=self.p.iodepth,
@@ -520,6 +524,9 @@ class GuestDevice:
             if deferred:
                 trim_bytes = sum(seg.issued_trim_bytes for seg in segments)
                 trim_extra: dict[str, Any] = {**trim_accounting(segments), **settings}
+            elif not parts:                # the empty plan: nothing was played
+                trim_bytes = 0
+                trim_extra = {"trims_skipped": 0, "trim_mode": "none", "empty_plan": True}
             else:
                 trim_bytes = fiolib.issued_log_bytes(parts[0][0], parts[0][1], parts[0][2], iodepth=self.p.iodepth,
                                                      max_io_bytes=fiolib.plan_max_length(plan))[2]

@@ -53,19 +53,25 @@ def test_femu_emulator_prediction_matches_the_recorded_femu_run(tmp_path: Path, 
     assert predicted == pytest.approx(measured, rel=0.05)
 
 
-@pytest.mark.guest
-@pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="qemu-system-x86 not installed")
-def test_run_replays_a_policy_plan_in_a_qemu_guest(tmp_path: Path) -> None:
+def _qemu_run(tmp_path: Path, policy: str) -> Path:
+    """`kvwear run` of a small workload under `policy` on the qemu device; its run directory."""
     from emulator.guest import build_guest
 
     build_guest()
     out = tmp_path / "run"
     res = CliRunner().invoke(app, [
-        "run", "-o", str(out), "--device", "qemu", "--policy", "lru",
+        "run", "-o", str(out), "--device", "qemu", "--policy", policy,
         "--param", "sessions=2", "--param", "turns=3", "--param", "system_prompt_tokens=256",
         "--model", "qwen3-next-80b-a3b", "--dram", "200MB", "--ssd", "300MB",
     ])
     assert res.exit_code == 0, res.output + repr(res.exception)
+    return out
+
+
+@pytest.mark.guest
+@pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="qemu-system-x86 not installed")
+def test_run_replays_a_policy_plan_in_a_qemu_guest(tmp_path: Path) -> None:
+    out = _qemu_run(tmp_path, "lru")
     plan = json.loads((out / "plan" / "lru" / "plan.json").read_text())
     device = json.loads((out / "device" / "lru" / "result.json").read_text())
     assert plan["aligned_write_bytes"] > 0
@@ -88,3 +94,26 @@ def test_run_replays_a_policy_plan_in_a_qemu_guest(tmp_path: Path) -> None:
         assert len(trims) == 1 and trims[0]["passed"] and trims[0]["predicted"] == plan["trim_bytes"], trims
         assert device["extra"]["trim_mode"] in ("fio", "deferred") and device["trim_bytes"] > 0
     assert "smart-duw (guest)" in (out / "report" / "report.html").read_text()
+
+
+@pytest.mark.guest
+@pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="qemu-system-x86 not installed")
+def test_run_on_qemu_with_a_policy_that_never_writes(tmp_path: Path) -> None:
+    """A plan without rows (the oracle with no write budget): the guest boots, plays no job (its fio
+    would refuse an empty iolog) and SMART measures zero bytes written; the femu backend shares this
+    replay path."""
+    out = _qemu_run(tmp_path, "belady:max_write_bytes=0")
+    label = next((out / "device").iterdir()).name
+    plan = json.loads((out / "plan" / label / "plan.json").read_text())
+    device = json.loads((out / "device" / label / "result.json").read_text())
+    assert plan["aligned_write_bytes"] == plan["trim_bytes"] == 0
+    assert device["write_bytes"] == device["read_bytes"] == device["write_ios"] == 0
+    extra = device["extra"]
+    assert extra["empty_plan"] and extra["trim_mode"] == "none"
+    assert extra["smart_duw_delta"] == 0 and extra["smart_host_write_commands_delta"] == 0
+    outputs = Path(extra["guest_outputs"])
+    assert (outputs / "smart-after.bin").is_file() and not (outputs / "fio.json").exists()
+    checks = json.loads((out / "estimate" / label / "crossval.json").read_text())["checks"]
+    acc = [c for c in checks if c["kind"] == "accounting"]
+    assert acc and all(c["passed"] for c in acc), acc
+    assert not list(out.rglob("*.img"))                   # the drive image went with the device stage

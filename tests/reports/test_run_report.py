@@ -136,16 +136,34 @@ def test_lifetime_figures_pick_the_named_waf(tmp_path: Path) -> None:
 def test_placement_section_says_why_a_drive_took_no_handles() -> None:
     """A block: drive that failed the FDP gate: the note names the gate's reason; a device that
     never carries handles keeps the generic note."""
-    from harness.run import placement_result
+    from harness.estimate import DeviceBytes, PlanBytes, placement_result
 
-    plan = {"placement": {"mode": "kind", "write_bytes_by_handle": [8, 4]}}
-    device = {"extra": {"placement_dropped": True, "placement_unavailable": "/dev/loop3 is not an NVMe namespace"}}
+    plan = PlanBytes(object_write_bytes=12, aligned_write_bytes=12, trim_bytes=0, placement="kind",
+                     write_bytes_by_handle=(8, 4))
+    device = DeviceBytes.from_json({"write_bytes": 12, "extra": {
+        "placement_dropped": True, "placement_unavailable": "/dev/loop3 is not an NVMe namespace"}}, "block")
     row, checks = placement_result(plan, device, 1.25)
     assert (row["placement_carried"], row["waf_no_placement"], checks) == (False, 1.25, [])
     df = pd.DataFrame([{"policy": "lru", **row, "waf_measured": 1.25}])
     notes = placement_section(df)[2]
     assert any(n.startswith("This drive could not take placement handles (/dev/loop3 is not an NVMe namespace)")
                for n in notes), notes
-    row, _ = placement_result(plan, {"extra": {}}, 1.25)
+    row, _ = placement_result(plan, DeviceBytes.from_json({"write_bytes": 12}, "block"), 1.25)
     notes = placement_section(pd.DataFrame([{"policy": "lru", **row, "waf_measured": 1.25}]))[2]
     assert any(n.startswith("This device cannot carry placement handles") for n in notes), notes
+
+
+def test_sweep_lifetime_figure_with_a_panel_that_never_wrote(tmp_path: Path) -> None:
+    """A grid cell where no point wrote to the SSD has only unbounded (inf) lifetimes: the figure
+    says so in that panel instead of failing on an empty log axis (issue #12's small sweep example)."""
+    from reports.sweep_report import fig_lifetime_vs_miss
+
+    inf = float("inf")
+    df = pd.DataFrame({"axis_trace": [""] * 4, "axis_model": ["kimi-k3"] * 4,
+                       "axis_dram_bytes": ["4000000000"] * 4, "axis_ssd_bytes": ["16000000000", "16000000000",
+                                                                                 "12000000000", "12000000000"],
+                       "axis_policy": ["lru", "gandalf:gamma=4", "lru", "gandalf:gamma=4"],
+                       "miss_ratio_tokens": [0.30, 0.35, 0.31, 0.36],
+                       "lifetime_days_workload": [8.5, inf, inf, inf]})
+    path = fig_lifetime_vs_miss(df, tmp_path / "f.png", "lifetime_days_workload")
+    assert path is not None and path.stat().st_size > 0

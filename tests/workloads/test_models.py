@@ -140,15 +140,18 @@ def test_config_qwen35_text_config_layer_types(tmp_path: Path) -> None:
     _same_numbers(prof, get_profile("qwen3.5-27b"))
 
 
+QWEN3_NEXT: dict[str, Any] = {
+    "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next",
+    "hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 16,
+    "num_key_value_heads": 2, "head_dim": 256, "full_attention_interval": 4,
+    "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+    "linear_num_key_heads": 16, "linear_num_value_heads": 32, "num_experts": 512,
+    "torch_dtype": "bfloat16",
+}
+
+
 def test_config_qwen3_next_interval(tmp_path: Path) -> None:
-    p = _write(tmp_path, "Qwen3-Next-80B-A3B-Instruct", {
-        "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next",
-        "hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 16,
-        "num_key_value_heads": 2, "head_dim": 256, "full_attention_interval": 4,
-        "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
-        "linear_num_key_heads": 16, "linear_num_value_heads": 32, "num_experts": 512,
-        "torch_dtype": "bfloat16",
-    })
+    p = _write(tmp_path, "Qwen3-Next-80B-A3B-Instruct", QWEN3_NEXT)
     _same_numbers(load_profile(p), get_profile("qwen3-next-80b-a3b"))
 
 
@@ -228,14 +231,17 @@ def test_config_dense_llama_and_qwen2(tmp_path: Path) -> None:
 # --- TOML ------------------------------------------------------------------------------------
 
 
+MY_K3_TOML = (
+    '# a user profile\nname = "my-k3"\nfamily = "mla-kda"\ntotal_layers = 93\n'
+    "full_attn_layers = 24\nkv_lora_rank = 512\nqk_rope_head_dim = 64\nstate_layers = 69\n"
+    "linear_value_heads = 96\nlinear_key_heads = 96\nlinear_key_head_dim = 128\n"
+    "linear_value_head_dim = 128\nconv_kernel = 4\n"
+)
+
+
 def test_toml_profile_and_cli(tmp_path: Path) -> None:
     p = tmp_path / "my-k3.toml"
-    p.write_text(
-        '# a user profile\nname = "my-k3"\nfamily = "mla-kda"\ntotal_layers = 93\n'
-        "full_attn_layers = 24\nkv_lora_rank = 512\nqk_rope_head_dim = 64\nstate_layers = 69\n"
-        "linear_value_heads = 96\nlinear_key_heads = 96\nlinear_key_head_dim = 128\n"
-        "linear_value_head_dim = 128\nconv_kernel = 4\n"
-    )
+    p.write_text(MY_K3_TOML)
     prof = load_profile(p)
     assert prof.name == "my-k3"
     _same_numbers(prof, get_profile("kimi-k3"))
