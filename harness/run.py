@@ -184,9 +184,11 @@ def characterize_stage(rd: RunDir, requests: pa.Table, profile: ModelProfile) ->
     if rd.is_done("characterize"):
         rd.skip()
         return
+    from reports.characterization import plot_characterization
     from workloads.characterize import characterize
 
     res, _ = characterize(requests, profile, rd.stage_dir("workload") / "characterization")
+    plot_characterization(rd.stage_dir("workload") / "characterization")
     rd.mark_done("characterize", {"token_hit_ratio": res.token_hit_ratio, "capacity_bytes": res.capacity_bytes})
 
 

@@ -1,8 +1,8 @@
 """`kvwear trace characterize`: the KVCache-in-the-Wild analyses of one trace, as tables and figures.
 
 This module only parses options, reads the input (a `requests` Parquet table or a raw trace via
-the loaders), calls `workloads.characterize.characterize` and prints a summary; the analyses live
-in `workloads.characterize` and must not move here.
+the loaders), calls `workloads.characterize.characterize`, has `reports.characterization` draw the figures
+and prints a summary; the analyses live in `workloads.characterize` and must not move here.
 """
 
 from __future__ import annotations
@@ -97,12 +97,14 @@ def characterize_cmd(
         help="convert blocks to S tokens first (S must divide or be a multiple of the trace's block size)",
     ),
 ) -> None:
+    from reports.characterization import plot_characterization
     from workloads.characterize import characterize
     from workloads.models import resolve_profile
 
     profile = resolve_profile(model)
     table, how = _read_input(input_path, fmt, block_tokens)
     res, written = characterize(table, profile, out_dir)
+    written += plot_characterization(out_dir)
 
     console = Console()
     t = Table(title=f"Characterization of {input_path.name} ({how}), model {res.model}")
