@@ -64,7 +64,6 @@ emulator or reports.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -80,7 +79,7 @@ import pyarrow.compute as pc
 from scipy import stats
 
 from kvwear.errors import KvwearError
-from kvwear.tables import TableSpec, atomic_write, write_table
+from kvwear.tables import TableSpec
 from workloads.schema import REQUESTS
 
 SKEW_LEVELS: tuple[float, ...] = (0.50, 0.77, 0.90)
@@ -166,7 +165,9 @@ class Characterization:
     skew_curve: pd.DataFrame = field(repr=False)        # block_share, reuse_share
     request_reuse: pd.DataFrame = field(repr=False)     # one row per request with a hit
     block_reuse_quantiles: pd.DataFrame = field(repr=False)
-    lifespans: pd.DataFrame = field(repr=False)         # one row per distinct block
+    # one row per distinct block; None from a streamed characterization, which writes it to
+    # lifespans.parquet without holding it
+    lifespans: pd.DataFrame | None = field(repr=False)
     live: pd.DataFrame = field(repr=False)              # one row per request with blocks
     lru_curve: pd.DataFrame = field(repr=False)         # capacity_blocks, capacity_bytes, hit ratio
     lru_blocks_for_ideal: int = 0                       # LRU size that reaches the ideal hit ratio
@@ -386,7 +387,14 @@ def reuse_skew(
     The curve has `block_share` (top blocks by reuses, as a share of distinct blocks) and
     `reuse_share` (their share of all reuses), thinned to at most ~512 points.
     """
-    reuses = np.sort(acc.count - 1)[::-1]
+    return skew_from_counts(acc.count, levels)
+
+
+def skew_from_counts(
+    count: npt.NDArray[np.integer[Any]], levels: tuple[float, ...] = SKEW_LEVELS
+) -> tuple[dict[float, float], pd.DataFrame]:
+    """`reuse_skew` from the access count of every distinct block."""
+    reuses = np.sort(np.asarray(count, dtype=np.int64) - 1)[::-1]
     n_keys = int(reuses.size)
     total = int(reuses.sum())
     if n_keys == 0 or total == 0:
@@ -459,13 +467,62 @@ def block_reuse_times(acc: Accesses) -> tuple[F64, I64]:
 _QUANTILES = (0.10, 0.25, 0.50, 0.75, 0.90, 0.99)
 
 
-def _quantile_table(values: F64, codes: I64, names: npt.NDArray[np.object_], prefix: str) -> pd.DataFrame:
+def _two_product(a: F64, b: F64) -> tuple[F64, F64]:
+    """a·b as an unevaluated sum p + e of two floats, exactly (Dekker's product, no FMA needed)."""
+    p = a * b
+    split = 134217729.0  # 2^27 + 1
+    t = split * a
+    ah = t - (t - a)
+    al = a - ah
+    t = split * b
+    bh = t - (t - b)
+    bl = b - bh
+    e = ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    return p, e
+
+
+def weighted_stats(values: F64, weights: I64, qs: tuple[float, ...]) -> tuple[int, float, F64]:
+    """(n, mean, quantiles) of the multiset holding each `values[i]` `weights[i]` times.
+
+    The mean is the correctly rounded exact sum over n (`math.fsum` of exact products), and the
+    quantiles are numpy's default ("linear") ones, computed with its own index and interpolation
+    arithmetic: the result depends only on the multiset, so a stream that aggregates repeated values
+    gives bit for bit what the per-access arrays give.
+    """
+    w = np.asarray(weights, dtype=np.int64)
+    n = int(w.sum())
+    if n == 0:
+        return 0, math.nan, np.full(len(qs), math.nan)
+    p, e = _two_product(np.asarray(values, dtype=np.float64), w.astype(np.float64))
+    mean = math.fsum(np.concatenate([p, e]).tolist()) / n
+    order = np.argsort(values, kind="stable")
+    v, cw = np.asarray(values, dtype=np.float64)[order], np.cumsum(w[order])
+    q = np.asarray(qs, dtype=np.float64)
+    virtual = (n - 1) * q
+    prev = np.floor(virtual)
+    nxt = prev + 1
+    above = virtual >= n - 1
+    prev[above] = nxt[above] = n - 1
+    below = virtual < 0
+    prev[below] = nxt[below] = 0
+    gamma = virtual - prev.astype(np.intp)
+    a = v[np.searchsorted(cw, prev.astype(np.int64), side="right")]
+    b = v[np.searchsorted(cw, nxt.astype(np.int64), side="right")]
+    diff = b - a
+    out = a + diff * gamma
+    np.subtract(b, diff * (1 - gamma), out=out, where=gamma >= 0.5)
+    return n, mean, out
+
+
+def _quantile_table(values: F64, weights: I64, codes: I64, names: npt.NDArray[np.object_],
+                    prefix: str) -> pd.DataFrame:
+    """Count, mean and quantiles per category (and "all") of values with integer weights."""
     rows = []
-    groups = [("all", values)] + [(str(names[c]), values[codes == c]) for c in range(len(names))]
-    for name, v in groups:
-        row: dict[str, Any] = {"category": name, "n": int(v.size), f"{prefix}_mean_s": float(v.mean())
-                               if v.size else math.nan}
-        qs = np.quantile(v, _QUANTILES) if v.size else np.full(len(_QUANTILES), math.nan)
+    groups = [("all", values, weights)] + [(str(names[c]), values[codes == c], weights[codes == c])
+                                           for c in range(len(names))]
+    for name, v, w in groups:
+        n, mean, qs = weighted_stats(v, w, _QUANTILES)
+        row: dict[str, Any] = {"category": name, "n": n, f"{prefix}_mean_s": mean}
         for q, x in zip(_QUANTILES, qs, strict=True):
             row[f"{prefix}_p{round(q * 100)}_s"] = float(x)
         rows.append(row)
@@ -664,7 +721,7 @@ def analyze(table: pa.Table, profile: ProfileLike) -> Characterization:
     cats["ks_pvalue"] = [fits[c].ks_pvalue for c in cats["category"]]
 
     brt, brt_cat = block_reuse_times(acc)
-    bq = _quantile_table(brt, brt_cat, acc.category, "block_reuse")
+    bq = _quantile_table(brt, np.ones(brt.size, dtype=np.int64), brt_cat, acc.category, "block_reuse")
     life = lifespans(acc)
     reused_life = life.loc[life["accesses"] > 1, "lifespan_s"].to_numpy()
     cap = capacity_needed(acc, profile)
@@ -750,34 +807,20 @@ LIVE = _spec("characterization.live", [
 ])
 
 
-def _write_text(path: Path, text: str) -> Path:
-    with atomic_write(path) as tmp:
-        tmp.write_text(text)
-    return path
-
-
 def characterize(
     table: pa.Table, profile: ProfileLike, out_dir: str | Path
 ) -> tuple[Characterization, list[Path]]:
     """Analyze `table` for `profile` and write its tables and `summary.json` under `out_dir`
-    (`reports.characterization.plot_characterization` draws the figures from them).
+    (`reports.characterization.plot_characterization` draws the figures from them), through the
+    streamed engine (`workloads.characterize_stream`): the same numbers as `analyze`, without its
+    per-access arrays. The result's `lifespans` is None (written, not held).
 
     Returns the result and every path written.
     """
-    res = analyze(table, profile)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
-    for spec, df, name in (
-        (BY_CATEGORY, res.by_category, "by_category"),
-        (SKEW_CURVE, res.skew_curve, "reuse_skew"),
-        (REQUEST_REUSE, res.request_reuse, "request_reuse"),
-        (BLOCK_REUSE_QUANTILES, res.block_reuse_quantiles, "block_reuse_quantiles"),
-        (LIFESPANS, res.lifespans, "lifespans"),
-        (LIVE, res.live, "live"),
-        (LRU_CURVE, res.lru_curve, "lru_curve"),
-    ):
-        t = pa.Table.from_pandas(df, preserve_index=False)
-        written.append(write_table(spec, t, out / f"{name}.parquet"))
-    written.append(_write_text(out / "summary.json", json.dumps(res.summary(), indent=2) + "\n"))
-    return res, written
+    from workloads.characterize_stream import characterize_batches
+
+    table = REQUESTS.conform(table)
+    arrival = table.column("arrival_s").to_numpy()
+    if arrival.size > 1 and bool((arrival[1:] < arrival[:-1]).any()):
+        table = table.take(pa.array(np.argsort(arrival, kind="stable")))
+    return characterize_batches(table.to_batches(max_chunksize=1 << 14), profile, out_dir)
