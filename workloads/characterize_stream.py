@@ -78,7 +78,7 @@ _EMPTY = np.int32(-1)
 
 
 @numba.njit(cache=True, nogil=True)
-def _slot(slots: I32, key_ns: I32, key_id: I64, ns: np.int32, hid: np.int64) -> int:  # pragma: no cover
+def _slot(slots: I32, key_ns: I32, key_id: I64, ns: np.int32, hid: np.int64) -> np.int64:  # pragma: no cover
     """The slot holding (ns, hid), or the empty slot where it belongs (linear probing)."""
     mask = np.int64(slots.size - 1)
     h = (np.uint64(hid) * np.uint64(0x9E3779B97F4A7C15)) ^ (np.uint64(ns) * np.uint64(0xC2B2AE3D27D4EB4F))
