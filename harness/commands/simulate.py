@@ -66,20 +66,15 @@ def _read(path: Path, fmt: str | None) -> tuple[int, Callable[[], Iterator[pa.Re
             yield from iter_table_batches(REQUESTS, path)  # checks kind and version
 
         return rows, batches, "requests table"
-    from workloads.loaders import load_requests
+    from workloads.loaders import stream_requests
 
-    try:
-        res = load_requests(path, fmt)
+    try:  # streamed into a temporary Parquet, removed once `res` (held by res.batches) is gone
+        res = stream_requests(path, fmt)
     except ValueError as exc:
         if isinstance(exc, KvwearError):
             raise
         raise KvwearError(f"{path}: {exc}") from None
-    table = res.table
-
-    def tbatches() -> Iterator[pa.RecordBatch]:
-        yield from table.to_batches(max_chunksize=65_536)
-
-    return table.num_rows, tbatches, f"{res.format} trace"
+    return res.rows, res.batches, f"{res.format} trace"
 
 
 def _list_policies(console: Console) -> None:
