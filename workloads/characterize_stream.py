@@ -247,6 +247,12 @@ class _Blocks:
         self.hist = np.zeros(cap, dtype=np.int64)
         self.tree = np.zeros(2 * cap + 1, dtype=np.int32)
 
+    def drop_pass_state(self) -> None:
+        """Free what only the pass needs (the hash table, the LRU tree, positions and histogram)."""
+        empty32, empty64 = np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64)
+        self.slots, self.tree, self.last_req = empty32, empty32, empty32
+        self.lru_last, self.hist = empty64, empty64
+
     def reserve(self, accesses: int) -> None:
         """Room for `accesses` more accesses, all of them possibly new blocks."""
         need = self.n + accesses
@@ -498,6 +504,23 @@ def _finish(blocks: _Blocks, reqs: _Requests, names: dict[str, int], n: int, pro
     tri_cnt = np.concatenate([t[2] for t in reqs.tri]) if reqs.tri else np.zeros(0, np.int64)
     bq = _quantile_table(arrival[tri_req] - arrival[tri_src], tri_cnt, cat[tri_req], cat_names, "block_reuse")
 
+    # LRU curve from the stack-distance histogram
+    hist = blocks.hist[: blocks.max_d]
+    if hist.size:
+        hits_at = np.cumsum(hist)
+        c_max = int(hits_at.size)
+        caps = np.unique(np.geomspace(1, c_max, min(c_max, CURVE_POINTS)).round().astype(np.int64))
+        chunk0 = int(profile.chunk_bytes(int(bt[0])))
+        lru = pd.DataFrame({"capacity_blocks": caps, "capacity_bytes": caps * chunk0,
+                            "block_hit_ratio": hits_at[caps - 1] / n})
+    else:
+        c_max = 0
+        lru = pd.DataFrame({"capacity_blocks": pd.Series([], dtype="int64"),
+                            "capacity_bytes": pd.Series([], dtype="int64"),
+                            "block_hit_ratio": pd.Series([], dtype="float64")})
+
+    blocks.drop_pass_state()  # the hash table and LRU state are done with: room for the sweep
+
     # capacity: chunk bytes per block (by the block size of the request that first accessed it)
     out.mkdir(parents=True, exist_ok=True)
     sizes = np.unique(bt[n_blocks > 0]) if n else np.zeros(0, np.int64)
@@ -525,21 +548,6 @@ def _finish(blocks: _Blocks, reqs: _Requests, names: dict[str, int], n: int, pro
         blocks, starts, n_blocks, key_bytes, points, float(profile.state_bytes) if hybrid else 0.0)
     live.insert(0, "arrival_s", arrival[n_blocks > 0])
     peak_s_time = float(arrival[_req_of(starts, np.array([peak_pos]))[0]]) if peak_pos >= 0 else math.nan
-
-    # LRU curve from the stack-distance histogram
-    hist = blocks.hist[: blocks.max_d]
-    if hist.size:
-        hits_at = np.cumsum(hist)
-        c_max = int(hits_at.size)
-        caps = np.unique(np.geomspace(1, c_max, min(c_max, CURVE_POINTS)).round().astype(np.int64))
-        chunk0 = int(profile.chunk_bytes(int(bt[0])))
-        lru = pd.DataFrame({"capacity_blocks": caps, "capacity_bytes": caps * chunk0,
-                            "block_hit_ratio": hits_at[caps - 1] / n})
-    else:
-        c_max = 0
-        lru = pd.DataFrame({"capacity_blocks": pd.Series([], dtype="int64"),
-                            "capacity_bytes": pd.Series([], dtype="int64"),
-                            "block_hit_ratio": pd.Series([], dtype="float64")})
 
     # lifespans: written in chunks of distinct blocks; the reused blocks' lifespans kept for quantiles
     written: list[Path] = []
