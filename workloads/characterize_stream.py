@@ -69,7 +69,7 @@ I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
 
 #: Positions of the live series (and distinct blocks of the lifespans table) handled at once.
-SWEEP_CHUNK = 1 << 22
+SWEEP_CHUNK = 1 << 20
 
 #: Distinct blocks room is first made for (grown by 1.5x as needed).
 INITIAL_BLOCKS = 1 << 16
