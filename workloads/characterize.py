@@ -379,21 +379,14 @@ def hit_ratios(acc: Accesses) -> pd.DataFrame:
     return df.sort_values("category", kind="stable").reset_index(drop=True)
 
 
-def reuse_skew(
-    acc: Accesses, levels: tuple[float, ...] = SKEW_LEVELS
-) -> tuple[dict[float, float], pd.DataFrame]:
-    """Share of distinct blocks that account for each level of all reuses, and the Lorenz-like curve.
-
-    The curve has `block_share` (top blocks by reuses, as a share of distinct blocks) and
-    `reuse_share` (their share of all reuses), thinned to at most ~512 points.
-    """
-    return skew_from_counts(acc.count, levels)
-
-
 def skew_from_counts(
     count: npt.NDArray[np.integer[Any]], levels: tuple[float, ...] = SKEW_LEVELS
 ) -> tuple[dict[float, float], pd.DataFrame]:
-    """`reuse_skew` from the access count of every distinct block."""
+    """Reuse skew from the access count of every distinct block: the share of distinct blocks that
+    account for each level of all reuses, and the Lorenz-like curve (`block_share`: top blocks by
+    reuses, as a share of distinct blocks; `reuse_share`: their share of all reuses), thinned to
+    at most ~512 points.
+    """
     reuses = np.sort(np.asarray(count, dtype=np.int64) - 1)[::-1]
     n_keys = int(reuses.size)
     total = int(reuses.sum())
@@ -695,73 +688,89 @@ def lru_curve(acc: Accesses, chunk_bytes: int) -> tuple[pd.DataFrame, int]:
     )
 
 
-def analyze(table: pa.Table, profile: ProfileLike) -> Characterization:
-    """Run every analysis over a requests table for a model profile (pure: writes nothing)."""
-    acc = flatten(table)
-    cats = hit_ratios(acc)
-    n = int(acc.key.size)
-    n_hits = int(acc.hit.sum())
-    hashed_tokens = int(acc.tokens.sum())
-    hit_tokens = int(acc.tokens[acc.hit].sum())
-    input_tokens = int(acc.input_tokens.sum())
-
-    shares, curve = reuse_skew(acc)
-    rr = request_reuse_times(acc)
+def assemble(
+    profile: ProfileLike, *, requests: int, block_accesses: int, block_tokens: int, block_hits: int,
+    hashed_tokens: int, hit_tokens: int, input_tokens: int, count: npt.NDArray[np.integer[Any]],
+    reused_life: F64, by_category: pd.DataFrame, request_reuse: pd.DataFrame,
+    block_reuse_quantiles: pd.DataFrame, capacity: tuple[int, int, int, float, int],
+    live: pd.DataFrame, lru: tuple[pd.DataFrame, int], lifespans: pd.DataFrame | None,
+) -> Characterization:
+    """The result from what every path computes its own way: adds the reuse-time fits to
+    `by_category` and `in_fit` to `request_reuse` (in place), the ratios, the reuse skew (from the
+    access count of every distinct block) and the lifespan quantiles. `capacity` is (blocks,
+    states, bytes at the peak, arrival time of the peak, max live blocks)."""
+    rr, cats = request_reuse, by_category
     sessions_known = bool(rr["same_session"].notna().any())
     rr["in_fit"] = rr["same_session"].fillna(False).astype(bool) if sessions_known else True
     sample = rr[rr["in_fit"]]
     fits: dict[str, ExpFit] = {}
     for cat in cats["category"]:
         fits[cat] = fit_exponential(sample.loc[sample["category"] == cat, "reuse_time_s"].to_numpy())
-    all_fit = fit_exponential(sample["reuse_time_s"].to_numpy())
-    cats["reuse_n"] = [fits[c].n for c in cats["category"]]
-    cats["reuse_mean_s"] = [fits[c].mean_s for c in cats["category"]]
-    cats["reuse_rate_per_s"] = [fits[c].rate_per_s for c in cats["category"]]
-    cats["ks_statistic"] = [fits[c].ks_statistic for c in cats["category"]]
-    cats["ks_pvalue"] = [fits[c].ks_pvalue for c in cats["category"]]
-
-    brt, brt_cat = block_reuse_times(acc)
-    bq = _quantile_table(brt, np.ones(brt.size, dtype=np.int64), brt_cat, acc.category, "block_reuse")
-    life = lifespans(acc)
-    reused_life = life.loc[life["accesses"] > 1, "lifespan_s"].to_numpy()
-    cap = capacity_needed(acc, profile)
-    peak_s = float(acc.arrival_s[acc.req[cap.peak_pos]]) if cap.peak_pos >= 0 else math.nan
-    bt0 = int(acc.req_block_tokens[0])
-    lru, lru_for_ideal = lru_curve(acc, int(profile.chunk_bytes(bt0)))
+    for col, attr in (("reuse_n", "n"), ("reuse_mean_s", "mean_s"), ("reuse_rate_per_s", "rate_per_s"),
+                      ("ks_statistic", "ks_statistic"), ("ks_pvalue", "ks_pvalue")):
+        cats[col] = [getattr(fits[c], attr) for c in cats["category"]]
+    shares, curve = skew_from_counts(count)
+    cap_blocks, cap_states, cap_bytes, peak_s, peak_live = capacity
     return Characterization(
         model=str(getattr(profile, "name", type(profile).__name__)),
-        requests=int(acc.arrival_s.size),
-        block_accesses=n,
-        unique_blocks=int(acc.count.size),
-        block_tokens=bt0,
-        block_hits=n_hits,
-        block_hit_ratio=_ratio(n_hits, n),
+        requests=requests,
+        block_accesses=block_accesses,
+        unique_blocks=int(count.size),
+        block_tokens=block_tokens,
+        block_hits=block_hits,
+        block_hit_ratio=_ratio(block_hits, block_accesses),
         hashed_tokens=hashed_tokens,
         hit_tokens=hit_tokens,
         token_hit_ratio=_ratio(hit_tokens, hashed_tokens),
         input_tokens=input_tokens,
         input_token_hit_ratio=_ratio(hit_tokens, input_tokens),
         reuse_skew_block_share=shares,
-        reused_blocks=int((acc.count > 1).sum()),
-        request_reuse_fit=all_fit,
+        reused_blocks=int((count > 1).sum()),
+        request_reuse_fit=fit_exponential(sample["reuse_time_s"].to_numpy()),
         reuse_fit_sample="same-session" if sessions_known else "all",
         lifespan_median_s=float(np.median(reused_life)) if reused_life.size else math.nan,
         lifespan_p90_s=float(np.quantile(reused_life, 0.9)) if reused_life.size else math.nan,
-        chunk_bytes=int(profile.chunk_bytes(bt0)),
+        chunk_bytes=int(profile.chunk_bytes(block_tokens)),
         state_bytes=int(profile.state_bytes) if profile.is_hybrid else 0,
-        capacity_blocks=cap.capacity_blocks,
-        capacity_states=cap.capacity_states,
-        capacity_bytes=cap.capacity_bytes,
+        capacity_blocks=cap_blocks,
+        capacity_states=cap_states,
+        capacity_bytes=cap_bytes,
         capacity_peak_s=peak_s,
-        peak_live_blocks=round(float(cap.live_blocks.max())) if n else 0,
+        peak_live_blocks=peak_live,
         by_category=cats,
         skew_curve=curve,
         request_reuse=rr,
-        block_reuse_quantiles=bq,
-        lifespans=life,
-        live=_live_per_request(acc, cap),
-        lru_curve=lru,
-        lru_blocks_for_ideal=lru_for_ideal,
+        block_reuse_quantiles=block_reuse_quantiles,
+        lifespans=lifespans,
+        live=live,
+        lru_curve=lru[0],
+        lru_blocks_for_ideal=lru[1],
+    )
+
+
+def analyze(table: pa.Table, profile: ProfileLike) -> Characterization:
+    """Run every analysis over a requests table for a model profile (pure: writes nothing).
+
+    The in-memory reference (~134 B per block access): `characterize` streams instead
+    (`workloads.characterize_stream`) and is tested to give the same numbers."""
+    acc = flatten(table)
+    n = int(acc.key.size)
+    brt, brt_cat = block_reuse_times(acc)
+    life = lifespans(acc)
+    cap = capacity_needed(acc, profile)
+    bt0 = int(acc.req_block_tokens[0])
+    return assemble(
+        profile, requests=int(acc.arrival_s.size), block_accesses=n, block_tokens=bt0,
+        block_hits=int(acc.hit.sum()), hashed_tokens=int(acc.tokens.sum()),
+        hit_tokens=int(acc.tokens[acc.hit].sum()), input_tokens=int(acc.input_tokens.sum()),
+        count=acc.count, reused_life=life.loc[life["accesses"] > 1, "lifespan_s"].to_numpy(),
+        by_category=hit_ratios(acc), request_reuse=request_reuse_times(acc),
+        block_reuse_quantiles=_quantile_table(brt, np.ones(brt.size, dtype=np.int64), brt_cat, acc.category,
+                                              "block_reuse"),
+        capacity=(cap.capacity_blocks, cap.capacity_states, cap.capacity_bytes,
+                  float(acc.arrival_s[acc.req[cap.peak_pos]]) if cap.peak_pos >= 0 else math.nan,
+                  round(float(cap.live_blocks.max())) if n else 0),
+        live=_live_per_request(acc, cap), lru=lru_curve(acc, int(profile.chunk_bytes(bt0))), lifespans=life,
     )
 
 

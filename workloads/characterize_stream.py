@@ -55,12 +55,9 @@ from workloads.characterize import (
     REQUEST_REUSE,
     SKEW_CURVE,
     Characterization,
-    ExpFit,
     ProfileLike,
     _quantile_table,
-    _ratio,
-    fit_exponential,
-    skew_from_counts,
+    assemble,
 )
 from workloads.schema import REQUESTS, list_parts
 
@@ -468,9 +465,6 @@ def _finish(blocks: _Blocks, reqs: _Requests, names: dict[str, int], n: int, pro
     by_cat["input_token_hit_ratio"] = by_cat["hit_tokens"] / by_cat["input_tokens"].where(by_cat["input_tokens"] > 0)
     by_cat = by_cat.sort_values("category", kind="stable").reset_index(drop=True)
 
-    count = blocks.count[:d]
-    shares, curve = skew_from_counts(count)
-
     # request reuse times (one row per request with a hit)
     rr_reqs = np.flatnonzero(src >= 0)
     s_req = src[rr_reqs]
@@ -487,16 +481,6 @@ def _finish(blocks: _Blocks, reqs: _Requests, names: dict[str, int], n: int, pro
         "source_request_id": request_id[s_req],
         "same_session": same,
     })
-    sessions_known = bool(rr["same_session"].notna().any())
-    rr["in_fit"] = rr["same_session"].fillna(False).astype(bool) if sessions_known else True
-    sample = rr[rr["in_fit"]]
-    fits: dict[str, ExpFit] = {}
-    for c in by_cat["category"]:
-        fits[c] = fit_exponential(sample.loc[sample["category"] == c, "reuse_time_s"].to_numpy())
-    all_fit = fit_exponential(sample["reuse_time_s"].to_numpy())
-    for col, attr in (("reuse_n", "n"), ("reuse_mean_s", "mean_s"), ("reuse_rate_per_s", "rate_per_s"),
-                      ("ks_statistic", "ks_statistic"), ("ks_pvalue", "ks_pvalue")):
-        by_cat[col] = [getattr(fits[c], attr) for c in by_cat["category"]]
 
     # block reuse times from the (request, source, count) triples
     tri_req = np.concatenate([t[0] for t in reqs.tri]) if reqs.tri else np.zeros(0, np.int64)
@@ -570,45 +554,16 @@ def _finish(blocks: _Blocks, reqs: _Requests, names: dict[str, int], n: int, pro
                 "accesses": pa.array(cnt),
             }))
     written.append(out / "lifespans.parquet")
-    rl = np.concatenate(reused_life) if reused_life else np.zeros(0)
 
-    n_hits = int(hits.sum())
-    hashed_tokens, total_hit_tokens, total_input = int(tokens.sum()), int(hit_tokens.sum()), int(input_tokens.sum())
-    bt0 = int(bt[0])
-    res = Characterization(
-        model=str(getattr(profile, "name", type(profile).__name__)),
-        requests=int(arrival.size),
-        block_accesses=n,
-        unique_blocks=d,
-        block_tokens=bt0,
-        block_hits=n_hits,
-        block_hit_ratio=_ratio(n_hits, n),
-        hashed_tokens=hashed_tokens,
-        hit_tokens=total_hit_tokens,
-        token_hit_ratio=_ratio(total_hit_tokens, hashed_tokens),
-        input_tokens=total_input,
-        input_token_hit_ratio=_ratio(total_hit_tokens, total_input),
-        reuse_skew_block_share=shares,
-        reused_blocks=int((count > 1).sum()),
-        request_reuse_fit=all_fit,
-        reuse_fit_sample="same-session" if sessions_known else "all",
-        lifespan_median_s=float(np.median(rl)) if rl.size else math.nan,
-        lifespan_p90_s=float(np.quantile(rl, 0.9)) if rl.size else math.nan,
-        chunk_bytes=int(profile.chunk_bytes(bt0)),
-        state_bytes=int(profile.state_bytes) if hybrid else 0,
-        capacity_blocks=round(peak_b) if n else 0,
-        capacity_states=round(peak_s) if n else 0,
-        capacity_bytes=round(peak_y) if n else 0,
-        capacity_peak_s=peak_s_time,
-        peak_live_blocks=round(max_b) if n else 0,
-        by_category=by_cat,
-        skew_curve=curve,
-        request_reuse=rr,
-        block_reuse_quantiles=bq,
-        lifespans=None,
-        live=live,
-        lru_curve=lru,
-        lru_blocks_for_ideal=c_max,
+    res = assemble(
+        profile, requests=int(arrival.size), block_accesses=n, block_tokens=int(bt[0]),
+        block_hits=int(hits.sum()), hashed_tokens=int(tokens.sum()), hit_tokens=int(hit_tokens.sum()),
+        input_tokens=int(input_tokens.sum()), count=blocks.count[:d],
+        reused_life=np.concatenate(reused_life) if reused_life else np.zeros(0),
+        by_category=by_cat, request_reuse=rr, block_reuse_quantiles=bq,
+        capacity=(round(peak_b), round(peak_s), round(peak_y), peak_s_time, round(max_b)) if n else
+        (0, 0, 0, math.nan, 0),
+        live=live, lru=(lru, c_max), lifespans=None,
     )
     for spec, df, name in (
         (BY_CATEGORY, res.by_category, "by_category"),

@@ -82,9 +82,9 @@ def _requests(path: Path, fmt: str | None, block_tokens: int | None,
             raise
         raise KvwearError(f"{path}: {exc}") from None
     with streamed:
-        how = f"{streamed.format} trace"
-        if streamed.keys_note:
-            how += f"; block keys derived from whole prefixes: {streamed.keys_note}"
+        how = f"{streamed.result.format} trace"
+        if streamed.result.keys_note:
+            how += f"; block keys derived from whole prefixes: {streamed.result.keys_note}"
         yield streamed.batches(), how
 
 

@@ -74,7 +74,7 @@ def _read(path: Path, fmt: str | None) -> tuple[int, Callable[[], Iterator[pa.Re
         if isinstance(exc, KvwearError):
             raise
         raise KvwearError(f"{path}: {exc}") from None
-    return res.rows, res.batches, f"{res.format} trace"
+    return res.result.rows, res.batches, f"{res.result.format} trace"
 
 
 def _list_policies(console: Console) -> None:

@@ -255,7 +255,7 @@ def inspect_cmd(
                        **trace_summary(parquet_batches(trace, block_tokens))}
         else:
             with stream_requests(trace, fmt, block_tokens=block_tokens) as res:
-                summary = {"path": str(trace), "format": res.format, **trace_summary(res.batches())}
+                summary = {"path": str(trace), "format": res.result.format, **trace_summary(res.batches())}
     except (KvwearError, ValueError, OSError) as exc:
         raise _fail(exc) from None
     source = summary["format"]

@@ -438,11 +438,12 @@ def test_stream_requests_reads_back_what_load_requests_loads(tmp_path: Path, wek
     for path, block_tokens in ((weka_dir, None), (mooncake_path, 64)):
         ref = REQUESTS.conform(load_requests(path, block_tokens=block_tokens).table)
         with stream_requests(path, block_tokens=block_tokens, tmp_dir=tmp_path) as s:
-            assert s.rows == ref.num_rows and s.format == ("weka" if path == weka_dir else "mooncake")
+            assert s.result.rows == ref.num_rows
+            assert s.result.format == ("weka" if path == weka_dir else "mooncake")
             for _ in range(2):
                 batches = list(s.batches())
                 assert REQUESTS.conform(pa.Table.from_batches(batches)).equals(ref)
-            assert s.path.is_file()
+            assert s.result.path.is_file()
         assert list(tmp_path.iterdir()) == []
     with pytest.raises(InputError):
         stream_requests(tmp_path / "missing.jsonl", tmp_dir=tmp_path)

@@ -333,17 +333,11 @@ class StreamedRequests:
 
     def __init__(self, tmp: tempfile.TemporaryDirectory[str], res: ConvertResult) -> None:
         self._tmp = tmp
-        self.path = res.path
-        self.rows = res.rows
-        self.format = res.format
-        self.keys = res.keys
-        self.keys_note = res.keys_note
-        self.skipped_lines = res.skipped_lines
-        self.errors = res.errors
+        self.result = res  # rows, format, keys, skipped lines … and the temporary file's path
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         """The requests in arrival order, in batches of bounded size (`iter_table_batches`)."""
-        return iter_table_batches(REQUESTS, self.path)
+        return iter_table_batches(REQUESTS, self.result.path)
 
     def close(self) -> None:
         self._tmp.cleanup()
