@@ -362,17 +362,16 @@ def hit_ratios(acc: Accesses) -> pd.DataFrame:
     hit_tok = np.bincount(acc_cat[acc.hit], weights=acc.tokens[acc.hit], minlength=n_cat)
     reqs = np.bincount(acc.req_category, minlength=n_cat)
     inp = np.bincount(acc.req_category, weights=acc.input_tokens, minlength=n_cat)
-    df = pd.DataFrame(
-        {
-            "category": acc.category.astype(str),
-            "requests": reqs.astype(np.int64),
-            "block_accesses": accesses.astype(np.int64),
-            "block_hits": hits.astype(np.int64),
-            "hashed_tokens": tok.astype(np.int64),
-            "hit_tokens": hit_tok.astype(np.int64),
-            "input_tokens": inp.astype(np.int64),
-        }
-    )
+    return category_table(acc.category, reqs, accesses, hits, tok, hit_tok, inp)
+
+
+def category_table(names: npt.NDArray[np.object_], *counts: npt.NDArray[Any]) -> pd.DataFrame:
+    """The per-category table from its counts, indexed by category code: requests, block
+    accesses, block hits, hashed tokens, hit tokens, input tokens (integer-valued), then the ratios;
+    sorted by category name."""
+    cols = ("requests", "block_accesses", "block_hits", "hashed_tokens", "hit_tokens", "input_tokens")
+    df = pd.DataFrame({"category": names.astype(str),
+                       **{c: np.asarray(v).astype(np.int64) for c, v in zip(cols, counts, strict=True)}})
     df["block_hit_ratio"] = df["block_hits"] / df["block_accesses"].where(df["block_accesses"] > 0)
     df["token_hit_ratio"] = df["hit_tokens"] / df["hashed_tokens"].where(df["hashed_tokens"] > 0)
     df["input_token_hit_ratio"] = df["hit_tokens"] / df["input_tokens"].where(df["input_tokens"] > 0)
@@ -432,19 +431,28 @@ def request_reuse_times(acc: Accesses) -> pd.DataFrame:
     reqs = r[last_of_run]
     n_hits = np.bincount(r, minlength=acc.arrival_s.size)[reqs]
     src = acc.req[acc.prev[deepest]]
-    s_this = acc.session[reqs]
-    s_src = acc.session[src]
+    return request_reuse_table(acc.request_id, acc.arrival_s, acc.session, acc.category, acc.req_category,
+                               reqs, src, n_hits)
+
+
+def request_reuse_table(request_id: I64, arrival_s: F64, session: npt.NDArray[np.object_],
+                        names: npt.NDArray[np.object_], category: I64, reqs: I64, src: I64,
+                        n_hits: I64) -> pd.DataFrame:
+    """The request reuse rows of requests `reqs` (positions in arrival order) whose deepest hit
+    was last accessed by request `src`, from the per-request columns."""
+    s_this = session[reqs]
+    s_src = session[src]
     known = ~(pd.isna(s_this) | pd.isna(s_src))
     same = pd.array(np.where(known, s_this == s_src, False), dtype="boolean")
     same[~known] = pd.NA
     return pd.DataFrame(
         {
-            "request_id": acc.request_id[reqs],
-            "category": pd.array(acc.category[acc.req_category[reqs]].astype(str), dtype="string"),
-            "arrival_s": acc.arrival_s[reqs],
-            "reuse_time_s": acc.arrival_s[reqs] - acc.arrival_s[src],
-            "reused_blocks": n_hits.astype(np.int64),
-            "source_request_id": acc.request_id[src],
+            "request_id": request_id[reqs],
+            "category": pd.array(names[category[reqs]].astype(str), dtype="string"),
+            "arrival_s": arrival_s[reqs],
+            "reuse_time_s": arrival_s[reqs] - arrival_s[src],
+            "reused_blocks": np.asarray(n_hits).astype(np.int64),
+            "source_request_id": request_id[src],
             "same_session": same,
         }
     )
@@ -668,12 +676,18 @@ def lru_curve(acc: Accesses, chunk_bytes: int) -> tuple[pd.DataFrame, int]:
     prev[perm[1:][same]] = perm[:-1][same]
     d = _stack_distances(prev) if n else np.zeros(0, np.int64)
     d = d[d >= 0]
-    if d.size == 0:
+    return lru_table(np.bincount(d) if d.size else np.zeros(0, np.int64), n, chunk_bytes)
+
+
+def lru_table(hist: I64, n: int, chunk_bytes: int) -> tuple[pd.DataFrame, int]:
+    """The LRU curve from the histogram of stack distances (`hist[d]` re-accesses at distance d)
+    over `n` accesses, and the capacity that gets every hit (module docstring)."""
+    if hist.size == 0:
         empty = pd.DataFrame({"capacity_blocks": pd.Series([], dtype="int64"),
                               "capacity_bytes": pd.Series([], dtype="int64"),
                               "block_hit_ratio": pd.Series([], dtype="float64")})
         return empty, 0
-    hits_at = np.cumsum(np.bincount(d))  # hits_at[c−1] = hits with capacity c
+    hits_at = np.cumsum(hist)  # hits_at[c−1] = hits with capacity c
     c_max = int(hits_at.size)
     caps = np.unique(np.geomspace(1, c_max, min(c_max, CURVE_POINTS)).round().astype(np.int64))
     return (

@@ -48,7 +48,6 @@ from kvwear.tables import TableWriter, atomic_write, write_table
 from workloads.characterize import (
     BLOCK_REUSE_QUANTILES,
     BY_CATEGORY,
-    CURVE_POINTS,
     LIFESPANS,
     LIVE,
     LRU_CURVE,
@@ -58,6 +57,9 @@ from workloads.characterize import (
     ProfileLike,
     _quantile_table,
     assemble,
+    category_table,
+    lru_table,
+    request_reuse_table,
 )
 from workloads.schema import REQUESTS, list_parts
 
@@ -451,36 +453,14 @@ def _finish(blocks: _Blocks, reqs: _Requests, names: dict[str, int], n: int, pro
     np.cumsum(n_blocks[:-1], out=starts[1:])
     d = blocks.n
 
-    by_cat = pd.DataFrame({
-        "category": cat_names.astype(str),
-        "requests": np.bincount(cat, minlength=n_cat).astype(np.int64),
-        "block_accesses": np.bincount(cat, weights=n_blocks, minlength=n_cat).astype(np.int64),
-        "block_hits": np.bincount(cat, weights=hits, minlength=n_cat).astype(np.int64),
-        "hashed_tokens": np.bincount(cat, weights=tokens, minlength=n_cat).astype(np.int64),
-        "hit_tokens": np.bincount(cat, weights=hit_tokens, minlength=n_cat).astype(np.int64),
-        "input_tokens": np.bincount(cat, weights=input_tokens, minlength=n_cat).astype(np.int64),
-    })
-    by_cat["block_hit_ratio"] = by_cat["block_hits"] / by_cat["block_accesses"].where(by_cat["block_accesses"] > 0)
-    by_cat["token_hit_ratio"] = by_cat["hit_tokens"] / by_cat["hashed_tokens"].where(by_cat["hashed_tokens"] > 0)
-    by_cat["input_token_hit_ratio"] = by_cat["hit_tokens"] / by_cat["input_tokens"].where(by_cat["input_tokens"] > 0)
-    by_cat = by_cat.sort_values("category", kind="stable").reset_index(drop=True)
+    mn = {"minlength": n_cat}
+    by_cat = category_table(cat_names, np.bincount(cat, **mn), np.bincount(cat, weights=n_blocks, **mn),
+                            np.bincount(cat, weights=hits, **mn), np.bincount(cat, weights=tokens, **mn),
+                            np.bincount(cat, weights=hit_tokens, **mn), np.bincount(cat, weights=input_tokens, **mn))
 
     # request reuse times (one row per request with a hit)
     rr_reqs = np.flatnonzero(src >= 0)
-    s_req = src[rr_reqs]
-    s_this, s_src = session[rr_reqs], session[s_req]
-    known = ~(pd.isna(s_this) | pd.isna(s_src))
-    same = pd.array(np.where(known, s_this == s_src, False), dtype="boolean")
-    same[~known] = pd.NA
-    rr = pd.DataFrame({
-        "request_id": request_id[rr_reqs],
-        "category": pd.array(cat_names[cat[rr_reqs]].astype(str), dtype="string"),
-        "arrival_s": arrival[rr_reqs],
-        "reuse_time_s": arrival[rr_reqs] - arrival[s_req],
-        "reused_blocks": hits[rr_reqs].astype(np.int64),
-        "source_request_id": request_id[s_req],
-        "same_session": same,
-    })
+    rr = request_reuse_table(request_id, arrival, session, cat_names, cat, rr_reqs, src[rr_reqs], hits[rr_reqs])
 
     # block reuse times from the (request, source, count) triples
     tri_req = np.concatenate([t[0] for t in reqs.tri]) if reqs.tri else np.zeros(0, np.int64)
@@ -489,19 +469,7 @@ def _finish(blocks: _Blocks, reqs: _Requests, names: dict[str, int], n: int, pro
     bq = _quantile_table(arrival[tri_req] - arrival[tri_src], tri_cnt, cat[tri_req], cat_names, "block_reuse")
 
     # LRU curve from the stack-distance histogram
-    hist = blocks.hist[: blocks.max_d]
-    if hist.size:
-        hits_at = np.cumsum(hist)
-        c_max = int(hits_at.size)
-        caps = np.unique(np.geomspace(1, c_max, min(c_max, CURVE_POINTS)).round().astype(np.int64))
-        chunk0 = int(profile.chunk_bytes(int(bt[0])))
-        lru = pd.DataFrame({"capacity_blocks": caps, "capacity_bytes": caps * chunk0,
-                            "block_hit_ratio": hits_at[caps - 1] / n})
-    else:
-        c_max = 0
-        lru = pd.DataFrame({"capacity_blocks": pd.Series([], dtype="int64"),
-                            "capacity_bytes": pd.Series([], dtype="int64"),
-                            "block_hit_ratio": pd.Series([], dtype="float64")})
+    lru = lru_table(blocks.hist[: blocks.max_d], n, int(profile.chunk_bytes(int(bt[0]))))
 
     blocks.drop_pass_state()  # the hash table and LRU state are done with: room for the sweep
 
@@ -563,7 +531,7 @@ def _finish(blocks: _Blocks, reqs: _Requests, names: dict[str, int], n: int, pro
         by_category=by_cat, request_reuse=rr, block_reuse_quantiles=bq,
         capacity=(round(peak_b), round(peak_s), round(peak_y), peak_s_time, round(max_b)) if n else
         (0, 0, 0, math.nan, 0),
-        live=live, lru=(lru, c_max), lifespans=None,
+        live=live, lru=lru, lifespans=None,
     )
     for spec, df, name in (
         (BY_CATEGORY, res.by_category, "by_category"),
