@@ -829,6 +829,14 @@ LIVE = _spec("characterization.live", [
     ("live_bytes", pa.float64()),
 ])
 
+#: Every table a characterization writes: (file stem, its spec, the Characterization field holding it).
+TABLES: tuple[tuple[str, TableSpec, str], ...] = (
+    ("by_category", BY_CATEGORY, "by_category"), ("reuse_skew", SKEW_CURVE, "skew_curve"),
+    ("request_reuse", REQUEST_REUSE, "request_reuse"),
+    ("block_reuse_quantiles", BLOCK_REUSE_QUANTILES, "block_reuse_quantiles"),
+    ("lifespans", LIFESPANS, "lifespans"), ("live", LIVE, "live"), ("lru_curve", LRU_CURVE, "lru_curve"),
+)
+
 
 def characterize(
     table: pa.Table, profile: ProfileLike, out_dir: str | Path

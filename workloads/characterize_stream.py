@@ -46,13 +46,8 @@ import pyarrow as pa
 from kvwear.errors import KvwearError
 from kvwear.tables import TableWriter, atomic_write, write_table
 from workloads.characterize import (
-    BLOCK_REUSE_QUANTILES,
-    BY_CATEGORY,
     LIFESPANS,
-    LIVE,
-    LRU_CURVE,
-    REQUEST_REUSE,
-    SKEW_CURVE,
+    TABLES,
     Characterization,
     ProfileLike,
     _quantile_table,
@@ -533,14 +528,9 @@ def _finish(blocks: _Blocks, reqs: _Requests, names: dict[str, int], n: int, pro
         (0, 0, 0, math.nan, 0),
         live=live, lru=lru, lifespans=None,
     )
-    for spec, df, name in (
-        (BY_CATEGORY, res.by_category, "by_category"),
-        (SKEW_CURVE, res.skew_curve, "reuse_skew"),
-        (REQUEST_REUSE, res.request_reuse, "request_reuse"),
-        (BLOCK_REUSE_QUANTILES, res.block_reuse_quantiles, "block_reuse_quantiles"),
-        (LIVE, res.live, "live"),
-        (LRU_CURVE, res.lru_curve, "lru_curve"),
-    ):
-        written.append(write_table(spec, pa.Table.from_pandas(df, preserve_index=False), out / f"{name}.parquet"))
+    for name, spec, attr in TABLES:
+        if name != "lifespans":  # written above, in chunks
+            df = getattr(res, attr)
+            written.append(write_table(spec, pa.Table.from_pandas(df, preserve_index=False), out / f"{name}.parquet"))
     written.append(_write_text(out / "summary.json", json.dumps(res.summary(), indent=2) + "\n"))
     return res, written

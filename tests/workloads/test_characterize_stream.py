@@ -21,26 +21,10 @@ import pytest
 from kvwear.errors import KvwearError
 from tests.workloads.test_characterize import make_table
 from workloads import characterize_stream as cs
-from workloads.characterize import (
-    BLOCK_REUSE_QUANTILES,
-    BY_CATEGORY,
-    LIFESPANS,
-    LIVE,
-    LRU_CURVE,
-    REQUEST_REUSE,
-    SKEW_CURVE,
-    analyze,
-    weighted_stats,
-)
+from workloads.characterize import TABLES, analyze, weighted_stats
 from workloads.loaders import load_requests
 from workloads.models import get_profile
 from workloads.schema import REQUESTS
-
-TABLES = (
-    (BY_CATEGORY, "by_category"), (SKEW_CURVE, "reuse_skew"), (REQUEST_REUSE, "request_reuse"),
-    (BLOCK_REUSE_QUANTILES, "block_reuse_quantiles"), (LIFESPANS, "lifespans"), (LIVE, "live"),
-    (LRU_CURVE, "lru_curve"),
-)
 
 
 def _sorted(table: pa.Table) -> pa.Table:
@@ -55,9 +39,9 @@ def assert_stream_equals_memory(table: pa.Table, model: str, out: Path, batch_ro
     monkeypatch.setattr(cs, "SWEEP_CHUNK", sweep_chunk)
     batches = REQUESTS.conform(_sorted(table)).to_batches(max_chunksize=batch_rows)
     res, written = cs.characterize_batches(batches, profile, out)
-    assert {p.name for p in written} == {f"{n}.parquet" for _, n in TABLES} | {"summary.json"}
-    for spec, name in TABLES:
-        df = getattr(ref, "skew_curve" if name == "reuse_skew" else name)
+    assert {p.name for p in written} == {f"{n}.parquet" for n, _, _ in TABLES} | {"summary.json"}
+    for name, spec, attr in TABLES:
+        df = getattr(ref, attr)
         want = spec.conform(pa.Table.from_pandas(df, preserve_index=False))
         got = pq.read_table(out / f"{name}.parquet")
         assert got.schema.equals(want.schema), name
