@@ -8,8 +8,9 @@ access: 50 GB for a 380 M-access trace). Every structure here is exact; none is 
 - **Per distinct block** (one numba pass over each batch's accesses): an open-addressing hash
   table from `(hash_ns, hash_id)` to a dense code numbered in order of first appearance (as
   `flatten`'s codes), and per code its key, first and last access position, access count, last
-  accessing request and LRU stack position. About 85 bytes per distinct block (arrays grow by
-  1.5×; the table is at most half full).
+  accessing request and LRU stack position: 52 bytes of arrays per block of capacity (grown by
+  1.5×) plus 8–16 of hash slots (at most half full) and ~8 of LRU tree; `bench/scale.py` measures
+  ~90–120 B of peak RSS per distinct block with the allocator's slack.
 - **Per request** (bounded by requests, thousands of times fewer than accesses): hits, hit
   tokens, the source request and position of the deepest hit (request reuse times, reuse-point
   states), and the block reuse times as (request, source request, count) triples — a request's
