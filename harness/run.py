@@ -198,10 +198,12 @@ def characterize_stage(rd: RunDir, workload: Workload, profile: ModelProfile) ->
     """The workload's characterization (ideal hit ratio, reuse times, lifespans, capacity needed)
     for the report; workloads.characterize does the analyses."""
     def compute() -> tuple[None, Mapping[str, Any]]:
+        from reports.characterization import plot_characterization
         from workloads.characterize import characterize
 
-        res, _ = characterize(read_table(REQUESTS, workload.path), profile,
-                              rd.stage_dir("workload") / "characterization")
+        folder = rd.stage_dir("workload") / "characterization"
+        res, _ = characterize(read_table(REQUESTS, workload.path), profile, folder)
+        plot_characterization(folder)
         return None, {"token_hit_ratio": res.token_hit_ratio, "capacity_bytes": res.capacity_bytes}
 
     Stage("characterize", compute, lambda: None).run(rd)

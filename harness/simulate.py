@@ -68,25 +68,21 @@ def parquet_source(path: Path) -> RequestSource:
 
 
 def open_source(path: Path, fmt: str | None = None, max_requests: int | None = None) -> RequestSource:
-    """A requests Parquet (streamed) or a raw trace in any format the loaders know (loaded), cut to
-    its first `max_requests` requests when given."""
+    """A requests Parquet or a raw trace in any format the loaders know (converted once into a
+    temporary requests Parquet: workloads.loaders.stream_requests), streamed, cut to its first
+    `max_requests` requests when given."""
     if fmt is None and path.is_file() and path.suffix == ".parquet":
         src = parquet_source(path)
     else:
-        from workloads.loaders import load_requests
+        from workloads.loaders import stream_requests
 
-        try:
-            res = load_requests(path, fmt)
+        try:  # streamed into a temporary Parquet, removed once `res` (held by res.batches) is gone
+            res = stream_requests(path, fmt)
         except ValueError as exc:
             if isinstance(exc, KvwearError):
                 raise
             raise KvwearError(f"{path}: {exc}") from None
-        table = res.table
-
-        def tbatches() -> Iterator[pa.RecordBatch]:
-            yield from table.to_batches(max_chunksize=65_536)
-
-        src = RequestSource(table.num_rows, tbatches, None, f"{res.format} trace")
+        src = RequestSource(res.result.rows, res.batches, None, f"{res.result.format} trace")
     if max_requests is None or max_requests >= src.rows:
         return src
     whole = src.batches

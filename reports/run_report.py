@@ -95,7 +95,7 @@ CHECK_SECTIONS = (
 TALLIED = ("accounting", "model")
 
 
-# The workload characterization's figures (workloads.characterize.FIGURES), in report order.
+# The workload characterization's figures (reports.characterization.FIGURES), in report order.
 WORKLOAD_FIGURES: tuple[tuple[str, str, str], ...] = (
     ("hit_ratio_by_category", "Ideal hit ratio",
      "What an infinite cache would hit, per request category, block- and token-weighted: the ceiling "

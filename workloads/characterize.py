@@ -57,13 +57,13 @@ block accesses in arrival order; there is no Python loop per block access):
   LRU evict a shared system prompt before the private tail that follows it. Chunks only: states
   are not modelled there; bytes are C × the chunk size of the first request's block size.
 
-This module only analyses and draws; it must not load traces (workloads.loaders does) and must not
-import policies, harness, emulator or reports.
+This module only analyses and writes tables; it must not load traces (workloads.loaders does),
+draw (reports.characterization draws from the tables it writes) or import policies, harness,
+emulator or reports.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -79,12 +79,11 @@ import pyarrow.compute as pc
 from scipy import stats
 
 from kvwear.errors import KvwearError
-from kvwear.tables import TableSpec, atomic_write, write_table
-from kvwear.units import format_bytes
+from kvwear.tables import TableSpec
 from workloads.schema import REQUESTS
 
 SKEW_LEVELS: tuple[float, ...] = (0.50, 0.77, 0.90)
-_CURVE_POINTS = 512  # points kept of curves that have one point per block or per request
+CURVE_POINTS = 512  # points kept of curves that have one point per block or per request
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -166,7 +165,9 @@ class Characterization:
     skew_curve: pd.DataFrame = field(repr=False)        # block_share, reuse_share
     request_reuse: pd.DataFrame = field(repr=False)     # one row per request with a hit
     block_reuse_quantiles: pd.DataFrame = field(repr=False)
-    lifespans: pd.DataFrame = field(repr=False)         # one row per distinct block
+    # one row per distinct block; None from a streamed characterization, which writes it to
+    # lifespans.parquet without holding it
+    lifespans: pd.DataFrame | None = field(repr=False)
     live: pd.DataFrame = field(repr=False)              # one row per request with blocks
     lru_curve: pd.DataFrame = field(repr=False)         # capacity_blocks, capacity_bytes, hit ratio
     lru_blocks_for_ideal: int = 0                       # LRU size that reaches the ideal hit ratio
@@ -361,32 +362,31 @@ def hit_ratios(acc: Accesses) -> pd.DataFrame:
     hit_tok = np.bincount(acc_cat[acc.hit], weights=acc.tokens[acc.hit], minlength=n_cat)
     reqs = np.bincount(acc.req_category, minlength=n_cat)
     inp = np.bincount(acc.req_category, weights=acc.input_tokens, minlength=n_cat)
-    df = pd.DataFrame(
-        {
-            "category": acc.category.astype(str),
-            "requests": reqs.astype(np.int64),
-            "block_accesses": accesses.astype(np.int64),
-            "block_hits": hits.astype(np.int64),
-            "hashed_tokens": tok.astype(np.int64),
-            "hit_tokens": hit_tok.astype(np.int64),
-            "input_tokens": inp.astype(np.int64),
-        }
-    )
+    return category_table(acc.category, reqs, accesses, hits, tok, hit_tok, inp)
+
+
+def category_table(names: npt.NDArray[np.object_], *counts: npt.NDArray[Any]) -> pd.DataFrame:
+    """The per-category table from its counts, indexed by category code: requests, block
+    accesses, block hits, hashed tokens, hit tokens, input tokens (integer-valued), then the ratios;
+    sorted by category name."""
+    cols = ("requests", "block_accesses", "block_hits", "hashed_tokens", "hit_tokens", "input_tokens")
+    df = pd.DataFrame({"category": names.astype(str),
+                       **{c: np.asarray(v).astype(np.int64) for c, v in zip(cols, counts, strict=True)}})
     df["block_hit_ratio"] = df["block_hits"] / df["block_accesses"].where(df["block_accesses"] > 0)
     df["token_hit_ratio"] = df["hit_tokens"] / df["hashed_tokens"].where(df["hashed_tokens"] > 0)
     df["input_token_hit_ratio"] = df["hit_tokens"] / df["input_tokens"].where(df["input_tokens"] > 0)
     return df.sort_values("category", kind="stable").reset_index(drop=True)
 
 
-def reuse_skew(
-    acc: Accesses, levels: tuple[float, ...] = SKEW_LEVELS
+def skew_from_counts(
+    count: npt.NDArray[np.integer[Any]], levels: tuple[float, ...] = SKEW_LEVELS
 ) -> tuple[dict[float, float], pd.DataFrame]:
-    """Share of distinct blocks that account for each level of all reuses, and the Lorenz-like curve.
-
-    The curve has `block_share` (top blocks by reuses, as a share of distinct blocks) and
-    `reuse_share` (their share of all reuses), thinned to at most ~512 points.
+    """Reuse skew from the access count of every distinct block: the share of distinct blocks that
+    account for each level of all reuses, and the Lorenz-like curve (`block_share`: top blocks by
+    reuses, as a share of distinct blocks; `reuse_share`: their share of all reuses), thinned to
+    at most ~512 points.
     """
-    reuses = np.sort(acc.count - 1)[::-1]
+    reuses = np.sort(np.asarray(count, dtype=np.int64) - 1)[::-1]
     n_keys = int(reuses.size)
     total = int(reuses.sum())
     if n_keys == 0 or total == 0:
@@ -398,7 +398,7 @@ def reuse_skew(
         need = math.ceil(lvl * total - 1e-9)
         k = int(np.searchsorted(cum, need, side="left")) + 1
         shares[lvl] = k / n_keys
-    keep = np.unique(np.linspace(0, n_keys - 1, min(n_keys, _CURVE_POINTS)).astype(np.int64))
+    keep = np.unique(np.linspace(0, n_keys - 1, min(n_keys, CURVE_POINTS)).astype(np.int64))
     curve = pd.DataFrame(
         {
             "block_share": np.concatenate([[0.0], (keep + 1) / n_keys]),
@@ -431,19 +431,28 @@ def request_reuse_times(acc: Accesses) -> pd.DataFrame:
     reqs = r[last_of_run]
     n_hits = np.bincount(r, minlength=acc.arrival_s.size)[reqs]
     src = acc.req[acc.prev[deepest]]
-    s_this = acc.session[reqs]
-    s_src = acc.session[src]
+    return request_reuse_table(acc.request_id, acc.arrival_s, acc.session, acc.category, acc.req_category,
+                               reqs, src, n_hits)
+
+
+def request_reuse_table(request_id: I64, arrival_s: F64, session: npt.NDArray[np.object_],
+                        names: npt.NDArray[np.object_], category: I64, reqs: I64, src: I64,
+                        n_hits: I64) -> pd.DataFrame:
+    """The request reuse rows of requests `reqs` (positions in arrival order) whose deepest hit
+    was last accessed by request `src`, from the per-request columns."""
+    s_this = session[reqs]
+    s_src = session[src]
     known = ~(pd.isna(s_this) | pd.isna(s_src))
     same = pd.array(np.where(known, s_this == s_src, False), dtype="boolean")
     same[~known] = pd.NA
     return pd.DataFrame(
         {
-            "request_id": acc.request_id[reqs],
-            "category": pd.array(acc.category[acc.req_category[reqs]].astype(str), dtype="string"),
-            "arrival_s": acc.arrival_s[reqs],
-            "reuse_time_s": acc.arrival_s[reqs] - acc.arrival_s[src],
-            "reused_blocks": n_hits.astype(np.int64),
-            "source_request_id": acc.request_id[src],
+            "request_id": request_id[reqs],
+            "category": pd.array(names[category[reqs]].astype(str), dtype="string"),
+            "arrival_s": arrival_s[reqs],
+            "reuse_time_s": arrival_s[reqs] - arrival_s[src],
+            "reused_blocks": np.asarray(n_hits).astype(np.int64),
+            "source_request_id": request_id[src],
             "same_session": same,
         }
     )
@@ -459,13 +468,62 @@ def block_reuse_times(acc: Accesses) -> tuple[F64, I64]:
 _QUANTILES = (0.10, 0.25, 0.50, 0.75, 0.90, 0.99)
 
 
-def _quantile_table(values: F64, codes: I64, names: npt.NDArray[np.object_], prefix: str) -> pd.DataFrame:
+def _two_product(a: F64, b: F64) -> tuple[F64, F64]:
+    """a·b as an unevaluated sum p + e of two floats, exactly (Dekker's product, no FMA needed)."""
+    p = a * b
+    split = 134217729.0  # 2^27 + 1
+    t = split * a
+    ah = t - (t - a)
+    al = a - ah
+    t = split * b
+    bh = t - (t - b)
+    bl = b - bh
+    e = ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    return p, e
+
+
+def weighted_stats(values: F64, weights: I64, qs: tuple[float, ...]) -> tuple[int, float, F64]:
+    """(n, mean, quantiles) of the multiset holding each `values[i]` `weights[i]` times.
+
+    The mean is the correctly rounded exact sum over n (`math.fsum` of exact products), and the
+    quantiles are numpy's default ("linear") ones, computed with its own index and interpolation
+    arithmetic: the result depends only on the multiset, so a stream that aggregates repeated values
+    gives bit for bit what the per-access arrays give.
+    """
+    w = np.asarray(weights, dtype=np.int64)
+    n = int(w.sum())
+    if n == 0:
+        return 0, math.nan, np.full(len(qs), math.nan)
+    p, e = _two_product(np.asarray(values, dtype=np.float64), w.astype(np.float64))
+    mean = math.fsum(np.concatenate([p, e]).tolist()) / n
+    order = np.argsort(values, kind="stable")
+    v, cw = np.asarray(values, dtype=np.float64)[order], np.cumsum(w[order])
+    q = np.asarray(qs, dtype=np.float64)
+    virtual = (n - 1) * q
+    prev = np.floor(virtual)
+    nxt = prev + 1
+    above = virtual >= n - 1
+    prev[above] = nxt[above] = n - 1
+    below = virtual < 0
+    prev[below] = nxt[below] = 0
+    gamma = virtual - prev.astype(np.intp)
+    a = v[np.searchsorted(cw, prev.astype(np.int64), side="right")]
+    b = v[np.searchsorted(cw, nxt.astype(np.int64), side="right")]
+    diff = b - a
+    out = a + diff * gamma
+    np.subtract(b, diff * (1 - gamma), out=out, where=gamma >= 0.5)
+    return n, mean, out
+
+
+def _quantile_table(values: F64, weights: I64, codes: I64, names: npt.NDArray[np.object_],
+                    prefix: str) -> pd.DataFrame:
+    """Count, mean and quantiles per category (and "all") of values with integer weights."""
     rows = []
-    groups = [("all", values)] + [(str(names[c]), values[codes == c]) for c in range(len(names))]
-    for name, v in groups:
-        row: dict[str, Any] = {"category": name, "n": int(v.size), f"{prefix}_mean_s": float(v.mean())
-                               if v.size else math.nan}
-        qs = np.quantile(v, _QUANTILES) if v.size else np.full(len(_QUANTILES), math.nan)
+    groups = [("all", values, weights)] + [(str(names[c]), values[codes == c], weights[codes == c])
+                                           for c in range(len(names))]
+    for name, v, w in groups:
+        n, mean, qs = weighted_stats(v, w, _QUANTILES)
+        row: dict[str, Any] = {"category": name, "n": n, f"{prefix}_mean_s": mean}
         for q, x in zip(_QUANTILES, qs, strict=True):
             row[f"{prefix}_p{round(q * 100)}_s"] = float(x)
         rows.append(row)
@@ -618,14 +676,20 @@ def lru_curve(acc: Accesses, chunk_bytes: int) -> tuple[pd.DataFrame, int]:
     prev[perm[1:][same]] = perm[:-1][same]
     d = _stack_distances(prev) if n else np.zeros(0, np.int64)
     d = d[d >= 0]
-    if d.size == 0:
+    return lru_table(np.bincount(d) if d.size else np.zeros(0, np.int64), n, chunk_bytes)
+
+
+def lru_table(hist: I64, n: int, chunk_bytes: int) -> tuple[pd.DataFrame, int]:
+    """The LRU curve from the histogram of stack distances (`hist[d]` re-accesses at distance d)
+    over `n` accesses, and the capacity that gets every hit (module docstring)."""
+    if hist.size == 0:
         empty = pd.DataFrame({"capacity_blocks": pd.Series([], dtype="int64"),
                               "capacity_bytes": pd.Series([], dtype="int64"),
                               "block_hit_ratio": pd.Series([], dtype="float64")})
         return empty, 0
-    hits_at = np.cumsum(np.bincount(d))  # hits_at[c−1] = hits with capacity c
+    hits_at = np.cumsum(hist)  # hits_at[c−1] = hits with capacity c
     c_max = int(hits_at.size)
-    caps = np.unique(np.geomspace(1, c_max, min(c_max, _CURVE_POINTS)).round().astype(np.int64))
+    caps = np.unique(np.geomspace(1, c_max, min(c_max, CURVE_POINTS)).round().astype(np.int64))
     return (
         pd.DataFrame(
             {
@@ -638,78 +702,94 @@ def lru_curve(acc: Accesses, chunk_bytes: int) -> tuple[pd.DataFrame, int]:
     )
 
 
-def analyze(table: pa.Table, profile: ProfileLike) -> Characterization:
-    """Run every analysis over a requests table for a model profile (pure: writes nothing)."""
-    acc = flatten(table)
-    cats = hit_ratios(acc)
-    n = int(acc.key.size)
-    n_hits = int(acc.hit.sum())
-    hashed_tokens = int(acc.tokens.sum())
-    hit_tokens = int(acc.tokens[acc.hit].sum())
-    input_tokens = int(acc.input_tokens.sum())
-
-    shares, curve = reuse_skew(acc)
-    rr = request_reuse_times(acc)
+def assemble(
+    profile: ProfileLike, *, requests: int, block_accesses: int, block_tokens: int, block_hits: int,
+    hashed_tokens: int, hit_tokens: int, input_tokens: int, count: npt.NDArray[np.integer[Any]],
+    reused_life: F64, by_category: pd.DataFrame, request_reuse: pd.DataFrame,
+    block_reuse_quantiles: pd.DataFrame, capacity: tuple[int, int, int, float, int],
+    live: pd.DataFrame, lru: tuple[pd.DataFrame, int], lifespans: pd.DataFrame | None,
+) -> Characterization:
+    """The result from what every path computes its own way: adds the reuse-time fits to
+    `by_category` and `in_fit` to `request_reuse` (in place), the ratios, the reuse skew (from the
+    access count of every distinct block) and the lifespan quantiles. `capacity` is (blocks,
+    states, bytes at the peak, arrival time of the peak, max live blocks)."""
+    rr, cats = request_reuse, by_category
     sessions_known = bool(rr["same_session"].notna().any())
     rr["in_fit"] = rr["same_session"].fillna(False).astype(bool) if sessions_known else True
     sample = rr[rr["in_fit"]]
     fits: dict[str, ExpFit] = {}
     for cat in cats["category"]:
         fits[cat] = fit_exponential(sample.loc[sample["category"] == cat, "reuse_time_s"].to_numpy())
-    all_fit = fit_exponential(sample["reuse_time_s"].to_numpy())
-    cats["reuse_n"] = [fits[c].n for c in cats["category"]]
-    cats["reuse_mean_s"] = [fits[c].mean_s for c in cats["category"]]
-    cats["reuse_rate_per_s"] = [fits[c].rate_per_s for c in cats["category"]]
-    cats["ks_statistic"] = [fits[c].ks_statistic for c in cats["category"]]
-    cats["ks_pvalue"] = [fits[c].ks_pvalue for c in cats["category"]]
-
-    brt, brt_cat = block_reuse_times(acc)
-    bq = _quantile_table(brt, brt_cat, acc.category, "block_reuse")
-    life = lifespans(acc)
-    reused_life = life.loc[life["accesses"] > 1, "lifespan_s"].to_numpy()
-    cap = capacity_needed(acc, profile)
-    peak_s = float(acc.arrival_s[acc.req[cap.peak_pos]]) if cap.peak_pos >= 0 else math.nan
-    bt0 = int(acc.req_block_tokens[0])
-    lru, lru_for_ideal = lru_curve(acc, int(profile.chunk_bytes(bt0)))
+    for col, attr in (("reuse_n", "n"), ("reuse_mean_s", "mean_s"), ("reuse_rate_per_s", "rate_per_s"),
+                      ("ks_statistic", "ks_statistic"), ("ks_pvalue", "ks_pvalue")):
+        cats[col] = [getattr(fits[c], attr) for c in cats["category"]]
+    shares, curve = skew_from_counts(count)
+    cap_blocks, cap_states, cap_bytes, peak_s, peak_live = capacity
     return Characterization(
         model=str(getattr(profile, "name", type(profile).__name__)),
-        requests=int(acc.arrival_s.size),
-        block_accesses=n,
-        unique_blocks=int(acc.count.size),
-        block_tokens=bt0,
-        block_hits=n_hits,
-        block_hit_ratio=_ratio(n_hits, n),
+        requests=requests,
+        block_accesses=block_accesses,
+        unique_blocks=int(count.size),
+        block_tokens=block_tokens,
+        block_hits=block_hits,
+        block_hit_ratio=_ratio(block_hits, block_accesses),
         hashed_tokens=hashed_tokens,
         hit_tokens=hit_tokens,
         token_hit_ratio=_ratio(hit_tokens, hashed_tokens),
         input_tokens=input_tokens,
         input_token_hit_ratio=_ratio(hit_tokens, input_tokens),
         reuse_skew_block_share=shares,
-        reused_blocks=int((acc.count > 1).sum()),
-        request_reuse_fit=all_fit,
+        reused_blocks=int((count > 1).sum()),
+        request_reuse_fit=fit_exponential(sample["reuse_time_s"].to_numpy()),
         reuse_fit_sample="same-session" if sessions_known else "all",
         lifespan_median_s=float(np.median(reused_life)) if reused_life.size else math.nan,
         lifespan_p90_s=float(np.quantile(reused_life, 0.9)) if reused_life.size else math.nan,
-        chunk_bytes=int(profile.chunk_bytes(bt0)),
+        chunk_bytes=int(profile.chunk_bytes(block_tokens)),
         state_bytes=int(profile.state_bytes) if profile.is_hybrid else 0,
-        capacity_blocks=cap.capacity_blocks,
-        capacity_states=cap.capacity_states,
-        capacity_bytes=cap.capacity_bytes,
+        capacity_blocks=cap_blocks,
+        capacity_states=cap_states,
+        capacity_bytes=cap_bytes,
         capacity_peak_s=peak_s,
-        peak_live_blocks=round(float(cap.live_blocks.max())) if n else 0,
+        peak_live_blocks=peak_live,
         by_category=cats,
         skew_curve=curve,
         request_reuse=rr,
-        block_reuse_quantiles=bq,
-        lifespans=life,
-        live=_live_per_request(acc, cap),
-        lru_curve=lru,
-        lru_blocks_for_ideal=lru_for_ideal,
+        block_reuse_quantiles=block_reuse_quantiles,
+        lifespans=lifespans,
+        live=live,
+        lru_curve=lru[0],
+        lru_blocks_for_ideal=lru[1],
+    )
+
+
+def analyze(table: pa.Table, profile: ProfileLike) -> Characterization:
+    """Run every analysis over a requests table for a model profile (pure: writes nothing).
+
+    The in-memory reference (~134 B per block access): `characterize` streams instead
+    (`workloads.characterize_stream`) and is tested to give the same numbers."""
+    acc = flatten(table)
+    n = int(acc.key.size)
+    brt, brt_cat = block_reuse_times(acc)
+    life = lifespans(acc)
+    cap = capacity_needed(acc, profile)
+    bt0 = int(acc.req_block_tokens[0])
+    return assemble(
+        profile, requests=int(acc.arrival_s.size), block_accesses=n, block_tokens=bt0,
+        block_hits=int(acc.hit.sum()), hashed_tokens=int(acc.tokens.sum()),
+        hit_tokens=int(acc.tokens[acc.hit].sum()), input_tokens=int(acc.input_tokens.sum()),
+        count=acc.count, reused_life=life.loc[life["accesses"] > 1, "lifespan_s"].to_numpy(),
+        by_category=hit_ratios(acc), request_reuse=request_reuse_times(acc),
+        block_reuse_quantiles=_quantile_table(brt, np.ones(brt.size, dtype=np.int64), brt_cat, acc.category,
+                                              "block_reuse"),
+        capacity=(cap.capacity_blocks, cap.capacity_states, cap.capacity_bytes,
+                  float(acc.arrival_s[acc.req[cap.peak_pos]]) if cap.peak_pos >= 0 else math.nan,
+                  round(float(cap.live_blocks.max())) if n else 0),
+        live=_live_per_request(acc, cap), lru=lru_curve(acc, int(profile.chunk_bytes(bt0))), lifespans=life,
     )
 
 
 # --------------------------------------------------------------------------------------------
-# Output: versioned Parquet tables, summary JSON, figures
+# Output: versioned Parquet tables and the summary JSON
 
 
 def _spec(kind: str, fields: list[tuple[str, pa.DataType]]) -> TableSpec:
@@ -749,218 +829,29 @@ LIVE = _spec("characterization.live", [
     ("live_bytes", pa.float64()),
 ])
 
-FIGURES = ("reuse_time_cdf", "lifespan_cdf", "reuse_skew", "hit_ratio_by_category", "live_blocks",
-           "hit_ratio_vs_capacity")
-
-
-def _write_text(path: Path, text: str) -> Path:
-    with atomic_write(path) as tmp:
-        tmp.write_text(text)
-    return path
+#: Every table a characterization writes: (file stem, its spec, the Characterization field holding it).
+TABLES: tuple[tuple[str, TableSpec, str], ...] = (
+    ("by_category", BY_CATEGORY, "by_category"), ("reuse_skew", SKEW_CURVE, "skew_curve"),
+    ("request_reuse", REQUEST_REUSE, "request_reuse"),
+    ("block_reuse_quantiles", BLOCK_REUSE_QUANTILES, "block_reuse_quantiles"),
+    ("lifespans", LIFESPANS, "lifespans"), ("live", LIVE, "live"), ("lru_curve", LRU_CURVE, "lru_curve"),
+)
 
 
 def characterize(
     table: pa.Table, profile: ProfileLike, out_dir: str | Path
 ) -> tuple[Characterization, list[Path]]:
-    """Analyze `table` for `profile` and write tables, `summary.json` and figures under `out_dir`.
+    """Analyze `table` for `profile` and write its tables and `summary.json` under `out_dir`
+    (`reports.characterization.plot_characterization` draws the figures from them), through the
+    streamed engine (`workloads.characterize_stream`): the same numbers as `analyze`, without its
+    per-access arrays. The result's `lifespans` is None (written, not held).
 
-    Returns the result and every path written (tables, JSON, one PNG and one SVG per figure).
+    Returns the result and every path written.
     """
-    res = analyze(table, profile)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
-    for spec, df, name in (
-        (BY_CATEGORY, res.by_category, "by_category"),
-        (SKEW_CURVE, res.skew_curve, "reuse_skew"),
-        (REQUEST_REUSE, res.request_reuse, "request_reuse"),
-        (BLOCK_REUSE_QUANTILES, res.block_reuse_quantiles, "block_reuse_quantiles"),
-        (LIFESPANS, res.lifespans, "lifespans"),
-        (LIVE, res.live, "live"),
-        (LRU_CURVE, res.lru_curve, "lru_curve"),
-    ):
-        t = pa.Table.from_pandas(df, preserve_index=False)
-        written.append(write_table(spec, t, out / f"{name}.parquet"))
-    written.append(_write_text(out / "summary.json", json.dumps(res.summary(), indent=2) + "\n"))
-    written.extend(plot_all(res, out))
-    return res, written
+    from workloads.characterize_stream import characterize_batches
 
-
-def plot_all(res: Characterization, out: Path) -> list[Path]:
-    """Draw every figure as PNG and SVG (matplotlib's object API: no pyplot, no global backend)."""
-    from matplotlib.figure import Figure
-
-    paths: list[Path] = []
-    drawers = {
-        "reuse_time_cdf": _plot_reuse_cdf,
-        "lifespan_cdf": _plot_lifespan,
-        "reuse_skew": _plot_skew,
-        "hit_ratio_by_category": _plot_hit_ratio,
-        "live_blocks": _plot_live,
-        "hit_ratio_vs_capacity": _plot_lru,
-    }
-    for name in FIGURES:
-        fig = Figure(figsize=(7.5, 4.8), layout="constrained")
-        ax = fig.add_subplot()
-        drawers[name](res, ax)
-        ax.grid(True, alpha=0.3)
-        for ext in ("png", "svg"):
-            path = out / f"{name}.{ext}"
-            with atomic_write(path) as tmp:
-                fig.savefig(tmp, format=ext, dpi=120)
-            paths.append(path)
-    return paths
-
-
-def _empty(ax: Any, what: str) -> None:
-    ax.text(0.5, 0.5, f"no {what} in this trace", ha="center", va="center", transform=ax.transAxes)
-
-
-def _ecdf(x: F64) -> tuple[F64, F64]:
-    xs = np.sort(x)
-    ys = np.arange(1, xs.size + 1) / xs.size
-    if xs.size > 4 * _CURVE_POINTS:  # thin the steps; the shape is unchanged at plot resolution
-        keep = np.unique(np.linspace(0, xs.size - 1, 4 * _CURVE_POINTS).astype(np.int64))
-        xs, ys = xs[keep], ys[keep]
-    return xs, ys
-
-
-def _plot_reuse_cdf(res: Characterization, ax: Any) -> None:
-    rr = res.request_reuse
-    rr = rr[rr["in_fit"]] if "in_fit" in rr else rr
-    ax.set_title(f"Request reuse time per category ({res.reuse_fit_sample} reuses), exponential MLE fit",
-                 fontsize=10)
-    ax.set_xlabel("reuse time (s): request arrival − arrival of the request it reuses")
-    ax.set_ylabel("CDF (share of reusing requests)")
-    if rr.empty:
-        _empty(ax, "reusing request")
-        return
-    x_max = float(np.quantile(rr["reuse_time_s"], 0.99)) or 1.0
-    grid = np.linspace(0.0, x_max, 400)
-    cats = res.by_category
-    for i, row in enumerate(cats.itertuples()):
-        x = rr.loc[rr["category"] == row.category, "reuse_time_s"].to_numpy()
-        if x.size == 0:
-            continue
-        color = f"C{i % 10}"
-        xs, ys = _ecdf(x)
-        ax.step(xs, ys, where="post", color=color, label=f"{row.category} (n={x.size:,})")
-        fit = fit_exponential(x)
-        if math.isfinite(fit.rate_per_s):
-            p = "n/a" if not math.isfinite(fit.ks_pvalue) else f"{fit.ks_pvalue:.2g}"
-            ax.plot(grid, fit.cdf(grid), "--", color=color, alpha=0.8,
-                    label=f"  fit λ={fit.rate_per_s:.3g}/s, KS D={fit.ks_statistic:.3f}, p={p}")
-    ax.set_xlim(0, x_max)
-    ax.set_ylim(0, 1.02)
-    ax.legend(fontsize=7, loc="lower right")
-
-
-def _plot_lifespan(res: Characterization, ax: Any) -> None:
-    life = res.lifespans
-    reused = life[life["accesses"] > 1]
-    once = 1.0 - len(reused) / len(life) if len(life) else math.nan
-    ax.set_title(f"KV block lifespan (first → last access) of reused blocks; {once:.0%} of blocks used once")
-    ax.set_xlabel("lifespan (s, symlog scale)")
-    ax.set_ylabel("CDF (share of reused blocks)")
-    if reused.empty:
-        _empty(ax, "reused block")
-        return
-    for i, cat in enumerate(sorted(reused["category"].unique())):
-        x = reused.loc[reused["category"] == cat, "lifespan_s"].to_numpy()
-        xs, ys = _ecdf(x)
-        ax.step(xs, ys, where="post", color=f"C{i % 10}", label=f"{cat} (n={x.size:,})")
-    if reused["category"].nunique() > 1:
-        xs, ys = _ecdf(reused["lifespan_s"].to_numpy())
-        ax.step(xs, ys, where="post", color="k", lw=2, alpha=0.6, label=f"all (n={len(reused):,})")
-    ax.set_xscale("symlog", linthresh=1.0)
-    ax.set_ylim(0, 1.02)
-    ax.legend(fontsize=8, loc="lower right")
-
-
-def _plot_skew(res: Characterization, ax: Any) -> None:
-    c = res.skew_curve
-    ax.set_title("Reuse skew: share of reuses held by the most-reused blocks")
-    ax.set_xlabel("share of distinct blocks (most reused first)")
-    ax.set_ylabel("share of all reuses (hits)")
-    if c.empty:
-        _empty(ax, "reuse")
-        return
-    ax.plot(c["block_share"], c["reuse_share"], color="C0", label="blocks sorted by reuses")
-    ax.plot([0, 1], [0, 1], ":", color="grey", label="uniform reuse")
-    for lvl, share in res.reuse_skew_block_share.items():
-        ax.plot([share], [lvl], "o", color="C3")
-        ax.annotate(f"{share:.1%} of blocks → {lvl:.0%}", (share, lvl), textcoords="offset points",
-                    xytext=(8, -12), fontsize=8)
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1.02)
-    ax.legend(loc="lower right", fontsize=8)
-
-
-def _plot_hit_ratio(res: Characterization, ax: Any) -> None:
-    cats = res.by_category
-    names = ["all", *cats["category"].tolist()]
-    block = [res.block_hit_ratio, *cats["block_hit_ratio"].tolist()]
-    token = [res.token_hit_ratio, *cats["token_hit_ratio"].tolist()]
-    x = np.arange(len(names))
-    w = 0.38
-    b1 = ax.bar(x - w / 2, np.nan_to_num(block), w, label="block-weighted", color="C0")
-    b2 = ax.bar(x + w / 2, np.nan_to_num(token), w, label="token-weighted", color="C1")
-    ax.bar_label(b1, fmt="%.2f", fontsize=7)
-    ax.bar_label(b2, fmt="%.2f", fontsize=7)
-    ax.set_xticks(x, names, rotation=20 if len(names) > 5 else 0)
-    ax.set_ylim(0, 1.1)
-    ax.set_title("Ideal (infinite-cache) hit ratio per category")
-    ax.set_xlabel("request category")
-    ax.set_ylabel("hit ratio (hits / accesses)")
-    ax.legend(fontsize=8)
-
-
-def _plot_live(res: Characterization, ax: Any) -> None:
-    live = res.live
-    ax.set_title(f"Live KV (accessed before and again later) for {res.model}; "
-                 f"capacity for the ideal hit ratio {format_bytes(res.capacity_bytes)}", fontsize=10)
-    ax.set_xlabel("arrival time (s)")
-    ax.set_ylabel("live KV (GiB)")
-    if live.empty:
-        _empty(ax, "block")
-        return
-    gib = 2.0**30
-    t = live["arrival_s"].to_numpy()
-    total = live["live_bytes"].to_numpy() / gib
-    states = live["live_states"].to_numpy() * res.state_bytes / gib
-    if t.size > 4 * _CURVE_POINTS:  # thin to the max of each bucket: peaks stay visible
-        cut = np.unique(np.linspace(0, t.size, 4 * _CURVE_POINTS, endpoint=False).astype(np.int64))
-        t, total, states = t[cut], np.maximum.reduceat(total, cut), np.maximum.reduceat(states, cut)
-    ax.plot(t, total, color="C0", lw=1, label="live chunks + states" if res.state_bytes else "live chunks")
-    if res.state_bytes:
-        ax.plot(t, states, color="C2", lw=1, label="of which reuse-point states")
-    ax.axhline(res.capacity_bytes / gib, color="C3", ls="--",
-               label=f"capacity needed: {format_bytes(res.capacity_bytes)} "
-                     f"({res.capacity_blocks:,} chunks, {res.capacity_states:,} states)")
-    ax.plot([res.capacity_peak_s], [res.capacity_bytes / gib], "o", color="C3")
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8, loc="lower center")
-    sec = ax.secondary_yaxis("right", functions=(lambda y: y * gib / max(res.chunk_bytes, 1),
-                                                 lambda b: b * max(res.chunk_bytes, 1) / gib))
-    sec.set_ylabel(f"{res.block_tokens}-token KV chunks" + (" (equivalent)" if res.state_bytes else ""))
-
-
-def _plot_lru(res: Characterization, ax: Any) -> None:
-    c = res.lru_curve
-    ax.set_title("Block hit ratio vs cache capacity (KV chunks only)")
-    ax.set_xlabel(f"cache capacity (GiB of {res.block_tokens}-token chunks, log scale)")
-    ax.set_ylabel("block hit ratio")
-    if c.empty:
-        _empty(ax, "reuse")
-        return
-    gib = 2.0**30
-    ax.plot(c["capacity_bytes"] / gib, c["block_hit_ratio"], color="C0", label="LRU")
-    ax.axhline(res.block_hit_ratio, color="k", ls=":", label=f"ideal (infinite cache) {res.block_hit_ratio:.1%}")
-    opt = res.peak_live_blocks * res.chunk_bytes
-    ax.axvline(opt / gib, color="C3", ls="--",
-               label=f"optimal (Belady) capacity for the ideal: {format_bytes(opt)}")
-    lru = res.lru_blocks_for_ideal * res.chunk_bytes
-    ax.axvline(lru / gib, color="C0", ls="--", alpha=0.6, label=f"LRU capacity for the ideal: {format_bytes(lru)}")
-    ax.set_xscale("log")
-    ax.set_ylim(0, 1.02)
-    ax.legend(fontsize=8, loc="upper left")
+    table = REQUESTS.conform(table)
+    arrival = table.column("arrival_s").to_numpy()
+    if arrival.size > 1 and bool((arrival[1:] < arrival[:-1]).any()):
+        table = table.take(pa.array(np.argsort(arrival, kind="stable")))
+    return characterize_batches(table.to_batches(max_chunksize=1 << 14), profile, out_dir)

@@ -1,23 +1,30 @@
 """`kvwear trace characterize`: the KVCache-in-the-Wild analyses of one trace, as tables and figures.
 
 This module only parses options, reads the input (a `requests` Parquet table or a raw trace via
-the loaders), calls `workloads.characterize.characterize` and prints a summary; the analyses live
-in `workloads.characterize` and must not move here.
+the loaders), streams it in arrival order and bounded batches through
+`workloads.characterize_stream`, has `reports.characterization` draw the figures and prints a
+summary; the analyses live in `workloads.characterize` and must not move here.
 """
 
 from __future__ import annotations
 
 import math
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from harness.commands import trace_app
+from harness.commands.trace_io import parquet_batches
 from kvwear.errors import KvwearError
-from kvwear.tables import read_table, table_kind
+from kvwear.tables import table_kind
 from kvwear.units import format_bytes
 from workloads.schema import REQUESTS
 
@@ -39,8 +46,13 @@ _HELP = "\n\n".join([
 ])
 
 
-def _read_input(path: Path, fmt: str | None, block_tokens: int | None) -> tuple[pa.Table, str]:
-    """The requests table of `path` (converted to `block_tokens` if given) and how it was read."""
+@contextmanager
+def _requests(path: Path, fmt: str | None, block_tokens: int | None,
+              out_dir: Path) -> Iterator[tuple[Iterator[pa.RecordBatch], str]]:
+    """The requests of `path` as batches in arrival order (converted to `block_tokens` if given),
+    and how they were read; temporary files (a sorted copy, a converted raw trace) live in a
+    hidden folder of `out_dir` while the block runs."""
+    out_dir.mkdir(parents=True, exist_ok=True)
     if fmt is None and path.is_file() and path.suffix == ".parquet":
         kind, _ = table_kind(path)
         if kind != REQUESTS.kind:
@@ -48,27 +60,41 @@ def _read_input(path: Path, fmt: str | None, block_tokens: int | None) -> tuple[
                 f"{path}: holds a {kind or 'foreign'} Parquet table, not a requests table "
                 f"(pass a requests table or a raw trace)"
             )
-        table = read_table(REQUESTS, path)
-        if block_tokens is not None:
-            from workloads.blocks import convert_block_size
+        arrival = pq.read_table(path, columns=["arrival_s"]).column(0).to_numpy()
+        with tempfile.TemporaryDirectory(prefix=".kvwear-sorted-", dir=out_dir) as tmp:
+            how, src = "requests table", path
+            if arrival.size > 1 and bool((arrival[1:] < arrival[:-1]).any()):
+                from workloads.loaders.pipeline import sort_file_by_arrival
 
-            try:
-                table = convert_block_size(table, block_tokens)
-            except ValueError as exc:
-                raise KvwearError(f"--block-tokens {block_tokens}: {exc}") from None
-        return table, "requests table"
-    from workloads.loaders import load_requests
+                src = Path(tmp) / "requests.parquet"
+                shutil.copyfile(path, src)
+                sort_file_by_arrival(src)
+                how += ", sorted by arrival"
+            del arrival
+            yield _named_block_errors(parquet_batches(src, block_tokens), block_tokens), how
+        return
+    from workloads.loaders import stream_requests
 
     try:
-        result = load_requests(path, fmt, block_tokens=block_tokens)
+        streamed = stream_requests(path, fmt, block_tokens=block_tokens, tmp_dir=out_dir)
     except ValueError as exc:
         if isinstance(exc, KvwearError):
             raise
         raise KvwearError(f"{path}: {exc}") from None
-    how = f"{result.format} trace"
-    if result.keys_note:
-        how += f"; block keys derived from whole prefixes: {result.keys_note}"
-    return result.table, how
+    with streamed:
+        how = f"{streamed.result.format} trace"
+        if streamed.result.keys_note:
+            how += f"; block keys derived from whole prefixes: {streamed.result.keys_note}"
+        yield streamed.batches(), how
+
+
+def _named_block_errors(batches: Iterator[pa.RecordBatch], block_tokens: int | None) -> Iterator[pa.RecordBatch]:
+    try:
+        yield from batches
+    except ValueError as exc:
+        if isinstance(exc, KvwearError):
+            raise
+        raise KvwearError(f"--block-tokens {block_tokens}: {exc}") from None
 
 
 def _pct(x: float) -> str:
@@ -97,12 +123,14 @@ def characterize_cmd(
         help="convert blocks to S tokens first (S must divide or be a multiple of the trace's block size)",
     ),
 ) -> None:
-    from workloads.characterize import characterize
+    from reports.characterization import plot_characterization
+    from workloads.characterize_stream import characterize_batches
     from workloads.models import resolve_profile
 
     profile = resolve_profile(model)
-    table, how = _read_input(input_path, fmt, block_tokens)
-    res, written = characterize(table, profile, out_dir)
+    with _requests(input_path, fmt, block_tokens, out_dir) as (batches, how):
+        res, written = characterize_batches(batches, profile, out_dir)
+    written += plot_characterization(out_dir)
 
     console = Console()
     t = Table(title=f"Characterization of {input_path.name} ({how}), model {res.model}")

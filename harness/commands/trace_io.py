@@ -32,7 +32,7 @@ from kvwear.errors import KvwearError
 from kvwear.tables import iter_table_batches
 from kvwear.units import format_bytes
 from workloads.blocks import convert_block_size
-from workloads.loaders import LOADERS, convert_trace, load_requests
+from workloads.loaders import LOADERS, convert_trace, stream_requests
 from workloads.schema import REQUESTS, list_parts
 
 #: Inputs at least this large get a progress bar during conversion.
@@ -114,7 +114,7 @@ def _is_parquet(path: Path) -> bool:
         return fh.read(4) == b"PAR1"
 
 
-def _parquet_batches(path: Path, block_tokens: int | None) -> Iterator[pa.RecordBatch]:
+def parquet_batches(path: Path, block_tokens: int | None) -> Iterator[pa.RecordBatch]:
     """A requests Parquet streamed in bounded batches (converted to `block_tokens` if given)."""
     for batch in iter_table_batches(REQUESTS, path):
         yield from (convert_block_size(batch, block_tokens).to_batches() if block_tokens else [batch])
@@ -252,10 +252,10 @@ def inspect_cmd(
     try:
         if _is_parquet(trace):
             summary = {"path": str(trace), "format": "parquet",
-                       **trace_summary(_parquet_batches(trace, block_tokens))}
+                       **trace_summary(parquet_batches(trace, block_tokens))}
         else:
-            res = load_requests(trace, fmt, block_tokens=block_tokens)
-            summary = {"path": str(trace), "format": res.format, **trace_summary(res.table)}
+            with stream_requests(trace, fmt, block_tokens=block_tokens) as res:
+                summary = {"path": str(trace), "format": res.result.format, **trace_summary(res.batches())}
     except (KvwearError, ValueError, OSError) as exc:
         raise _fail(exc) from None
     source = summary["format"]

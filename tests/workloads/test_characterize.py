@@ -13,8 +13,8 @@ import pyarrow as pa
 import pytest
 
 from kvwear.errors import KvwearError
+from reports.characterization import FIGURES, plot_characterization
 from workloads.characterize import (
-    FIGURES,
     analyze,
     capacity_needed,
     characterize,
@@ -393,6 +393,7 @@ def test_characterize_writes_tables_json_and_figures(tmp_path: Path) -> None:
     from kvwear.tables import table_kind
 
     res, written = characterize(make_table(HAND), HYBRID, tmp_path / "c")
+    written += plot_characterization(tmp_path / "c")
     names = {p.name for p in written}
     for fig in FIGURES:
         assert {f"{fig}.png", f"{fig}.svg"} <= names

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -426,3 +427,24 @@ def test_long_lines_and_many_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert [len(x) for x in t.column("hash_ids").to_pylist()] == [len(r["hash_ids"]) for r in rows]
     assert t.column("hashed_tokens").to_pylist() == [r["input_length"] for r in rows]
     assert math.isclose(t.column("arrival_s")[5].as_py(), 0.005)
+
+
+def test_stream_requests_reads_back_what_load_requests_loads(tmp_path: Path, weka_dir: Path,
+                                                             mooncake_path: Path) -> None:
+    """Streamed raw traces (bounded batches from a temporary Parquet) hold exactly the loaded rows,
+    can be read more than once, and leave nothing behind."""
+    from workloads.loaders import stream_requests
+
+    for path, block_tokens in ((weka_dir, None), (mooncake_path, 64)):
+        ref = REQUESTS.conform(load_requests(path, block_tokens=block_tokens).table)
+        with stream_requests(path, block_tokens=block_tokens, tmp_dir=tmp_path) as s:
+            assert s.result.rows == ref.num_rows
+            assert s.result.format == ("weka" if path == weka_dir else "mooncake")
+            for _ in range(2):
+                batches = list(s.batches())
+                assert REQUESTS.conform(pa.Table.from_batches(batches)).equals(ref)
+            assert s.result.path.is_file()
+        assert list(tmp_path.iterdir()) == []
+    with pytest.raises(InputError):
+        stream_requests(tmp_path / "missing.jsonl", tmp_dir=tmp_path)
+    assert list(tmp_path.iterdir()) == []

@@ -2,7 +2,8 @@
 
 Public entry points (see `pipeline`): `load_requests(path, fmt=None, *, skip_bad=False)` →
 `LoadResult`, `convert_trace(path, out_parquet, fmt=None, *, skip_bad=False)` → `ConvertResult`,
-`detect_format(path)`. Formats: mooncake, qwen-bailian, weka (file or directory), aiperf.
+`detect_format(path)`, `stream_requests(path, fmt=None, ...)` → `StreamedRequests` (bounded
+batches, as often as needed). Formats: mooncake, qwen-bailian, weka (file or directory), aiperf.
 This package must not import policies, harness or reports.
 """
 
@@ -13,10 +14,12 @@ from workloads.loaders.pipeline import (
     KEYS_VERIFIED,
     ConvertResult,
     LoadResult,
+    StreamedRequests,
     convert_trace,
     detect_format,
     load_requests,
     resolve_format,
+    stream_requests,
 )
 
 __all__ = [
@@ -28,9 +31,11 @@ __all__ = [
     "ConvertResult",
     "LoadResult",
     "SkipLog",
+    "StreamedRequests",
     "TraceLoader",
     "convert_trace",
     "detect_format",
     "load_requests",
     "resolve_format",
+    "stream_requests",
 ]
