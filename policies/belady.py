@@ -9,13 +9,14 @@ future hits.
 **kvwear's reading** (each a parameter where it is a choice):
 - `mode=wear` (default) is that oracle; `mode=min` is plain MIN per tier with LRU's write-back
   (every DRAM victim is written), the miss-ratio floor of the comparison.
-- f_x comes from `prepare` (one sort of the requests table): the later requests that reference
-  the object's first block (a state: its position). n·c/s is priced per *unit* a hit needs — a
-  hit at prefix length E saves E tokens and needs E tokens of KV plus, on a hybrid model, one
-  state — so every part of it has value density f·E/(E·kv + state bytes). Pricing a state by
-  f·E/s and its KV by f/kv (each part alone) made the oracle write, at high γ, states without the
-  KV they need (Weka, Kimi-K3, leaf-first ties, the old $2.5 GPU-hour, γ = 64: miss 0.246 at
-  134 GB; with unit pricing 0.214 at 88 GB).
+- f_x is the later requests that reference the object's first block (a state: its position),
+  from the future-references column the simulator streams with the next-use one (one backward
+  pass, `workloads.nextuse`; issue 16): both modes stream, neither holds the trace. n·c/s is
+  priced per *unit* a hit needs — a hit at prefix length E saves E tokens and needs E tokens of
+  KV plus, on a hybrid model, one state — so every part of it has value density f·E/(E·kv +
+  state bytes). Pricing a state by f·E/s and its KV by f/kv (each part alone) made the oracle
+  write, at high γ, states without the KV they need (Weka, Kimi-K3, leaf-first ties, the old
+  $2.5 GPU-hour, γ = 64: miss 0.246 at 134 GB; with unit pricing 0.214 at 88 GB).
 - SSD victims (`ssd_evict`): "min" (default) = the furthest next use, as DRAM; "fewest" = the
   paper's fewest future hits per byte (ties: MIN's order). Measured on the Weka workload at γ = 0
   (DRAM/SSD 1 %/10 % of its footprint, `ties=root`), "fewest" writes more at more misses
@@ -63,13 +64,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-import numpy as np
-import pyarrow as pa
-
 from policies._estimators import LazyMinHeap
 from policies.base import POLICIES, Policy, PolicyParams, SimContext, param
 from policies.tree import DRAM, NEVER, SSD, Obj, Segment, State, depth_blocks
-from workloads.schema import list_parts
 
 
 @dataclass(frozen=True)
@@ -152,45 +149,11 @@ class BeladyPolicy(Policy[BeladyParams]):
         self._root_first = p.mode == "wear" and p.ties == "root"
         self._kv = cfg.kv_bytes_per_token
         self._sb = cfg.state_bytes
-        # future references per block key: CSR of the request rows using each (ns, key)
-        self._groups: dict[tuple[int, int], tuple[int, int]] = {}
-        self._rows = np.zeros(0, dtype=np.int64)
-
-    @classmethod
-    def needs_table(cls, params: PolicyParams) -> bool:
-        # wear mode's f_x (total future hits) comes from prepare()'s pass over the whole trace;
-        # MIN needs only the next use, which a streamed trace carries
-        return not isinstance(params, BeladyParams) or params.mode == "wear"
-
-    def prepare(self, requests: pa.Table) -> None:
-        """Pre-pass: the sorted request rows that reference each (hash_ns, hash_id), for f_x."""
-        offs, vals = list_parts(requests.column("hash_ids"))
-        lengths = np.diff(offs)
-        rows = np.repeat(np.arange(requests.num_rows, dtype=np.int64), lengths)
-        ns = np.repeat(np.asarray(requests.column("hash_ns").to_numpy(), dtype=np.int64), lengths)
-        vals = np.asarray(vals, dtype=np.int64)
-        order = np.lexsort((rows, vals, ns))
-        ns, vals, self._rows = ns[order], vals[order], rows[order]
-        if not len(order):
-            return
-        new = np.flatnonzero((ns[1:] != ns[:-1]) | (vals[1:] != vals[:-1])) + 1
-        starts = np.concatenate(([0], new))
-        ends = np.concatenate((new, [len(order)]))
-        self._groups = dict(zip(zip(ns[starts].tolist(), vals[starts].tolist(), strict=True),
-                                zip(starts.tolist(), ends.tolist(), strict=True), strict=True))
 
     def future_hits(self, obj: Obj) -> int:
-        """f_x: later requests that reference the object's first block (a state: its position)."""
-        if isinstance(obj, Segment):
-            key = (obj.ns, obj.keys[0])
-        else:
-            assert isinstance(obj, State)
-            key = (obj.seg.ns, obj.seg.keys[-1])
-        g = self._groups.get(key)
-        if g is None:
-            return 0
-        lo, hi = g
-        return int(hi - lo - np.searchsorted(self._rows[lo:hi], self.ctx.seq, side="right"))
+        """f_x: later requests that reference the object's first block (a state: its position),
+        streamed with the trace's next-use column (`workloads.nextuse`)."""
+        return self.ctx.future_refs(obj)
 
     def _density(self, obj: Obj) -> float:
         """Future hits × tokens saved per byte of the *unit* a hit needs (dead objects: 0).
