@@ -64,8 +64,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+import pyarrow as pa
+
 from policies._estimators import LazyMinHeap
 from policies.base import POLICIES, Policy, PolicyParams, SimContext, param
+from policies.schema import OPS
 from policies.tree import DRAM, NEVER, SSD, Obj, Segment, State, depth_blocks
 
 
@@ -92,6 +96,7 @@ class BeladyParams(PolicyParams):
 
 
 _KV_FIRST = 1 << 40
+_WRITE, _READ, _EVICT = (OPS.index(o) for o in ("write", "read", "evict"))
 
 
 def _key(obj: Obj, root_first: bool) -> tuple[int, int]:
@@ -291,3 +296,44 @@ class BeladyPolicy(Policy[BeladyParams]):
                 if not dead:
                     fee += self._density(victim) * over * self.c_token
         return value > fee
+
+
+def _next_op(ssd_ops: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """Each ssd_ops row's op code (`OPS` index) and the row of the same object's next op (-1:
+    none). A copy's ops are its write, its reads, then its evict (none at the trace's end)."""
+    n = ssd_ops.num_rows
+    op = ssd_ops.column("op").combine_chunks()
+    assert isinstance(op, pa.DictionaryArray)
+    codes = np.asarray([OPS.index(v) for v in op.dictionary.to_pylist()], dtype=np.int8)[
+        np.asarray(op.indices.to_numpy(zero_copy_only=False), dtype=np.int64)]
+    oid = np.asarray(ssd_ops.column("obj_id").to_numpy(), dtype=np.int64)
+    order = np.lexsort((np.arange(n), oid))   # each object's ops, in time order
+    nxt = np.full(n, -1, dtype=np.int64)
+    if n > 1:
+        same = oid[order[1:]] == oid[order[:-1]]
+        nxt[order[:-1][same]] = order[1:][same]
+    return codes, nxt
+
+
+def live_writes(ssd_ops: pa.Table) -> np.ndarray:
+    """Which rows are SSD writes whose copy is read before it leaves the SSD (a write whose
+    copy's next op is not a read is dead: it served no hit)."""
+    codes, nxt = _next_op(ssd_ops)
+    return (codes == _WRITE) & (nxt >= 0) & (codes[nxt] == _READ)
+
+
+def hindsight_filter(ssd_ops: pa.Table) -> pa.Table:
+    """The oracle's relaxation for online points (README "Frontier"): a run's ssd_ops without
+    its dead writes (`live_writes`) and the evicts that end those copies. Every other decision
+    stays, so every read — every SSD hit — is served as before and the SSD holds a subset of
+    what it held (never more bytes): the same misses for fewer written bytes, whatever the
+    policy. Not an optimum: the space a dead write took is not given to anything else."""
+    codes, nxt = _next_op(ssd_ops)
+    dead = np.flatnonzero((codes == _WRITE) & ~((nxt >= 0) & (codes[nxt] == _READ)))
+    keep = np.ones(ssd_ops.num_rows, dtype=bool)
+    keep[dead] = False
+    ends = nxt[dead]
+    ends = ends[ends >= 0]
+    assert (codes[ends] == _EVICT).all(), "a dead copy's next op must be its evict"
+    keep[ends] = False
+    return ssd_ops.filter(pa.array(keep))

@@ -3,13 +3,16 @@ the hindsight dead-write filter never costs a hit (issues 11 and 16)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from policies import belady
 from policies.base import RequestInfo
+from policies.belady import hindsight_filter, live_writes
 from policies.sim import SimConfig, simulate
 from policies.tree import Obj, Segment, State
 from workloads.schema import REQUESTS
@@ -63,3 +66,73 @@ def test_streamed_future_hits_count_the_later_requests(reqs: list[tuple[int, int
 def as_state(obj: Obj) -> State:
     assert isinstance(obj, State)
     return obj
+
+
+def is_op(ops: pa.Table, name: str) -> np.ndarray:
+    return np.asarray(pc.equal(ops.column("op").cast(pa.string()), name).to_numpy(zero_copy_only=False))
+
+
+def replay_ssd(ops: pa.Table, capacity_bytes: int) -> list[tuple[float, int]]:
+    """Play ssd_ops against an SSD of `capacity_bytes`: a write needs an absent copy and room,
+    a read and an evict a resident copy. Returns the reads (time, object)."""
+    resident: dict[int, int] = {}
+    used = 0
+    reads = []
+    for t, op, oid, nbytes in zip(ops.column("t_s").to_pylist(), ops.column("op").to_pylist(),
+                                  ops.column("obj_id").to_pylist(), ops.column("bytes").to_pylist(),
+                                  strict=True):
+        if op == "write":
+            assert oid not in resident, f"write of resident {oid} at {t}"
+            resident[oid] = nbytes
+            used += nbytes
+            assert used <= capacity_bytes, f"SSD over capacity at {t}"
+        elif op == "read":
+            assert oid in resident, f"read of absent {oid} at {t}"
+            reads.append((t, oid))
+        else:
+            used -= resident.pop(oid)
+    return reads
+
+
+POLICIES_FILTERED = ["lru", "write-through", "fifo", "lru-k:k=2", "gandalf:gamma=0", "gandalf:gamma=8",
+                     "meritkv", "wa", "belady:gamma=0", "belady:gamma=64"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reqs=workload, dram=st.integers(1, 12), ssd=st.integers(1, 24), hybrid=st.booleans())
+def test_hindsight_filter_keeps_every_hit_and_writes_less(reqs: list[tuple[int, int]], dram: int, ssd: int,
+                                                          hybrid: bool) -> None:
+    """Dropping a run's dead writes (and the evicts of those copies) leaves a schedule that
+    still fits the SSD and serves exactly the same reads — the same SSD hits, so the same misses
+    (DRAM is untouched) — with at most the bytes written, for every policy; the kept bytes are
+    the writes `live_writes` marks."""
+    t = prefix_table(reqs)
+    cfg = SimConfig(dram_bytes=dram * BLOCK * 8, ssd_bytes=ssd * BLOCK * 8, kv_bytes_per_token=8,
+                    state_bytes=3 * BLOCK * 8 if hybrid else 0, chunk_tokens=BLOCK)
+    for spec in POLICIES_FILTERED:
+        r = simulate(t, cfg, spec)
+        ops = r.ssd_ops
+        reads = replay_ssd(ops, cfg.ssd_bytes)
+        kept = hindsight_filter(ops)
+        assert replay_ssd(kept, cfg.ssd_bytes) == reads, spec
+        written = int(np.asarray(ops.column("bytes").to_numpy())[is_op(ops, "write")].sum())
+        assert written == r.summary.ssd_write_bytes
+        kept_w = int(np.asarray(kept.column("bytes").to_numpy())[is_op(kept, "write")].sum())
+        live = live_writes(ops)
+        assert kept_w == int(np.asarray(ops.column("bytes").to_numpy())[live].sum()) <= written, spec
+
+
+def test_hindsight_filter_drops_lrus_dead_writes() -> None:
+    """Write-back LRU writes every DRAM victim: a conversation evicted and never resumed is
+    written and never read. The filter drops exactly those writes."""
+    # conversations 0 and 1 alternate (re-read from SSD); 2 and 3 are one-shot (dead writes)
+    reqs = [(0, 4), (1, 4), (2, 4), (0, 6), (3, 4), (1, 6), (0, 8), (1, 8)]
+    cfg = SimConfig(dram_bytes=4 * BLOCK * 8, ssd_bytes=64 * BLOCK * 8, kv_bytes_per_token=8, chunk_tokens=BLOCK)
+    ops = simulate(prefix_table(reqs), cfg, "lru").ssd_ops
+    live = live_writes(ops)
+    is_w = is_op(ops, "write")
+    oid = np.asarray(ops.column("obj_id").to_numpy())
+    read_ids = set(oid[is_op(ops, "read")].tolist())
+    assert is_w.sum() > live.sum() > 0
+    assert set(oid[live].tolist()) == read_ids & set(oid[is_w].tolist())
+    assert hindsight_filter(ops).num_rows < ops.num_rows
