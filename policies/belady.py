@@ -87,6 +87,9 @@ class BeladyParams(PolicyParams):
     bypass: bool = param(True, sweep=(True, False), help="do not cache objects never accessed again (wear)")
     supersede: bool = param(True, sweep=(True, False),
                             help="treat a state as dead when a deeper state serves its next reference")
+    dram_copy: Literal["first", "keep"] = param(
+        "keep", sweep=("keep", "first"),
+        help="an SSD copy of a DRAM-resident object: the SSD's first victim, or keyed by its own next use")
     max_write_bytes: int = param(-1, sweep=None,
                                  help="total SSD write budget in bytes (wear mode); -1 = unlimited")
 
@@ -152,6 +155,7 @@ class BeladyPolicy(Policy[BeladyParams]):
         self.written = 0
         self._fewest = p.mode == "wear" and p.ssd_evict == "fewest"
         self._root_first = p.mode == "wear" and p.ties == "root"
+        self._dram_copy_first = p.mode == "min" or p.dram_copy == "first"
         self._kv = cfg.kv_bytes_per_token
         self._sb = cfg.state_bytes
 
@@ -200,7 +204,7 @@ class BeladyPolicy(Policy[BeladyParams]):
         SSD keys with `ssd_evict=fewest` lead with the future-hit density (ties: MIN's order)."""
         k = self._keyof(obj)
         if tier == SSD:
-            if obj.tiers & DRAM:
+            if obj.tiers & DRAM and self._dram_copy_first:
                 return self._dead_key(SSD, k[1])
             if self._fewest:
                 return (0.0 if k[0] == -NEVER else self._density(obj), *k)
