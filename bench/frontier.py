@@ -59,8 +59,9 @@ KNOBS: dict[str, tuple[str, tuple[float, ...] | None]] = {
     "gandalf": ("gamma", GAMMAS),
     # all future hits: a wider range, and denser (the oracle's line is the bound checked): the
     # line is not monotone in misses (Weka × Kimi-K3 before dram_copy=keep: γ = 48 0.127 at
-    # 115 GiB, γ = 56 0.111 at 104.5), so ×1.5 steps where it is steep; one grid for every workload
-    "belady": ("gamma", (0, 4, 16, 32, 48, 64, 96, 128, 192, 256, 512, 1024, 2048, 4096)),
+    # 115 GiB, γ = 56 0.111 at 104.5), so ×1.5 steps from 32 on; one grid for every workload
+    "belady": ("gamma", (0, 4, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072,
+                         4096)),
     "lru-k": ("k", (1, 2, 3, 4, 5, 6, 8, 10)),
     "hotprefix": ("theta", (1, 2, 3, 5, 10)),
     "marconi": ("alpha", (0.0, 0.5, 1.0, 1.5, 2.0)),
