@@ -32,11 +32,12 @@ valid ones.
   it happens with the request's other SSD writes, cause `promote`) and, for oracles (`needs_future =
   True`), `obj.next_seq` (the next request that references the object's first block;
   `tree.NEVER` if none; for a state, the next request whose prefix reaches its position) and
-  `ctx.next_seqs(seg)` (per block), filled in by a pre-pass over the requests table (and
-  `prepare(table)` lets an oracle run its own). What serves the current request, set before its
-  walk: `ctx.hit_state` (the state the hit ends at, hybrid models; else None) and
-  `ctx.hit_blocks` (the hit's length in blocks), for policies that credit reuse only to what
-  served it.
+  `ctx.next_seqs(seg)` (per block) and `ctx.future_refs(obj)` (how many later requests reference
+  the object's first block or a state's position: f_x), filled in by a pre-pass over the requests
+  table or streamed with it (and `prepare(table)` lets an oracle run its own). What serves the
+  current request, set before its walk: `ctx.hit_state` (the state the hit ends at, hybrid models;
+  else None) and `ctx.hit_blocks` (the hit's length in blocks), for policies that credit reuse
+  only to what served it.
 
 **Call order per request**: `begin_request(req)`; then the request's path is visited from the
 leaf (request end) to the root — the request's new or re-used state first, the state used for
@@ -255,6 +256,8 @@ class SimContext(Protocol):
     def write_to_ssd(self, obj: Obj) -> None: ...
 
     def next_seqs(self, seg: Segment) -> list[int]: ...
+
+    def future_refs(self, obj: Obj) -> int: ...
 
 
 P = TypeVar("P", bound=PolicyParams)

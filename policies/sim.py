@@ -53,8 +53,11 @@ Streaming: record batches are consumed one at a time, each cut to at most `BATCH
 ids; memory grows with what the tiers hold (ghost segments are pruned), plus the outputs — and
 not with the ssd_ops when an `ops_sink` takes them batch by batch (per-request records can be
 switched off with `record_requests=False`). Oracle policies (`needs_future`) get the future from
-a `next_use` column the batches carry (written in one backward pass by `workloads.nextuse`);
-batches without it are gathered into the whole table for the in-memory next-access pre-pass.
+`next_use` and `future_refs` columns the batches carry (written in one backward pass by
+`workloads.nextuse`); batches without them are gathered into the whole table for the in-memory
+pre-pass. Each request's future is one (2, ids) array: row 0 the next-use seq of each of its
+ids, row 1 the number of later accesses of it; an object keeps (array, index) of the access
+that last touched it (`Obj._fut`), so `next_seqs` and `future_refs` read it there.
 
 Must not: do I/O, read the wall clock, keep global state.
 """
@@ -65,7 +68,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import chain
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 import pyarrow as pa
@@ -185,7 +188,7 @@ class Simulator:
         self.acc = Accumulator(config, self.used_bytes)
         cls = POLICIES.get(self.spec.name)
         self.policy: Policy[Any] = cls(self.spec.params, self)
-        self._future: np.ndarray | None = None  # next-use seq per flat hash id (oracles)
+        self._future: np.ndarray | None = None  # (2, ids): next use, future refs (oracles)
         self._fut_base = 0
         # ssd op runs (expanded to per-object rows by _flush_ops)
         self._op_t: list[float] = []
@@ -217,11 +220,22 @@ class Simulator:
 
     def next_seqs(self, seg: Segment) -> list[int]:
         """Per-block next-access request seq of `seg` (oracle policies only)."""
-        fut = getattr(seg, "_fut", None)
+        fut = seg._fut
         if fut is None:
             return [seg.next_seq] * seg.n
         arr, i = fut
-        return [int(x) for x in arr[i:i + seg.n]]
+        return [int(x) for x in arr[0, i:i + seg.n]]
+
+    def future_refs(self, obj: Obj) -> int:
+        """Later requests that reference the object's first block (a state: its position), as
+        of the current request: the count after the last request that referenced it (a state
+        passed over included), less the current request when it references the object and has
+        not reached it yet (oracle policies only; else 0)."""
+        fut = obj._fut
+        if fut is None:
+            return 0
+        arr, i = fut
+        return int(arr[1, i]) - (int(arr[0, i]) == self.seq)
 
     # --- ops --------------------------------------------------------------------------------
     def _op(self, code: int, obj: Obj, cause: int) -> None:
@@ -352,7 +366,7 @@ class Simulator:
         if fut is not None:
             head._fut = fut
             seg._fut = (fut[0], fut[1] + m)
-            seg.next_seq = int(fut[0][fut[1] + m])
+            seg.next_seq = int(fut[0][0, fut[1] + m])
         head.children = {keys[m]: seg}
         parent.children[keys[0]] = head
         seg.keys = keys[m:]
@@ -533,6 +547,13 @@ class Simulator:
         # what serves this request, for policies that credit reuse only to the serving objects
         self.hit_state = hit_state
         self.hit_blocks = path[p - 1].start + path[p - 1].n if p else 0
+        if fut is not None and self.hybrid:
+            # every state on the path is referenced by this request, whether it serves it or is
+            # passed over: its future-refs pointer moves here (only a touch sets next_seq)
+            for seg in path:
+                st = seg.state
+                if st is not None:
+                    st._fut = (fut, seg.start + seg.n - 1)
         # ---- visit leaf → root
         pending_ssd: list[Obj] = []
         hbm_on = self.capacity_bytes[HBM] > 0
@@ -555,7 +576,8 @@ class Simulator:
                 st.last_s = t
                 st.refs = 1
                 if fut is not None:
-                    st.next_seq = int(fut[spos])
+                    st.next_seq = int(fut[0, spos])
+                    st._fut = (fut, spos)
                 self._place_new(st, pending_ssd)
                 used.append(st)
             elif st is not hit_state:
@@ -596,7 +618,7 @@ class Simulator:
                 seg.refs += 1
                 if fut is not None:
                     seg._fut = (fut, seg.start)
-                    seg.next_seq = int(fut[seg.start])
+                    seg.next_seq = int(fut[0, seg.start])
                 self._place_new(seg, pending_ssd)
             used.append(seg)
         # ---- make room, write, evict
@@ -634,9 +656,8 @@ class Simulator:
         obj.last_s = self.now_s
         obj.refs += 1
         if fut is not None:
-            obj.next_seq = int(fut[pos])
-            if isinstance(obj, Segment):
-                obj._fut = (fut, pos)
+            obj.next_seq = int(fut[0, pos])
+            obj._fut = (fut, pos)
         if obj.tiers & _POLICY_TIERS:  # an HBM-only object is not in any policy structure
             self.policy.touched(obj)
 
@@ -661,7 +682,7 @@ class Simulator:
     # --- batches ------------------------------------------------------------------------------
     def set_future(self, table: pa.Table) -> None:
         """Pre-pass for oracle policies: next request seq using each (ns, hash id) again."""
-        self._future = next_use(table)
+        self._future = np.stack(next_use(table, refs=True))
         self._fut_base = 0
         self.policy.prepare(table)
 
@@ -697,15 +718,16 @@ class Simulator:
         fut_all = self._future
         base = self._fut_base
         req = self.request
-        # input streaming: a batch may carry its next-use column (workloads.nextuse, aligned with
-        # hash_ids); each request then gets its own copy, so a resident segment keeps only its
-        # request's array alive, not the batch's
-        col = list_parts(batch.column("next_use"))[1] if "next_use" in batch.column_names else None
+        # input streaming: a batch may carry its next-use and future-refs columns
+        # (workloads.nextuse, aligned with hash_ids); each request then gets its own copy, so a
+        # resident segment keeps only its request's array alive, not the batch's
+        col = (np.stack((list_parts(batch.column("next_use"))[1], list_parts(batch.column("future_refs"))[1]))
+               if "next_use" in batch.column_names else None)
         for r in range(batch.num_rows):
             o0 = offs[r]
             o1 = offs[r + 1]
-            fut = (col[o0:o1].copy() if col is not None
-                   else None if fut_all is None else fut_all[base + o0: base + o1])
+            fut = (col[:, o0:o1].copy() if col is not None
+                   else None if fut_all is None else fut_all[:, base + o0: base + o1])
             req(first_seq + r, rid[r], sess[r], cat[r], turn[r], arr_s[r], inp[r], bt[r], ns[r],
                 values[o0:o1], hashed[r], fut)
         if col is None:
@@ -722,20 +744,36 @@ class Simulator:
         )
 
 
-def next_use(table: pa.Table) -> np.ndarray:
+@overload
+def next_use(table: pa.Table, refs: Literal[False] = False) -> np.ndarray: ...
+
+
+@overload
+def next_use(table: pa.Table, refs: Literal[True]) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+def next_use(table: pa.Table, refs: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """For every flat hash id of `table` (row order), the row index of the next row holding the
-    same (hash_ns, hash_id), or `tree.NEVER`. Vectorized (one sort)."""
+    same (hash_ns, hash_id), or `tree.NEVER`; with `refs`, also how many later accesses hold it
+    (ids of later rows, or later in the same row). Vectorized (one sort)."""
     offs, vals = list_parts(table.column("hash_ids"))
     lengths = np.diff(offs)
     rows = np.repeat(np.arange(table.num_rows, dtype=np.int64), lengths)
     ns = np.repeat(np.asarray(table.column("hash_ns").to_numpy(), dtype=np.int64), lengths)
     order = np.lexsort((rows, vals, ns))
     out = np.full(len(vals), NEVER, dtype=np.int64)
+    same = np.zeros(max(len(order) - 1, 0), dtype=bool)
     if len(order) > 1:
         a, b = order[:-1], order[1:]
         same = (vals[a] == vals[b]) & (ns[a] == ns[b])
         out[a[same]] = rows[b[same]]
-    return out
+    if not refs:
+        return out
+    # the distance, in sorted order, to the key's last access
+    last_pos = np.flatnonzero(np.append(~same, True)) if len(order) else np.zeros(0, dtype=np.int64)
+    count = np.zeros(len(vals), dtype=np.int64)
+    count[order] = np.repeat(last_pos, np.diff(last_pos, prepend=-1)) - np.arange(len(order))
+    return out, count
 
 
 #: Input streaming: a batch is cut so that it holds at most this many hash ids, because

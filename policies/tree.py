@@ -48,13 +48,13 @@ class Obj:
     - `created_s`: when it was last (re)inserted after being absent from every tier.
     - `ssd_hit`: served from SSD at least once since it was last written there.
     - `next_seq`: request sequence number of the next access (oracle policies only; else -1,
-      and `NEVER` when no later request references it).
+      and `NEVER` when no later request references it); `_fut` where it was read from.
     Field a policy owns: `pdata` (anything; copied to both halves on a split unless the
     policy's `split` hook says otherwise).
     """
 
-    __slots__ = ("created_s", "kind", "last_s", "last_seq", "nbytes", "next_seq", "oid", "pdata",
-                 "refs", "ssd_hit", "tiers")
+    __slots__ = ("_fut", "created_s", "kind", "last_s", "last_seq", "nbytes", "next_seq", "oid",
+                 "pdata", "refs", "ssd_hit", "tiers")
 
     def __init__(self, oid: int, kind: int, nbytes: int) -> None:
         self.oid = oid
@@ -68,6 +68,9 @@ class Obj:
         self.ssd_hit = False
         self.next_seq = -1
         self.pdata: Any = None
+        # (future array, index) of the access that last touched it: oracle runs only (the
+        # simulator's; policies read it through ctx.next_seqs / ctx.future_refs)
+        self._fut: tuple[Any, int] | None = None
 
     @property
     def n_objects(self) -> int:
@@ -109,7 +112,7 @@ class Segment(Obj):
       child segment; `state`: the state checkpoint at this segment's end, if any.
     """
 
-    __slots__ = ("_fut", "block_bytes", "block_tokens", "children", "keys", "last_bytes",
+    __slots__ = ("block_bytes", "block_tokens", "children", "keys", "last_bytes",
                  "last_tokens", "n", "ns", "parent", "start", "state")
 
     def __init__(self, oid: int, ns: int, keys: list[int], start: int, block_tokens: int,
@@ -128,7 +131,6 @@ class Segment(Obj):
         self.parent = parent
         self.children: dict[int, Segment] = {}
         self.state: State | None = None
-        self._fut: tuple[Any, int] | None = None  # (next-use array, index): oracle runs only
 
     @property
     def n_objects(self) -> int:

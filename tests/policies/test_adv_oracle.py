@@ -44,7 +44,7 @@ def test_oracle_hits_at_least_every_online_policy(keys: list[int], dram_blocks: 
     cfg = SimConfig(dram_bytes=dram_blocks * BLOCK, ssd_bytes=ssd_blocks * BLOCK, kv_bytes_per_token=1,
                     chunk_tokens=BLOCK)
     t = table([[k] for k in keys])
-    oracle = simulate(t, cfg, "belady:gamma=0").summary
+    oracle = simulate(t, cfg, "belady:gamma=0,dram_copy=first").summary
     for spec in ONLINE:
         s = simulate(t, cfg, spec).summary
         assert oracle.hit_tokens >= s.hit_tokens, (spec, oracle.hit_tokens, s.hit_tokens)
@@ -89,5 +89,5 @@ def test_oracle_dominates_lru_on_a_prefix_workload() -> None:
     reqs = [[1000, 1, 2], [1000, 3], [1000, 4], [1000, 3], [1000, 4], [1000, 1, 2]]
     cfg = SimConfig(dram_bytes=3 * BLOCK, ssd_bytes=BLOCK, kv_bytes_per_token=1, chunk_tokens=BLOCK)
     lru = simulate(table(reqs), cfg, "lru").summary
-    oracle = simulate(table(reqs), cfg, "belady:gamma=0").summary
+    oracle = simulate(table(reqs), cfg, "belady:gamma=0,dram_copy=first").summary
     assert oracle.hit_tokens >= lru.hit_tokens  # measured: oracle 112, LRU 128

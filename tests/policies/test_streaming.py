@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -37,9 +38,39 @@ def test_next_use_column_equals_the_in_memory_prepass(requests_file: Path, tmp_p
     batches = list(iter_with_next_use(requests_file, tmp_path / "nu.parquet", max_values=10_000))
     assert len(batches) > 5
     streamed = np.concatenate([list_parts(b.column("next_use"))[1] for b in batches])
-    whole = next_use(pq.read_table(requests_file))
+    streamed_refs = np.concatenate([list_parts(b.column("future_refs"))[1] for b in batches])
+    whole, refs = next_use(pq.read_table(requests_file), refs=True)
     assert np.array_equal(streamed, whole)
+    assert np.array_equal(streamed_refs, refs)
+    assert np.array_equal(next_use(pq.read_table(requests_file)), whole)
     assert (whole < (1 << 62)).any()  # the trace does reuse blocks
+    assert refs.max() > 1
+    # an access has later references exactly when it has a next use
+    assert np.array_equal(refs > 0, whole < (1 << 62))
+
+
+def test_future_refs_count_every_later_access() -> None:
+    """Brute force on a small table with a key repeated inside one row: the count of later
+    accesses (later rows, or later in the same row), in memory and from the backward pass's
+    slices (`_resolve` with a map, one row per slice)."""
+    from workloads.nextuse import _resolve
+
+    ids = [[1, 2, 3], [1, 2], [4, 1, 4], [2, 9], [1]]
+    t = REQUESTS.conform(pa.Table.from_pylist([
+        dict(request_id=i, session_id=None, parent_id=None, stream_id="main", turn=None, arrival_s=float(i),
+             input_tokens=16 * len(r), output_tokens=1, category="default", model=None, block_tokens=16,
+             hash_ns=0, hash_ids=r, hashed_tokens=16 * len(r)) for i, r in enumerate(ids)]))
+    flat = [(row, k) for row, r in enumerate(ids) for k in r]
+    truth = [sum(1 for row2, k2 in flat[i + 1:] if k2 == k) for i, (_, k) in enumerate(flat)]
+    _, refs = next_use(t, refs=True)
+    assert refs.tolist() == truth
+    mk = mr = mf = np.zeros(0, dtype=np.int64)
+    pieces = []
+    for row in range(len(ids) - 1, -1, -1):
+        keys = np.asarray(ids[row], dtype=np.int64)
+        _, r, mk, mr, mf = _resolve(keys, np.full(len(keys), row, dtype=np.int64), mk, mr, mf)
+        pieces.append(r)
+    assert np.concatenate(pieces[::-1]).tolist() == truth
 
 
 def test_batches_are_bounded_by_hash_ids(requests_file: Path) -> None:
@@ -55,15 +86,20 @@ def test_batches_are_bounded_by_hash_ids(requests_file: Path) -> None:
 
 
 # gandalf at γ = 0 and the oracle at γ = 0 write on both traces (at γ ≥ 1 they write nothing on
-# Mooncake, which would make the comparison of ssd_ops vacuous); belady's wear mode needs the
-# whole table (f_x), so its streamed input is held in memory; MIN streams its next-use column
-@pytest.mark.parametrize("policy", ["lru", "gandalf:gamma=0", "belady:gamma=0", "belady:mode=min"])
+# Mooncake, which would make the comparison of ssd_ops vacuous); both of belady's modes stream
+# their future (wear mode's f_x is the future-refs column, issue 16); γ = 64 and `fewest`
+# exercise f_x in the promotion rule and the SSD's victim keys
+@pytest.mark.parametrize("policy", ["lru", "gandalf:gamma=0", "belady:gamma=0", "belady:mode=min",
+                                    "belady:gamma=64", "belady:gamma=4,ssd_evict=fewest"])
 def test_streamed_simulation_is_identical(requests_file: Path, tmp_path: Path, policy: str) -> None:
     prof = get_profile("kimi-k3")
     cfg = SimConfig(dram_bytes=16 * 10**9, ssd_bytes=128 * 10**9, kv_bytes_per_token=prof.kv_bytes_per_token,
                     state_bytes=prof.state_bytes)
     whole = simulate(pq.read_table(requests_file), cfg, policy)
     if policy.startswith("belady"):
+        from policies.belady import BeladyParams, BeladyPolicy
+
+        assert BeladyPolicy.streams_future(BeladyParams())
         assert write_next_use(requests_file, tmp_path / "nu.parquet", 16)
         stream = iter_with_next_use(requests_file, tmp_path / "nu.parquet", max_values=20_000)
     else:
