@@ -162,7 +162,7 @@ RUNS: dict[str, Expect] = {
     "kvwear report runs/demo --waf uniform": Expect(("runs/demo/report/report.html",)),
     "kvwear run --trace ../shared/traces/mooncake/conversation_trace.jsonl --model qwen3.5-27b --dram 64GB "
     "--ssd 1TB --sample-fraction 0.05 --policy lru --policy gandalf:gamma=8 -o runs/mc":
-        Expect(("runs/mc/results.parquet", "runs/mc/replay/lru/block_ops.parquet"), r"2 policies"),
+        Expect(("runs/mc/results.parquet", "runs/mc/plan/lru/block_ops.parquet"), r"2 policies"),
     "kvwear run cfg.toml -o runs/x --resume": Expect(("runs/x/results.parquet", "runs/x/config.toml"), r"4 policies"),
     "kvwear run --placement kind --policy lru --policy gandalf -o runs/fdp":
         Expect(("runs/fdp/results.parquet",), r"2 policies"),
@@ -205,7 +205,7 @@ def test_run_examples(tmp_path: Path) -> None:
     assert "Projected lifetime under WAF uniform" in (work / "runs/demo/report/report.html").read_text()
     # --placement kind: full-attention KV on handle 0, Kimi-K3's states on handle 1, and the byte
     # checks (per handle too) hold
-    handles = pq.read_table(work / "runs/fdp/replay/lru/block_ops.parquet", columns=["placement_handle"])
+    handles = pq.read_table(work / "runs/fdp/plan/lru/block_ops.parquet", columns=["placement_handle"])
     assert set(handles.column(0).to_pylist()) == {0, 1}
     checks = json.loads((work / "runs/fdp/estimate/lru/crossval.json").read_text())["checks"]
     acc = [c for c in checks if c["kind"] == "accounting"]
