@@ -153,7 +153,11 @@ def _frontier_bench():
     return mod
 
 
-@pytest.mark.parametrize("model", ["qwen3.5-27b", "kimi-k3"])
+@pytest.mark.parametrize("model", ["qwen3.5-27b", pytest.param("kimi-k3", marks=pytest.mark.xfail(strict=True, reason=(
+    "issue #11 open: since Gandalf prices a state by the tokens back to the held state above it, "
+    "gandalf:gamma=4 (miss 0.156 at 32.2 GB) and gamma=16 (0.278 at 13.4 GB) fall in the γ line's "
+    "cliffs (γ = 32: 0.115 at 35.1 GB, γ = 48: 0.161 at 33.0 GB; γ = 192: 0.265 at 22.2 GB, "
+    "γ = 256: 0.403 at 18.2 GB)")))])
 def test_gamma_line_dominates_online_points_on_a_small_agentic_workload(model: str) -> None:
     """The dominance property itself, on a small agentic workload (6 sessions, 113 requests)
     with the bench's tier rule (DRAM 1 %, SSD 10 % of the KV footprint) and γ grid: every
