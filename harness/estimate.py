@@ -324,7 +324,7 @@ class EstimateInputs:
     waf_uniform_source: str
     prediction: WafPrediction | None   # the workload model (harness.waf_model); None: geometry unknown
     waf_emulator: float | None       # the embedded FTL configured as the device (its twin), if any
-    precondition_fill: bool          # the device was filled before the plan
+    preconditioned: bool             # the drive was written (fill or steady state) before the plan
     layout: str
     raw_nand_bytes: float            # the full-size drive's raw NAND
     pe_rating_cycles: float
@@ -473,8 +473,8 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
             notes["WAF (workload model)"] = notes["lifetime days (workload model)"] = (
                 f"{prediction.model} (harness.waf_model) on {prediction.p_eff_pages * 4096 / 2**20:,.0f} MiB "
                 f"of GC space; {prediction.regime} GC"
-                + ("; the model plays the plan on an empty drive, this one was filled first (precondition=fill)"
-                   if inp.precondition_fill else ""))
+                + ("; the model plays the plan on an empty drive, this one was preconditioned first"
+                   if inp.preconditioned else ""))
         checks.append(Check.of("WAF (uniform reference)", inp.waf_uniform, measured_waf, device.tool, WAF_REL_TOL,
                                kind="reference"))
         notes["WAF (uniform reference)"] = notes["lifetime days (uniform reference WAF)"] = (

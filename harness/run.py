@@ -623,7 +623,7 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, plan: Plan, devic
             plan=plan.bytes, device=device, tbw_bytes=tbw, duration_s=duration, waf_uniform=waf_uniform,
             waf_uniform_source=waf_uniform_src, prediction=plan_workload_waf(cfg, plan, capacity),
             waf_emulator=emulator_waf(cfg, rd, label),
-            precondition_fill=str(cfg.device.options.get("precondition", "none")) == "fill",
+            preconditioned=device_backend(cfg).preconditioned(device_spec(cfg, capacity)),
             layout=cfg.replay.layout, raw_nand_bytes=raw, pe_rating_cycles=rating))
         write_json(path, {"policy": label, "checks": list(est.checks), "tbw_bytes": tbw, "duration_s": duration,
                           "row": est.row})

@@ -340,6 +340,12 @@ class Backend:
         return None
 
     @classmethod
+    def preconditioned(cls, spec: DeviceSpec) -> bool:
+        """Whether the drive is written (filled, or driven to steady state) before the plan plays,
+        so it does not start empty (the workload WAF model assumes an empty drive)."""
+        return str(getattr(cls.params(spec), "precondition", "none")) != "none"
+
+    @classmethod
     def default_wear_readers(cls, spec: DeviceSpec) -> tuple[str, ...]:
         """Wear readers to snapshot around a replay when the config names none."""
         return ()
