@@ -190,7 +190,7 @@ def assign_placement(plan: pa.Table, config: PlacementConfig, capacity_bytes: in
         handle = np.where(is_w, len(e) - _lifetime_bucket(plan, e, capacity_bytes, unit_bytes), 0).astype(np.int8)
     ln = plan.column("length_bytes").to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     n = config.handles
-    by_bytes = np.bincount(handle[is_w], weights=ln[is_w], minlength=n).astype(np.int64)
+    by_bytes = _bytes_by_handle(handle[is_w], ln[is_w], n)
     by_ios = np.bincount(handle[is_w], minlength=n).astype(np.int64)
     cols = {name: plan.column(name) for name in plan.column_names if name != "placement_handle"}
     cols["placement_handle"] = pa.array(handle, pa.int8())
@@ -232,4 +232,13 @@ def plan_write_bytes_by_handle(plan: pa.Table, minlength: int = 1) -> list[int]:
     w = pc.equal(plan.column("op").cast(pa.string()), "write").to_numpy(zero_copy_only=False)
     h = plan_handles(plan)[w]
     ln = plan.column("length_bytes").to_numpy(zero_copy_only=False)[w].astype(np.int64)
-    return [int(x) for x in np.bincount(h, weights=ln, minlength=minlength).astype(np.int64)]
+    return [int(x) for x in _bytes_by_handle(h, ln, minlength)]
+
+
+def _bytes_by_handle(handle: np.ndarray, length_bytes: np.ndarray, minlength: int) -> np.ndarray:
+    """Σ length_bytes per handle in int64 (np.bincount's weights are float64, exact only to 2^53:
+    the byte identities compare these sums with the devices' counts to the byte)."""
+    n = max(minlength, int(handle.max()) + 1 if handle.size else 0)
+    out = np.zeros(n, np.int64)
+    np.add.at(out, handle.astype(np.int64, copy=False), length_bytes.astype(np.int64, copy=False))
+    return out
