@@ -14,6 +14,7 @@ Layout (one folder per policy label below each stage folder):
     RUN/results.parquet        one row per policy
     RUN/report/                report.html, report.md, results.csv, figures/
     RUN/.stages/NAME.json      one marker per finished stage (written last, atomically)
+    RUN/.layout                this layout's version (RUNDIR_LAYOUT); a resume refuses another
 
 A stage is finished when its marker exists; `--resume` skips finished stages (`Stage.run`: a
 finished stage's record is read back from its files, an unfinished one is computed, its files
@@ -75,6 +76,11 @@ def input_sha256(path: str | Path) -> str:
         h.update(f"{f.relative_to(p).as_posix()}\0{file_sha256(f)}\n".encode())
     return h.hexdigest()
 
+
+# The run directory's layout, which a resume reads back: 2 = stage folders plan/LABEL (was
+# replay/LABEL), summary.json v1, summary.parquet and the results row in crossval.json. A run
+# directory without RUN/.layout was written with layout 1.
+RUNDIR_LAYOUT = 2
 
 class RunDir:
     """Paths and stage markers of one run directory."""
@@ -153,12 +159,20 @@ class RunDir:
                     f"{self.root} already holds a run; pass --resume to continue it or choose "
                     "another --out"
                 )
+            layout_file = self.root / ".layout"
+            layout = int(layout_file.read_text()) if layout_file.exists() else 1
+            if layout != RUNDIR_LAYOUT:
+                raise KvwearError(
+                    f"{self.root}: written by a kvwear with run-directory layout {layout}, this one reads "
+                    f"layout {RUNDIR_LAYOUT}: it cannot be resumed; remove it or choose another --out"
+                )
             if self.config_path.read_text() != config_toml:
                 raise KvwearError(
                     f"{self.root}: the stored config.toml differs from this run's config; "
                     "resume only with the same config (or choose another --out)"
                 )
         self.root.mkdir(parents=True, exist_ok=True)
+        write_text(self.root / ".layout", f"{RUNDIR_LAYOUT}\n")
         write_text(self.config_path, config_toml)
         self._last_mark = time.monotonic()
 

@@ -77,6 +77,16 @@ def test_rundir_resume_rules(tmp_path: Path) -> None:
     assert RunDir(tmp_path / "run").done_info("simulate/lru")["rows"] == 3
 
 
+def test_a_run_directory_of_an_older_layout_is_not_resumed(tmp_path: Path) -> None:
+    """A run directory written before RUN/.layout existed (layout 1: replay/LABEL, no
+    summary.parquet) is refused on resume with what to do, not resumed into a crash."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.toml").write_text("a = 1\n")
+    with pytest.raises(KvwearError, match="layout 1, this one reads layout 2: it cannot be resumed; remove it"):
+        RunDir(tmp_path / "run").prepare("a = 1\n", resume=True)
+    assert not (tmp_path / "run" / ".layout").exists()
+
+
 def test_manifest_records_inputs_and_versions(tmp_path: Path) -> None:
     inp = tmp_path / "trace.jsonl"
     inp.write_text("{}\n")
