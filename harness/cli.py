@@ -34,8 +34,12 @@ for _name in COMMAND_MODULES:
 def main() -> None:
     """Console-script entry point: kvwear errors and command-line errors become one clear line
     (`kvwear: error: ...`) and exit code 2."""
-    # typer bundles its own click; its exceptions are the ones raised here
-    from typer._click import exceptions as cli_errors
+    # newer typer bundles its own click (a private module), older typer uses click itself: the
+    # exceptions raised here are those of whichever click typer runs on
+    try:
+        from typer._click import exceptions as cli_errors
+    except ImportError:
+        from click import exceptions as cli_errors  # type: ignore[no-redef]
 
     from kvwear.errors import KvwearError
 
