@@ -149,10 +149,26 @@ def fig_models(df: pd.DataFrame, path: Path, lt: str) -> Path | None:
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     x = np.arange(len(pivot.index))
     w = 0.8 / max(len(pivot.columns), 1)
+    # A configuration that never wrote to the SSD has an unbounded lifetime, which no bar can be:
+    # it is drawn hatched up to the top of the finite ones and labelled, not as an inf height
+    # (which matplotlib cannot transform).
+    values = pivot.to_numpy(float)
+    finite = values[np.isfinite(values)]
+    top = float(finite.max()) * 2.0 if finite.size else 1.0
     for i, fam in enumerate(pivot.columns):
-        ax.bar(x + i * w - 0.4 + w / 2, pivot[fam], w, label=fam)
+        xs = x + i * w - 0.4 + w / 2
+        col = pivot[fam].to_numpy(float)
+        unbounded = np.isinf(col)
+        bars = ax.bar(xs, np.where(unbounded, np.nan, col), w, label=fam)
+        if unbounded.any():
+            ax.bar(xs[unbounded], np.full(int(unbounded.sum()), top), w, color=bars.patches[0].get_facecolor(),
+                   hatch="//", alpha=0.5)
+            for xi in xs[unbounded]:
+                ax.text(xi, top, "∞", ha="center", va="bottom", fontsize=8)
     ax.set_xticks(x, pivot.index)
     ax.set_yscale("log")
+    if not finite.size:
+        ax.text(0.5, 0.5, "no SSD writes: every lifetime unbounded", transform=ax.transAxes, ha="center")
     ax.set_ylabel(f"SSD lifetime, WAF {lt.removeprefix('lifetime_days_')} (years, log)")
     ax.set_title("Model sensitivity (best configuration per policy)")
     ax.legend(fontsize=7)

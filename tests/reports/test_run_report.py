@@ -167,3 +167,24 @@ def test_sweep_lifetime_figure_with_a_panel_that_never_wrote(tmp_path: Path) -> 
                        "lifetime_days_workload": [8.5, inf, inf, inf]})
     path = fig_lifetime_vs_miss(df, tmp_path / "f.png", "lifetime_days_workload")
     assert path is not None and path.stat().st_size > 0
+
+
+def test_sweep_model_figure_draws_unbounded_lifetimes_without_warnings(tmp_path: Path) -> None:
+    """The best configuration of a family that never wrote has an inf lifetime: the model figure
+    draws it as a labelled hatched bar, not an inf height (matplotlib warned "invalid value
+    encountered in dot" on every sweep report with such a cell), and a panel of only unbounded
+    lifetimes is drawn too."""
+    import warnings
+
+    from reports.sweep_report import fig_models
+
+    inf = float("inf")
+    rows = [{"axis_trace": "t", "axis_model": m, "axis_dram_bytes": 1e9, "axis_ssd_bytes": 2e9,
+             "axis_policy": p, "miss_ratio_tokens": 0.2, "lifetime_days_x": life}
+            for m in ("kimi-k3", "qwen3.5-27b") for p, life in (("lru", 90.0), ("gandalf:gamma=4", inf))]
+    for case, df in (("mixed", pd.DataFrame(rows)),
+                     ("all unbounded", pd.DataFrame(rows).assign(lifetime_days_x=inf))):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            path = fig_models(df, tmp_path / f"{case}.png", "lifetime_days_x")
+        assert path is not None and path.stat().st_size > 0, case
