@@ -5,7 +5,7 @@
 # (shell variables), /job/job.fio (a fio job file) and the files it names (the iolog), or instead
 # /job/segments.txt with per-segment job files and trim lists, or /job/dw.plan, a plan that
 # kvwear's directive-write tool /bin/kvwear-dw replays with NVMe passthrough (placement handles in
-# each write's directive; emulator/kvwear_dw.c, harness/directive_plan.py) (see below). OUT: on the
+# each write's directive; emulator/kvwear_dw.c, harness/devices/directive_plan.py) (see below). OUT: on the
 # second serial port (/dev/ttyS1, a file on the host), lines
 #   KVWEAR-EVENT <name> <value>
 #   KVWEAR-BEGIN <name> <byte length> <sha256>   / base64 lines /   KVWEAR-END <name>

@@ -10,7 +10,7 @@
  * tool: Debian 12's fio 3.33 cannot set the directive fields (fio's FDP support came in 3.34 and
  * needs io_uring_cmd), and nvme-cli issues one command per process.
  *
- * PLAN (little-endian, written by harness.directive_plan; version 1):
+ * PLAN (little-endian, written by harness.devices.directive_plan; version 1):
  *   header, 32 bytes: magic "KVWDPLAN", u32 version = 1, u32 record bytes = 32, u64 records,
  *                     u32 flags (bit 0: timed: record i starts t_s[i] - t_s[0] seconds after the
  *                     first), u32 reserved = 0
