@@ -136,12 +136,16 @@ class GandalfParams(PolicyParams):
     scan: int = param(4, sweep=(1, 16), help="entries per list examined for the leaf and root-side tests")
     move_candidates: int = param(1, sweep=(1, 64),
                                  help="root-side move candidates judged per kind × size class list")
-    state_tokens: Literal["marginal", "prefix"] = param(
-        "marginal", sweep=("marginal", "prefix"),
-        help="n of a state: tokens back to the deepest resident state above it, or its whole prefix")
+    state_tokens: Literal["segment", "marginal", "prefix"] = param(
+        "marginal", sweep=("segment", "marginal", "prefix"),
+        help="n of a state: tokens since the previous checkpoint position on its path, tokens back to "
+             "the deepest resident state above it, or its whole prefix")
     superseded_weight: float = param(
         0.0, sweep=(0.0, 1.0),
         help="P multiplier for a state whose prefix a later request already extended")
+    ghost_credit: Literal["ends", "inside"] = param(
+        "ends", sweep=("ends", "inside"),
+        help="where a passing request finds a dropped state to credit: at segment ends, or anywhere")
     ghosts: int = param(1 << 20, sweep=(0, 1 << 22), help="forgotten objects remembered for reuse counts")
 
     def __post_init__(self) -> None:
@@ -230,7 +234,10 @@ class GandalfPolicy(Policy[GandalfParams]):
         cfg = ctx.config
         self.c_token = cfg.usd_per_recomputed_token
         self._hist_model = p.idle_model == "hist"
-        self._marginal = p.state_tokens == "marginal"
+        self._state_tokens = p.state_tokens
+        self._ghost_inside = p.ghost_credit == "inside"
+        # state → tokens since the previous checkpoint position, when it was created ("segment")
+        self._own_tokens: dict[Obj, int] = {}
         # (value P·n·c in $, D in $/byte/s) per object, valid until the next access of anything
         self._vcache: dict[Obj, tuple[float, float]] = {}
         self.p_w = cfg.ssd_usd_per_byte_written
@@ -289,20 +296,34 @@ class GandalfPolicy(Policy[GandalfParams]):
         obj.pdata = (now, refs)
 
     def _credit_ghost_state(self, seg: Segment) -> None:
-        """A request passes the end of `seg`, deeper than its hit: a state dropped there would have
-        served it (had it been kept with its KV). Only the deepest such state is credited."""
+        """A request passes the end of `seg` (`ghost_credit="inside"`: any position in it), deeper
+        than its hit: a state dropped there would have served it (had it been kept with its KV).
+        Only the deepest such state is credited."""
         ctx = self.ctx
         end = seg.start + seg.n
         if self._state_credited or end <= ctx.hit_blocks:
             return
-        if seg.state is not None and seg.state.tiers:
-            return
-        gone = self.ghosts.pop((LINEAR, seg.ns, seg.keys[-1]), None)
-        if gone is not None:
-            now = ctx.now_s
-            self._hist((LINEAR, _rc(gone[1]), _size_class(seg))).reused(now - gone[0])
-            self._state_credited = True
-            self._credited_end = end
+        if self._ghost_inside:
+            # a dropped state may sit inside `seg`: when its KV was dropped too, the path is
+            # recreated as one segment through the old checkpoint position, with this request's
+            # own new state at its end
+            lo = max(ctx.hit_blocks - seg.start, 0)
+        else:
+            if seg.state is not None and seg.state.tiers:
+                return
+            lo = seg.n - 1
+        ghosts = self.ghosts
+        ns, keys = seg.ns, seg.keys
+        for i in range(seg.n - 1, lo - 1, -1):
+            gone = ghosts.pop((LINEAR, ns, keys[i]), None)
+            if gone is not None:
+                pos = seg.start + i + 1
+                tokens = seg.end_tokens if i == seg.n - 1 else pos * seg.block_tokens
+                sc = (tokens >> 8).bit_length()
+                self._hist((LINEAR, _rc(gone[1]), sc)).reused(ctx.now_s - gone[0])
+                self._state_credited = True
+                self._credited_end = pos
+                return
 
     def _hist(self, key: ClassKey) -> ReuseHistogram:
         h = self.hists.get(key)
@@ -353,8 +374,12 @@ class GandalfPolicy(Policy[GandalfParams]):
         else:
             assert isinstance(obj, State)
             n = obj.seg.end_tokens
-            if self._marginal:
+            if self._state_tokens == "marginal":
                 n -= _fallback_tokens(obj.seg)
+            elif self._state_tokens == "segment":
+                # its own segment, as measured when it was created, or less once a request
+                # checkpoints between (the deepest resident state above is a checkpoint too)
+                n = min(self._own_tokens.get(obj, n), n - _fallback_tokens(obj.seg))
             weight = self.p.superseded_weight if self.hybrid and _superseded(obj) else 1.0
             if weight == 0.0:
                 return 0.0
@@ -362,6 +387,25 @@ class GandalfPolicy(Policy[GandalfParams]):
             key = self.class_of(obj)
         last = obj.pdata[0] if obj.pdata is not None else obj.last_s
         return self.p_idle(max(self.ctx.now_s - last, 0.0), key) * weight * n * self.c_token
+
+    def _checkpoint_above_blocks(self, st: State) -> int:
+        """Where the previous checkpoint position on the path of a new state `st` ends, in
+        blocks (0 if none): the deepest position above it holding a state, resident or dropped
+        (a dropped one is known by its ghost, which may sit inside a segment recreated through
+        it). Called when `st` is placed, before the request's segments pop the ghosts they credit."""
+        ghosts = self.ghosts
+        seg = st.seg
+        top = seg.n - 1  # positions (block indices) examined in `seg`: below its own end
+        while seg.parent is not None:
+            if top == seg.n and seg.state is not None and seg.state.tiers:
+                return seg.start + seg.n
+            ns, keys = seg.ns, seg.keys
+            for i in range(top - 1, -1, -1):
+                if (LINEAR, ns, keys[i]) in ghosts:
+                    return seg.start + i + 1
+            seg = seg.parent
+            top = seg.n
+        return 0
 
     def _vd(self, obj: Obj, key: ClassKey) -> tuple[float, float]:
         """(value, D = value/(s·w)), memoized until the next access changes the estimators."""
@@ -461,15 +505,19 @@ class GandalfPolicy(Policy[GandalfParams]):
             if prev is not None and not (seg.start <= ctx.hit_blocks
                                          or seg.start + seg.n <= self._credited_end):
                 prev = None
-        elif prev is not None:
-            # the request's own state, recreated where it was dropped: it would have served
-            # the request iff the hit ended above it
-            end = depth_blocks(obj)
-            if self._state_credited or end <= ctx.hit_blocks:
-                prev = None
-            else:
-                self._state_credited = True
-                self._credited_end = end
+        else:
+            assert isinstance(obj, State)
+            if self._state_tokens == "segment":
+                self._own_tokens[obj] = obj.seg.end_tokens - self._checkpoint_above_blocks(obj) * obj.seg.block_tokens
+            if prev is not None:
+                # the request's own state, recreated where it was dropped: it would have served
+                # the request iff the hit ended above it
+                end = depth_blocks(obj)
+                if self._state_credited or end <= ctx.hit_blocks:
+                    prev = None
+                else:
+                    self._state_credited = True
+                    self._credited_end = end
         self._observe_access(obj, prev)
         return DRAM
 
@@ -499,6 +547,7 @@ class GandalfPolicy(Policy[GandalfParams]):
         self._victims = None
         if not obj.tiers:
             self._forget(obj)
+            self._own_tokens.pop(obj, None)
         if tier == DRAM:
             if not self._delist(obj, DRAM):
                 self.clean.pop(obj, None)

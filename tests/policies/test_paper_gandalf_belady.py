@@ -204,3 +204,32 @@ def test_gandalf_never_moves_a_superseded_state(gamma: float) -> None:
     assert superseded and not any(superseded), seen
     assert any(w for (kind, sup), w in seen if kind == LINEAR and not sup), seen
     assert s.ssd_write_objects_linear > 0
+
+
+@pytest.mark.parametrize("gamma", [4.0, 8.0])
+def test_gandalf_segment_pricing_never_moves_a_tip_whose_own_segment_is_short(gamma: float) -> None:
+    """`state_tokens=segment` prices a state by its own tokens (since the previous checkpoint
+    position on its path, resident or not). Three append-only sessions take turns, each turn one
+    block (16 tokens) longer than the last, through a DRAM of 12 blocks and two states of 1.6 MB:
+    a tip's own segment is worth P·16·c ≤ $0.016 against its fee γ·p_w·1.6 MB = γ·$0.016 (writes at
+    $10⁻⁸ a byte), so no state is ever moved, and its KV, useless without it, neither; the marginal
+    reading prices the same tip at its whole prefix (no state above it is resident) and moves it.
+    Dropped tips are credited wherever the next turn passes them (`ghost_credit=inside`): counted
+    only at segment ends, their reuse is lost once their KV is dropped too, P stays under 0.1 and
+    neither reading moves anything."""
+    rows = sorted((s + 10.0 * t, [1000 * s + j for j in range(10 + t)]) for t in range(12) for s in range(3))
+    cfg = SimConfig(dram_bytes=12 * BLOCK * KV + 2 * 100 * BLOCK * KV, ssd_bytes=4000 * BLOCK * KV,
+                    kv_bytes_per_token=KV, state_bytes=100 * BLOCK * KV, chunk_tokens=BLOCK,
+                    gpu_usd_per_hour=3.6, recompute_tokens_per_s=1.0, ssd_usd_per_tb_written=1e4)
+    written = {}
+    for mode in ("segment", "marginal"):
+        sim = Simulator(cfg, f"gandalf:gamma={gamma},state_tokens={mode},ghost_credit=inside")
+        seen = record_admissions(sim.policy, lambda obj: obj.kind)
+        sim.run_batch(requests_table(rows), 0)
+        s = sim.finish().summary
+        assert sum(kind == LINEAR for kind, _ in seen) > 30, seen  # every session's tip reached the door
+        written[mode] = (s.ssd_write_objects_linear, s.ssd_write_bytes, s.token_miss_ratio)
+    assert written["segment"] == (0, 0, 1.0), written
+    assert written["marginal"][0] > 0 and written["marginal"][2] < 0.5, written
+    ends = simulate(requests_table(rows), cfg, f"gandalf:gamma={gamma}").summary
+    assert ends.ssd_write_bytes == 0, ends
