@@ -63,7 +63,9 @@ SSD victims are the lowest-D SSD objects (the same price, so V is what the paper
   1, 2, 4, 8, 16, 32, 64; "ends" in brackets): Weka × Kimi-K3 becomes nearly monotone, miss 0.122,
   0.118, 0.119, 0.118, 0.121, 0.124, 0.137, 0.826 at 179.2, 128.8, 123.8, 121.8, 115.6, 97.1, 88.7,
   4.0 GiB (0.115, 0.118, 0.125, 0.122, 0.126, 0.117, 0.180, 0.821 at 181.6, 126.9, 125.1, 121.8,
-  105.7, 91.1, 57.8, 5.3), but every other case loses: Weka × Qwen3.5-27B γ = 0, 4, 16 miss 0.189,
+  105.7, 91.1, 57.8, 5.3), but in every other case most of its points are dominated by the
+  default's (7 of 8 on Weka × Qwen3.5-27B, 6 and 7 of 8 on Mooncake × Kimi-K3 and Qwen3.5-27B;
+  where it misses less it writes 1.3–2.2× the bytes): Weka × Qwen3.5-27B γ = 0, 4, 16 miss 0.189,
   0.216, 0.261 at 326.1, 265.7, 197.4 GiB (0.166, 0.178, 0.317 at 321.1, 284.8, 148.4; γ = 0 no
   longer at LRU's 0.169); Mooncake's first 3,000 requests, Kimi-K3, γ = 0, 4, 8, 16: 0.844,
   0.842, 0.862, 0.940 at 1,890.4, 1,347.5, 579.3, 99.1 GiB (0.833, 0.834, 0.879, 0.960 at 1,878.6,
@@ -94,7 +96,7 @@ SSD victims are the lowest-D SSD objects (the same price, so V is what the paper
   57.8, 5.3 GiB, share 0.54, 0.38, 0.35, 0.32, 0.29, 0.23, 0.13, 0.71; prefix: 0.123, 0.128, 0.128,
   0.128, 0.128, 0.123, 0.126, 0.821 at 186.3, 140.1, 140.5, 156.6, 155.2, 119.8, 104.5, 14.0 GiB,
   share 0.57, 0.38, 0.38, 0.46, 0.46, 0.35, 0.30, 0.75) — fewer bytes and a lower linear share
-  (still 0.25 at γ = 4) bought with 0.07–0.39 more misses; Weka × Qwen3.5-27B γ = 0…16 0.175,
+  (still 0.25 at γ = 4) bought with 0.03–0.39 more misses at γ = 1…32; Weka × Qwen3.5-27B γ = 0…16 0.175,
   0.179, 0.214, 0.226, 0.272, 0.386 at 300.5, 289.0, 278.4, 269.9, 247.2, 131.5 GiB (marginal 0.166,
   0.171, 0.174, 0.178, 0.212, 0.317 at 321.1, 299.1, 297.0, 284.8, 200.0, 148.4; prefix 0.176, 0.177,
   0.190, 0.187, 0.219, 0.305 at 316.2, 303.4, 302.4, 284.2, 224.5, 174.6); Mooncake's first 3,000
