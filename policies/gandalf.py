@@ -136,21 +136,21 @@ SSD victims are the lowest-D SSD objects (the same price, so V is what the paper
   μ(t) (`budget=fixed`: μ ≡ 1), not the door's width (`move_candidates=4`: the same points), not
   the leaf's own move (without it γ = 4, 8, 16 miss 0.120, 0.189, 0.120: the bump grows), not the
   no-leaf fallback move (without it: the same points), not the candidate scan (`scan=16`: 0.112,
-  0.126, 0.109) nor the idle model (`idle_model=exp`: 0.119, 0.130, 0.126). It is the rule itself
-  on a full SSD: the SSD (26.4 GiB, about 60 Kimi-K3 states) is always full, so a move's fee is
-  mostly V, the displaced next-hit value (≈ 7·10⁻⁴ $ for 449 MB of victims at P = 0.5 against
-  γ·2.2·10⁻⁵ $ of wear), γ shifts the door only a little between 1 and 16, and which tips pass is
-  decided by the estimators' state: γ = 8 writes 23 more states than γ = 16 (72 vs 49) and serves
-  fewer state hits from SSD (72 vs 74) — dead writes (its live bytes 75.4 vs 64.9 GiB) that
-  displaced useful ones. P prices the next hit whenever it comes; it does not ask whether the
-  copy survives on the SSD until then. Dropping V (not the paper's rule) makes γ = 4, 8, 16
-  monotone within noise (0.115, 0.116, 0.118 at 114.4, 107.3, 92.2 GiB); so does the truer ghost
-  count (`ghost_credit=inside`, above), at a cost elsewhere. Neither is taken: the inversion is
+  0.126, 0.109) nor the idle model (`idle_model=exp`: 0.119, 0.130, 0.126). Nor is it V being
+  large: V, the displaced next-hit value, is 0 at 95 % of the door's pricings (the SSD has room,
+  or its cheapest victims are worth 0) and positive at 38, 67, 94 of 1,100, 980, 769 at γ = 4, 8,
+  16. It is a cascade from a few decisions: γ = 8 writes 23 more states than γ = 16 (72 vs 49) and
+  serves fewer state hits from SSD (72 vs 74) — dead writes (its live bytes 75.4 vs 64.9 GiB) that
+  displaced useful ones. P prices the next hit whenever it comes; it does not ask whether the copy
+  survives on the SSD until then. Dropping V (not the paper's rule) makes γ = 4, 8, 16 monotone
+  within noise (0.115, 0.116, 0.118 at 114.4, 107.3, 92.2 GiB); so does the truer ghost count
+  (`ghost_credit=inside`, above), at a cost elsewhere. Neither is taken: the inversion is
   reported, not tuned away. Nearby γ vary as much (γ = 3…24: 0.122, 0.122, 0.118, 0.121, 0.138,
   0.126, 0.119, 0.118, 0.117, 0.117, 0.126, 0.172), and a 1 % change of an unrelated knob moves a
   point by up to 0.018 (`min_idle_s` 0.9–1.1: γ = 4 0.116–0.134, γ = 8 0.122–0.140; γ = 16 stays
-  at 0.117). Weka × Qwen3.5-27B and Mooncake (both models) are monotone in γ; the bytes fall with
-  γ in every case.
+  at 0.117). Weka × Qwen3.5-27B is monotone in γ; on Mooncake the dips are ≤ 0.007 (Kimi-K3 γ = 0,
+  1, 2, 4: 0.833, 0.830, 0.829, 0.834; Qwen3.5-27B 0.880, 0.876, 0.879, 0.872); the bytes fall
+  with γ in every case.
 
 Per-event work: objects sit in LRU lists per tier × class, inside which D is non-increasing in
 idle time, so the cheapest object of a list is (up to the hybrid adjustments) its head and a
