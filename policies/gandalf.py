@@ -137,7 +137,7 @@ SSD victims are the lowest-D SSD objects (the same price, so V is what the paper
   the leaf's own move (without it γ = 4, 8, 16 miss 0.120, 0.189, 0.120: the bump grows), not the
   no-leaf fallback move (without it: the same points), not the candidate scan (`scan=16`: 0.112,
   0.126, 0.109) nor the idle model (`idle_model=exp`: 0.119, 0.130, 0.126). Nor is it V being
-  large: V, the displaced next-hit value, is 0 at 95 % of the door's pricings (the SSD has room,
+  large: V, the displaced next-hit value, is 0 at 88–97 % of the door's pricings (the SSD has room,
   or its cheapest victims are worth 0) and positive at 38, 67, 94 of 1,100, 980, 769 at γ = 4, 8,
   16. It is a cascade from a few decisions: γ = 8 writes 23 more states than γ = 16 (72 vs 49) and
   serves fewer state hits from SSD (72 vs 74) — dead writes (its live bytes 75.4 vs 64.9 GiB) that
