@@ -173,19 +173,21 @@ def test_gandalf_prices_a_state_by_the_tokens_back_to_the_resident_state_above()
     """A state's next hit saves the tokens between the deepest resident state above it (where
     the hit would fall back without it) and its own end, not its whole prefix: with states
     resident at 2, 4, 6 and 7 blocks (4 a branch point), the states at 6, 7 and 4 are worth
-    2/6, 1/5 and 2/4 of their whole-prefix value (`state_tokens=prefix`)."""
+    2/6, 1/5 and 2/4 of their whole-prefix value (`state_tokens=prefix`). Every state above is
+    resident, so pricing each by its own segment (`state_tokens=segment`) gives the same values."""
     reqs = requests_table([(0.0, [1, 2]), (5.0, [1, 2, 3, 4]), (10.0, [1, 2, 3, 4, 5, 6]),
                            (15.0, [1, 2, 3, 4, 7])])
     vals = []
-    for mode in ("marginal", "prefix"):
+    for mode in ("marginal", "prefix", "segment"):
         sim = Simulator(config(100, 100, state_bytes=50 * KV), f"gandalf:gamma=0,state_tokens={mode}")
         sim.run_batch(reqs, 0)
         states = _states_by_last_key(sim)
         assert all(st.tiers for st in states.values())
         vals.append({k: sim.policy.value(st) for k, st in states.items()})  # type: ignore[attr-defined]
-    marginal, prefix = vals
+    marginal, prefix, segment = vals
     for key, share in ((6, 2 / 6), (7, 1 / 5), (4, 2 / 4)):
         assert prefix[key] > 0 and marginal[key] == pytest.approx(prefix[key] * share), (key, marginal, prefix)
+    assert segment == pytest.approx(marginal), (segment, marginal)
 
 
 @pytest.mark.parametrize("gamma", [0.5, 2.0])
