@@ -54,6 +54,24 @@ SSD victims are the lowest-D SSD objects (the same price, so V is what the paper
   (keeping it, with its KV, would have served the request; requiring its KV to be resident too
   made a dropped state's KV worthless, then never credited, and Gandalf stopped writing) — and a
   dropped segment recreated inside the hit or the credited state's prefix.
+- **Where a dropped state is found** (`ghost_credit`): "ends" (default) looks at the end of each
+  segment the request passes; "inside" at every block position in it. They differ when a tip's
+  KV was dropped with it: the next turn recreates the path as one segment through the old
+  checkpoint position, so "ends" never credits that reuse (on the hand-built sessions of
+  tests/policies, P of the tips falls below 0.1 and nothing is written at γ = 4). "inside" is the
+  more faithful count, but it is not the default on the evidence (bench/frontier.py tiers, γ = 0,
+  1, 2, 4, 8, 16, 32, 64; "ends" in brackets): Weka × Kimi-K3 becomes nearly monotone, miss 0.122,
+  0.118, 0.119, 0.118, 0.121, 0.124, 0.137, 0.826 at 179.2, 128.8, 123.8, 121.8, 115.6, 97.1, 88.7,
+  4.0 GiB (0.115, 0.118, 0.125, 0.122, 0.126, 0.117, 0.180, 0.821 at 181.6, 126.9, 125.1, 121.8,
+  105.7, 91.1, 57.8, 5.3), but in every other case most of its points are dominated by the
+  default's (7 of 8 on Weka × Qwen3.5-27B, 6 and 7 of 8 on Mooncake × Kimi-K3 and Qwen3.5-27B;
+  where it misses less it writes 1.3–2.2× the bytes): Weka × Qwen3.5-27B γ = 0, 4, 16 miss 0.189,
+  0.216, 0.261 at 326.1, 265.7, 197.4 GiB (0.166, 0.178, 0.317 at 321.1, 284.8, 148.4; γ = 0 no
+  longer at LRU's 0.169); Mooncake's first 3,000 requests, Kimi-K3, γ = 0, 4, 8, 16: 0.844,
+  0.842, 0.862, 0.940 at 1,890.4, 1,347.5, 579.3, 99.1 GiB (0.833, 0.834, 0.879, 0.960 at 1,878.6,
+  732.8, 265.7, 0), Qwen3.5-27B γ = 0, 4, 8: 0.889, 0.879, 0.934 at 2,401.2, 1,167.2, 198.1 GiB
+  (0.880, 0.872, 0.908 at 2,388.5, 998.3, 278.9). Why a truer P costs misses there is not
+  explained yet (issue #11).
 - **Hybrid structure**: a segment that leads to no resident state (no resident state at its end,
   no resident child) can be in no hit, so its value is 0 (it goes first; a request that later
   checkpoints below it recomputes it anyway). A *superseded* state — its segment already has a
@@ -62,13 +80,32 @@ SSD victims are the lowest-D SSD objects (the same price, so V is what the paper
   next turn, and the next turn will use the deeper state).
 - **n for a state** (`state_tokens`): "marginal" (default) = the tokens from the deepest resident
   state above it on its path to its own end — what the next hit loses without it, since the hit
-  falls back to that state; "prefix" = its whole prefix (the earlier reading, which priced a
-  state as if nothing above it could serve). On Weka × Kimi-K3 (bench/frontier.py tiers: DRAM
-  2.6 GiB, SSD 26.4 GiB) "marginal" writes less, at fewer misses up to γ = 16: γ = 0, 1, 4, 16,
-  32 write 181.6, 126.9, 121.8, 91.1, 57.8 GiB at miss 0.115, 0.118, 0.122, 0.117, 0.180
-  against 186.3, 140.1, 156.6, 119.8, 104.5 GiB at 0.123, 0.128, 0.128, 0.123, 0.126
-  (Qwen3.5-27B γ = 0, 4: 321.1, 284.8 GiB at 0.166, 0.178 against 316.2, 284.2 at 0.176, 0.187;
-  Mooncake's first 3,000 requests, Kimi-K3, γ = 4: 732.8 GiB at 0.834 against 803.9 at 0.831).
+  falls back to that state; "segment" = its own tokens, since the previous checkpoint position on
+  its path, resident or dropped (measured when the state is created, less once a request
+  checkpoints between) — the per-object greedy reading of "n = the object's tokens"; "prefix" =
+  its whole prefix (as if nothing above it could serve). "marginal" stays the default on the
+  paper's text and on the evidence. The paper's D is the recompute cost the drop causes at the
+  next hit, and in a hybrid model that is the marginal loss: with no state above resident, a
+  dropped tip costs its next turn the whole prefix, not its last segment, and the KV below it is
+  useless without it (so under "segment" the KV of a short tip is not moved either: the state is
+  dropped first, then its KV leads nowhere). And "segment" loses almost everywhere (bench/frontier.py
+  tiers, γ = 0, 1, 2, 4, 8, 16, 32, 64; marginal, then prefix, in brackets): Weka × Kimi-K3 miss
+  0.125, 0.151, 0.167, 0.189, 0.345, 0.331, 0.571, 0.841 at 211.2, 103.3, 96.8, 83.3, 63.2, 52.0,
+  26.6, 0.4 GiB, linear share 0.63, 0.31, 0.29, 0.25, 0.21, 0.13, 0.08, 1.00 (marginal: 0.115,
+  0.118, 0.125, 0.122, 0.126, 0.117, 0.180, 0.821 at 181.6, 126.9, 125.1, 121.8, 105.7, 91.1,
+  57.8, 5.3 GiB, share 0.54, 0.38, 0.35, 0.32, 0.29, 0.23, 0.13, 0.71; prefix: 0.123, 0.128, 0.128,
+  0.128, 0.128, 0.123, 0.126, 0.821 at 186.3, 140.1, 140.5, 156.6, 155.2, 119.8, 104.5, 14.0 GiB,
+  share 0.57, 0.38, 0.38, 0.46, 0.46, 0.35, 0.30, 0.75) — fewer bytes and a lower linear share
+  (still 0.25 at γ = 4) bought with 0.03–0.39 more misses at γ = 1…32; Weka × Qwen3.5-27B γ = 0…16 0.175,
+  0.179, 0.214, 0.226, 0.272, 0.386 at 300.5, 289.0, 278.4, 269.9, 247.2, 131.5 GiB (marginal 0.166,
+  0.171, 0.174, 0.178, 0.212, 0.317 at 321.1, 299.1, 297.0, 284.8, 200.0, 148.4; prefix 0.176, 0.177,
+  0.190, 0.187, 0.219, 0.305 at 316.2, 303.4, 302.4, 284.2, 224.5, 174.6); Mooncake's first 3,000
+  requests γ = 0…8, Kimi-K3 0.834, 0.845, 0.845, 0.848, 0.914 at 1,878.5, 1,432.2, 1,050.3, 664.5,
+  210.6 GiB (marginal 0.833, 0.830, 0.829, 0.834, 0.879 at 1,878.6, 1,641.6, 1,205.7, 732.8, 265.7;
+  prefix 0.834, 0.833, 0.832, 0.831, 0.879 at 1,874.2, 1,752.5, 1,358.5, 803.9, 323.8), Qwen3.5-27B
+  0.883, 0.876, 0.875, 0.907, 0.956 at 2,405.0, 2,153.6, 1,819.5, 783.7, 224.6 GiB (marginal 0.880,
+  0.876, 0.879, 0.872, 0.908 at 2,388.5, 2,297.9, 2,015.9, 998.3, 278.9); γ ≥ 16 writes nothing on
+  Mooncake under every reading.
 - **`superseded_weight` stays 0, the paper's value, on this evidence** (same tiers, marginal n;
   γ = 0, 4, 16, 32): on Weka × Kimi-K3 0.1 gives 256.4, 113.8, 88.5, 60.0 GiB at miss 0.108,
   0.101, 0.110, 0.178 and 1 gives 272.8, 132.9, 95.8, 53.3 GiB at 0.119, 0.110, 0.116, 0.284,
@@ -83,18 +120,37 @@ SSD victims are the lowest-D SSD objects (the same price, so V is what the paper
   superseded when the request arrived (0 of 411–416 state hits, at each weight), so it comes
   from the order of the other decisions (a superseded state no longer pre-empts every DRAM
   decision at D = 0, and displacing one from the SSD adds to V).
-- **Why Gandalf still writes states on Weka × Kimi-K3 at γ ≥ 4** (issue #11 asks ≤ 10 % of the
-  SSD bytes; measured 0.32, 0.23, 0.13 at γ = 4, 16, 32): not superseded states — none is
+- **Why Gandalf still writes states on Weka × Kimi-K3 at γ ≥ 4** (issue #11 asks ≤ 10 % of the SSD
+  bytes; measured 0.32, 0.29, 0.23, 0.13 at γ = 4, 8, 16, 32): not superseded states — none is
   written at γ > 0 (tests/policies: `test_gandalf_never_moves_a_superseded_state`) — and not the
   leaf's own move: each of the 94 states written at γ = 4 went through the root-side door as a
   session's live tip (no child yet, its KV already on SSD, idle 1–8,092 s), its next-hit value
-  1.04–85× its fee. DRAM is 1 % of the footprint, six Kimi-K3 states (449 MB each), fewer than
-  the sessions in flight, so a tip cannot wait in DRAM for its next turn; at P ≈ 0.7 the paper's
-  per-object rule (move iff P·n·c > γ·p_w·s) moves a tip worth more than about 350·γ tokens back
-  to the resident state above it (its whole prefix when none is), and Claude-Code tips are worth
-  thousands. Those writes pay: at γ = 4 the 94 states written
-  serve 93 state hits from SSD (318 from DRAM). The paper's ≤ 10 % rests on DRAM holding the
-  tips; kvwear does not tune a rule to reach it.
+  1.04–85× its fee. DRAM is 1 % of the footprint, six Kimi-K3 states (449 MB each), fewer than the
+  sessions in flight, so a tip cannot wait in DRAM for its next turn; at P ≈ 0.7 the paper's
+  per-object rule (move iff P·n·c > γ·p_w·s) moves a tip worth more than about 350·γ tokens, and
+  Claude-Code tips are worth thousands whichever n is taken (the median tip written at γ = 4, 8,
+  16 adds 2,496, 3,552, 4,288 tokens in its own radix segment, at P 0.56, 0.49, 0.42). Those
+  writes pay: at γ = 4 the 94 states written serve 93 state hits from SSD (318 from DRAM). The
+  paper's ≤ 10 % rests on DRAM holding the tips; kvwear does not tune a rule to reach it.
+- **Why the miss ratio is not monotone in γ** (Weka × Kimi-K3: γ = 8 0.126, γ = 16 0.117): not
+  μ(t) (`budget=fixed`: μ ≡ 1), not the door's width (`move_candidates=4`: the same points), not
+  the leaf's own move (without it γ = 4, 8, 16 miss 0.120, 0.189, 0.120: the bump grows), not the
+  no-leaf fallback move (without it: the same points), not the candidate scan (`scan=16`: 0.112,
+  0.126, 0.109) nor the idle model (`idle_model=exp`: 0.119, 0.130, 0.126). Nor is it V being
+  large: V, the displaced next-hit value, is 0 at 88–97 % of the door's pricings (the SSD has room,
+  or its cheapest victims are worth 0) and positive at 38, 67, 94 of 1,100, 980, 769 at γ = 4, 8,
+  16. It is a cascade from a few decisions: γ = 8 writes 23 more states than γ = 16 (72 vs 49) and
+  serves fewer state hits from SSD (72 vs 74) — dead writes (its live bytes 75.4 vs 64.9 GiB) that
+  displaced useful ones. P prices the next hit whenever it comes; it does not ask whether the copy
+  survives on the SSD until then. Dropping V (not the paper's rule) makes γ = 4, 8, 16 monotone
+  within noise (0.115, 0.116, 0.118 at 114.4, 107.3, 92.2 GiB); so does the truer ghost count
+  (`ghost_credit=inside`, above), at a cost elsewhere. Neither is taken: the inversion is
+  reported, not tuned away. Nearby γ vary as much (γ = 3…24: 0.122, 0.122, 0.118, 0.121, 0.138,
+  0.126, 0.119, 0.118, 0.117, 0.117, 0.126, 0.172), and a 1 % change of an unrelated knob moves a
+  point by up to 0.018 (`min_idle_s` 0.9–1.1: γ = 4 0.116–0.134, γ = 8 0.122–0.140; γ = 16 stays
+  at 0.117). Weka × Qwen3.5-27B is monotone in γ; on Mooncake the dips are ≤ 0.007 (Kimi-K3 γ = 0,
+  1, 2, 4: 0.833, 0.830, 0.829, 0.834; Qwen3.5-27B 0.880, 0.876, 0.879, 0.872); the bytes fall
+  with γ in every case.
 
 Per-event work: objects sit in LRU lists per tier × class, inside which D is non-increasing in
 idle time, so the cheapest object of a list is (up to the hybrid adjustments) its head and a
@@ -136,12 +192,16 @@ class GandalfParams(PolicyParams):
     scan: int = param(4, sweep=(1, 16), help="entries per list examined for the leaf and root-side tests")
     move_candidates: int = param(1, sweep=(1, 64),
                                  help="root-side move candidates judged per kind × size class list")
-    state_tokens: Literal["marginal", "prefix"] = param(
-        "marginal", sweep=("marginal", "prefix"),
-        help="n of a state: tokens back to the deepest resident state above it, or its whole prefix")
+    state_tokens: Literal["segment", "marginal", "prefix"] = param(
+        "marginal", sweep=("segment", "marginal", "prefix"),
+        help="n of a state: tokens since the previous checkpoint position on its path, tokens back to "
+             "the deepest resident state above it, or its whole prefix")
     superseded_weight: float = param(
         0.0, sweep=(0.0, 1.0),
         help="P multiplier for a state whose prefix a later request already extended")
+    ghost_credit: Literal["ends", "inside"] = param(
+        "ends", sweep=("ends", "inside"),
+        help="where a passing request finds a dropped state to credit: at segment ends, or anywhere")
     ghosts: int = param(1 << 20, sweep=(0, 1 << 22), help="forgotten objects remembered for reuse counts")
 
     def __post_init__(self) -> None:
@@ -230,7 +290,10 @@ class GandalfPolicy(Policy[GandalfParams]):
         cfg = ctx.config
         self.c_token = cfg.usd_per_recomputed_token
         self._hist_model = p.idle_model == "hist"
-        self._marginal = p.state_tokens == "marginal"
+        self._state_tokens = p.state_tokens
+        self._ghost_inside = p.ghost_credit == "inside"
+        # state → tokens since the previous checkpoint position, when it was created ("segment")
+        self._own_tokens: dict[Obj, int] = {}
         # (value P·n·c in $, D in $/byte/s) per object, valid until the next access of anything
         self._vcache: dict[Obj, tuple[float, float]] = {}
         self.p_w = cfg.ssd_usd_per_byte_written
@@ -289,20 +352,34 @@ class GandalfPolicy(Policy[GandalfParams]):
         obj.pdata = (now, refs)
 
     def _credit_ghost_state(self, seg: Segment) -> None:
-        """A request passes the end of `seg`, deeper than its hit: a state dropped there would have
-        served it (had it been kept with its KV). Only the deepest such state is credited."""
+        """A request passes the end of `seg` (`ghost_credit="inside"`: any position in it), deeper
+        than its hit: a state dropped there would have served it (had it been kept with its KV).
+        Only the deepest such state is credited."""
         ctx = self.ctx
         end = seg.start + seg.n
         if self._state_credited or end <= ctx.hit_blocks:
             return
-        if seg.state is not None and seg.state.tiers:
-            return
-        gone = self.ghosts.pop((LINEAR, seg.ns, seg.keys[-1]), None)
-        if gone is not None:
-            now = ctx.now_s
-            self._hist((LINEAR, _rc(gone[1]), _size_class(seg))).reused(now - gone[0])
-            self._state_credited = True
-            self._credited_end = end
+        if self._ghost_inside:
+            # a dropped state may sit inside `seg`: when its KV was dropped too, the path is
+            # recreated as one segment through the old checkpoint position, with this request's
+            # own new state at its end
+            lo = max(ctx.hit_blocks - seg.start, 0)
+        else:
+            if seg.state is not None and seg.state.tiers:
+                return
+            lo = seg.n - 1
+        ghosts = self.ghosts
+        ns, keys = seg.ns, seg.keys
+        for i in range(seg.n - 1, lo - 1, -1):
+            gone = ghosts.pop((LINEAR, ns, keys[i]), None)
+            if gone is not None:
+                pos = seg.start + i + 1
+                tokens = seg.end_tokens if i == seg.n - 1 else pos * seg.block_tokens
+                sc = (tokens >> 8).bit_length()
+                self._hist((LINEAR, _rc(gone[1]), sc)).reused(ctx.now_s - gone[0])
+                self._state_credited = True
+                self._credited_end = pos
+                return
 
     def _hist(self, key: ClassKey) -> ReuseHistogram:
         h = self.hists.get(key)
@@ -353,8 +430,12 @@ class GandalfPolicy(Policy[GandalfParams]):
         else:
             assert isinstance(obj, State)
             n = obj.seg.end_tokens
-            if self._marginal:
+            if self._state_tokens == "marginal":
                 n -= _fallback_tokens(obj.seg)
+            elif self._state_tokens == "segment":
+                # its own segment, as measured when it was created, or less once a request
+                # checkpoints between (the deepest resident state above is a checkpoint too)
+                n = min(self._own_tokens.get(obj, n), n - _fallback_tokens(obj.seg))
             weight = self.p.superseded_weight if self.hybrid and _superseded(obj) else 1.0
             if weight == 0.0:
                 return 0.0
@@ -362,6 +443,25 @@ class GandalfPolicy(Policy[GandalfParams]):
             key = self.class_of(obj)
         last = obj.pdata[0] if obj.pdata is not None else obj.last_s
         return self.p_idle(max(self.ctx.now_s - last, 0.0), key) * weight * n * self.c_token
+
+    def _checkpoint_above_blocks(self, st: State) -> int:
+        """Where the previous checkpoint position on the path of a new state `st` ends, in
+        blocks (0 if none): the deepest position above it holding a state, resident or dropped
+        (a dropped one is known by its ghost, which may sit inside a segment recreated through
+        it). Called when `st` is placed, before the request's segments pop the ghosts they credit."""
+        ghosts = self.ghosts
+        seg = st.seg
+        top = seg.n - 1  # positions (block indices) examined in `seg`: below its own end
+        while seg.parent is not None:
+            if top == seg.n and seg.state is not None and seg.state.tiers:
+                return seg.start + seg.n
+            ns, keys = seg.ns, seg.keys
+            for i in range(top - 1, -1, -1):
+                if (LINEAR, ns, keys[i]) in ghosts:
+                    return seg.start + i + 1
+            seg = seg.parent
+            top = seg.n
+        return 0
 
     def _vd(self, obj: Obj, key: ClassKey) -> tuple[float, float]:
         """(value, D = value/(s·w)), memoized until the next access changes the estimators."""
@@ -461,15 +561,19 @@ class GandalfPolicy(Policy[GandalfParams]):
             if prev is not None and not (seg.start <= ctx.hit_blocks
                                          or seg.start + seg.n <= self._credited_end):
                 prev = None
-        elif prev is not None:
-            # the request's own state, recreated where it was dropped: it would have served
-            # the request iff the hit ended above it
-            end = depth_blocks(obj)
-            if self._state_credited or end <= ctx.hit_blocks:
-                prev = None
-            else:
-                self._state_credited = True
-                self._credited_end = end
+        else:
+            assert isinstance(obj, State)
+            if self._state_tokens == "segment":
+                self._own_tokens[obj] = obj.seg.end_tokens - self._checkpoint_above_blocks(obj) * obj.seg.block_tokens
+            if prev is not None:
+                # the request's own state, recreated where it was dropped: it would have served
+                # the request iff the hit ended above it
+                end = depth_blocks(obj)
+                if self._state_credited or end <= ctx.hit_blocks:
+                    prev = None
+                else:
+                    self._state_credited = True
+                    self._credited_end = end
         self._observe_access(obj, prev)
         return DRAM
 
@@ -499,6 +603,7 @@ class GandalfPolicy(Policy[GandalfParams]):
         self._victims = None
         if not obj.tiers:
             self._forget(obj)
+            self._own_tokens.pop(obj, None)
         if tier == DRAM:
             if not self._delist(obj, DRAM):
                 self.clean.pop(obj, None)

@@ -173,19 +173,21 @@ def test_gandalf_prices_a_state_by_the_tokens_back_to_the_resident_state_above()
     """A state's next hit saves the tokens between the deepest resident state above it (where
     the hit would fall back without it) and its own end, not its whole prefix: with states
     resident at 2, 4, 6 and 7 blocks (4 a branch point), the states at 6, 7 and 4 are worth
-    2/6, 1/5 and 2/4 of their whole-prefix value (`state_tokens=prefix`)."""
+    2/6, 1/5 and 2/4 of their whole-prefix value (`state_tokens=prefix`). Every state above is
+    resident, so pricing each by its own segment (`state_tokens=segment`) gives the same values."""
     reqs = requests_table([(0.0, [1, 2]), (5.0, [1, 2, 3, 4]), (10.0, [1, 2, 3, 4, 5, 6]),
                            (15.0, [1, 2, 3, 4, 7])])
     vals = []
-    for mode in ("marginal", "prefix"):
+    for mode in ("marginal", "prefix", "segment"):
         sim = Simulator(config(100, 100, state_bytes=50 * KV), f"gandalf:gamma=0,state_tokens={mode}")
         sim.run_batch(reqs, 0)
         states = _states_by_last_key(sim)
         assert all(st.tiers for st in states.values())
         vals.append({k: sim.policy.value(st) for k, st in states.items()})  # type: ignore[attr-defined]
-    marginal, prefix = vals
+    marginal, prefix, segment = vals
     for key, share in ((6, 2 / 6), (7, 1 / 5), (4, 2 / 4)):
         assert prefix[key] > 0 and marginal[key] == pytest.approx(prefix[key] * share), (key, marginal, prefix)
+    assert segment == pytest.approx(marginal), (segment, marginal)
 
 
 @pytest.mark.parametrize("gamma", [0.5, 2.0])
@@ -204,3 +206,32 @@ def test_gandalf_never_moves_a_superseded_state(gamma: float) -> None:
     assert superseded and not any(superseded), seen
     assert any(w for (kind, sup), w in seen if kind == LINEAR and not sup), seen
     assert s.ssd_write_objects_linear > 0
+
+
+@pytest.mark.parametrize("gamma", [4.0, 8.0])
+def test_gandalf_segment_pricing_never_moves_a_tip_whose_own_segment_is_short(gamma: float) -> None:
+    """`state_tokens=segment` prices a state by its own tokens (since the previous checkpoint
+    position on its path, resident or not). Three append-only sessions take turns, each turn one
+    block (16 tokens) longer than the last, through a DRAM of 12 blocks and two states of 1.6 MB:
+    a tip's own segment is worth P·16·c ≤ $0.016 against its fee γ·p_w·1.6 MB = γ·$0.016 (writes at
+    $10⁻⁸ a byte), so no state is ever moved, and its KV, useless without it, neither; the marginal
+    reading prices the same tip at its whole prefix (no state above it is resident) and moves it.
+    Dropped tips are credited wherever the next turn passes them (`ghost_credit=inside`): counted
+    only at segment ends, their reuse is lost once their KV is dropped too, P stays under 0.1 and
+    neither reading moves anything."""
+    rows = sorted((s + 10.0 * t, [1000 * s + j for j in range(10 + t)]) for t in range(12) for s in range(3))
+    cfg = SimConfig(dram_bytes=12 * BLOCK * KV + 2 * 100 * BLOCK * KV, ssd_bytes=4000 * BLOCK * KV,
+                    kv_bytes_per_token=KV, state_bytes=100 * BLOCK * KV, chunk_tokens=BLOCK,
+                    gpu_usd_per_hour=3.6, recompute_tokens_per_s=1.0, ssd_usd_per_tb_written=1e4)
+    written = {}
+    for mode in ("segment", "marginal"):
+        sim = Simulator(cfg, f"gandalf:gamma={gamma},state_tokens={mode},ghost_credit=inside")
+        seen = record_admissions(sim.policy, lambda obj: obj.kind)
+        sim.run_batch(requests_table(rows), 0)
+        s = sim.finish().summary
+        assert sum(kind == LINEAR for kind, _ in seen) > 30, seen  # every session's tip reached the door
+        written[mode] = (s.ssd_write_objects_linear, s.ssd_write_bytes, s.token_miss_ratio)
+    assert written["segment"] == (0, 0, 1.0), written
+    assert written["marginal"][0] > 0 and written["marginal"][2] < 0.5, written
+    ends = simulate(requests_table(rows), cfg, f"gandalf:gamma={gamma}").summary
+    assert ends.ssd_write_bytes == 0, ends
