@@ -80,28 +80,41 @@ def main() -> None:
     ap.add_argument("--ssd", default="8GB", help="SSD tier; the device exposes devsz_mb (about 1.1×)")
     ap.add_argument("--devsz-mb", type=int, default=9600)
     ap.add_argument("--luns", type=int, default=8, help="nchs = luns_per_ch: a line is luns² blocks of 1 MiB")
-    ap.add_argument("--lines", type=int, action="append", help="FEMU blks_per_pl, one drive each (default 180)")
+    ap.add_argument("--gc", choices=["femu", "on-demand"], default="femu",
+                    help="femu: FEMU's line GC (background from 75%% used lines); on-demand: GC only when "
+                         "2 lines are left free (the block-level FTL with lines of the same size)")
+    ap.add_argument("--lines", type=int, action="append", help="--gc femu: blks_per_pl, one drive each (default 180)")
+    ap.add_argument("--op", type=float, action="append", help="--gc on-demand: over-provisioning, one drive each")
     ap.add_argument("--separate-gc-line", action="store_true", help="GC copies to lines of their own")
     ap.add_argument("--kind-min-separation", type=float, default=0.0)
     ap.add_argument("--policy", action="append", help="policy specs (default: every write-back policy)")
     args = ap.parse_args()
     layouts = args.layout or ["extent"]
     line_mib = args.luns ** 2
-    geometry = {"geometry": "femu", "devsz_mb": args.devsz_mb, "nchs": args.luns, "luns_per_ch": args.luns,
-                "pgs_per_blk": 256, "gc_thres_pcent": 75, "gc_thres_pcent_high": 95,
-                "separate_gc_line": args.separate_gc_line}
+    femu = {"geometry": "femu", "devsz_mb": args.devsz_mb, "nchs": args.luns, "luns_per_ch": args.luns,
+            "pgs_per_blk": 256, "gc_thres_pcent": 75, "gc_thres_pcent_high": 95,
+            "separate_gc_line": args.separate_gc_line}
     policies = args.policy or POLICIES
-    lines_list = args.lines or [180]
+    # one drive per over-provisioning level: FEMU lines, or the block-level FTL's op_ratio with lines
+    # (blocks) of the same size
+    drives: dict[str, dict[str, object]] = (
+        {f"{n} lines (raw/exposed − 1 = {n * line_mib / args.devsz_mb - 1:.0%}), FEMU line GC":
+         {**femu, "blks_per_pl": n} for n in args.lines or [180]} if args.gc == "femu" else
+        {f"op {op:.0%} + 2 free lines, on-demand GC": {
+            "op_ratio": op, "pages_per_block": line_mib * 256, "reserve_lines": 2,
+            "separate_gc_line": args.separate_gc_line} for op in args.op or [0.07]})
     cfg = config_from_mapping({
         "name": "bench-placement", "model": args.model, "policies": policies,
         "workload": {"generator": "multi-round", "params": {"sessions": args.sessions, "turns": args.turns},
                      "seed": 1},
         "tiers": {"dram": args.dram, "ssd": args.ssd},
         "replay": {"layout": layouts[0], "placement": "none"},
-        "device": {"kind": "sim", "options": {**geometry, "blks_per_pl": lines_list[0]}}})
+        "device": {"kind": "sim", "options": femu} if args.gc == "femu" else
+                  {"kind": "sim", "capacity_bytes": args.devsz_mb << 20}})
     cap = device_capacity(cfg)
+    assert cap == args.devsz_mb << 20, (cap, args.devsz_mb)
     root = Path(tempfile.mkdtemp(prefix="kvwear-bench-placement-"))
-    tables: dict[tuple[str, int], list[tuple[str, int, dict[str, float], str, dict[str, float]]]] = {}
+    tables: dict[tuple[str, str], list[tuple[str, int, dict[str, float], str, dict[str, float]]]] = {}
     host_pages = nand_pages = 0
     kernel_s = 0.0
     try:
@@ -120,32 +133,30 @@ def main() -> None:
                     plans[pmode], st = assign_placement(laid.table, pcfg, cap)
                     if pmode == "kind" and st.kind_separation is not None:
                         sep = f"{st.kind_separation:.2f}{'*' if st.kind_fallback else ''}"
-                for lines in lines_list:
+                for i, (drive, geometry) in enumerate(drives.items()):
                     waf: dict[str, float] = {}
                     for col, (pmode, ruh, gc) in MODES.items():
-                        work = root / "device" / label / str(lines) / col.replace(" ", "-").replace("+", "-")
-                        opts = {**geometry, "blks_per_pl": lines, "ruh": ruh, "gc_handles": gc,
-                                "placement_baseline": False}
+                        work = root / "device" / label / str(i) / col.replace(" ", "-").replace("+", "-")
+                        opts = {**geometry, "ruh": ruh, "gc_handles": gc, "placement_baseline": False}
                         res = SimDevice(DeviceSpec("sim", "", cap, opts), work).replay(plans[pmode], work)
                         shutil.rmtree(work, ignore_errors=True)
                         waf[col] = float(res.waf or 1.0)
                         host_pages += res.write_bytes // 4096
                         nand_pages += int(res.nand_write_bytes or 0) // 4096
                         kernel_s += res.wall_s
-                    tables.setdefault((layout, lines), []).append(
+                    tables.setdefault((layout, drive), []).append(
                         (label, laid.aligned_write_bytes, waf, sep, deaths))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
     print(f"placement benchmark: {args.model}, multi-round {args.sessions}×{args.turns}, DRAM {args.dram}, "
-          f"SSD tier {args.ssd}, TRIM, FTL FEMU geometry devsz {args.devsz_mb} MiB in lines of {line_mib} MiB, "
-          f"GC 75/95%{', GC lines apart' if args.separate_gc_line else ''}; kind min separation "
+          f"SSD tier {args.ssd}, TRIM, FTL of {args.devsz_mb} MiB exposed in lines of {line_mib} MiB"
+          f"{', GC copies in lines apart' if args.separate_gc_line else ''}; kind min separation "
           f"{args.kind_min_separation:g}")
     print("  lifetime gain over lru's `none` = host-write gain × WAF gain; death = median death distance "
           "(device capacities) of full KV / linear states")
-    for (layout, lines), rows in tables.items():
-        op = lines * line_mib / args.devsz_mb - 1
-        print(f"\n  {layout} layout, {lines} lines (raw/exposed − 1 = {op:.0%})")
+    for (layout, drive), rows in tables.items():
+        print(f"\n  {layout} layout, {drive}")
         print(f"  {'policy':<22} {'host GiB':>8} {'kind sep':>8} {'death full/lin':>14} {'no FDP':>7} "
               f"{'none':>6} {'kind':>6} {'lifetime':>8} {'kind+shGC':>9} {'host gain':>9} {'gain kind':>9} "
               f"{'gain life':>9}")
