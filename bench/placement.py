@@ -6,7 +6,10 @@ of the device, the extent (or log) layout with TRIM, played on the FTL with FEMU
 GC from 75% used lines). Each policy is simulated once (`kvwear run` with placement `none` into a
 temporary run directory); its plan is laid out per layout, tagged with each placement
 (`harness.placement`) and played on a fresh drive per over-provisioning level (`--lines`: the
-same exposed capacity on more or fewer lines of raw NAND):
+same exposed capacity on more or fewer lines of raw NAND; with `--gc on-demand`, `--op`: the
+block-level FTL with lines of the same size, whose GC runs only when 2 lines are left free, as a
+drive's foreground GC does, against FEMU's background GC that takes any line with 1/8 invalid
+pages while fewer than a quarter of the lines are free):
 - `no FDP`: a drive with one handle (FEMU's single write pointer);
 - `none`, `kind`: the same FDP drive with two reclaim unit handles (both open from the start, as
   TP4146's handles are: emulator.ftl), every write on handle 0, or the kinds apart;
@@ -23,6 +26,7 @@ then the FTL's throughput over all replays (host and NAND pages per second of ke
 number is measured in this run; nothing is tuned to the trace.
 
 Run: .venv/bin/python bench/placement.py [--model M] [--layout extent --layout log] [--lines N ...]
+     [--gc on-demand --op 0.07 ...] [--separate-gc-line] [--kind-min-separation 0.5]
 """
 
 from __future__ import annotations
