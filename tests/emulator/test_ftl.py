@@ -264,9 +264,12 @@ def test_fdp_one_handle_is_the_plain_ftl_and_errors() -> None:
         FtlConfig.block_level(1 << 20, 0.1, gc_handles="mixed")  # type: ignore[arg-type]
 
 
-def test_fdp_femu_geometry_with_handles() -> None:
-    # FEMU's line GC with two handles: forced and background GC still run; the handles stay apart
-    cfg = FtlConfig.femu(**FEMU_ARGS, ruh=2)
+@pytest.mark.parametrize("separate", [False, True])
+def test_fdp_femu_geometry_with_handles(separate: bool) -> None:
+    # FEMU's line GC with two handles: forced and background GC still run; the handles stay apart,
+    # with GC copying into the handle's host line (FEMU's one pointer per handle) or lines apart
+    cfg = FtlConfig.femu(**FEMU_ARGS, ruh=2, separate_gc_line=separate)
+    assert cfg.separate_gc_line is separate and cfg.open_lines == (4 if separate else 2)
     ftl = Ftl(cfg)
     pages = cfg.exposed_pages
     _write_with(ftl, np.arange(pages), np.arange(pages) % 2)
@@ -299,15 +302,3 @@ def test_fdp_every_handle_holds_an_open_unit_from_the_start() -> None:
     _write_with(eager, np.array([0, 1]), np.array([1, 2]))
     assert eager.counters().free_lines >= free and eager.handle_of(np.array([0, 1])).tolist() == [1, 2]
 
-
-def test_femu_geometry_can_keep_gc_copies_apart() -> None:
-    cfg = FtlConfig.femu(**FEMU_ARGS, ruh=2, separate_gc_line=True)
-    assert cfg.separate_gc_line and cfg.open_lines == 4
-    ftl = Ftl(cfg)
-    pages = cfg.exposed_pages
-    _write_with(ftl, np.arange(pages), np.arange(pages) % 2)
-    lpns = np.random.default_rng(5).integers(0, pages, 2 * pages)
-    _write_with(ftl, lpns, lpns % 2)
-    ftl.check_invariants()
-    assert ftl.counters().gc_pages > 0
-    assert np.array_equal(ftl.handle_of(np.arange(pages)), np.arange(pages) % 2)
