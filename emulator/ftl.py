@@ -35,8 +35,9 @@ start (`open_every_handle`, default true), written or not: TP4146's reclaim unit
 reference a reclaim unit as soon as the FDP configuration is enabled, so the spare room a second
 handle's open unit takes is a cost of the drive's FDP configuration, paid the same whether the host
 then writes every page on handle 0 (`none`) or spreads them (`kind`); opening a handle's first line
-on its first write (false) charges that cost to placement instead, which on a small emulated drive
-(a few dozen lines, FEMU's free-line GC thresholds) moves WAF by more than the placement itself.
+on its first write (false) charges that cost to placement instead; under FEMU's free-line GC
+thresholds one line of spare moves WAF by as much as placement does (bench/placement.py: LRU, log
+layout, 144 lines of 16 MiB, WAF 1.001 with one handle, 1.128 on the two-handle drive).
 With `ruh = 1` both are FEMU's single write pointer. FDP statistics per handle (`handle_counters`):
 host pages, media pages (host + GC copies written into the handle's lines; slot `ruh` is the shared
 GC frontier) and line erases, from which the FDP statistics log's host / media bytes written and
