@@ -30,7 +30,15 @@ victim's own handle, whose lines only ever hold that handle's data) or mixes the
 `separate_gc_line` the GC frontier(s) are lines of their own; without it GC copies into the host
 frontier (of the victim's handle, or of handle 0 when shared), which with `ruh=1` is FEMU's single
 write pointer exactly. Victims are chosen over every line whatever its handle (one device-wide
-pool, as FDP leaves victim choice to the drive). FDP statistics per handle (`handle_counters`):
+pool, as FDP leaves victim choice to the drive). Every handle holds an open reclaim unit from the
+start (`open_every_handle`, default true), written or not: TP4146's reclaim unit handles each
+reference a reclaim unit as soon as the FDP configuration is enabled, so the spare room a second
+handle's open unit takes is a cost of the drive's FDP configuration, paid the same whether the host
+then writes every page on handle 0 (`none`) or spreads them (`kind`); opening a handle's first line
+on its first write (false) charges that cost to placement instead; under FEMU's free-line GC
+thresholds one line of spare moves WAF by as much as placement does (bench/placement.py: LRU, log
+layout, 144 lines of 16 MiB, WAF 1.001 with one handle, 1.128 on the two-handle drive).
+With `ruh = 1` both are FEMU's single write pointer. FDP statistics per handle (`handle_counters`):
 host pages, media pages (host + GC copies written into the handle's lines; slot `ruh` is the shared
 GC frontier) and line erases, from which the FDP statistics log's host / media bytes written and
 media bytes erased follow.
@@ -110,6 +118,7 @@ class FtlConfig:
     separate_gc_line: bool = False     # GC copies to their own open line (else FEMU's shared one)
     ruh: int = 1                       # FDP reclaim unit handles: one host write frontier each
     gc_handles: GcHandles = "per-handle"  # GC copies stay in the victim's handle, or share one frontier
+    open_every_handle: bool = True     # every handle holds an open line from the start (TP4146), not on first use
     honor_trim: bool = True            # FEMU's bbssd ignored DSM in older releases: set False
     interval_host_pages: int = 0       # per-interval counters every N host pages (0: none)
     description: str = ""
@@ -178,6 +187,8 @@ class FtlConfig:
         victim: Victim = "greedy",
         ruh: int = 1,
         gc_handles: GcHandles = "per-handle",
+        open_every_handle: bool = True,
+        separate_gc_line: bool = False,
         honor_trim: bool = True,
         interval_host_pages: int = 0,
     ) -> FtlConfig:
@@ -204,9 +215,10 @@ class FtlConfig:
             gc_thres_lines=int((1 - gc_thres_pcent / 100.0) * lines),
             gc_thres_lines_high=int((1 - gc_thres_pcent_high / 100.0) * lines),
             min_invalid_pages=ppl // 8,
-            separate_gc_line=False,
+            separate_gc_line=separate_gc_line,
             ruh=ruh,
             gc_handles=gc_handles,
+            open_every_handle=open_every_handle,
             honor_trim=honor_trim,
             interval_host_pages=interval_host_pages,
             description=(
@@ -233,6 +245,7 @@ class FtlConfig:
         separate_gc_line: bool = False,
         ruh: int = 1,
         gc_handles: GcHandles = "per-handle",
+        open_every_handle: bool = True,
         honor_trim: bool = True,
         interval_host_pages: int = 0,
     ) -> FtlConfig:
@@ -259,6 +272,7 @@ class FtlConfig:
             separate_gc_line=separate_gc_line,
             ruh=ruh,
             gc_handles=gc_handles,
+            open_every_handle=open_every_handle,
             honor_trim=honor_trim,
             interval_host_pages=interval_host_pages,
             description=f"block-level ρ={op_ratio:g}, {data_blocks} data blocks of {pages_per_block} pages"
@@ -738,6 +752,16 @@ class Ftl:
         sc[_FREE_HEAD], sc[_FREE_CNT] = 1, c.lines - 1
         self._lstate[0] = _OPEN
         sc[_FRONT], sc[_FRONT + 1] = 0, 0  # … as handle 0's host frontier
+        if c.open_every_handle:
+            # FDP: every reclaim unit handle references a reclaim unit from the moment the
+            # configuration is enabled, whether the host writes to it or not (module docstring)
+            for h in range(1, c.ruh):
+                line = int(self._free_ring[sc[_FREE_HEAD]])
+                sc[_FREE_HEAD] += 1
+                sc[_FREE_CNT] -= 1
+                self._lstate[line] = _OPEN
+                self._lhandle[line] = h
+                sc[_FRONT + 2 * h], sc[_FRONT + 2 * h + 1] = line, 0
         self._iv_host: list[int] = []
         self._iv_gc: list[int] = []
         self._iv_erase: list[int] = []

@@ -84,7 +84,7 @@ class ReplaySettings:
     log_full: str = "relocate"            # log layout, head reaches a live object: relocate | evict | error
     placement: str = "none"               # FDP placement handles: none | kind | lifetime (harness.placement)
     placement_handles: int = 4            # lifetime: residency buckets, one handle each
-    placement_kind_min_separation: float = 0.5  # kind: one handle below this TVD of the kinds' lifetimes
+    placement_kind_min_separation: float = 0.0  # kind: one handle below this TVD of the kinds' lifetimes (0: never)
 
 
 @dataclass(frozen=True)

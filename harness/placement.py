@@ -9,15 +9,17 @@ Modes (`[replay] placement`, flag `--placement`):
   erase units emptied by dead states. Why KV on 0: handle 0 is the default one (the one a drive
   opens first, and the only one a dense model's plan then uses), so a plan without states plays
   exactly as with `none`.
-  Only where the kinds' lives differ: when both kinds write, their byte shares over the
-  `lifetime` buckets (the oracle below, edges C/4, C/2, C) are compared, and if their total
-  variation distance is below `kind_min_separation` (default 0.5: the kind tells a byte's
-  lifetime bucket no better than a coin) every write stays on handle 0, and the plan says so
-  (`kind_separation`, `kind_fallback`). Why: a second handle costs the drive an open reclaim unit
-  (less spare room for GC), and it pays only if the split makes each unit's data die together;
-  measured on bench/placement.py's GC-heavy plan, LRU, LRU-K and Belady's SSD tiers evict both
-  kinds at about the same distance (TVD 0.27, 0.23, 0.20) and `kind` raised LRU-K's WAF, while
-  Gandalf's states die early (TVD 0.67). The threshold is one number for every policy and trace.
+  Optionally only where the kinds' lives differ: when both kinds write, their byte shares over the
+  `lifetime` buckets (the oracle below, edges C/4, C/2, C) are compared (`kind_separation`, their
+  total variation distance, always recorded), and below `kind_min_separation` every write stays on
+  handle 0 (`kind_fallback`). Default 0: never. Why not the 0.5 this rule once had: its reason was
+  that a second handle costs the drive an open reclaim unit, but an FDP drive's handles each hold
+  an open unit whether the host writes to them or not (emulator.ftl `open_every_handle`), so the
+  cost comes with the drive's FDP configuration, not with `kind`; and the TVD did not predict the
+  outcome (measured on bench/placement.py's plans: under FEMU's background GC `kind` lowered LRU's
+  WAF at TVD 0.39 and raised Gandalf's at 0.70; under on-demand GC it never raised a WAF by more
+  than 0.001 and removed Belady's residual GC at TVD 0.38). The knob stays for users who want one
+  handle for kinds that die alike; it is one number for every policy and trace.
 - `lifetime`: `handles` buckets of expected residency, handle 0 the longest-lived (for the same
   reason: the bulk, and data that never dies in the plan, stay on the default handle). The residency
   of a write row is an offline oracle read from the plan itself: the host bytes the plan writes
@@ -60,7 +62,7 @@ MAX_HANDLES = 8          # the embedded FTL's reclaim unit handles (emulator.ftl
 class PlacementConfig:
     mode: Placement = "none"
     lifetime_handles: int = 4          # `lifetime`: residency buckets (2 … MAX_HANDLES)
-    kind_min_separation: float = 0.5   # `kind`: TVD of the kinds' lifetime buckets below which one handle
+    kind_min_separation: float = 0.0   # `kind`: TVD of the kinds' lifetime buckets below which one handle
 
     def __post_init__(self) -> None:
         if self.mode not in PLACEMENTS:

@@ -288,8 +288,9 @@ def placement_section(df: pd.DataFrame) -> tuple[list[str], list[list[str]], lis
     cols = [c for c in _PLACEMENT if c[0] in df.columns]
     rows = [[_fmt(r[c], k) for c, _, k in cols] for r in df.to_dict("records")]
     notes = ["Device WAF with the plan's placement handles and, on the same drive, without them (the "
-             "embedded FTL plays the plan twice). Lifetime gain over LRU without placement = host-write "
-             "gain × WAF gain."]
+             "embedded FTL plays the plan twice, on the same raw NAND with the same handles, each holding "
+             "an open reclaim unit from the start as FDP's do, so both pay the same open units). Lifetime "
+             "gain over LRU without placement = host-write gain × WAF gain."]
     if "placement_carried" in df.columns:
         lost = [str(p) for p, ok in zip(df["policy"], df["placement_carried"], strict=True) if not ok]
         why = sorted({str(r) for r in df.get("placement_unavailable", []) if isinstance(r, str) and r})

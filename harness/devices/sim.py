@@ -7,8 +7,9 @@ No root, no hardware. The drive is built from `DeviceSpec.options`:
 - `geometry="femu"`: FEMU's black-box FTL from its -device parameters given as options (`devsz_mb`,
   `pgs_per_blk`, `blks_per_pl`, `pls_per_lun`, `luns_per_ch`, `nchs`, `gc_thres_pcent`,
   `gc_thres_pcent_high`, `secsz`, `secs_per_pg`); capacity is devsz_mb MiB.
-Either geometry takes `ruh` (FDP reclaim unit handles, default 1) and `gc_handles` (per-handle |
-shared; see emulator.ftl). `interval_host_pages` (default: about 1/200 of the plan's written pages)
+Either geometry takes `ruh` (FDP reclaim unit handles, default 1), `gc_handles` (per-handle |
+shared), `open_every_handle` (default true) and `separate_gc_line` (default false); see emulator.ftl.
+`interval_host_pages` (default: about 1/200 of the plan's written pages)
 sets the WAF-over-time resolution. Each block op becomes one request on pages ⌊offset/page⌋ … ⌈(offset+length)/page⌉ − 1
 (a partially covered page counts as a whole page, as in FEMU), written with the row's
 `placement_handle`. The FTL persists across replays of one opened device, like a real drive.
@@ -104,6 +105,7 @@ class SimParams(DeviceParams):
     honor_trim: bool = True
     ruh: int = option(1, ge=1)
     gc_handles: GcHandles = "per-handle"
+    open_every_handle: bool = True
     placement_baseline: bool = True
     devsz_mb: int | None = option(None, gt=0)
     secsz: int | None = option(None, gt=0)
@@ -134,6 +136,7 @@ def _ftl_config(spec: DeviceSpec, p: SimParams) -> FtlConfig:
         if "devsz_mb" not in femu:
             raise KvwearError("sim geometry=femu needs option devsz_mb (FEMU's exposed size in MiB)")
         cfg = FtlConfig.femu(**femu, victim=p.victim, ruh=p.ruh, gc_handles=p.gc_handles,
+                             open_every_handle=p.open_every_handle, separate_gc_line=p.separate_gc_line,
                              honor_trim=p.honor_trim, interval_host_pages=p.interval_host_pages)
         if spec.capacity_bytes not in (None, cfg.exposed_bytes):
             raise KvwearError(f"sim femu: capacity {spec.capacity_bytes} ≠ devsz_mb {femu['devsz_mb']} MiB")
@@ -150,6 +153,7 @@ def _ftl_config(spec: DeviceSpec, p: SimParams) -> FtlConfig:
         separate_gc_line=p.separate_gc_line,
         ruh=p.ruh,
         gc_handles=p.gc_handles,
+        open_every_handle=p.open_every_handle,
         honor_trim=p.honor_trim,
         interval_host_pages=p.interval_host_pages,
     )

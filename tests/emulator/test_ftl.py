@@ -264,9 +264,12 @@ def test_fdp_one_handle_is_the_plain_ftl_and_errors() -> None:
         FtlConfig.block_level(1 << 20, 0.1, gc_handles="mixed")  # type: ignore[arg-type]
 
 
-def test_fdp_femu_geometry_with_handles() -> None:
-    # FEMU's line GC with two handles: forced and background GC still run; the handles stay apart
-    cfg = FtlConfig.femu(**FEMU_ARGS, ruh=2)
+@pytest.mark.parametrize("separate", [False, True])
+def test_fdp_femu_geometry_with_handles(separate: bool) -> None:
+    # FEMU's line GC with two handles: forced and background GC still run; the handles stay apart,
+    # with GC copying into the handle's host line (FEMU's one pointer per handle) or lines apart
+    cfg = FtlConfig.femu(**FEMU_ARGS, ruh=2, separate_gc_line=separate)
+    assert cfg.separate_gc_line is separate and cfg.open_lines == (4 if separate else 2)
     ftl = Ftl(cfg)
     pages = cfg.exposed_pages
     _write_with(ftl, np.arange(pages), np.arange(pages) % 2)
@@ -275,3 +278,27 @@ def test_fdp_femu_geometry_with_handles() -> None:
     ftl.check_invariants()
     assert ftl.counters().gc_runs > 0
     assert np.array_equal(ftl.handle_of(np.arange(pages)), np.arange(pages) % 2)
+
+
+def test_fdp_every_handle_holds_an_open_unit_from_the_start() -> None:
+    # TP4146: each reclaim unit handle references a reclaim unit once FDP is enabled, written or
+    # not, so a plan that uses only handle 0 plays on the FDP drive with one free line fewer per
+    # extra handle (open_every_handle); lazily opened handles cost nothing until first written
+    cfg = FtlConfig.femu(**FEMU_ARGS, ruh=3)
+    eager, lazy = Ftl(cfg), Ftl(cfg.with_(open_every_handle=False))
+    assert eager.counters().free_lines == cfg.lines - 3
+    assert lazy.counters().free_lines == cfg.lines - 1
+    pages = cfg.exposed_pages
+    lpns = np.concatenate([np.arange(pages), np.random.default_rng(4).integers(0, pages, 2 * pages)])
+    for ftl in (eager, lazy):
+        _write_with(ftl, lpns, None)
+        ftl.check_invariants()
+        assert set(ftl.handle_of(np.arange(pages)).tolist()) == {0}
+    # the unused handles' units stay open (never victims, never erased); handle 0 did the GC
+    assert eager.handle_counters().line_erases[1:] == (0, 0, 0)
+    assert eager.counters().gc_runs > 0
+    # …and are written as soon as the host names them, without taking another free line
+    free = eager.counters().free_lines
+    _write_with(eager, np.array([0, 1]), np.array([1, 2]))
+    assert eager.counters().free_lines >= free and eager.handle_of(np.array([0, 1])).tolist() == [1, 2]
+

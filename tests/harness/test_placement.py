@@ -69,22 +69,24 @@ def test_kind_tags_writes_by_object_kind_only() -> None:
         PlacementConfig("stream")  # type: ignore[arg-type]
 
 
-def test_kind_keeps_one_handle_when_the_kinds_die_alike() -> None:
+def test_kind_keeps_one_handle_when_the_kinds_die_alike_only_when_asked() -> None:
     """The kinds' lifetime buckets (C/4, C/2, C of 64 units): full KV never dies, linear state
-    dies after 1 unit: TVD 1, apart; both never die: TVD 0, one handle, and the plan says so."""
+    dies after 1 unit: TVD 1, apart; both never die: TVD 0, one handle at kind_min_separation 0.5,
+    and the plan says so; the default (0) separates the kinds whatever their TVD, and records it."""
     apart = _plan([("write", 0, 4, "full", 1), ("write", 8, 1, "linear", 2), ("write", 8, 1, "linear", 3),
                    ("write", 30, 1, "full", 4)])
-    out, st = assign_placement(apart, PlacementConfig("kind"), 64 * U)
+    out, st = assign_placement(apart, PlacementConfig("kind", kind_min_separation=0.5), 64 * U)
     assert plan_handles(out).tolist() == [0, 1, 1, 0]
     # the second state row never dies: half the state bytes share the KV's bucket
     assert (st.kind_separation, st.kind_fallback) == (0.5, False)
     alike = _plan([("write", 0, 4, "full", 1), ("write", 8, 2, "linear", 2)])
-    out, st = assign_placement(alike, PlacementConfig("kind"), 64 * U)
+    out, st = assign_placement(alike, PlacementConfig("kind", kind_min_separation=0.5), 64 * U)
     assert plan_handles(out).tolist() == [0, 0] and st.write_bytes_by_handle == (6 * U, 0)
     assert (st.kind_separation, st.kind_fallback) == (0.0, True)
     assert st.as_dict()["kind_fallback"] is True
-    _, st = assign_placement(alike, PlacementConfig("kind", kind_min_separation=0.0), 64 * U)
-    assert st.write_bytes_by_handle == (4 * U, 2 * U) and not st.kind_fallback
+    out, st = assign_placement(alike, PlacementConfig("kind"), 64 * U)
+    assert plan_handles(out).tolist() == [0, 1] and st.write_bytes_by_handle == (4 * U, 2 * U)
+    assert (st.kind_separation, st.kind_fallback) == (0.0, False)
     with pytest.raises(KvwearError, match="kind_min_separation must be 0–1"):
         PlacementConfig("kind", kind_min_separation=1.5)
 
