@@ -137,9 +137,14 @@ def simulate_policy(source: RequestSource, config: SimConfig, spec: str | Policy
     out_dir.mkdir(parents=True, exist_ok=True)
     future: contextlib.AbstractContextManager[Path | None]
     if source.parquet is not None and POLICIES.get(ps.name).streams_future(ps.params):
-        from workloads.nextuse import next_use_file
+        from harness.devices.fio import check_host_room
+        from workloads.nextuse import next_use_file, spill_bytes
 
-        future = next_use_file(source.parquet, out_dir / ".next_use.parquet", config.chunk_tokens)
+        nu_path = out_dir / ".next_use.parquet"
+        check_host_room(nu_path, spill_bytes(source.parquet), what="file and its spill", sparse=False,
+                        writer="the oracle's next-use pass",
+                        fix="free space there or simulate into a folder on a larger file system (-o)")
+        future = next_use_file(source.parquet, nu_path, config.chunk_tokens)
     else:
         future = contextlib.nullcontext()
     with future as nu, TableWriter(SSD_OPS, out_dir / "ssd_ops.parquet") as ops_out:
