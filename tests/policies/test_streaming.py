@@ -231,3 +231,41 @@ def test_the_next_use_pass_is_refused_where_its_files_do_not_fit(tmp_path: Path,
                                               r"allocated\) and its file system has [\d,]+ bytes free"):
             simulate_policy(parquet_source(requests), cfg, "belady", small / "belady")
         assert list((small / "belady").iterdir()) == []
+
+
+def test_oracle_on_a_raw_trace_streams_its_future(tmp_path: Path, weka_dir: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kvwear simulate` on a raw Weka directory: the oracle reads its future from the next-use
+    file of the temporary requests Parquet (the in-memory pre-pass, `Simulator.set_future`, is
+    never called), with the same ssd_ops and summary as on the converted Parquet; the temporary
+    Parquet lives as long as the source."""
+    import gc
+
+    from harness.simulate import open_source, simulate_policy
+    from kvwear.tables import read_table
+    from policies.metrics import SIM_SUMMARY
+    from policies.schema import SSD_OPS
+    from policies.sim import Simulator
+    from workloads.loaders import convert_trace
+
+    converted = tmp_path / "weka.parquet"
+    convert_trace(weka_dir, converted)
+
+    def no_prepass(self: Simulator, table: pa.Table) -> None:
+        raise AssertionError("the in-memory pre-pass ran")
+
+    monkeypatch.setattr(Simulator, "set_future", no_prepass)
+    prof = get_profile("kimi-k3")
+    cfg = SimConfig(dram_bytes=16 * 10**9, ssd_bytes=128 * 10**9, kv_bytes_per_token=prof.kv_bytes_per_token,
+                    state_bytes=prof.state_bytes)
+    raw = open_source(weka_dir)
+    assert raw.parquet is not None and raw.parquet.is_file()
+    a = simulate_policy(raw, cfg, "belady:gamma=0", tmp_path / "a")
+    b = simulate_policy(open_source(converted), cfg, "belady:gamma=0", tmp_path / "b")
+    assert a.ssd_ops_rows == b.ssd_ops_rows > 0
+    assert read_table(SSD_OPS, a.ssd_ops_path).equals(read_table(SSD_OPS, b.ssd_ops_path))
+    assert read_table(SIM_SUMMARY, a.dir / "summary.parquet").equals(read_table(SIM_SUMMARY, b.dir / "summary.parquet"))
+    tmp_parquet = raw.parquet
+    del raw
+    gc.collect()
+    assert not tmp_parquet.exists()
