@@ -78,12 +78,13 @@ dead writes: f_x counts hits an SSD copy evicted first never serves), and on tra
 Gandalf γ = 0 (0.530 at 3,752 GiB), whose miss ratio is below the line's best (0.541 at γ = 0;
 MIN per tier 0.513).
 
-Memory: beside the simulator's objects, the heaps (≤ 4 entries per cached object, ~100 B each)
+Memory: beside the simulator's objects, the heaps (a live entry per cached object and tier,
+~210 B with its key and seq, up to 4× with the stale ones between `LazyMinHeap`'s compactions)
 and `due`, the cached objects listed under their next use for `_expire` (one entry per cached
-object — an object leaves it when it leaves every tier — ≤ ~300 B each: a 224 B ordered set per
-pending next use, shared by the objects due then); nothing per request or per access of the trace
-(the future is streamed: `workloads.nextuse`). Before, `due` kept every object keyed with a
-future next use until that next use came, cached or not.
+object — an object leaves it when it leaves every tier — ≤ ~300 B each: a 224 B ordered set
+per pending next use, shared by the objects due then); nothing per request or per access of
+the trace (the future is streamed: `workloads.nextuse`). Before, `due` kept every object keyed
+with a future next use until that next use came, cached or not.
 
 Must not: do I/O, read the wall clock, keep global state.
 """
