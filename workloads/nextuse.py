@@ -140,8 +140,9 @@ def _accesses(meta: pq.FileMetaData) -> int:
 def buckets_for(accesses: int, memory_bytes: int = MEMORY_BYTES) -> int:
     """How many key buckets keep the map within `memory_bytes`: the distinct keys are bounded by
     the accesses (no cheaper exact bound exists before the pass), so P = ⌈accesses × 48 B /
-    budget⌉, 1 on small traces."""
-    return max(1, -(-accesses * _MAP_BYTES_PER_KEY // max(memory_bytes, 1)))
+    budget⌉ rounded up to a power of two (a bucket is the hash's top bits), 1 on small traces."""
+    need = -(-accesses * _MAP_BYTES_PER_KEY // max(memory_bytes, 1))
+    return 1 << max(need - 1, 0).bit_length()
 
 
 def spill_bytes(requests: str | Path, memory_bytes: int = MEMORY_BYTES) -> int:
@@ -152,10 +153,10 @@ def spill_bytes(requests: str | Path, memory_bytes: int = MEMORY_BYTES) -> int:
 
 
 def _bucket(keys: np.ndarray, buckets: int) -> np.ndarray:
-    """Each key's bucket: a multiplicative hash (Fibonacci hashing), so that a namespace's
-    consecutive ids spread evenly."""
+    """Each key's bucket (`buckets` a power of two > 1): the top bits of a multiplicative hash
+    (Fibonacci hashing), so that a namespace's consecutive ids spread evenly."""
     h = keys.view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-    return ((h >> np.uint64(32)) % np.uint64(buckets)).astype(np.int64)
+    return (h >> np.uint64(65 - buckets.bit_length())).astype(np.int64)
 
 
 def _group_keys(pf: pq.ParquetFile, g: int, namespaces: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
@@ -186,10 +187,12 @@ def _backward(pf: pq.ParquetFile, namespaces: np.ndarray, bits: int, bucket: int
     for g in range(meta.num_row_groups - 1, -2, -1):
         if g >= 0:
             offs, keys = _group_keys(pf, g, namespaces, bits)
-            rows = np.repeat(np.arange(starts[g], starts[g + 1], dtype=np.int64), np.diff(offs))
-            if buckets > 1:
-                mine = _bucket(keys, buckets) == bucket
-                keys, rows = keys[mine], rows[mine]
+            if buckets > 1:   # the row of each of the bucket's accesses only
+                mine = np.flatnonzero(_bucket(keys, buckets) == bucket)
+                keys = keys[mine]
+                rows = starts[g] - 1 + np.searchsorted(offs, mine, side="right")
+            else:
+                rows = np.repeat(np.arange(starts[g], starts[g + 1], dtype=np.int64), np.diff(offs))
             held.append((offs, keys, rows))
             n_held += len(keys)
             if n_held < max_values:
@@ -255,7 +258,7 @@ def write_next_use(requests: str | Path, out: str | Path, chunk_tokens: int,
             for offs, vals in _backward(pf, namespaces, bits, 0, 1, max_values):
                 emit(offs, vals)
             return True
-        with tempfile.TemporaryDirectory(prefix=f".{out.name}.spill-", dir=out.parent) as tmp:
+        with tempfile.TemporaryDirectory(prefix=f".{out.name.lstrip('.')}.spill-", dir=out.parent) as tmp:
             options = pa.ipc.IpcWriteOptions(compression="zstd")
             for b in range(buckets):
                 with pa.ipc.new_stream(Path(tmp) / f"{b}.arrows", _SPILL, options=options) as sink:

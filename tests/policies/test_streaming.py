@@ -63,8 +63,8 @@ def test_bucketed_next_use_pass_writes_the_same_file(requests_file: Path, tmp_pa
     for p in (one, many):
         p.parent.mkdir()
     assert write_next_use(requests_file, one, 16)
-    budget = n * 48 // 5                              # 6 buckets
-    assert buckets_for(n, budget) == 6
+    budget = n * 48 // 5                              # 8 buckets (5 rounded up to a power of two)
+    assert buckets_for(n, budget) == 8
     assert write_next_use(requests_file, many, 16, max_values=3_000, memory_bytes=budget)
     assert one.read_bytes() == many.read_bytes()
     assert sorted(p.name for p in many.parent.iterdir()) == ["nu.parquet"]
@@ -81,21 +81,24 @@ def test_a_failed_bucketed_pass_leaves_nothing(requests_file: Path, tmp_path: Pa
     import workloads.nextuse as nextuse
 
     n_groups = pq.ParquetFile(requests_file).metadata.num_row_groups
+    n = nextuse._accesses(pq.ParquetFile(requests_file).metadata)
+    budget = n * 48 // 3
+    buckets = nextuse.buckets_for(n, budget)
+    assert buckets > 1
     real, calls = nextuse._group_keys, [0]
 
     def failing(*args: object) -> tuple[np.ndarray, np.ndarray]:
         calls[0] += 1
-        if calls[0] > 3 * n_groups + 2:                 # 3 bucket passes, then 2 groups of the zip
+        if calls[0] > buckets * n_groups + 2:           # every bucket's pass, then 2 groups of the zip
             raise OSError("disk went away")
         return real(*args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(nextuse, "_group_keys", failing)
     out = tmp_path / "out" / "nu.parquet"
     out.parent.mkdir()
-    n = nextuse._accesses(pq.ParquetFile(requests_file).metadata)
     with pytest.raises(OSError, match="disk went away"):
-        write_next_use(requests_file, out, 16, memory_bytes=n * 48 // 3)
-    assert list(out.parent.iterdir()) == []
+        write_next_use(requests_file, out, 16, memory_bytes=budget)
+    assert calls[0] == buckets * n_groups + 3 and list(out.parent.iterdir()) == []
 
 
 def test_future_refs_count_every_later_access() -> None:
