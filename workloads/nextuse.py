@@ -140,9 +140,8 @@ def _accesses(meta: pq.FileMetaData) -> int:
 def buckets_for(accesses: int, memory_bytes: int = MEMORY_BYTES) -> int:
     """How many key buckets keep the map within `memory_bytes`: the distinct keys are bounded by
     the accesses (no cheaper exact bound exists before the pass), so P = ⌈accesses × 48 B /
-    budget⌉ rounded up to a power of two (a bucket is the hash's top bits), 1 on small traces."""
-    need = -(-accesses * _MAP_BYTES_PER_KEY // max(memory_bytes, 1))
-    return 1 << max(need - 1, 0).bit_length()
+    budget⌉, 1 on small traces."""
+    return max(1, -(-accesses * _MAP_BYTES_PER_KEY // max(memory_bytes, 1)))
 
 
 def spill_bytes(requests: str | Path, memory_bytes: int = MEMORY_BYTES) -> int:
@@ -153,10 +152,11 @@ def spill_bytes(requests: str | Path, memory_bytes: int = MEMORY_BYTES) -> int:
 
 
 def _bucket(keys: np.ndarray, buckets: int) -> np.ndarray:
-    """Each key's bucket (`buckets` a power of two > 1): the top bits of a multiplicative hash
-    (Fibonacci hashing), so that a namespace's consecutive ids spread evenly."""
-    h = keys.view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-    return (h >> np.uint64(65 - buckets.bit_length())).astype(np.int64)
+    """Each key's bucket: the top 32 bits of a multiplicative hash (Fibonacci hashing, so that a
+    namespace's consecutive ids spread evenly) scaled to [0, buckets) by a multiply and a shift
+    (Lemire's range reduction: no modulo)."""
+    h = (keys.view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)
+    return ((h * np.uint64(buckets)) >> np.uint64(32)).astype(np.int64)
 
 
 def _group_keys(pf: pq.ParquetFile, g: int, namespaces: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:

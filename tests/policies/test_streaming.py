@@ -63,8 +63,8 @@ def test_bucketed_next_use_pass_writes_the_same_file(requests_file: Path, tmp_pa
     for p in (one, many):
         p.parent.mkdir()
     assert write_next_use(requests_file, one, 16)
-    budget = n * 48 // 5                              # 8 buckets (5 rounded up to a power of two)
-    assert buckets_for(n, budget) == 8
+    budget = n * 48 // 5                              # 6 buckets
+    assert buckets_for(n, budget) == 6
     assert write_next_use(requests_file, many, 16, max_values=3_000, memory_bytes=budget)
     assert one.read_bytes() == many.read_bytes()
     assert sorted(p.name for p in many.parent.iterdir()) == ["nu.parquet"]
