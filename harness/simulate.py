@@ -11,7 +11,8 @@ Files in the policy's folder (each written atomically):
 Requests stream from their source by record batch: nothing here holds the whole requests table
 (a policy that needs it, `Policy.needs_table`, gathers it inside policies.sim). An oracle that
 can stream its future (`Policy.streams_future`) reads it from a next-use column written in one
-backward pass over the requests Parquet (workloads.nextuse) when the whole file is simulated.
+backward pass over the requests Parquet (workloads.nextuse) when the whole trace is simulated
+(a raw trace's: its temporary conversion; with --max-requests it takes the in-memory pre-pass).
 
 Must not: hold policy logic (policies/), parse command-line flags or draw progress bars.
 """
@@ -46,13 +47,16 @@ SUMMARY_JSON_VERSION = 1
 @dataclass(frozen=True)
 class RequestSource:
     """Where a simulation's requests come from: `batches()` yields a fresh stream of REQUESTS
-    record batches; `parquet` is the requests Parquet they are the whole of (None for a loaded
-    raw trace or a prefix of a file), the file an oracle's next-use column is computed from."""
+    record batches; `parquet` is the requests Parquet they are the whole of (None for a prefix of
+    a trace), the file an oracle's next-use column is computed from — for a raw trace, its
+    temporary conversion, which lives as long as `owner` (the `StreamedRequests` that removes it
+    when collected), so as long as this source."""
 
     rows: int
     batches: Callable[[], Iterator[pa.RecordBatch]]
     parquet: Path | None
     how: str
+    owner: object = None
 
 
 def parquet_source(path: Path) -> RequestSource:
@@ -76,13 +80,13 @@ def open_source(path: Path, fmt: str | None = None, max_requests: int | None = N
     else:
         from workloads.loaders import stream_requests
 
-        try:  # streamed into a temporary Parquet, removed once `res` (held by res.batches) is gone
+        try:  # streamed into a temporary Parquet, removed once `res` (the source's owner) is gone
             res = stream_requests(path, fmt)
         except ValueError as exc:
             if isinstance(exc, KvwearError):
                 raise
             raise KvwearError(f"{path}: {exc}") from None
-        src = RequestSource(res.result.rows, res.batches, None, f"{res.result.format} trace")
+        src = RequestSource(res.result.rows, res.batches, res.result.path, f"{res.result.format} trace", res)
     if max_requests is None or max_requests >= src.rows:
         return src
     whole = src.batches
@@ -98,7 +102,7 @@ def open_source(path: Path, fmt: str | None = None, max_requests: int | None = N
             yield b
 
     # with a prefix, an oracle's future must stop at the limit: the in-memory pre-pass
-    return RequestSource(max_requests, limited, None, src.how)
+    return RequestSource(max_requests, limited, None, src.how, src.owner)
 
 
 def sim_config(cfg: RunConfig, profile: ModelProfile) -> SimConfig:
@@ -137,9 +141,14 @@ def simulate_policy(source: RequestSource, config: SimConfig, spec: str | Policy
     out_dir.mkdir(parents=True, exist_ok=True)
     future: contextlib.AbstractContextManager[Path | None]
     if source.parquet is not None and POLICIES.get(ps.name).streams_future(ps.params):
-        from workloads.nextuse import next_use_file
+        from harness.devices.fio import check_host_room
+        from workloads.nextuse import next_use_file, spill_bytes
 
-        future = next_use_file(source.parquet, out_dir / ".next_use.parquet", config.chunk_tokens)
+        nu_path = out_dir / ".next_use.parquet"
+        check_host_room(nu_path, spill_bytes(source.parquet), what="file and its spill", sparse=False,
+                        writer="the oracle's next-use pass",
+                        fix="free space there or simulate into a folder on a larger file system (-o)")
+        future = next_use_file(source.parquet, nu_path, config.chunk_tokens)
     else:
         future = contextlib.nullcontext()
     with future as nu, TableWriter(SSD_OPS, out_dir / "ssd_ops.parquet") as ops_out:

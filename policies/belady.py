@@ -78,6 +78,14 @@ dead writes: f_x counts hits an SSD copy evicted first never serves), and on tra
 Gandalf γ = 0 (0.530 at 3,752 GiB), whose miss ratio is below the line's best (0.541 at γ = 0;
 MIN per tier 0.513).
 
+Memory: beside the simulator's objects, the heaps (a live entry per cached object and tier,
+~210 B with its key and seq, up to 4× with the stale ones between `LazyMinHeap`'s compactions)
+and `due`, the cached objects listed under their next use for `_expire` (one entry per cached
+object — an object leaves it when it leaves every tier — ≤ ~300 B each: a 224 B ordered set
+per pending next use, shared by the objects due then); nothing per request or per access of
+the trace (the future is streamed: `workloads.nextuse`). Before, `due` kept every object keyed
+with a future next use until that next use came, cached or not.
+
 Must not: do I/O, read the wall clock, keep global state.
 """
 
@@ -172,7 +180,10 @@ class BeladyPolicy(Policy[BeladyParams]):
         # keys: (-next use, tie key), led by the future-hit density with `ssd_evict=fewest`
         self.heaps: dict[int, LazyMinHeap[Obj, tuple[float, ...]]] = {DRAM: LazyMinHeap(), SSD: LazyMinHeap()}
         self.hybrid = ctx.hybrid
-        self.due: dict[int, list[Obj]] = {}  # next_seq → objects keyed with it
+        # next_seq → the resident objects keyed with it, in the order they were last keyed (a
+        # dict as an ordered set: an object leaves when it leaves every tier, so this holds one
+        # entry per cached object, not one per object the trace ever keyed; `_expire`)
+        self.due: dict[int, dict[Obj, None]] = {}
         self._due_seq = 0
         self.written = 0
         self._fewest = p.mode == "wear" and p.ssd_evict == "fewest"
@@ -202,7 +213,9 @@ class BeladyPolicy(Policy[BeladyParams]):
             return 0
         return DRAM
 
-    def _keyof(self, obj: Obj) -> tuple[int, int]:
+    def _keyof(self, obj: Obj, register: bool = True) -> tuple[int, int]:
+        """`obj`'s heap key; with `register`, it is listed under its next use in `due`, to be
+        re-keyed when that passes without touching it."""
         k = _key(obj, self._root_first)
         nxt = obj.next_seq
         if nxt < NEVER:
@@ -210,7 +223,10 @@ class BeladyPolicy(Policy[BeladyParams]):
                 # its next reference went by without using it (a deeper state served that
                 # request): its next use is unknown, treat it as never
                 return (-NEVER, k[1])
-            self.due.setdefault(nxt, []).append(obj)
+            if register and nxt >= self._due_seq:   # `_expire` has passed earlier seqs for good
+                d = self.due.setdefault(nxt, {})
+                d.pop(obj, None)     # re-keyed: it moves to the end, where the last keying put it
+                d[obj] = None
         if self.hybrid:
             if isinstance(obj, Segment):
                 if _useless(obj):
@@ -271,6 +287,13 @@ class BeladyPolicy(Policy[BeladyParams]):
 
     def removed(self, obj: Obj, tier: int) -> None:
         self.heaps[tier].discard(obj)
+        if not obj.tiers & (DRAM | SSD):
+            # out of every heap: nothing to re-key when its next use passes
+            d = self.due.get(obj.next_seq)
+            if d is not None:
+                d.pop(obj, None)
+                if not d:
+                    del self.due[obj.next_seq]
         if tier == DRAM and obj in self.heaps[SSD]:
             self.heaps[SSD].set(obj, self._tier_key(obj, SSD))
         if self.hybrid and not obj.tiers:
@@ -303,7 +326,7 @@ class BeladyPolicy(Policy[BeladyParams]):
     def admit_to_ssd(self, obj: Obj) -> bool:
         if self.p.mode == "min":
             return True
-        nxt = -self._keyof(obj)[0]  # its effective next use (dead objects: never)
+        nxt = -self._keyof(obj, register=False)[0]  # its effective next use (dead objects: never)
         if nxt >= NEVER or obj.nbytes > self.ctx.capacity_bytes[SSD]:
             return False
         if 0 <= self.p.max_write_bytes < self.written + obj.nbytes:

@@ -9,14 +9,19 @@ refs=True)` of the whole table, which the in-memory path computes with one sort 
 access. The oracle's total future hits f_x (`belady`'s wear mode) is the second column, read at
 the access that last touched the object, so it streams like the next use.
 
-Here the file is read row group by row group from the end: a group's accesses are resolved
-among themselves with one sort, and a key's last access in the group takes the first row of a
-later group holding the key, and the count of the key's accesses in later groups, from a map
-of the keys seen so far (sorted arrays, updated per group). Memory is one row group plus the map
-— 24 bytes per distinct block key — never the trace's accesses. The columns are written to their
-own Parquet file, one row per request, `next_use: list<int64>` and `future_refs: list<int64>`
-aligned with the requests' `hash_ids`, in the same row groups, so a forward reader zips the two
-files batch by batch (`iter_with_next_use`).
+Here the file is read row group by row group from the end: a slice of accesses is resolved
+among themselves with one sort, and a key's last access in the slice takes the first row of a
+later slice holding the key, and the count of the key's accesses in later slices, from a map
+of the keys seen so far (sorted arrays, updated per slice). Memory is one row group plus the map
+— 24 bytes per distinct block key — never the trace's accesses. Where the map could outgrow a
+budget (`MEMORY_BYTES`; distinct keys are bounded by accesses), the keys are hash-partitioned
+into buckets, each resolved by its own backward pass and spilled to a temporary file beside the
+output, and a final pass zips the buckets' values back into request order: a key's values
+depend only on its own accesses, so the file is the same byte for byte, and memory is one
+bucket's map (external memory; `write_next_use`). The columns are written to their own Parquet
+file, one row per request, `next_use: list<int64>` and `future_refs: list<int64>` aligned with
+the requests' `hash_ids`, in the same row groups, so a forward reader zips the two files batch
+by batch (`iter_with_next_use`).
 
 The map needs one sortable int64 per key: (namespace index, id) are packed when the ids fit
 beside the namespace bits (every loader's source ids do; a single namespace always does). When
@@ -28,6 +33,7 @@ policies.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kvwear.errors import KvwearError
 from kvwear.tables import BATCH_VALUES, TableSpec, TableWriter, check_kind, iter_table_batches
 from workloads.schema import REQUESTS, list_parts
 
@@ -112,12 +119,118 @@ def _resolve(keys: np.ndarray, rows: np.ndarray, map_keys: np.ndarray, map_rows:
     return nxt, refs, map_keys, map_rows, map_refs
 
 
+#: The backward pass's memory budget for its map of keys: with more possible keys than fit, the
+#: keys are hash-partitioned into buckets resolved one pass each (`write_next_use`).
+MEMORY_BYTES = 1 << 30
+#: Map bytes per key: 3 int64 (key, first later row, later accesses), twice while `np.insert`
+#: builds the grown arrays beside the old ones.
+_MAP_BYTES_PER_KEY = 48
+#: Bytes written per access, at most: the output's two int64 columns, and as much again for the
+#: buckets' spill while the final pass reads it (zstd makes both smaller; the guard takes the bound).
+BYTES_PER_ACCESS = 16
+
+
+def _accesses(meta: pq.FileMetaData) -> int:
+    """The requests file's hash-id accesses (from the footer: the `hash_ids` leaf's values)."""
+    col = [meta.row_group(0).column(j).path_in_schema for j in range(meta.num_columns)].index(
+        "hash_ids.list.element") if meta.num_row_groups else 0
+    return sum(meta.row_group(g).column(col).num_values for g in range(meta.num_row_groups))
+
+
+def buckets_for(accesses: int, memory_bytes: int = MEMORY_BYTES) -> int:
+    """How many key buckets keep the map within `memory_bytes`: the distinct keys are bounded by
+    the accesses (no cheaper exact bound exists before the pass), so P = ⌈accesses × 48 B /
+    budget⌉, 1 on small traces."""
+    return max(1, -(-accesses * _MAP_BYTES_PER_KEY // max(memory_bytes, 1)))
+
+
+def spill_bytes(requests: str | Path, memory_bytes: int = MEMORY_BYTES) -> int:
+    """An upper bound of the bytes `write_next_use` has on disk at once: the output, plus the
+    buckets' spill when the keys need more than one bucket."""
+    n = _accesses(pq.ParquetFile(requests).metadata)
+    return BYTES_PER_ACCESS * n * (1 if buckets_for(n, memory_bytes) == 1 else 2)
+
+
+def _bucket(keys: np.ndarray, buckets: int) -> np.ndarray:
+    """Each key's bucket: the top 32 bits of a multiplicative hash (Fibonacci hashing, so that a
+    namespace's consecutive ids spread evenly) scaled to [0, buckets) by a multiply and a shift
+    (Lemire's range reduction: no modulo)."""
+    h = (keys.view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)
+    return ((h * np.uint64(buckets)) >> np.uint64(32)).astype(np.int64)
+
+
+def _group_keys(pf: pq.ParquetFile, g: int, namespaces: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row group `g`'s list offsets and the packed key of each of its accesses."""
+    t = pf.read_row_group(g, columns=["hash_ns", "hash_ids"])
+    offs, vals = list_parts(t.column("hash_ids"))
+    ns_rows = np.asarray(t.column("hash_ns").to_numpy(), dtype=np.int64)
+    return offs, _pack(np.repeat(ns_rows, np.diff(offs)), vals, namespaces, bits)
+
+
+def _backward(pf: pq.ParquetFile, namespaces: np.ndarray, bits: int, bucket: int, buckets: int,
+              max_values: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The backward pass over one bucket's keys: for each row group, last first, its list offsets
+    and the (2, n) next use and future references of its accesses of keys in `bucket` (in access
+    order).
+
+    Row groups are gathered, last first, until they hold `max_values` of the bucket's accesses
+    and then resolved in slices of at most `max_values`, last slice first, each against the map
+    of the later ones (a slice may end mid-row: `_resolve` counts the rest of the row as later)."""
+    meta = pf.metadata
+    starts = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
+    map_keys = np.zeros(0, dtype=np.int64)   # sorted keys seen in later slices
+    map_rows = np.zeros(0, dtype=np.int64)   # the first row of a later slice holding each
+    map_refs = np.zeros(0, dtype=np.int64)   # and how many accesses of it later slices hold
+    # (offsets, keys, rows) of the groups not resolved yet, last first
+    held: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    n_held = 0
+    for g in range(meta.num_row_groups - 1, -2, -1):
+        if g >= 0:
+            offs, keys = _group_keys(pf, g, namespaces, bits)
+            if buckets > 1:   # the row of each of the bucket's accesses only
+                mine = np.flatnonzero(_bucket(keys, buckets) == bucket)
+                keys = keys[mine]
+                rows = starts[g] - 1 + np.searchsorted(offs, mine, side="right")
+            else:
+                rows = np.repeat(np.arange(starts[g], starts[g + 1], dtype=np.int64), np.diff(offs))
+            held.append((offs, keys, rows))
+            n_held += len(keys)
+            if n_held < max_values:
+                continue
+        if not held:
+            break
+        keys = np.concatenate([k for _, k, _ in held[::-1]])
+        rows = np.concatenate([r for _, _, r in held[::-1]])
+        out = np.empty((2, len(keys)), dtype=np.int64)
+        for hi in range(len(keys), 0, -max_values):
+            lo = max(hi - max_values, 0)
+            out[0, lo:hi], out[1, lo:hi], map_keys, map_rows, map_refs = _resolve(
+                keys[lo:hi], rows[lo:hi], map_keys, map_rows, map_refs)
+        hi = len(keys)
+        for offs, k, _ in held:              # back into groups, last first
+            yield offs, out[:, hi - len(k):hi]
+            hi -= len(k)
+        held, n_held = [], 0
+
+
+_SPILL = pa.schema([pa.field("next_use", pa.int64()), pa.field("future_refs", pa.int64())])
+
+
 def write_next_use(requests: str | Path, out: str | Path, chunk_tokens: int,
-                   max_values: int = BATCH_VALUES) -> bool:
+                   max_values: int = BATCH_VALUES, memory_bytes: int = MEMORY_BYTES) -> bool:
     """Write the next-use column of the requests Parquet `requests` to `out` (backward pass).
     Returns False, writing nothing, where it cannot stand in for the in-memory pre-pass: keys
     that do not pack into int64, or rows whose blocks are finer than `chunk_tokens` (the
-    simulator regroups those first, which changes the ids)."""
+    simulator regroups those first, which changes the ids).
+
+    External memory: a key's next use and future references depend only on its own accesses, so
+    when the map could outgrow `memory_bytes` (`buckets_for`) the keys are hash-partitioned into
+    P buckets; pass p runs the backward pass for bucket p's keys alone and spills their values
+    (only its accesses, per row group, last group first) to a zstd Arrow stream in a temporary
+    folder beside `out`; a final pass over the row groups, in the same order, takes each group's
+    values from the P streams and writes the same file as one pass would. Memory: one row group,
+    one bucket's map (24 B per distinct key of the bucket) and the P streams' current batches;
+    disk: about the output again (`spill_bytes`), removed on success and on failure."""
     path = Path(requests)
     check_kind(REQUESTS, path)
     pf = pq.ParquetFile(path)
@@ -130,36 +243,48 @@ def write_next_use(requests: str | Path, out: str | Path, chunk_tokens: int,
     if packing is None:
         return False
     namespaces, bits = packing
-    starts = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
-    map_keys = np.zeros(0, dtype=np.int64)   # sorted keys seen in later slices
-    map_rows = np.zeros(0, dtype=np.int64)   # the first row of a later slice holding each
-    map_refs = np.zeros(0, dtype=np.int64)   # and how many accesses of it later slices hold
+    buckets = buckets_for(_accesses(meta), memory_bytes)
+    out = Path(out)
     with TableWriter(NEXT_USE, out) as w:
-        for g in range(meta.num_row_groups - 1, -1, -1):
-            t = pf.read_row_group(g, columns=["hash_ns", "hash_ids"])
-            offs, vals = list_parts(t.column("hash_ids"))
-            ns_rows = np.asarray(t.column("hash_ns").to_numpy(), dtype=np.int64)
-            # the group's rows in slices of about max_values ids, last first: the sort's
-            # temporaries stay at a slice's size, whatever the row group's
-            cuts = sorted({0, *(np.flatnonzero(np.diff(offs // max_values)) + 1).tolist(), len(ns_rows)})
-            pieces: list[np.ndarray] = []
-            ref_pieces: list[np.ndarray] = []
-            for lo, hi in zip(cuts[-2::-1], cuts[:0:-1], strict=True):
-                lengths = np.diff(offs[lo:hi + 1])
-                rows = np.repeat(np.arange(starts[g] + lo, starts[g] + hi, dtype=np.int64), lengths)
-                keys = _pack(np.repeat(ns_rows[lo:hi], lengths), vals[offs[lo]:offs[hi]], namespaces, bits)
-                nxt, refs, map_keys, map_rows, map_refs = _resolve(keys, rows, map_keys, map_rows, map_refs)
-                pieces.append(nxt)
-                ref_pieces.append(refs)
-            nxt_all = np.concatenate(pieces[::-1]) if pieces else np.zeros(0, dtype=np.int64)
-            refs_all = np.concatenate(ref_pieces[::-1]) if ref_pieces else np.zeros(0, dtype=np.int64)
-            del pieces, ref_pieces
-            # one row group per input group, stored last first (the order they are resolved in),
-            # so nothing is held or copied to turn them around
+        def emit(offs: np.ndarray, vals: np.ndarray) -> None:
+            # one row group per input group, stored last first (the order they are resolved
+            # in), so nothing is held or copied to turn them around
             offsets = pa.array(np.asarray(offs, dtype=np.int32))
-            w.write(pa.table({"next_use": pa.ListArray.from_arrays(offsets, pa.array(nxt_all)),
-                              "future_refs": pa.ListArray.from_arrays(offsets, pa.array(refs_all))}),
+            w.write(pa.table({"next_use": pa.ListArray.from_arrays(offsets, pa.array(vals[0])),
+                              "future_refs": pa.ListArray.from_arrays(offsets, pa.array(vals[1]))}),
                     one_row_group=True)
+
+        if buckets == 1:
+            for offs, vals in _backward(pf, namespaces, bits, 0, 1, max_values):
+                emit(offs, vals)
+            return True
+        with tempfile.TemporaryDirectory(prefix=f".{out.name.lstrip('.')}.spill-", dir=out.parent) as tmp:
+            options = pa.ipc.IpcWriteOptions(compression="zstd")
+            for b in range(buckets):
+                with pa.ipc.new_stream(Path(tmp) / f"{b}.arrows", _SPILL, options=options) as sink:
+                    for _, vals in _backward(pf, namespaces, bits, b, buckets, max_values):
+                        if vals.shape[1]:        # the final pass reads a bucket's batch only where it has accesses
+                            sink.write_batch(pa.record_batch([pa.array(vals[0]), pa.array(vals[1])], schema=_SPILL))
+            streams = [pa.ipc.open_stream(Path(tmp) / f"{b}.arrows") for b in range(buckets)]
+            try:
+                for g in range(meta.num_row_groups - 1, -1, -1):
+                    offs, keys = _group_keys(pf, g, namespaces, bits)
+                    which = _bucket(keys, buckets)
+                    counts = np.bincount(which, minlength=buckets)
+                    parts = []
+                    for k in np.flatnonzero(counts).tolist():
+                        batch = streams[k].read_next_batch()
+                        if batch.num_rows != counts[k]:
+                            raise KvwearError(f"internal error: {out}: bucket {k}'s spill is out of step "
+                                              f"with {path}'s row group {g}")
+                        parts.append(np.stack([np.asarray(c.to_numpy(), dtype=np.int64) for c in batch.columns]))
+                    vals = np.empty((2, len(keys)), dtype=np.int64)
+                    if parts:
+                        vals[:, np.argsort(which, kind="stable")] = np.concatenate(parts, axis=1)
+                    emit(offs, vals)
+            finally:
+                for s in streams:
+                    s.close()
     return True
 
 

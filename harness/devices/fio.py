@@ -135,9 +135,11 @@ def plan_written_bytes(plan: pa.Table) -> int:
     return int((end[last] - off[starts]).sum())
 
 
-def check_host_room(path: Path, need_bytes: int, *, what: str, fix: str) -> None:
+def check_host_room(path: Path, need_bytes: int, *, what: str, fix: str, writer: str = "the plan",
+                    sparse: bool = True) -> None:
     """Refuse before writing when the file system holding `path` cannot take `need_bytes` more than
-    `path` already allocates (st_blocks; 0 for a new sparse file); the error gives the numbers."""
+    `path` already allocates (st_blocks; 0 for a new sparse file); the error gives the numbers
+    (`writer` writes them; `sparse` for a backing file)."""
     path = Path(path)
     allocated = path.stat().st_blocks * 512 if path.exists() else 0
     st = os.statvfs(path.parent if not path.is_dir() else path)
@@ -145,7 +147,8 @@ def check_host_room(path: Path, need_bytes: int, *, what: str, fix: str) -> None
     new = max(0, int(need_bytes) - allocated)
     if new > free:
         raise KvwearError(
-            f"{path}: refusing to write: the plan writes {int(need_bytes):,} bytes of this sparse {what} "
+            f"{path}: refusing to write: {writer} writes {int(need_bytes):,} bytes of this "
+            f"{'sparse ' if sparse else ''}{what} "
             f"({allocated:,} already allocated) and its file system has {free:,} bytes free, short by "
             f"{new - free:,}; {fix}")
 

@@ -3,6 +3,7 @@ give exactly the results of the in-memory path on the shared traces."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import kvwear.tables
+from kvwear.errors import KvwearError
 from kvwear.tables import iter_table_batches, write_table
 from policies.sim import SimConfig, _batches, next_use, simulate
 from workloads.loaders import load_requests
@@ -47,6 +49,56 @@ def test_next_use_column_equals_the_in_memory_prepass(requests_file: Path, tmp_p
     assert refs.max() > 1
     # an access has later references exactly when it has a next use
     assert np.array_equal(refs > 0, whole < (1 << 62))
+
+
+def test_bucketed_next_use_pass_writes_the_same_file(requests_file: Path, tmp_path: Path) -> None:
+    """External memory (hash-partitioned keys, one backward pass per bucket, spilled and zipped
+    back): byte-identical to the one-bucket pass and equal to the in-memory pre-pass; the spill
+    folder beside the output is gone afterwards."""
+    from workloads.nextuse import _accesses, buckets_for
+
+    n = _accesses(pq.ParquetFile(requests_file).metadata)
+    assert buckets_for(n) == 1                         # the shared traces take one bucket
+    one, many = tmp_path / "one" / "nu.parquet", tmp_path / "many" / "nu.parquet"
+    for p in (one, many):
+        p.parent.mkdir()
+    assert write_next_use(requests_file, one, 16)
+    budget = n * 48 // 5                              # 6 buckets
+    assert buckets_for(n, budget) == 6
+    assert write_next_use(requests_file, many, 16, max_values=3_000, memory_bytes=budget)
+    assert one.read_bytes() == many.read_bytes()
+    assert sorted(p.name for p in many.parent.iterdir()) == ["nu.parquet"]
+    batches = list(iter_with_next_use(requests_file, many))
+    whole, refs = next_use(pq.read_table(requests_file), refs=True)
+    assert np.array_equal(np.concatenate([list_parts(b.column("next_use"))[1] for b in batches]), whole)
+    assert np.array_equal(np.concatenate([list_parts(b.column("future_refs"))[1] for b in batches]), refs)
+
+
+def test_a_failed_bucketed_pass_leaves_nothing(requests_file: Path, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass that fails in the final zip (here: its reads of the requests run out after the
+    buckets were spilled) leaves neither the output nor the spill behind."""
+    import workloads.nextuse as nextuse
+
+    n_groups = pq.ParquetFile(requests_file).metadata.num_row_groups
+    n = nextuse._accesses(pq.ParquetFile(requests_file).metadata)
+    budget = n * 48 // 3
+    buckets = nextuse.buckets_for(n, budget)
+    assert buckets > 1
+    real, calls = nextuse._group_keys, [0]
+
+    def failing(*args: object) -> tuple[np.ndarray, np.ndarray]:
+        calls[0] += 1
+        if calls[0] > buckets * n_groups + 2:           # every bucket's pass, then 2 groups of the zip
+            raise OSError("disk went away")
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(nextuse, "_group_keys", failing)
+    out = tmp_path / "out" / "nu.parquet"
+    out.parent.mkdir()
+    with pytest.raises(OSError, match="disk went away"):
+        write_next_use(requests_file, out, 16, memory_bytes=budget)
+    assert calls[0] == buckets * n_groups + 3 and list(out.parent.iterdir()) == []
 
 
 def test_future_refs_count_every_later_access() -> None:
@@ -162,3 +214,61 @@ def test_run_oracle_stage_streams_and_matches_simulate(tmp_path: Path, weka_dir:
     table = pq.read_table(out / "workload" / "requests.parquet")
     whole = simulate(table, sim_config(cfg, get_profile("kimi-k3")), "belady:mode=min")
     assert ops.num_rows > 0 and ops.equals(whole.ssd_ops)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs: needs root")
+def test_the_next_use_pass_is_refused_where_its_files_do_not_fit(tmp_path: Path, weka_dir: Path) -> None:
+    """The free-space guard (harness.devices.fio.check_host_room) before the oracle's next-use
+    file and spill are written: on a 1 MiB tmpfs the simulation is refused with the numbers, and
+    leaves no file."""
+    from harness.simulate import parquet_source, simulate_policy
+    from tests.harness.test_host_room import tmpfs
+
+    requests = write_table(REQUESTS, load_requests(weka_dir).table, tmp_path / "r.parquet")
+    prof = get_profile("kimi-k3")
+    cfg = SimConfig(dram_bytes=16 * 10**9, ssd_bytes=128 * 10**9, kv_bytes_per_token=prof.kv_bytes_per_token,
+                    state_bytes=prof.state_bytes)
+    with tmpfs(tmp_path / "small", "1m") as small:
+        with pytest.raises(KvwearError, match=r"\.next_use\.parquet: refusing to write: the oracle's next-use pass "
+                                              r"writes [\d,]+ bytes of this file and its spill \(0 already "
+                                              r"allocated\) and its file system has [\d,]+ bytes free"):
+            simulate_policy(parquet_source(requests), cfg, "belady", small / "belady")
+        assert list((small / "belady").iterdir()) == []
+
+
+def test_oracle_on_a_raw_trace_streams_its_future(tmp_path: Path, weka_dir: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kvwear simulate` on a raw Weka directory: the oracle reads its future from the next-use
+    file of the temporary requests Parquet (the in-memory pre-pass, `Simulator.set_future`, is
+    never called), with the same ssd_ops and summary as on the converted Parquet; the temporary
+    Parquet lives as long as the source."""
+    import gc
+
+    from harness.simulate import open_source, simulate_policy
+    from kvwear.tables import read_table
+    from policies.metrics import SIM_SUMMARY
+    from policies.schema import SSD_OPS
+    from policies.sim import Simulator
+    from workloads.loaders import convert_trace
+
+    converted = tmp_path / "weka.parquet"
+    convert_trace(weka_dir, converted)
+
+    def no_prepass(self: Simulator, table: pa.Table) -> None:
+        raise AssertionError("the in-memory pre-pass ran")
+
+    monkeypatch.setattr(Simulator, "set_future", no_prepass)
+    prof = get_profile("kimi-k3")
+    cfg = SimConfig(dram_bytes=16 * 10**9, ssd_bytes=128 * 10**9, kv_bytes_per_token=prof.kv_bytes_per_token,
+                    state_bytes=prof.state_bytes)
+    raw = open_source(weka_dir)
+    assert raw.parquet is not None and raw.parquet.is_file()
+    a = simulate_policy(raw, cfg, "belady:gamma=0", tmp_path / "a")
+    b = simulate_policy(open_source(converted), cfg, "belady:gamma=0", tmp_path / "b")
+    assert a.ssd_ops_rows == b.ssd_ops_rows > 0
+    assert read_table(SSD_OPS, a.ssd_ops_path).equals(read_table(SSD_OPS, b.ssd_ops_path))
+    assert read_table(SIM_SUMMARY, a.dir / "summary.parquet").equals(read_table(SIM_SUMMARY, b.dir / "summary.parquet"))
+    tmp_parquet = raw.parquet
+    del raw
+    gc.collect()
+    assert not tmp_parquet.exists()
