@@ -392,6 +392,11 @@ class _Blocks:
         self.count = np.zeros(cap, dtype=np.int32)
         self.last_req = np.zeros(cap, dtype=np.int32)
 
+    def free(self) -> None:
+        """Drop the state (written out)."""
+        for name in ("slots", *self.NAMES):
+            setattr(self, name, np.zeros(0, dtype=getattr(self, name).dtype))
+
     def nbytes_for(self, accesses: int) -> int:
         """Bytes of the state after `reserve(accesses)`."""
         cap = self.key_id.size
@@ -600,10 +605,13 @@ class _Events:
         self.w_none = w is None
         self._file: BinaryIO | None = None
         if spill is not None:
-            rec = np.empty(pos.size, dtype=[("p", np.int64), ("w", np.float64)])
-            rec["p"] = pos
-            rec["w"] = 0.0 if w is None else w
-            rec.tofile(spill)
+            with spill.open("wb") as f:
+                for lo in range(0, pos.size, self.READ):  # records a slice at a time: no full copy
+                    hi = min(pos.size, lo + self.READ)
+                    rec = np.empty(hi - lo, dtype=[("p", np.int64), ("w", np.float64)])
+                    rec["p"] = pos[lo:hi]
+                    rec["w"] = 0.0 if w is None else w[lo:hi]
+                    rec.tofile(f)
             self._file = spill.open("rb")
             self.pos, self.w = np.zeros(0, np.int64), np.zeros(0)
         else:
@@ -770,14 +778,22 @@ def _write_blocks(blocks: _Blocks, ctx: _Context, writer: TableWriter, dictionar
     per_count = np.bincount(blocks.count[:d])  # counts are at most the requests: small
     values = np.flatnonzero(per_count)
     out.counts.append((values.astype(np.int64), per_count[values].astype(np.int64)))
-    first = np.concatenate(f_pos) if f_pos else np.zeros(0, np.int64)  # ascending: codes follow first access
-    last = np.concatenate(l_pos) if l_pos else np.zeros(0, np.int64)
-    w = np.concatenate(weights) if multi and weights else None
-    order = np.argsort(last, kind="stable")
     tag = f"{blocks.part}-{blocks.parts}"
+    blocks.free()  # room for the events' sort
+    first = np.concatenate(f_pos) if f_pos else np.zeros(0, np.int64)  # ascending: codes follow first access
+    del f_pos
+    w = np.concatenate(weights) if multi and weights else None
     out.firsts.append(_Events(first, w, spill_dir / f"first-{tag}.bin" if spill_dir else None))
-    out.lasts.append(_Events(last[order], None if w is None else w[order],
-                             spill_dir / f"last-{tag}.bin" if spill_dir else None))
+    del first
+    last = np.concatenate(l_pos) if l_pos else np.zeros(0, np.int64)
+    del l_pos
+    if w is None:
+        last.sort()
+    else:
+        order = np.argsort(last, kind="stable")
+        last, w = last[order], w[order]
+        del order
+    out.lasts.append(_Events(last, w, spill_dir / f"last-{tag}.bin" if spill_dir else None))
 
 
 def check_budget(memory_budget_bytes: object, name: str = "memory_budget_bytes") -> int:
