@@ -375,7 +375,24 @@ def _slots_for(n: int, size: int) -> int:
     return size
 
 
-class _Blocks:
+class _Keys:
+    """A hash table of block keys numbered 0 … n−1 (`_slot`), room made for `cap` keys."""
+
+    def __init__(self, cap: int) -> None:
+        self.n = 0
+        self.slots = np.full(_slots_for(cap, 2), _EMPTY, dtype=np.int32)
+        self.key_ns = np.zeros(cap, dtype=np.int32)
+        self.key_id = np.zeros(cap, dtype=np.int64)
+
+    def grow_slots(self, keys: int) -> None:
+        """Slots for `keys` keys (at most half full), rehashed if they had to grow."""
+        size = _slots_for(keys, self.slots.size)
+        if size > self.slots.size:
+            self.slots = np.full(size, _EMPTY, dtype=np.int32)
+            _rehash(self.slots, self.key_ns, self.key_id, self.n)
+
+
+class _Blocks(_Keys):
     """The per-distinct-block state of one partition (module docstring), grown as blocks appear."""
 
     NAMES = ("key_ns", "key_id", "first_pos", "last_pos", "count", "last_req")
@@ -383,10 +400,7 @@ class _Blocks:
     def __init__(self, parts: int, part: int, cap: int) -> None:
         self.parts, self.part = parts, part
         cap = max(cap, 1)
-        self.n = 0
-        self.slots = np.full(_slots_for(cap, 2), _EMPTY, dtype=np.int32)
-        self.key_ns = np.zeros(cap, dtype=np.int32)
-        self.key_id = np.zeros(cap, dtype=np.int64)
+        super().__init__(cap)
         self.first_pos = np.zeros(cap, dtype=np.int64)
         self.last_pos = np.zeros(cap, dtype=np.int64)
         self.count = np.zeros(cap, dtype=np.int32)
@@ -413,23 +427,17 @@ class _Blocks:
             cap = max(need, cap + cap // 2)
             for name in self.NAMES:
                 setattr(self, name, _grown(getattr(self, name), cap))
-        size = _slots_for(need, self.slots.size)
-        if size > self.slots.size:
-            self.slots = np.full(size, _EMPTY, dtype=np.int32)
-            _rehash(self.slots, self.key_ns, self.key_id, self.n)
+        self.grow_slots(need)
 
 
-class _Lru:
+class _Lru(_Keys):
     """The LRU stack: exact, then fixed-size SHARDS past `s_max` sampled blocks (module docstring)."""
 
     def __init__(self, s_max: int) -> None:
         self.s_max = s_max
         cap = min(INITIAL_BLOCKS, s_max)
-        self.n = 0
+        super().__init__(cap)
         self.clock = 0
-        self.slots = np.full(_slots_for(cap, 2), _EMPTY, dtype=np.int32)
-        self.key_ns = np.zeros(cap, dtype=np.int32)
-        self.key_id = np.zeros(cap, dtype=np.int64)
         self.lru_last = np.zeros(cap, dtype=np.int32)
         self.hist = np.zeros(cap, dtype=np.int64)
         self.tree = np.zeros(2 * cap + 1, dtype=np.int32)
@@ -462,10 +470,7 @@ class _Lru:
                 setattr(self, name, _grown(getattr(self, name), cap))
         if need == self.s_max and not self.binned.size:  # a lowering may come in this batch
             self.binned = np.zeros(_BINS, dtype=np.float64)
-        size = _slots_for(cap, self.slots.size)
-        if size > self.slots.size:
-            self.slots = np.full(size, _EMPTY, dtype=np.int32)
-            _rehash(self.slots, self.key_ns, self.key_id, self.n)
+        self.grow_slots(cap)
         if self.clock + accesses > self.tree.size - 1:  # stack positions run out: renumber
             size = max(self.tree.size - 1, 2 * (self.n + accesses))
             if size > self.tree.size - 1:
