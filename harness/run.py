@@ -65,7 +65,7 @@ from harness.waf_model import PAGE_BYTES, DeathSummary, WafPrediction, death_sum
 from harness.wear.snapshot import delta as wear_delta
 from harness.wear.snapshot import snapshot, wear_rows, wear_table
 from kvwear.errors import InputError, KvwearError
-from kvwear.tables import atomic_write, read_table, write_table
+from kvwear.tables import atomic_write, iter_table_batches, read_table, write_table
 from kvwear.units import format_bytes
 from workloads.blocks import splitmix64
 from workloads.models import ModelProfile, resolve_profile
@@ -196,13 +196,20 @@ def workload_stage(cfg: RunConfig, rd: RunDir) -> Workload:
 
 def characterize_stage(rd: RunDir, workload: Workload, profile: ModelProfile) -> None:
     """The workload's characterization (ideal hit ratio, reuse times, lifespans, capacity needed)
-    for the report; workloads.characterize does the analyses."""
+    for the report; workloads.characterize does the analyses, streamed over the run's requests
+    table in bounded batches (workloads.characterize_stream), which is in arrival order."""
     def compute() -> tuple[None, Mapping[str, Any]]:
         from reports.characterization import plot_characterization
-        from workloads.characterize import characterize
+        from workloads.characterize_stream import characterize_batches
 
+        arrival = pq.read_table(workload.path, columns=["arrival_s"]).column(0).to_numpy()
+        if arrival.size > 1 and bool((arrival[1:] < arrival[:-1]).any()):
+            i = int(np.flatnonzero(arrival[1:] < arrival[:-1])[0]) + 1
+            raise KvwearError(f"{workload.path}: row {i:,} arrives before row {i - 1:,} (arrival_s "
+                              f"{arrival[i]} < {arrival[i - 1]}): the run's requests table must be in arrival order")
+        del arrival
         folder = rd.stage_dir("workload") / "characterization"
-        res, _ = characterize(read_table(REQUESTS, workload.path), profile, folder)
+        res, _ = characterize_batches(lambda: iter_table_batches(REQUESTS, workload.path), profile, folder)
         plot_characterization(folder)
         return None, {"token_hit_ratio": res.token_hit_ratio, "capacity_bytes": res.capacity_bytes}
 

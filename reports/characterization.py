@@ -79,8 +79,10 @@ def read_tables(folder: Path) -> Tables:
         capacity_peak_s=_num(s["capacity_peak_s"]), peak_live_blocks=s["peak_live_blocks"],
         lru_blocks_for_ideal=s["lru_blocks_for_ideal"],
         by_category=df("by_category"), skew_curve=df("reuse_skew"), request_reuse=df("request_reuse"),
-        lifespans=df("lifespans", columns=["category", "lifespan_s", "accesses"],
-                     filters=[("accesses", ">", 1)]),
+        # one row per reused block (tens of millions at the corpus' size): categories stay
+        # dictionary codes rather than a Python string per row
+        lifespans=df("lifespans", columns=["category", "lifespan_s"], filters=[("accesses", ">", 1)],
+                     read_dictionary=["category"]),
         live=df("live"), lru_curve=df("lru_curve"),
     )
 

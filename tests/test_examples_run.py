@@ -148,6 +148,8 @@ MODELS_AND_TRACES: dict[str, Expect] = {
         Expect(("out/mc/summary.json", "out/mc/lifespan_cdf.png")),
     "kvwear trace characterize conversation_trace.jsonl -m qwen3.5-27b --block-tokens 16 -o out/mc16":
         Expect(("out/mc16/summary.json",)),
+    "kvwear trace characterize conversation_trace.jsonl -m llama3-70b --memory-budget 256MiB -o out/mc256":
+        Expect(("out/mc256/summary.json",), r"ideal hit ratio \(blocks\)"),
     "kvwear simulate --trace conversation_trace.jsonl --model kimi-k3 --dram 100GB --ssd 1TB --policy lru "
     "--policy lru-k:k=3 -o out/sim": Expect(("out/sim/lru/summary.json", "out/sim/lru-k,k=3/ssd_ops.parquet")),
     "kvwear simulate --trace out/demo/requests.parquet --model qwen3.5-27b --dram 64GiB --ssd 2TB --hbm 40GB "

@@ -65,7 +65,7 @@ emulator or reports.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -84,6 +84,10 @@ from workloads.schema import REQUESTS
 
 SKEW_LEVELS: tuple[float, ...] = (0.50, 0.77, 0.90)
 CURVE_POINTS = 512  # points kept of curves that have one point per block or per request
+
+#: summary.json's layout: 1 had no "version" key; 2 adds it and "lru_sampling_rate" (the LRU curve
+#: may be a SHARDS estimate in a streamed characterization of a trace too large for the exact pass)
+SUMMARY_JSON_VERSION = 2
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -171,6 +175,9 @@ class Characterization:
     live: pd.DataFrame = field(repr=False)              # one row per request with blocks
     lru_curve: pd.DataFrame = field(repr=False)         # capacity_blocks, capacity_bytes, hit ratio
     lru_blocks_for_ideal: int = 0                       # LRU size that reaches the ideal hit ratio
+    # share of distinct blocks whose LRU stack distances were measured: 1 = exact; below 1, the
+    # streamed characterization's SHARDS estimate (workloads.characterize_stream)
+    lru_sampling_rate: float = 1.0
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready scalar results (NaN → None)."""
@@ -182,6 +189,7 @@ class Characterization:
 
         fit = self.request_reuse_fit
         return {
+            "version": SUMMARY_JSON_VERSION,
             "model": self.model,
             "requests": self.requests,
             "block_accesses": self.block_accesses,
@@ -212,6 +220,7 @@ class Characterization:
             "peak_live_chunk_bytes": self.peak_live_blocks * self.chunk_bytes,   # optimal (Belady), chunks only
             "lru_blocks_for_ideal": self.lru_blocks_for_ideal,
             "lru_bytes_for_ideal": self.lru_blocks_for_ideal * self.chunk_bytes,
+            "lru_sampling_rate": self.lru_sampling_rate,
             "categories": {
                 str(row["category"]): {k: clean(_py(v)) for k, v in row.items() if k != "category"}
                 for row in self.by_category.to_dict("records")
@@ -378,31 +387,50 @@ def category_table(names: npt.NDArray[np.object_], *counts: npt.NDArray[Any]) ->
     return df.sort_values("category", kind="stable").reset_index(drop=True)
 
 
-def skew_from_counts(
-    count: npt.NDArray[np.integer[Any]], levels: tuple[float, ...] = SKEW_LEVELS
+def skew_from_histogram(
+    values: npt.NDArray[np.integer[Any]], blocks: npt.NDArray[np.integer[Any]],
+    levels: tuple[float, ...] = SKEW_LEVELS,
 ) -> tuple[dict[float, float], pd.DataFrame]:
-    """Reuse skew from the access count of every distinct block: the share of distinct blocks that
-    account for each level of all reuses, and the Lorenz-like curve (`block_share`: top blocks by
-    reuses, as a share of distinct blocks; `reuse_share`: their share of all reuses), thinned to
-    at most ~512 points.
+    """Reuse skew from the histogram of access counts (`blocks[i]` distinct blocks were accessed
+    `values[i]` times, values distinct): the share of distinct blocks that account for each level
+    of all reuses, and the Lorenz-like curve (`block_share`: top blocks by reuses, as a share of
+    distinct blocks; `reuse_share`: their share of all reuses), thinned to at most ~512 points.
+    Integer arithmetic on the histogram gives what sorting one count per block gives (the
+    streamed characterization merges per-partition histograms instead of holding every count).
     """
-    reuses = np.sort(np.asarray(count, dtype=np.int64) - 1)[::-1]
-    n_keys = int(reuses.size)
-    total = int(reuses.sum())
+    order = np.argsort(np.asarray(values, dtype=np.int64))[::-1]
+    r = np.asarray(values, dtype=np.int64)[order] - 1          # reuses per block, descending
+    nb = np.asarray(blocks, dtype=np.int64)[order]
+    n_keys = int(nb.sum())
+    b_end = np.cumsum(nb)                                        # blocks in groups 0 … j
+    c_end = np.cumsum(nb * r)                                    # their reuses
+    total = int(c_end[-1]) if c_end.size else 0
     if n_keys == 0 or total == 0:
         return {lvl: math.nan for lvl in levels}, pd.DataFrame({"block_share": [], "reuse_share": []})
-    cum = np.cumsum(reuses)
+
+    def cum_at(k: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """Reuses of the top k+1 blocks."""
+        j = np.searchsorted(b_end, k, side="right")
+        b0 = np.where(j > 0, b_end[j - 1], 0)
+        c0 = np.where(j > 0, c_end[j - 1], 0)
+        return np.asarray(c0 + (k - b0 + 1) * r[j], dtype=np.int64)
+
     shares = {}
     for lvl in levels:
         # smallest k with cum[k-1] ≥ lvl·total (integers compared exactly: lvl·total rounded up)
         need = math.ceil(lvl * total - 1e-9)
-        k = int(np.searchsorted(cum, need, side="left")) + 1
+        if need <= 0:
+            k = 1
+        else:
+            j = int(np.searchsorted(c_end, need, side="left"))  # first group reaching it (r[j] > 0)
+            b0, c0 = (int(b_end[j - 1]), int(c_end[j - 1])) if j else (0, 0)
+            k = b0 + -(-(need - c0) // int(r[j]))
         shares[lvl] = k / n_keys
     keep = np.unique(np.linspace(0, n_keys - 1, min(n_keys, CURVE_POINTS)).astype(np.int64))
     curve = pd.DataFrame(
         {
             "block_share": np.concatenate([[0.0], (keep + 1) / n_keys]),
-            "reuse_share": np.concatenate([[0.0], cum[keep] / total]),
+            "reuse_share": np.concatenate([[0.0], cum_at(keep) / total]),
         }
     )
     return shares, curve
@@ -682,20 +710,26 @@ def lru_curve(acc: Accesses, chunk_bytes: int) -> tuple[pd.DataFrame, int]:
 def lru_table(hist: I64, n: int, chunk_bytes: int) -> tuple[pd.DataFrame, int]:
     """The LRU curve from the histogram of stack distances (`hist[d]` re-accesses at distance d)
     over `n` accesses, and the capacity that gets every hit (module docstring)."""
-    if hist.size == 0:
+    hits_at = np.cumsum(hist)  # hits_at[c−1] = hits with capacity c
+    return lru_frame(int(hits_at.size), lambda caps: hits_at[caps - 1], n, chunk_bytes)
+
+
+def lru_frame(c_max: int, hits_below: Callable[[I64], npt.NDArray[Any]], n: float,
+              chunk_bytes: int) -> tuple[pd.DataFrame, int]:
+    """The LRU curve at ~512 log-spaced capacities 1 … `c_max` (the capacity that gets every hit),
+    `hits_below(caps)` being the (possibly weighted) re-accesses at a distance < each capacity."""
+    if c_max == 0:
         empty = pd.DataFrame({"capacity_blocks": pd.Series([], dtype="int64"),
                               "capacity_bytes": pd.Series([], dtype="int64"),
                               "block_hit_ratio": pd.Series([], dtype="float64")})
         return empty, 0
-    hits_at = np.cumsum(hist)  # hits_at[c−1] = hits with capacity c
-    c_max = int(hits_at.size)
     caps = np.unique(np.geomspace(1, c_max, min(c_max, CURVE_POINTS)).round().astype(np.int64))
     return (
         pd.DataFrame(
             {
                 "capacity_blocks": caps,
                 "capacity_bytes": caps * int(chunk_bytes),
-                "block_hit_ratio": hits_at[caps - 1] / n,
+                "block_hit_ratio": hits_below(caps) / n,
             }
         ),
         c_max,
@@ -704,14 +738,17 @@ def lru_table(hist: I64, n: int, chunk_bytes: int) -> tuple[pd.DataFrame, int]:
 
 def assemble(
     profile: ProfileLike, *, requests: int, block_accesses: int, block_tokens: int, block_hits: int,
-    hashed_tokens: int, hit_tokens: int, input_tokens: int, count: npt.NDArray[np.integer[Any]],
-    reused_life: F64, by_category: pd.DataFrame, request_reuse: pd.DataFrame,
+    hashed_tokens: int, hit_tokens: int, input_tokens: int,
+    count_histogram: tuple[npt.NDArray[np.integer[Any]], npt.NDArray[np.integer[Any]]], reused_life: F64,
+    by_category: pd.DataFrame, request_reuse: pd.DataFrame,
     block_reuse_quantiles: pd.DataFrame, capacity: tuple[int, int, int, float, int],
     live: pd.DataFrame, lru: tuple[pd.DataFrame, int], lifespans: pd.DataFrame | None,
+    lru_sampling_rate: float = 1.0,
 ) -> Characterization:
     """The result from what every path computes its own way: adds the reuse-time fits to
     `by_category` and `in_fit` to `request_reuse` (in place), the ratios, the reuse skew (from the
-    access count of every distinct block) and the lifespan quantiles. `capacity` is (blocks,
+    histogram of access counts per distinct block: (counts, blocks with that count)) and the
+    lifespan quantiles. `capacity` is (blocks,
     states, bytes at the peak, arrival time of the peak, max live blocks)."""
     rr, cats = request_reuse, by_category
     sessions_known = bool(rr["same_session"].notna().any())
@@ -723,13 +760,14 @@ def assemble(
     for col, attr in (("reuse_n", "n"), ("reuse_mean_s", "mean_s"), ("reuse_rate_per_s", "rate_per_s"),
                       ("ks_statistic", "ks_statistic"), ("ks_pvalue", "ks_pvalue")):
         cats[col] = [getattr(fits[c], attr) for c in cats["category"]]
-    shares, curve = skew_from_counts(count)
+    values, blocks = (np.asarray(a, dtype=np.int64) for a in count_histogram)
+    shares, curve = skew_from_histogram(values, blocks)
     cap_blocks, cap_states, cap_bytes, peak_s, peak_live = capacity
     return Characterization(
         model=str(getattr(profile, "name", type(profile).__name__)),
         requests=requests,
         block_accesses=block_accesses,
-        unique_blocks=int(count.size),
+        unique_blocks=int(blocks.sum()),
         block_tokens=block_tokens,
         block_hits=block_hits,
         block_hit_ratio=_ratio(block_hits, block_accesses),
@@ -739,7 +777,7 @@ def assemble(
         input_tokens=input_tokens,
         input_token_hit_ratio=_ratio(hit_tokens, input_tokens),
         reuse_skew_block_share=shares,
-        reused_blocks=int((count > 1).sum()),
+        reused_blocks=int(blocks[values > 1].sum()),
         request_reuse_fit=fit_exponential(sample["reuse_time_s"].to_numpy()),
         reuse_fit_sample="same-session" if sessions_known else "all",
         lifespan_median_s=float(np.median(reused_life)) if reused_life.size else math.nan,
@@ -759,6 +797,7 @@ def assemble(
         live=live,
         lru_curve=lru[0],
         lru_blocks_for_ideal=lru[1],
+        lru_sampling_rate=lru_sampling_rate,
     )
 
 
@@ -777,7 +816,8 @@ def analyze(table: pa.Table, profile: ProfileLike) -> Characterization:
         profile, requests=int(acc.arrival_s.size), block_accesses=n, block_tokens=bt0,
         block_hits=int(acc.hit.sum()), hashed_tokens=int(acc.tokens.sum()),
         hit_tokens=int(acc.tokens[acc.hit].sum()), input_tokens=int(acc.input_tokens.sum()),
-        count=acc.count, reused_life=life.loc[life["accesses"] > 1, "lifespan_s"].to_numpy(),
+        count_histogram=np.unique(acc.count, return_counts=True),
+        reused_life=life.loc[life["accesses"] > 1, "lifespan_s"].to_numpy(),
         by_category=hit_ratios(acc), request_reuse=request_reuse_times(acc),
         block_reuse_quantiles=_quantile_table(brt, np.ones(brt.size, dtype=np.int64), brt_cat, acc.category,
                                               "block_reuse"),

@@ -2,7 +2,8 @@
 
 This module only parses options, reads the input (a `requests` Parquet table or a raw trace via
 the loaders), streams it in arrival order and bounded batches through
-`workloads.characterize_stream`, has `reports.characterization` draw the figures and prints a
+`workloads.characterize_stream` (as many passes as its memory budget needs),
+has `reports.characterization` draw the figures and prints a
 summary; the analyses live in `workloads.characterize` and must not move here.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import math
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from harness.commands import trace_app
 from harness.commands.trace_io import parquet_batches
 from kvwear.errors import KvwearError
 from kvwear.tables import table_kind
-from kvwear.units import format_bytes
+from kvwear.units import format_bytes, parse_size
 from workloads.schema import REQUESTS
 
 _HELP = "\n\n".join([
@@ -42,15 +43,20 @@ _HELP = "\n\n".join([
     "Examples:\n\n"
     "kvwear trace characterize out/demo/requests.parquet --model kimi-k3 -o out/demo/characterization\n\n"
     "kvwear trace characterize conversation_trace.jsonl --format mooncake -m llama3-70b -o out/mc\n\n"
-    "kvwear trace characterize conversation_trace.jsonl -m qwen3.5-27b --block-tokens 16 -o out/mc16",
+    "kvwear trace characterize conversation_trace.jsonl -m qwen3.5-27b --block-tokens 16 -o out/mc16\n\n"
+    "kvwear trace characterize conversation_trace.jsonl -m llama3-70b --memory-budget 256MiB -o out/mc256",
+    "Memory: the per-block state stays within --memory-budget (default 1GiB); a trace with more distinct "
+    "blocks is read once more per hash partition of the blocks (exact), and its LRU curve becomes a "
+    "SHARDS estimate (summary.json's lru_sampling_rate < 1).",
 ])
 
 
 @contextmanager
 def _requests(path: Path, fmt: str | None, block_tokens: int | None,
-              out_dir: Path) -> Iterator[tuple[Iterator[pa.RecordBatch], str]]:
-    """The requests of `path` as batches in arrival order (converted to `block_tokens` if given),
-    and how they were read; temporary files (a sorted copy, a converted raw trace) live in a
+              out_dir: Path) -> Iterator[tuple[Callable[[], Iterator[pa.RecordBatch]], str]]:
+    """The requests of `path` as a function giving its batches in arrival order (converted to
+    `block_tokens` if given) afresh on each call, and how they were read; temporary
+    files (a sorted copy, a converted raw trace) live in a
     hidden folder of `out_dir` while the block runs."""
     out_dir.mkdir(parents=True, exist_ok=True)
     if fmt is None and path.is_file() and path.suffix == ".parquet":
@@ -71,7 +77,7 @@ def _requests(path: Path, fmt: str | None, block_tokens: int | None,
                 sort_file_by_arrival(src)
                 how += ", sorted by arrival"
             del arrival
-            yield _named_block_errors(parquet_batches(src, block_tokens), block_tokens), how
+            yield lambda: _named_block_errors(parquet_batches(src, block_tokens), block_tokens), how
         return
     from workloads.loaders import stream_requests
 
@@ -85,7 +91,7 @@ def _requests(path: Path, fmt: str | None, block_tokens: int | None,
         how = f"{streamed.result.format} trace"
         if streamed.result.keys_note:
             how += f"; block keys derived from whole prefixes: {streamed.result.keys_note}"
-        yield streamed.batches(), how
+        yield streamed.batches, how
 
 
 def _named_block_errors(batches: Iterator[pa.RecordBatch], block_tokens: int | None) -> Iterator[pa.RecordBatch]:
@@ -122,14 +128,23 @@ def characterize_cmd(
         None, "--block-tokens", "-b", min=1,
         help="convert blocks to S tokens first (S must divide or be a multiple of the trace's block size)",
     ),
+    memory_budget: str = typer.Option(
+        "1GiB", "--memory-budget", metavar="SIZE",
+        help="bound of the per-block state (e.g. 512MiB); more distinct blocks take more passes",
+    ),
 ) -> None:
     from reports.characterization import plot_characterization
-    from workloads.characterize_stream import characterize_batches
+    from workloads.characterize_stream import characterize_batches, check_budget
     from workloads.models import resolve_profile
 
+    try:
+        budget = parse_size(memory_budget)
+    except ValueError as exc:
+        raise KvwearError(f"--memory-budget: {exc}") from None
+    check_budget(budget, "--memory-budget")
     profile = resolve_profile(model)
     with _requests(input_path, fmt, block_tokens, out_dir) as (batches, how):
-        res, written = characterize_batches(batches, profile, out_dir)
+        res, written = characterize_batches(batches, profile, out_dir, memory_budget_bytes=budget)
     written += plot_characterization(out_dir)
 
     console = Console()
@@ -152,7 +167,8 @@ def characterize_cmd(
     t.add_row("capacity for the ideal hit ratio", format_bytes(res.capacity_bytes))
     t.add_row("  live chunks / states at the peak", f"{res.capacity_blocks:,} / {res.capacity_states:,}")
     t.add_row("LRU chunk capacity for the ideal hit ratio",
-              format_bytes(res.lru_blocks_for_ideal * res.chunk_bytes))
+              format_bytes(res.lru_blocks_for_ideal * res.chunk_bytes)
+              + ("" if res.lru_sampling_rate == 1 else f" (SHARDS, sampling rate {res.lru_sampling_rate:.3g})"))
     console.print(t)
 
     c = Table(title="Per category")
