@@ -547,7 +547,8 @@ def _replay_on_device(cfg: RunConfig, d: Path, plan: Plan, label: str, capacity:
     """Play the plan on the device with wear snapshots and the eBPF capture around it; writes
     result.json, wear.parquet and (where the backend counts intervals) timeline.parquet."""
     stage = f"device/{label}"
-    block_ops = read_table(BLOCK_OPS, plan.block_ops_path)
+    streams = device_backend(cfg).capabilities.streams_plan
+    block_ops = plan.block_ops_path if streams else read_table(BLOCK_OPS, plan.block_ops_path)
     readers = wear_readers(cfg)
     dev = open_device(device_spec(cfg, capacity), d)
     try:
