@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from emulator.ftl import FtlConfig
+from emulator.ftl import OP_WRITE, FtlConfig
 from harness.config import DEFAULT_SSD_BYTES, RunConfig
 from harness.devices.base import Backend, DeviceSpec, ReplayResult, backend, open_device
 from harness.estimate import (
@@ -56,12 +56,12 @@ from harness.estimate import (
     tbw_from_dwpd,
     tbw_from_pe_cycles,
 )
-from harness.placement import PlacementConfig, assign_placement
-from harness.plan import ReplayConfig, plan_block_ops
+from harness.placement import PlacementConfig, PlacementStats, assign_placement
+from harness.plan import PlanCounts, ReplayConfig, plan_block_ops, stream_block_ops
 from harness.rundir import RunDir, Stage, build_manifest, input_sha256, write_json
 from harness.schema import BLOCK_OPS, RESULTS, WEAR
 from harness.simulate import SimOutput, parquet_source, read_output, sim_config, simulate_policy
-from harness.waf_model import PAGE_BYTES, DeathSummary, WafPrediction, death_summary, workload_waf
+from harness.waf_model import PAGE_BYTES, DeathCounter, DeathSummary, WafPrediction, workload_waf
 from harness.wear.snapshot import delta as wear_delta
 from harness.wear.snapshot import snapshot, wear_rows, wear_table
 from kvwear.errors import InputError, KvwearError
@@ -424,42 +424,93 @@ class Plan:
         return cls(label, d, PlanBytes.from_json(acc), DeathSummary.from_dict(acc["death_summary"], str(path)))
 
 
+# The ssd_ops columns the planner reads (session_id and cause, strings of every row, are left on disk).
+PLAN_COLUMNS = ["t_s", "op", "obj_id", "obj_kind", "bytes"]
+
+
 def plan_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, capacity: int) -> Plan:
     """Lay the policy's ssd_ops out as block_ops on the device's capacity (harness.plan), then the
-    placement post-pass; plan.json holds the plan's accounting."""
+    placement post-pass; plan.json holds the plan's accounting. Without placement the block_ops
+    rows stream to their Parquet chunk by chunk (`stream_block_ops`) and the death summary reads
+    them back in batches; the placement modes that rank a write by its future (kind, lifetime)
+    take the whole plan."""
     from policies.schema import SSD_OPS
 
     label = sim.label
     d = rd.stage_dir("plan", label)
 
     def compute() -> tuple[Plan, Mapping[str, Any]]:
-        ops = read_table(SSD_OPS, sim.ssd_ops_path)
+        ops = read_table(SSD_OPS, sim.ssd_ops_path, columns=PLAN_COLUMNS)
         r = cfg.replay
-        rc = ReplayConfig(capacity_bytes=capacity, layout=r.layout, align_bytes=r.align_bytes,  # type: ignore[arg-type]
-                          trim_on_evict=r.trim_on_evict, max_io_bytes=r.max_io_bytes,
-                          time_mode=r.time_mode, time_compression=r.time_compression,  # type: ignore[arg-type]
-                          log_full=r.log_full)  # type: ignore[arg-type]
+        rc = replay_config(cfg, capacity)
+        placement = _placement(cfg)
+        path = d / "block_ops.parquet"
         try:
-            plan = plan_block_ops(ops, rc, source=str(sim.ssd_ops_path))
+            if placement.mode == "none":
+                # the placement post-pass runs on the laid-out plan: handles never change where data goes
+                stats: list[PlacementStats] = []
+                with TableWriter(BLOCK_OPS, path) as out:
+                    def sink(chunk: pa.Table) -> None:
+                        table, placed = assign_placement(chunk, placement, capacity, r.align_bytes)
+                        stats.append(placed)
+                        out.write(table)
+                    plan: PlanCounts = stream_block_ops(ops, rc, sink, source=str(sim.ssd_ops_path))
+                placed = _merged_stats(stats, placement)
+            else:
+                whole = plan_block_ops(ops, rc, source=str(sim.ssd_ops_path))
+                table, placed = assign_placement(whole.table, placement, capacity, r.align_bytes)
+                plan = whole
+                del whole
+                write_table(BLOCK_OPS, table, path)
+                del table
         except InputError as exc:     # name the policy whose plan did not fit
             raise InputError(exc.path, exc.line, exc.field, f"policy {label}: {exc.message}") from None
         del ops
-        # the placement post-pass runs on the laid-out plan: handles never change where data goes
-        table, placed = assign_placement(plan.table, _placement(cfg), capacity, r.align_bytes)
-        write_table(BLOCK_OPS, table, d / "block_ops.parquet")
         write_json(d / "plan.json", {**plan.accounting(), "placement": placed.as_dict(),
-                                     "death_summary": plan_death_summary(table, capacity).as_dict()})
+                                     "death_summary": plan_death_summary(path, capacity).as_dict()})
         return Plan.read(label, d), {"write_ios": plan.write_ios}
 
     return Stage(f"plan/{label}", compute, lambda: Plan.read(label, d)).run(rd)
 
 
-def plan_death_summary(block_ops: pa.Table, capacity: int) -> DeathSummary:
-    """The plan's page death distances (harness.waf_model), in 4 KiB pages of the device."""
-    from harness.devices.sim import plan_to_requests
+def replay_config(cfg: RunConfig, capacity: int) -> ReplayConfig:
+    """The planner's settings: the run's `[replay]` on the device's capacity."""
+    r = cfg.replay
+    return ReplayConfig(capacity_bytes=capacity, layout=r.layout, align_bytes=r.align_bytes,  # type: ignore[arg-type]
+                        trim_on_evict=r.trim_on_evict, max_io_bytes=r.max_io_bytes,
+                        time_mode=r.time_mode, time_compression=r.time_compression,  # type: ignore[arg-type]
+                        log_full=r.log_full)  # type: ignore[arg-type]
 
-    codes, first, npages = plan_to_requests(block_ops, PAGE_BYTES, capacity)
-    return death_summary(codes, first, npages, -(-capacity // PAGE_BYTES))
+
+def _merged_stats(chunks: list[PlacementStats], config: PlacementConfig) -> PlacementStats:
+    """One placement's stats over a plan placed chunk by chunk (`none`: nothing depends on other
+    chunks): the bytes and I/Os per handle summed."""
+    if not chunks:
+        return PlacementStats(config.mode, config.handles, (0,) * config.handles, (0,) * config.handles)
+    first = chunks[0]
+    by_bytes = tuple(sum(c.write_bytes_by_handle[h] for c in chunks) for h in range(len(first.write_bytes_by_handle)))
+    by_ios = tuple(sum(c.write_ios_by_handle[h] for c in chunks) for h in range(len(first.write_ios_by_handle)))
+    return dataclasses.replace(first, write_bytes_by_handle=by_bytes, write_ios_by_handle=by_ios)
+
+
+def plan_death_summary(block_ops: pa.Table | Path, capacity: int) -> DeathSummary:
+    """The plan's page death distances (harness.waf_model), in 4 KiB pages of the device; a
+    block_ops Parquet is read in batches, twice (its written pages first: the summary's grid)."""
+    from harness.devices.sim import plan_batches, plan_to_requests
+
+    cols = ["op", "offset_bytes", "length_bytes"]
+
+    def requests() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        done = 0
+        for batch in plan_batches(block_ops, cols):
+            yield plan_to_requests(batch, PAGE_BYTES, capacity, first_row=done)
+            done += batch.num_rows
+
+    total = sum(int(n[c == OP_WRITE].sum()) for c, _, n in requests())
+    acc = DeathCounter(total, -(-capacity // PAGE_BYTES))
+    for codes, first, npages in requests():
+        acc.feed(codes, first, npages)
+    return acc.summary()
 
 
 def device_spec(cfg: RunConfig, capacity: int | None) -> DeviceSpec:
