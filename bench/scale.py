@@ -1,6 +1,7 @@
 """Benchmark: wall time and peak RSS of every trace-sized command against the workload's size.
 
-Workloads: 1/8, 1/4, 1/2, 1, 2 and 4 times a base of `--base-copies` copies of the shared
+Workloads: 1/4, 1/2, 1, 2 and 4 times (any multiple that makes whole copies: 1/8 with a base
+divisible by 8) a base of `--base-copies` copies of the shared
 Claude-Code/Weka traces (`../shared/traces/claude-code-weka/traces`, six sessions). Each copy
 is written as fresh JSON files — a Weka directory gives every file its own hash namespace, so a
 copy never shares a block with another — with copy c's top-level `t` shifted by c·`--gap-s`
@@ -22,7 +23,7 @@ hides another's), then the growth of each from the 1× to the 4× workload — t
 point. Generated files and every command's output live in one temporary folder that is deleted
 at the end (a `--data` folder is only read).
 
-Run: .venv/bin/python bench/scale.py [--base-copies 148] [--sizes 0.125,0.25,0.5,1,2,4]
+Run: .venv/bin/python bench/scale.py [--base-copies 148] [--sizes 1/4,1/2,1,2,4]
      [--commands convert,inspect,characterize,lru,gandalf,belady,run] [--data DIR]
 """
 
@@ -109,7 +110,7 @@ def measure(argv: list[str], env: dict[str, str]) -> Measured:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--base-copies", type=int, default=148, help="copies of the shared Weka set at 1x")
-    ap.add_argument("--sizes", default="1/8,1/4,1/2,1,2,4", help="multiples of the base")
+    ap.add_argument("--sizes", default="1/4,1/2,1,2,4", help="multiples of the base (whole copies each)")
     ap.add_argument("--commands", default=",".join(COMMANDS), help=f"subset of {','.join(COMMANDS)}")
     ap.add_argument("--gap-s", type=float, default=3600.0, help="start of copy c = c x gap")
     ap.add_argument("--model", default="kimi-k3")
