@@ -91,6 +91,7 @@ BANDS = 16
 # Line sizes (4 KiB pages) with a line-empty survival each: the model takes the device's pages per
 # line, or the nearest of these (FEMU's fixture: 1,024; the block-level default: 64).
 LINE_PAGES = (64, 256, 1024, 4096)      # powers of two (the summary pass shifts by them)
+SUMMARY_SLICE_LINES = 1 << 22           # DeathCounter.summary reads the per-line death times in slices
 MODEL_NAME = "fluid log-structured cleaning over page and line death distances"
 
 Regime = Literal["no GC", "block", "line background", "line forced"]
@@ -279,17 +280,22 @@ class DeathCounter:
         band_s = np.where(np.isnan(band_s), pooled[None, :], band_s)
         _mark_live_lines(last, shifts, line_off, line_last)
         line_s = []
+        size = nb * (len(grid) + 1)
         for k, w in enumerate(sizes):
-            ll = line_last[line_off[k]: line_off[k] + n_lines[k]]
-            start = np.arange(n_lines[k], dtype=np.int64) * w
-            pages = np.minimum(start + w, total) - start
-            emptied = ll < np.iinfo(np.int64).max
-            age = ll[emptied] - start[emptied]
-            row = start[emptied] // band_len * (len(grid) + 1)
-            w_e = pages[emptied].astype(np.float64)
-            size = nb * (len(grid) + 1)
-            diff = (np.bincount(row + np.searchsorted(grid, age), w_e, size)
-                    - np.bincount(row + np.searchsorted(grid, total - start[emptied]), w_e, size)).reshape(nb, -1)
+            # in slices of lines: a plan of billions of pages has ~10^8 lines of 64 pages, and each
+            # temporary below is 8 bytes a line (the weights are whole pages: the sums are exact)
+            flat = np.zeros(size, np.float64)
+            for lo in range(0, int(n_lines[k]), SUMMARY_SLICE_LINES):
+                hi = min(int(n_lines[k]), lo + SUMMARY_SLICE_LINES)
+                ll = line_last[line_off[k] + lo: line_off[k] + hi]
+                start = np.arange(lo, hi, dtype=np.int64) * w
+                emptied = ll < np.iinfo(np.int64).max
+                start_e = start[emptied]
+                row = start_e // band_len * (len(grid) + 1)
+                w_e = (np.minimum(start_e + w, total) - start_e).astype(np.float64)
+                flat += np.bincount(row + np.searchsorted(grid, ll[emptied] - start_e), w_e, size)
+                flat -= np.bincount(row + np.searchsorted(grid, total - start_e), w_e, size)
+            diff = flat.reshape(nb, -1)
             with np.errstate(invalid="ignore", divide="ignore"):
                 e = np.where(obs > 0, 1.0 - np.cumsum(diff[:, :-1], axis=1) / np.maximum(obs, 1), np.nan)
             # never below the page survival: a line with a valid page is not empty
