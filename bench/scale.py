@@ -1,23 +1,30 @@
 """Benchmark: wall time and peak RSS of every trace-sized command against the workload's size.
 
-Workloads: 1/8, 1/4, 1/2, 1, 2 and 4 times a base of `--base-copies` copies of the shared
+Workloads: 1/4, 1/2, 1, 2 and 4 times (any multiple that makes whole copies: 1/8 with a base
+divisible by 8) a base of `--base-copies` copies of the shared
 Claude-Code/Weka traces (`../shared/traces/claude-code-weka/traces`, six sessions). Each copy
 is written as fresh JSON files — a Weka directory gives every file its own hash namespace, so a
 copy never shares a block with another — with copy c's top-level `t` shifted by c·`--gap-s`
 (subagent times are relative to their spawn, so shifting the top level shifts the whole
-session) and its `id` made unique. The base's default (8 copies: 5.1 M 64-token blocks, 21 MB
-of JSON) keeps the whole bench to minutes on a 2-core machine; `--base-copies 148` is the size
-of the public corpus the issue measured (94 M blocks).
+session) and its `id` made unique. The base's default (148 copies: 68,524 requests, 94 M
+64-token blocks, 468 MB of JSON) is the size of the public corpus the issue measured; smaller
+bases (`--base-copies 8`: 5.1 M blocks) keep the bench to minutes on a 2-core machine.
+`--data DIR` takes pre-generated sizes instead of writing them: DIR/xS/json (the copies, as
+`write_copies` writes them) and optionally DIR/xS/requests.parquet (their `trace convert`), where
+S is the multiple as `%g` prints it (x1, x4, x0.125); a size DIR lacks is generated as usual, and
+a folder holding another number of copies than the size asks is refused.
 
 For every size it runs, each as its own `kvwear` process: `trace convert` (JSON → Parquet),
 `trace inspect`, `trace characterize`, `simulate` with lru, gandalf and belady, and `run` with the
-embedded `sim` device (lru, the default extent layout), at fixed tier capacities (`--dram`, `--ssd`), and prints wall
+embedded `sim` device (lru, the default extent layout), at fixed tier capacities (`--dram`, `--ssd`:
+the issue's 100 GB and 1 TB by default, Kimi-K3), and prints wall
 seconds and the child's peak RSS (its own `ru_maxrss` from wait4, so one child's peak never
 hides another's), then the growth of each from the 1× to the 4× workload — the slope is the
-point. Generated files live in one temporary folder that is deleted at the end.
+point. Generated files and every command's output live in one temporary folder that is deleted
+at the end (a `--data` folder is only read).
 
-Run: .venv/bin/python bench/scale.py [--base-copies 8] [--sizes 0.125,0.25,0.5,1,2,4]
-     [--commands convert,inspect,characterize,lru,gandalf,belady,run]
+Run: .venv/bin/python bench/scale.py [--base-copies 148] [--sizes 1/4,1/2,1,2,4]
+     [--commands convert,inspect,characterize,lru,gandalf,belady,run] [--data DIR]
 """
 
 from __future__ import annotations
@@ -68,6 +75,23 @@ def write_copies(src: Path, out: Path, copies: int, gap_s: float) -> int:
     return total
 
 
+def given_size(data: Path | None, size: Fraction, copies: int) -> tuple[Path | None, Path | None]:
+    """The pre-generated JSON folder and requests Parquet of `size` under `data` (each None when
+    absent); a JSON folder holding another number of files than `copies` of the set is refused."""
+    if data is None:
+        return None, None
+    d = data / f"x{float(size):g}"
+    json_dir = d / "json"
+    if not json_dir.is_dir():
+        return None, None
+    want = copies * len(list(WEKA.glob("*.json")))
+    have = sum(1 for _ in json_dir.glob("*.json"))
+    if have != want:
+        raise SystemExit(f"--data: {json_dir} holds {have} JSON files, {size}x of {copies} copies needs {want}")
+    req = d / "requests.parquet"
+    return json_dir, req if req.is_file() else None
+
+
 def measure(argv: list[str], env: dict[str, str]) -> Measured:
     """Run one command; its wall time and its own peak RSS (wait4's rusage of that child)."""
     t0 = time.perf_counter()
@@ -85,14 +109,16 @@ def measure(argv: list[str], env: dict[str, str]) -> Measured:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--base-copies", type=int, default=8, help="copies of the shared Weka set at 1x")
-    ap.add_argument("--sizes", default="1/8,1/4,1/2,1,2,4", help="multiples of the base")
+    ap.add_argument("--base-copies", type=int, default=148, help="copies of the shared Weka set at 1x")
+    ap.add_argument("--sizes", default="1/4,1/2,1,2,4", help="multiples of the base (whole copies each)")
     ap.add_argument("--commands", default=",".join(COMMANDS), help=f"subset of {','.join(COMMANDS)}")
     ap.add_argument("--gap-s", type=float, default=3600.0, help="start of copy c = c x gap")
     ap.add_argument("--model", default="kimi-k3")
-    ap.add_argument("--dram", default="32GB")
-    ap.add_argument("--ssd", default="256GB")
+    ap.add_argument("--dram", default="100GB")
+    ap.add_argument("--ssd", default="1TB")
     ap.add_argument("--tmp", default=None, help="folder for the generated files (default: a temp dir)")
+    ap.add_argument("--data", type=Path, default=None,
+                    help="pre-generated sizes: DIR/xS/json and DIR/xS/requests.parquet (read only)")
     args = ap.parse_args()
     commands = [c for c in args.commands.split(",") if c]
     unknown = sorted(set(commands) - set(COMMANDS))
@@ -105,14 +131,14 @@ def main() -> None:
     kvwear = [sys.executable, "-c", "from harness.cli import main; main()"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     sim = ["--model", args.model, "--dram", args.dram, "--ssd", args.ssd]
-    steps: dict[str, Callable[[Path, Path], list[str]]] = {
-        "convert": lambda d, r: ["trace", "convert", str(d / "json"), "-o", str(r)],
-        "inspect": lambda d, r: ["trace", "inspect", str(r), "--json"],
-        "characterize": lambda d, r: ["trace", "characterize", str(r), "-m", args.model, "-o", str(d / "char")],
-        "lru": lambda d, r: ["simulate", "--trace", str(r), *sim, "--policy", "lru", "-o", str(d / "sim")],
-        "gandalf": lambda d, r: ["simulate", "--trace", str(r), *sim, "--policy", "gandalf", "-o", str(d / "sim")],
-        "belady": lambda d, r: ["simulate", "--trace", str(r), *sim, "--policy", "belady", "-o", str(d / "sim")],
-        "run": lambda d, r: ["run", "--trace", str(d / "json"), "--format", "weka", *sim, "--policy", "lru",
+    steps: dict[str, Callable[[Path, Path, Path], list[str]]] = {
+        "convert": lambda j, r, d: ["trace", "convert", str(j), "-o", str(d / "converted.parquet")],
+        "inspect": lambda j, r, d: ["trace", "inspect", str(r), "--json"],
+        "characterize": lambda j, r, d: ["trace", "characterize", str(r), "-m", args.model, "-o", str(d / "char")],
+        "lru": lambda j, r, d: ["simulate", "--trace", str(r), *sim, "--policy", "lru", "-o", str(d / "sim")],
+        "gandalf": lambda j, r, d: ["simulate", "--trace", str(r), *sim, "--policy", "gandalf", "-o", str(d / "sim")],
+        "belady": lambda j, r, d: ["simulate", "--trace", str(r), *sim, "--policy", "belady", "-o", str(d / "sim")],
+        "run": lambda j, r, d: ["run", "--trace", str(j), "--format", "weka", *sim, "--policy", "lru",
                              "--device", "sim", "--no-report", "-o", str(d / "run")],
     }
     root = Path(tempfile.mkdtemp(prefix="kvwear-scale-", dir=args.tmp))
@@ -122,14 +148,20 @@ def main() -> None:
         for s in sizes:
             copies = int(s * args.base_copies)
             d = root / f"x{float(s):g}"
-            nbytes = write_copies(WEKA, d / "json", copies, args.gap_s)
-            req = d / "requests.parquet"
-            if "convert" not in commands:  # the others read the Parquet: make it, untimed
-                measure([*kvwear, *steps["convert"](d, req)], env)
+            d.mkdir()
+            json_dir, req = given_size(args.data, s, copies)
+            if json_dir is None:
+                json_dir = d / "json"
+                write_copies(WEKA, json_dir, copies, args.gap_s)
+            nbytes = sum(f.stat().st_size for f in json_dir.glob("*.json"))
+            if req is None:     # the others read the Parquet: convert's output (made untimed without it)
+                req = d / "converted.parquet"
+                if "convert" not in commands:
+                    measure([*kvwear, *steps["convert"](json_dir, req, d)], env)
             row: dict[str, Measured] = {}
             for c in ("convert", *[c for c in commands if c != "convert"]):
                 if c in commands:
-                    row[c] = measure([*kvwear, *steps[c](d, req)], env)
+                    row[c] = measure([*kvwear, *steps[c](json_dir, req, d)], env)
                     m = row[c]
                     print(f"  {float(s):6g}x {c:13s} {m.wall_s:8.1f} s {m.cpu_s:8.1f} cpu-s "
                           f"{m.peak_rss_bytes / 2**20:8,.0f} MiB", file=sys.stderr, flush=True)
@@ -138,7 +170,8 @@ def main() -> None:
             cols = pq.read_table(req, columns=["hashed_tokens", "block_tokens"])
             blocks = int(sum(h // b for h, b in zip(cols.column(0).to_pylist(), cols.column(1).to_pylist(),
                                                     strict=True)))
-            info[s] = f"{copies} copies, {cols.num_rows:,} req, {blocks / 1e6:,.1f} M blocks, {nbytes / 1e6:,.0f} MB"
+            info[s] = (f"{copies} copies, {cols.num_rows:,} req, {blocks / 1e6:,.1f} M blocks, {nbytes / 1e6:,.0f} MB"
+                       + (f" (from {json_dir.parent})" if not json_dir.is_relative_to(root) else ""))
             results[s] = row
             shutil.rmtree(d, ignore_errors=True)
     finally:

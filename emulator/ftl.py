@@ -713,8 +713,11 @@ class Ftl:
     def __init__(self, config: FtlConfig) -> None:
         self.config = c = config
         ppl = c.pages_per_line
-        self._l2p = np.full(c.exposed_pages, -1, dtype=np.int64)
-        self._p2l = np.full(c.raw_pages, -1, dtype=np.int64)
+        # page maps in int32 while page numbers fit (2^31 pages: 8 TiB of 4 KiB pages): they are
+        # the drive's memory (8 bytes a page for both), 4.3 GB as int64 for a 1 TB sim drive
+        maps = np.dtype(np.int32) if c.raw_pages < 2**31 - 1 else np.dtype(np.int64)
+        self._l2p = np.full(c.exposed_pages, -1, dtype=maps)
+        self._p2l = np.full(c.raw_pages, -1, dtype=maps)
         self._vpc = np.zeros(c.lines, dtype=np.int64)
         self._lstate = np.zeros(c.lines, dtype=np.int8)
         self._head = np.full(ppl + 1, -1, dtype=np.int64)

@@ -43,7 +43,8 @@ loop is one numba kernel per layout; everything around it is vectorized numpy/py
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 import numba
@@ -106,10 +107,9 @@ class ReplayConfig:
 
 
 @dataclass(frozen=True)
-class BlockPlan:
-    """The BLOCK_OPS table and its accounting."""
+class PlanCounts:
+    """A plan's accounting (what `stream_block_ops` returns; `BlockPlan` adds the table)."""
 
-    table: pa.Table
     object_write_bytes: int        # Σ bytes of planned writes, as in ssd_ops
     aligned_write_bytes: int       # Σ write lengths in block_ops: policy_write_bytes + relocation_write_bytes
     trim_bytes: int
@@ -143,9 +143,14 @@ class BlockPlan:
         return self.write_ios + self.read_ios + self.trim_ios
 
     def accounting(self) -> dict[str, int | str]:
-        d = asdict(self)
-        d.pop("table")
-        return d
+        return {f.name: getattr(self, f.name) for f in fields(PlanCounts)}
+
+
+@dataclass(frozen=True)
+class BlockPlan(PlanCounts):
+    """The BLOCK_OPS table and its accounting."""
+
+    table: pa.Table = field(kw_only=True)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -847,9 +852,25 @@ def default_slab_classes(align_bytes: int, sizes_bytes: np.ndarray) -> tuple[int
     return tuple(classes)
 
 
+#: `stream_block_ops` builds block_ops rows and hands them on in chunks of this many extents.
+PLAN_CHUNK_EXTENTS = 1 << 20
+
+
 def plan_block_ops(ssd_ops: pa.Table, config: ReplayConfig, *, source: str = "ssd_ops") -> BlockPlan:
     """Place `ssd_ops` (policies.schema.SSD_OPS rows, in time order) on the device; see the module
-    docstring for layouts, rounding and time. Errors name the ssd_ops row (`source`:row) and field."""
+    docstring for layouts, rounding and time. Errors name the ssd_ops row (`source`:row) and field.
+    The whole table in memory: `stream_block_ops` hands it on in chunks instead."""
+    chunks: list[pa.Table] = []
+    counts = stream_block_ops(ssd_ops, config, chunks.append, source=source)
+    table = pa.concat_tables(chunks) if chunks else BLOCK_OPS.empty()
+    return BlockPlan(table=table, **counts.accounting())  # type: ignore[arg-type]
+
+
+def stream_block_ops(ssd_ops: pa.Table, config: ReplayConfig, sink: Callable[[pa.Table], None], *,
+                     source: str = "ssd_ops", chunk_extents: int = PLAN_CHUNK_EXTENTS) -> PlanCounts:
+    """`plan_block_ops`, handing the BLOCK_OPS rows to `sink` in order, chunk by chunk (at most
+    `chunk_extents` of the kernel's extents each, cut into I/Os): memory holds the ssd_ops columns
+    and the kernel's extents (~1 per ssd_ops row), never the I/O rows (several per extent)."""
     cap = config.capacity_bytes
     al = config.align_bytes
     n = ssd_ops.num_rows
@@ -938,40 +959,50 @@ def plan_block_ops(ssd_ops: pa.Table, config: ReplayConfig, *, source: str = "ss
         break
     if info[0]:
         _raise_kernel_error(info, config, source, uniq, t)
-    rows, codes, offs, lens, objs = _split_ios(out, k, config.max_io_bytes)
-    if len(offs) and (offs.min() < 0 or (offs + lens).max() > cap or lens.min() <= 0):
-        raise KvwearError("internal error: a planned I/O falls outside [0, capacity_bytes)")
-
-    if config.time_mode == "afap":
-        ts = np.arange(len(rows), dtype=np.float64)
-    else:
-        t0 = t[0] if n else 0.0
-        ts = t[rows] - t0
-        if config.time_mode == "compressed":
-            ts = ts / config.time_compression
-    op_arr = pa.DictionaryArray.from_arrays(pa.array(codes, pa.int8()), pa.array(list(BLOCK_OP_NAMES)))
     # an object keeps its kind; a relocation's row is the write that caused it, not the object's own
-    kind = ssd_ops.column("obj_kind").take(pa.array(first_row[objs], pa.int64()))
-    table = BLOCK_OPS.conform(pa.table({
-        "t_s": pa.array(ts, pa.float64()),
-        "op": op_arr,
-        "offset_bytes": pa.array(offs, pa.int64()),
-        "length_bytes": pa.array(lens, pa.int64()),
-        "obj_kind": kind.combine_chunks() if isinstance(kind, pa.ChunkedArray) else kind,
-        "obj_id": pa.array(uniq[objs], pa.int64()),
-    }))
-    is_w, is_r, is_t = codes == 0, codes == 1, codes == 2
+    kinds = ssd_ops.column("obj_kind")
+    op_dict = pa.array(list(BLOCK_OP_NAMES))
+    t0 = t[0] if n else 0.0
+    w_bytes = t_bytes = r_bytes = w_ios = r_ios = t_ios = done = 0
+    for a in range(0, k, max(1, chunk_extents)):
+        b = min(k, a + max(1, chunk_extents))
+        rows, codes, offs, lens, objs = _split_ios(out[:, a:b], b - a, config.max_io_bytes)
+        if len(offs) and (offs.min() < 0 or (offs + lens).max() > cap or lens.min() <= 0):
+            raise KvwearError("internal error: a planned I/O falls outside [0, capacity_bytes)")
+        if config.time_mode == "afap":
+            ts = np.arange(done, done + len(rows), dtype=np.float64)
+        else:
+            ts = t[rows] - t0
+            if config.time_mode == "compressed":
+                ts = ts / config.time_compression
+        done += len(rows)
+        kind = kinds.take(pa.array(first_row[objs], pa.int64()))
+        sink(BLOCK_OPS.conform(pa.table({
+            "t_s": pa.array(ts, pa.float64()),
+            "op": pa.DictionaryArray.from_arrays(pa.array(codes, pa.int8()), op_dict),
+            "offset_bytes": pa.array(offs, pa.int64()),
+            "length_bytes": pa.array(lens, pa.int64()),
+            "obj_kind": kind.combine_chunks() if isinstance(kind, pa.ChunkedArray) else kind,
+            "obj_id": pa.array(uniq[objs], pa.int64()),
+        })))
+        is_w, is_r, is_t = codes == 0, codes == 1, codes == 2
+        w_bytes += int(lens[is_w].sum())
+        t_bytes += int(lens[is_t].sum())
+        r_bytes += int(lens[is_r].sum())
+        w_ios += int(is_w.sum())
+        r_ios += int(is_r.sum())
+        t_ios += int(is_t.sum())
+        del rows, codes, offs, lens, objs, ts, kind
     planned_w = is_write & (aligned > 0)
     reloc_bytes = int(stats[_S_RELOC_BYTES])
-    plan = BlockPlan(
-        table=table,
+    plan = PlanCounts(
         object_write_bytes=int(nbytes[planned_w].sum()),
-        aligned_write_bytes=int(lens[is_w].sum()),
-        trim_bytes=int(lens[is_t].sum()),
-        read_bytes=int(lens[is_r].sum()),
-        write_ios=int(is_w.sum()),
-        read_ios=int(is_r.sum()),
-        trim_ios=int(is_t.sum()),
+        aligned_write_bytes=w_bytes,
+        trim_bytes=t_bytes,
+        read_bytes=r_bytes,
+        write_ios=w_ios,
+        read_ios=r_ios,
+        trim_ios=t_ios,
         ssd_ops=n,
         writes=int(stats[_S_WRITES]),
         empty_writes=int(stats[_S_EMPTY]),

@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from emulator.ftl import FtlConfig
+from emulator.ftl import OP_WRITE, FtlConfig
 from harness.config import DEFAULT_SSD_BYTES, RunConfig
 from harness.devices.base import Backend, DeviceSpec, ReplayResult, backend, open_device
 from harness.estimate import (
@@ -56,20 +56,20 @@ from harness.estimate import (
     tbw_from_dwpd,
     tbw_from_pe_cycles,
 )
-from harness.placement import PlacementConfig, assign_placement
-from harness.plan import ReplayConfig, plan_block_ops
+from harness.placement import PlacementConfig, PlacementStats, assign_placement
+from harness.plan import PlanCounts, ReplayConfig, plan_block_ops, stream_block_ops
 from harness.rundir import RunDir, Stage, build_manifest, input_sha256, write_json
 from harness.schema import BLOCK_OPS, RESULTS, WEAR
 from harness.simulate import SimOutput, parquet_source, read_output, sim_config, simulate_policy
-from harness.waf_model import PAGE_BYTES, DeathSummary, WafPrediction, death_summary, workload_waf
+from harness.waf_model import PAGE_BYTES, DeathCounter, DeathSummary, WafPrediction, workload_waf
 from harness.wear.snapshot import delta as wear_delta
 from harness.wear.snapshot import snapshot, wear_rows, wear_table
 from kvwear.errors import InputError, KvwearError
-from kvwear.tables import atomic_write, iter_table_batches, read_table, write_table
+from kvwear.tables import TableWriter, atomic_write, iter_table_batches, read_table, write_table
 from kvwear.units import format_bytes
 from workloads.blocks import splitmix64
 from workloads.models import ModelProfile, resolve_profile
-from workloads.schema import REQUESTS
+from workloads.schema import REQUESTS, list_parts
 
 # Stage progress: (stage name, units done, units total or None). The CLI draws bars from it.
 Progress = Callable[[str, int, int | None], None]
@@ -97,65 +97,100 @@ class RunOutcome:
 
 # -- workload -----------------------------------------------------------------------------------
 
+# Prefix groups (sampling a trace without sessions): the first block position where no single id
+# is shared by more than GROUP_SHARED_SHARE of requests, searched over the first GROUP_MAX_DEPTH.
+GROUP_SHARED_SHARE = 0.05
+GROUP_MAX_DEPTH = 8
+
+
 def sample_groups(table: pa.Table, fraction: float, seed: int) -> pa.Table:
     """Keep whole sessions (or whole root-prefix groups when a row has no session) with
     probability `fraction`; the choice depends only on the group and the seed (stable hashes,
-    not Python's per-process string hash)."""
+    not Python's per-process string hash). The in-memory form of what the workload stage does
+    in batches (`_sampled_batches`)."""
+    _check_fraction(fraction)
     if fraction >= 1.0:
         return table
-    if not 0.0 < fraction < 1.0:
+    lengths, heads = _head_ids(table.column("hash_ids"))
+    block = _group_block(lengths, heads, _group_depth(lengths, heads))
+    return table.filter(pa.array(_keep_mask(table, block, fraction, seed)))
+
+
+def _check_fraction(fraction: float) -> None:
+    if not 0.0 < fraction <= 1.0:
         raise KvwearError(f"workload.sample_fraction must be in (0, 1], got {fraction}")
-    sess = pc.dictionary_encode(table.column("session_id")).combine_chunks()
+
+
+def _head_ids(ids: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """Per request, its number of block ids and its first GROUP_MAX_DEPTH ids (-1 past its end):
+    all the prefix grouping reads, 72 bytes a request however long the request is."""
+    offsets, values = list_parts(ids)
+    lengths = np.diff(offsets)
+    heads = np.full((len(lengths), GROUP_MAX_DEPTH), -1, dtype=np.int64)
+    for d in range(GROUP_MAX_DEPTH):
+        has = lengths > d
+        heads[has, d] = values[offsets[:-1][has] + d]
+    return lengths, heads
+
+
+def _group_depth(lengths: np.ndarray, heads: np.ndarray) -> int:
+    """The block position that names a request's prefix group when the trace has no sessions: the
+    first where no single id is shared by more than GROUP_SHARED_SHARE of all requests (position 0
+    is a system prompt in Mooncake, common to every request). Requests of one conversation share
+    that block, so they stay together."""
+    depth = 0
+    for d in range(GROUP_MAX_DEPTH):
+        has = lengths > d
+        if not has.any():
+            break
+        top = np.unique(heads[has, d], return_counts=True)[1].max()
+        depth = d
+        if top <= GROUP_SHARED_SHARE * len(lengths):
+            break
+    return depth
+
+
+def _group_block(lengths: np.ndarray, heads: np.ndarray, depth: int) -> np.ndarray:
+    """Per request, its block at `depth` clipped to its length (a request without blocks: one group)."""
+    pos = np.minimum(depth, np.maximum(lengths - 1, 0))
+    out = np.full(len(lengths), np.iinfo(np.int64).max, dtype=np.int64)
+    nz = lengths > 0
+    out[nz] = heads[nz, pos[nz]]
+    return out.astype(np.uint64)
+
+
+def _keep_mask(rows: pa.Table | pa.RecordBatch, group_block: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """Which of `rows` a sample keeps: a stable hash of the session (or of the prefix group's
+    block and namespace, for a row without a session) below `fraction`."""
+    sess = pc.dictionary_encode(rows.column("session_id"))
+    if isinstance(sess, pa.ChunkedArray):
+        sess = sess.combine_chunks()
     names = sess.dictionary.to_pylist()
     name_keys = np.array([int.from_bytes(hashlib.blake2b(f"{seed}/{n}".encode(), digest_size=8).digest(), "little")
                           for n in names], dtype=np.uint64)
     idx = sess.indices.to_numpy(zero_copy_only=False)
     has_session = ~np.asarray(pc.is_null(sess.indices).to_numpy(zero_copy_only=False))
-    ns = table.column("hash_ns").to_numpy().astype(np.uint64)
-    prefix_keys = splitmix64(splitmix64(_group_block(table) ^ np.uint64(seed & 0xFFFFFFFF)) ^ ns)
+    ns = rows.column("hash_ns").to_numpy().astype(np.uint64)
+    prefix_keys = splitmix64(splitmix64(group_block ^ np.uint64(seed & 0xFFFFFFFF)) ^ ns)
     keys = np.where(has_session, name_keys[np.where(has_session, idx, 0).astype(np.int64)] if names else 0,
                     prefix_keys)
-    keep = (keys >> np.uint64(11)).astype(np.float64) / float(1 << 53) < fraction
-    return table.filter(pa.array(keep))
+    return np.asarray((keys >> np.uint64(11)).astype(np.float64) / float(1 << 53) < fraction)
 
 
-def _group_block(table: pa.Table, shared_share: float = 0.05, max_depth: int = 8) -> np.ndarray:
-    """Per request, the block that names its prefix group when the trace has no sessions: the
-    first block position where no single id is shared by more than `shared_share` of requests
-    (position 0 is a system prompt in Mooncake, common to every request), clipped to each
-    request's length. Requests of one conversation share that block, so they stay together."""
-    ids = table.column("hash_ids")
-    lengths = np.asarray(pc.fill_null(pc.list_value_length(ids), 0).to_numpy(zero_copy_only=False), dtype=np.int64)
-    flat_offsets = np.concatenate([[0], np.cumsum(lengths)])
-    values = np.asarray(pc.list_flatten(ids).to_numpy(zero_copy_only=False), dtype=np.int64)
-    depth = 0
-    for d in range(max_depth):
-        has = lengths > d
-        if not has.any():
-            break
-        col = values[flat_offsets[:-1][has] + d]
-        top = np.unique(col, return_counts=True)[1].max()
-        depth = d
-        if top <= shared_share * len(lengths):
-            break
-    pos = np.minimum(depth, np.maximum(lengths - 1, 0))
-    out = np.full(len(lengths), np.iinfo(np.int64).max, dtype=np.int64)     # no blocks: one group
-    nz = lengths > 0
-    out[nz] = values[flat_offsets[:-1][nz] + pos[nz]]
-    return out.astype(np.uint64)
-
-
-def _load_workload(cfg: RunConfig) -> tuple[pa.Table, dict[str, Path]]:
-    w = cfg.workload
-    if w.trace:
-        from workloads.loaders import load_requests
-
-        res = load_requests(w.trace, w.format or None)
-        return res.table, {"trace": Path(w.trace)}
-    from workloads.synthetic import generate
-
-    params = {"seed": w.seed, **dict(w.params)}
-    return generate(w.generator, **params), {}
+def _sampled_batches(path: Path, fraction: float, seed: int) -> Iterator[pa.RecordBatch]:
+    """`sample_groups` over a requests Parquet in bounded batches: one pass reads the first ids of
+    every request (`_head_ids`, for the prefix groups' depth over the whole trace), a second
+    yields each batch's kept rows."""
+    parts = [_head_ids(b.column(0)) for b in iter_table_batches(REQUESTS, path, columns=["hash_ids"])]
+    lengths = np.concatenate([p[0] for p in parts] or [np.zeros(0, np.int64)])
+    heads = np.concatenate([p[1] for p in parts] or [np.zeros((0, GROUP_MAX_DEPTH), np.int64)])
+    del parts
+    block = _group_block(lengths, heads, _group_depth(lengths, heads))
+    start = 0
+    for batch in iter_table_batches(REQUESTS, path):
+        keep = _keep_mask(batch, block[start:start + batch.num_rows], fraction, seed)
+        start += batch.num_rows
+        yield batch.filter(pa.array(keep))
 
 
 @dataclass(frozen=True)
@@ -167,9 +202,42 @@ class Workload:
     inputs: Mapping[str, Path]        # input files, for the manifest's checksums
 
 
+def _write_workload(cfg: RunConfig, path: Path) -> int:
+    """Write the (sampled) requests to `path`; returns its rows (never 0: an empty workload is
+    refused, no file left). A trace streams (memory bounded by batches, issue #16): `convert_trace`
+    straight to `path` when nothing is sampled, else a temporary conversion beside it read back
+    through `_sampled_batches`. A generator's table is built in memory (its size is the
+    generator's parameters) and sampled with `sample_groups`."""
+    w = cfg.workload
+    _check_fraction(w.sample_fraction)
+    empty = KvwearError("the workload has no requests (after sampling)")
+    if not w.trace:
+        from workloads.synthetic import generate
+
+        table = sample_groups(generate(w.generator, **{"seed": w.seed, **dict(w.params)}), w.sample_fraction, w.seed)
+        if table.num_rows == 0:
+            raise empty
+        write_table(REQUESTS, table, path)
+        return table.num_rows
+    from workloads.loaders import convert_trace, stream_requests
+
+    if w.sample_fraction >= 1.0:
+        rows = convert_trace(w.trace, path, w.format or None).rows
+        if rows == 0:
+            path.unlink()
+            raise empty
+        return rows
+    with stream_requests(w.trace, w.format or None, tmp_dir=path.parent) as src, TableWriter(REQUESTS, path) as out:
+        for batch in _sampled_batches(src.result.path, w.sample_fraction, w.seed):
+            out.write(batch)
+        if out.rows == 0:
+            raise empty                  # the writer removes its partial file
+        return out.rows
+
+
 def workload_stage(cfg: RunConfig, rd: RunDir) -> Workload:
-    """Load or generate the requests, sample them, write workload/requests.parquet. Only its
-    record goes on: the stages after it stream the file (issue #16)."""
+    """Load or generate the requests, sample them, write workload/requests.parquet (`_write_workload`).
+    Only its record goes on: the stages after it stream the file (issue #16)."""
     path = rd.stage_dir("workload") / "requests.parquet"
     inputs = {"trace": Path(cfg.workload.trace)} if cfg.workload.trace else {}
 
@@ -183,13 +251,9 @@ def workload_stage(cfg: RunConfig, rd: RunDir) -> Workload:
         return Workload(path, pq.ParquetFile(path).metadata.num_rows, inputs)
 
     def compute() -> tuple[Workload, Mapping[str, Any]]:
-        table, found = _load_workload(cfg)
-        table = sample_groups(table, cfg.workload.sample_fraction, cfg.workload.seed)
-        if table.num_rows == 0:
-            raise KvwearError("the workload has no requests (after sampling)")
-        write_table(REQUESTS, table, path)
-        return Workload(path, table.num_rows, found), {
-            "rows": table.num_rows, "inputs_sha256": {k: input_sha256(p) for k, p in found.items()}}
+        rows = _write_workload(cfg, path)
+        return Workload(path, rows, inputs), {
+            "rows": rows, "inputs_sha256": {k: input_sha256(p) for k, p in inputs.items()}}
 
     return Stage("workload", compute, load).run(rd)
 
@@ -367,42 +431,93 @@ class Plan:
         return cls(label, d, PlanBytes.from_json(acc), DeathSummary.from_dict(acc["death_summary"], str(path)))
 
 
+# The ssd_ops columns the planner reads (session_id and cause, strings of every row, are left on disk).
+PLAN_COLUMNS = ["t_s", "op", "obj_id", "obj_kind", "bytes"]
+
+
 def plan_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, capacity: int) -> Plan:
     """Lay the policy's ssd_ops out as block_ops on the device's capacity (harness.plan), then the
-    placement post-pass; plan.json holds the plan's accounting."""
+    placement post-pass; plan.json holds the plan's accounting. Without placement the block_ops
+    rows stream to their Parquet chunk by chunk (`stream_block_ops`) and the death summary reads
+    them back in batches; the placement modes that rank a write by its future (kind, lifetime)
+    take the whole plan."""
     from policies.schema import SSD_OPS
 
     label = sim.label
     d = rd.stage_dir("plan", label)
 
     def compute() -> tuple[Plan, Mapping[str, Any]]:
-        ops = read_table(SSD_OPS, sim.ssd_ops_path)
+        ops = read_table(SSD_OPS, sim.ssd_ops_path, columns=PLAN_COLUMNS)
         r = cfg.replay
-        rc = ReplayConfig(capacity_bytes=capacity, layout=r.layout, align_bytes=r.align_bytes,  # type: ignore[arg-type]
-                          trim_on_evict=r.trim_on_evict, max_io_bytes=r.max_io_bytes,
-                          time_mode=r.time_mode, time_compression=r.time_compression,  # type: ignore[arg-type]
-                          log_full=r.log_full)  # type: ignore[arg-type]
+        rc = replay_config(cfg, capacity)
+        placement = _placement(cfg)
+        path = d / "block_ops.parquet"
         try:
-            plan = plan_block_ops(ops, rc, source=str(sim.ssd_ops_path))
+            if placement.mode == "none":
+                # the placement post-pass runs on the laid-out plan: handles never change where data goes
+                stats: list[PlacementStats] = []
+                with TableWriter(BLOCK_OPS, path) as out:
+                    def sink(chunk: pa.Table) -> None:
+                        table, placed = assign_placement(chunk, placement, capacity, r.align_bytes)
+                        stats.append(placed)
+                        out.write(table)
+                    plan: PlanCounts = stream_block_ops(ops, rc, sink, source=str(sim.ssd_ops_path))
+                placed = _merged_stats(stats, placement)
+            else:
+                whole = plan_block_ops(ops, rc, source=str(sim.ssd_ops_path))
+                table, placed = assign_placement(whole.table, placement, capacity, r.align_bytes)
+                plan = whole
+                del whole
+                write_table(BLOCK_OPS, table, path)
+                del table
         except InputError as exc:     # name the policy whose plan did not fit
             raise InputError(exc.path, exc.line, exc.field, f"policy {label}: {exc.message}") from None
         del ops
-        # the placement post-pass runs on the laid-out plan: handles never change where data goes
-        table, placed = assign_placement(plan.table, _placement(cfg), capacity, r.align_bytes)
-        write_table(BLOCK_OPS, table, d / "block_ops.parquet")
         write_json(d / "plan.json", {**plan.accounting(), "placement": placed.as_dict(),
-                                     "death_summary": plan_death_summary(table, capacity).as_dict()})
+                                     "death_summary": plan_death_summary(path, capacity).as_dict()})
         return Plan.read(label, d), {"write_ios": plan.write_ios}
 
     return Stage(f"plan/{label}", compute, lambda: Plan.read(label, d)).run(rd)
 
 
-def plan_death_summary(block_ops: pa.Table, capacity: int) -> DeathSummary:
-    """The plan's page death distances (harness.waf_model), in 4 KiB pages of the device."""
-    from harness.devices.sim import plan_to_requests
+def replay_config(cfg: RunConfig, capacity: int) -> ReplayConfig:
+    """The planner's settings: the run's `[replay]` on the device's capacity."""
+    r = cfg.replay
+    return ReplayConfig(capacity_bytes=capacity, layout=r.layout, align_bytes=r.align_bytes,  # type: ignore[arg-type]
+                        trim_on_evict=r.trim_on_evict, max_io_bytes=r.max_io_bytes,
+                        time_mode=r.time_mode, time_compression=r.time_compression,  # type: ignore[arg-type]
+                        log_full=r.log_full)  # type: ignore[arg-type]
 
-    codes, first, npages = plan_to_requests(block_ops, PAGE_BYTES, capacity)
-    return death_summary(codes, first, npages, -(-capacity // PAGE_BYTES))
+
+def _merged_stats(chunks: list[PlacementStats], config: PlacementConfig) -> PlacementStats:
+    """One placement's stats over a plan placed chunk by chunk (`none`: nothing depends on other
+    chunks): the bytes and I/Os per handle summed."""
+    if not chunks:
+        return PlacementStats(config.mode, config.handles, (0,) * config.handles, (0,) * config.handles)
+    first = chunks[0]
+    by_bytes = tuple(sum(c.write_bytes_by_handle[h] for c in chunks) for h in range(len(first.write_bytes_by_handle)))
+    by_ios = tuple(sum(c.write_ios_by_handle[h] for c in chunks) for h in range(len(first.write_ios_by_handle)))
+    return dataclasses.replace(first, write_bytes_by_handle=by_bytes, write_ios_by_handle=by_ios)
+
+
+def plan_death_summary(block_ops: pa.Table | Path, capacity: int) -> DeathSummary:
+    """The plan's page death distances (harness.waf_model), in 4 KiB pages of the device; a
+    block_ops Parquet is read in batches, twice (its written pages first: the summary's grid)."""
+    from harness.devices.sim import plan_batches, plan_to_requests
+
+    cols = ["op", "offset_bytes", "length_bytes"]
+
+    def requests() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        done = 0
+        for batch in plan_batches(block_ops, cols):
+            yield plan_to_requests(batch, PAGE_BYTES, capacity, first_row=done)
+            done += batch.num_rows
+
+    total = sum(int(n[c == OP_WRITE].sum()) for c, _, n in requests())
+    acc = DeathCounter(total, -(-capacity // PAGE_BYTES))
+    for codes, first, npages in requests():
+        acc.feed(codes, first, npages)
+    return acc.summary()
 
 
 def device_spec(cfg: RunConfig, capacity: int | None) -> DeviceSpec:
@@ -490,7 +605,8 @@ def _replay_on_device(cfg: RunConfig, d: Path, plan: Plan, label: str, capacity:
     """Play the plan on the device with wear snapshots and the eBPF capture around it; writes
     result.json, wear.parquet and (where the backend counts intervals) timeline.parquet."""
     stage = f"device/{label}"
-    block_ops = read_table(BLOCK_OPS, plan.block_ops_path)
+    streams = device_backend(cfg).capabilities.streams_plan
+    block_ops = plan.block_ops_path if streams else read_table(BLOCK_OPS, plan.block_ops_path)
     readers = wear_readers(cfg)
     dev = open_device(device_spec(cfg, capacity), d)
     try:

@@ -91,6 +91,7 @@ BANDS = 16
 # Line sizes (4 KiB pages) with a line-empty survival each: the model takes the device's pages per
 # line, or the nearest of these (FEMU's fixture: 1,024; the block-level default: 64).
 LINE_PAGES = (64, 256, 1024, 4096)      # powers of two (the summary pass shifts by them)
+SUMMARY_SLICE_LINES = 1 << 22           # DeathCounter.summary reads the per-line death times in slices
 MODEL_NAME = "fluid log-structured cleaning over page and line death distances"
 
 Regime = Literal["no GC", "block", "line background", "line forced"]
@@ -159,13 +160,13 @@ def survival_grid(host_pages: int, per_octave: int = GRID_POINTS_PER_OCTAVE) -> 
 
 
 @numba.njit(cache=True)
-def _deaths(ops, first, npages, last, grid, total, band_len, dead_diff, hist, counts, line_shifts, line_off,
+def _deaths(ops, first, npages, last, now, grid, total, band_len, dead_diff, hist, counts, line_shifts, line_off,
             line_last):
     """One pass over the page requests. last[lpn] = host time of the page's live write (−1: never
     written, −2: trimmed).
     dead_diff[band]: +1/−1 over the grid range [d, T − t) where a death at distance d is visible.
-    line_last[line_off[k] + (t >> line_shifts[k])]: the host time its last page died so far."""
-    now = 0
+    line_last[line_off[k] + (t >> line_shifts[k])]: the host time its last page died so far.
+    `now`: the host pages written before these requests (a plan fed in batches); returns it after."""
     for r in range(ops.shape[0]):
         op = ops[r]
         if op == 1:
@@ -208,71 +209,108 @@ def _mark_live_lines(last, line_shifts, line_off, line_last):
                 line_last[line_off[k] + (tw >> line_shifts[k])] = never
 
 
-def death_summary(op_codes: np.ndarray, first_page: np.ndarray, npages: np.ndarray,
-                  exposed_pages: int, bands: int = BANDS) -> DeathSummary:
-    """Summarise page requests (emulator.ftl op codes, first 4 KiB page, page count, in plan order)."""
+def _checked(op_codes: np.ndarray, first_page: np.ndarray, npages: np.ndarray,
+             exposed_pages: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     ops = np.ascontiguousarray(op_codes, dtype=np.int8)
     first = np.ascontiguousarray(first_page, dtype=np.int64)
     n = np.ascontiguousarray(npages, dtype=np.int64)
     if len(ops) and (first.min() < 0 or (first + n).max() > exposed_pages or n.min() < 0):
         raise KvwearError(f"death_summary: a request falls outside [0, {exposed_pages}) pages")
-    total = int(n[ops == OP_WRITE].sum())
-    # host times fit int32 for plans under 2³¹ pages (8 TiB): half the memory on a large drive
-    last = np.full(exposed_pages, -1, dtype=np.int32 if total < 2**31 - 1 else np.int64)
-    grid = survival_grid(total)
-    band_len = max(1, -(-total // bands))
-    nb = max(1, -(-total // band_len))
-    dead_diff = np.zeros((nb, len(grid) + 1), np.int64)
-    hist = np.zeros(len(grid), np.int64)
-    counts = np.zeros(3, np.int64)
-    sizes = np.asarray(LINE_PAGES, np.int64)
-    shifts = np.log2(sizes).astype(np.int64)        # LINE_PAGES are powers of two
-    n_lines = -(-max(total, 1) // sizes)
-    line_off = np.concatenate([[0], np.cumsum(n_lines)[:-1]]).astype(np.int64)
-    line_last = np.zeros(int(n_lines.sum()), np.int64)
-    done = _deaths(ops, first, n, last, grid, total, band_len, dead_diff, hist, counts, shifts, line_off,
-                   line_last)
-    if done != total:
-        raise KvwearError(f"internal error: death_summary counted {done} host pages, expected {total}")
-    dead = np.cumsum(dead_diff[:, :-1], axis=1)
-    starts = np.arange(nb, dtype=np.int64) * band_len
-    ends = np.minimum(starts + band_len, total)
-    # pages of band b old enough at distance x: host times in [start_b, min(end_b, T − x))
-    obs = np.clip(np.minimum(ends[:, None], total - grid[None, :]) - starts[:, None], 0, None)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        band_s = np.where(obs > 0, 1.0 - dead / np.maximum(obs, 1), np.nan)
-        pooled = np.where(obs.sum(0) > 0, 1.0 - dead.sum(0) / np.maximum(obs.sum(0), 1), 0.0)
-    # where a band has no page old enough yet, it takes the pooled value (never read by the model:
-    # such ages lie beyond the plan's end for that band)
-    band_s = np.where(np.isnan(band_s), pooled[None, :], band_s)
-    _mark_live_lines(last, shifts, line_off, line_last)
-    line_s = []
-    for k, w in enumerate(sizes):
-        ll = line_last[line_off[k]: line_off[k] + n_lines[k]]
-        start = np.arange(n_lines[k], dtype=np.int64) * w
-        pages = np.minimum(start + w, total) - start
-        emptied = ll < np.iinfo(np.int64).max
-        age = ll[emptied] - start[emptied]
-        row = start[emptied] // band_len * (len(grid) + 1)
-        w_e = pages[emptied].astype(np.float64)
-        size = nb * (len(grid) + 1)
-        diff = (np.bincount(row + np.searchsorted(grid, age), w_e, size)
-                - np.bincount(row + np.searchsorted(grid, total - start[emptied]), w_e, size)).reshape(nb, -1)
+    return ops, first, n
+
+
+def death_summary(op_codes: np.ndarray, first_page: np.ndarray, npages: np.ndarray,
+                  exposed_pages: int, bands: int = BANDS) -> DeathSummary:
+    """Summarise page requests (emulator.ftl op codes, first 4 KiB page, page count, in plan order)."""
+    ops, first, n = _checked(op_codes, first_page, npages, exposed_pages)
+    acc = DeathCounter(int(n[ops == OP_WRITE].sum()), exposed_pages, bands)
+    acc.feed(ops, first, n)
+    return acc.summary()
+
+
+class DeathCounter:
+    """`death_summary` over a plan fed in batches (in plan order), for plans too large to hold:
+    the state is one host time per page of the device (int32 below 2³¹ written pages) and the
+    per-line death times (one int64 per line of each LINE_PAGES size), never the plan. The
+    plan's written pages (`total_pages`) must be known first: the survival grid is built on them."""
+
+    def __init__(self, total_pages: int, exposed_pages: int, bands: int = BANDS) -> None:
+        total = self.total = int(total_pages)
+        self.exposed_pages = int(exposed_pages)
+        # host times fit int32 for plans under 2³¹ pages (8 TiB): half the memory on a large drive
+        self.last = np.full(exposed_pages, -1, dtype=np.int32 if total < 2**31 - 1 else np.int64)
+        self.grid = survival_grid(total)
+        self.band_len = max(1, -(-total // bands))
+        self.nb = max(1, -(-total // self.band_len))
+        self.dead_diff = np.zeros((self.nb, len(self.grid) + 1), np.int64)
+        self.hist = np.zeros(len(self.grid), np.int64)
+        self.counts = np.zeros(3, np.int64)
+        self.sizes = np.asarray(LINE_PAGES, np.int64)
+        self.shifts = np.log2(self.sizes).astype(np.int64)        # LINE_PAGES are powers of two
+        self.n_lines = -(-max(total, 1) // self.sizes)
+        self.line_off = np.concatenate([[0], np.cumsum(self.n_lines)[:-1]]).astype(np.int64)
+        self.line_last = np.zeros(int(self.n_lines.sum()), np.int64)
+        self.now = 0
+
+    def feed(self, op_codes: np.ndarray, first_page: np.ndarray, npages: np.ndarray) -> None:
+        """The next requests of the plan."""
+        ops, first, n = _checked(op_codes, first_page, npages, self.exposed_pages)
+        if self.now + int(n[ops == OP_WRITE].sum()) > self.total:
+            raise KvwearError(f"internal error: death_summary fed more than the {self.total} host pages announced")
+        self.now = _deaths(ops, first, n, self.last, self.now, self.grid, self.total, self.band_len, self.dead_diff,
+                           self.hist, self.counts, self.shifts, self.line_off, self.line_last)
+
+    def summary(self) -> DeathSummary:
+        """The summary of everything fed (which must be the `total_pages` announced)."""
+        total, grid, nb, band_len = self.total, self.grid, self.nb, self.band_len
+        last, sizes, shifts, n_lines, line_off = self.last, self.sizes, self.shifts, self.n_lines, self.line_off
+        counts, hist, line_last = self.counts, self.hist, self.line_last
+        if self.now != total:
+            raise KvwearError(f"internal error: death_summary counted {self.now} host pages, expected {total}")
+        dead = np.cumsum(self.dead_diff[:, :-1], axis=1)
+        starts = np.arange(nb, dtype=np.int64) * band_len
+        ends = np.minimum(starts + band_len, total)
+        # pages of band b old enough at distance x: host times in [start_b, min(end_b, T − x))
+        obs = np.clip(np.minimum(ends[:, None], total - grid[None, :]) - starts[:, None], 0, None)
         with np.errstate(invalid="ignore", divide="ignore"):
-            e = np.where(obs > 0, 1.0 - np.cumsum(diff[:, :-1], axis=1) / np.maximum(obs, 1), np.nan)
-        # never below the page survival: a line with a valid page is not empty
-        line_s.append(np.maximum(np.where(np.isnan(e), 1.0, e), band_s))
-    return DeathSummary(
-        version=SUMMARY_VERSION, page_bytes=PAGE_BYTES, exposed_pages=int(exposed_pages), host_pages=total,
-        overwritten_pages=int(counts[0]), trimmed_pages=int(counts[1]),
-        survivor_pages=int(np.count_nonzero(np.asarray(last) >= 0)),
-        footprint_pages=int(counts[2]), grid_pages=tuple(int(x) for x in grid),
-        survival=tuple(float(x) for x in np.clip(pooled, 0.0, 1.0)),
-        observed=tuple(int(x) for x in obs.sum(0)), hist_pages=tuple(int(x) for x in hist),
-        band_start_pages=tuple(int(x) for x in starts),
-        band_survival=_rows(band_s), line_pages=tuple(int(w) for w in sizes),
-        band_line_survival=tuple(_rows(e) for e in line_s),
-    )
+            band_s = np.where(obs > 0, 1.0 - dead / np.maximum(obs, 1), np.nan)
+            pooled = np.where(obs.sum(0) > 0, 1.0 - dead.sum(0) / np.maximum(obs.sum(0), 1), 0.0)
+        # where a band has no page old enough yet, it takes the pooled value (never read by the model:
+        # such ages lie beyond the plan's end for that band)
+        band_s = np.where(np.isnan(band_s), pooled[None, :], band_s)
+        _mark_live_lines(last, shifts, line_off, line_last)
+        line_s = []
+        size = nb * (len(grid) + 1)
+        for k, w in enumerate(sizes):
+            # in slices of lines: a plan of billions of pages has ~10^8 lines of 64 pages, and each
+            # temporary below is 8 bytes a line (the weights are whole pages: the sums are exact)
+            flat = np.zeros(size, np.float64)
+            for lo in range(0, int(n_lines[k]), SUMMARY_SLICE_LINES):
+                hi = min(int(n_lines[k]), lo + SUMMARY_SLICE_LINES)
+                ll = line_last[line_off[k] + lo: line_off[k] + hi]
+                start = np.arange(lo, hi, dtype=np.int64) * w
+                emptied = ll < np.iinfo(np.int64).max
+                start_e = start[emptied]
+                row = start_e // band_len * (len(grid) + 1)
+                w_e = (np.minimum(start_e + w, total) - start_e).astype(np.float64)
+                flat += np.bincount(row + np.searchsorted(grid, ll[emptied] - start_e), w_e, size)
+                flat -= np.bincount(row + np.searchsorted(grid, total - start_e), w_e, size)
+            diff = flat.reshape(nb, -1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                e = np.where(obs > 0, 1.0 - np.cumsum(diff[:, :-1], axis=1) / np.maximum(obs, 1), np.nan)
+            # never below the page survival: a line with a valid page is not empty
+            line_s.append(np.maximum(np.where(np.isnan(e), 1.0, e), band_s))
+        return DeathSummary(
+            version=SUMMARY_VERSION, page_bytes=PAGE_BYTES, exposed_pages=self.exposed_pages, host_pages=total,
+            overwritten_pages=int(counts[0]), trimmed_pages=int(counts[1]),
+            survivor_pages=int(np.count_nonzero(np.asarray(last) >= 0)),
+            footprint_pages=int(counts[2]), grid_pages=tuple(int(x) for x in grid),
+            survival=tuple(float(x) for x in np.clip(pooled, 0.0, 1.0)),
+            observed=tuple(int(x) for x in obs.sum(0)), hist_pages=tuple(int(x) for x in hist),
+            band_start_pages=tuple(int(x) for x in starts),
+            band_survival=_rows(band_s), line_pages=tuple(int(w) for w in sizes),
+            band_line_survival=tuple(_rows(e) for e in line_s),
+        )
 
 
 def _rows(a: np.ndarray) -> tuple[tuple[float, ...], ...]:

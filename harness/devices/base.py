@@ -115,9 +115,10 @@ class DeviceBackend(Protocol):
 
     def capacity_bytes(self) -> int: ...
 
-    def replay(self, plan: pa.Table, workdir: Path, *, timed: bool = False,
+    def replay(self, plan: pa.Table | Path, workdir: Path, *, timed: bool = False,
                progress: ReplayProgress | None = None) -> ReplayResult:
-        """Play `plan` (BLOCK_OPS rows, in order). `timed` honours t_s; else as fast as possible.
+        """Play `plan` (BLOCK_OPS rows, in order: a table, or the block_ops Parquet's path for a
+        backend whose `Capabilities.streams_plan`). `timed` honours t_s; else as fast as possible.
         `progress(done, total)` is called as the replay advances, in the backend's own steps."""
         ...
 
@@ -293,6 +294,9 @@ class Capabilities:
     ftl_twin: bool = False
     # How the model-WAF source names its geometry ("FEMU geometry"); "" to say nothing.
     geometry_note: str = ""
+    # Its replay takes the block_ops Parquet's path and reads it in batches (sim: memory is the
+    # drive's state, not the plan's); the others get the plan as one table.
+    streams_plan: bool = False
 
 
 @dataclass(frozen=True)

@@ -35,13 +35,15 @@ Must not: touch files other than its own outputs in the work directory.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from emulator.ftl import (
     OP_READ,
@@ -49,7 +51,6 @@ from emulator.ftl import (
     OP_WRITE,
     Ftl,
     FtlConfig,
-    FtlCounters,
     FtlHandleCounters,
     GcHandles,
     Victim,
@@ -67,8 +68,9 @@ from harness.devices.base import (
     option,
 )
 from harness.placement import plan_handles, plan_write_bytes_by_handle
+from harness.schema import BLOCK_OPS
 from kvwear.errors import InputError, KvwearError
-from kvwear.tables import TableSpec, write_table
+from kvwear.tables import TableSpec, iter_table_batches, write_table
 
 FTL_INTERVALS = TableSpec(
     kind="ftl_intervals",
@@ -159,25 +161,74 @@ def _ftl_config(spec: DeviceSpec, p: SimParams) -> FtlConfig:
     )
 
 
-def plan_to_requests(plan: pa.Table, page_bytes: int, capacity_bytes: int,
-                     source: str = "block_ops") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """BLOCK_OPS rows → (op codes, first page, page count); refuses I/O outside [0, capacity)."""
+def plan_to_requests(plan: pa.Table | pa.RecordBatch, page_bytes: int, capacity_bytes: int,
+                     source: str = "block_ops", first_row: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """BLOCK_OPS rows → (op codes, first page, page count); refuses I/O outside [0, capacity)
+    (errors count rows from `first_row`: a batch's place in its file)."""
     ops_s = pc.cast(plan.column("op"), pa.string())
     idx = pc.index_in(ops_s, value_set=pa.array(list(_OPS)))
     if idx.null_count:
         i = int(np.flatnonzero(pc.is_null(idx).to_numpy(zero_copy_only=False))[0])
-        raise InputError(source, i + 1, "op", f"unknown op {ops_s[i].as_py()!r}; valid: {', '.join(_OPS)}")
+        raise InputError(source, first_row + i + 1, "op", f"unknown op {ops_s[i].as_py()!r}; valid: {', '.join(_OPS)}")
     codes = np.asarray(idx.to_numpy(zero_copy_only=False), dtype=np.int8)
     off = plan.column("offset_bytes").to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     ln = plan.column("length_bytes").to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     bad = np.flatnonzero((off < 0) | (ln <= 0) | (off + ln > capacity_bytes))
     if bad.size:
         i = int(bad[0])
-        raise InputError(source, i + 1, "offset_bytes",
+        raise InputError(source, first_row + i + 1, "offset_bytes",
                          f"I/O [{off[i]}, {off[i] + ln[i]}) is outside the device [0, {capacity_bytes})")
     first = off // page_bytes
     last = (off + ln + page_bytes - 1) // page_bytes
     return codes, first, last - first
+
+
+PlanInput: TypeAlias = pa.Table | Path      # a block_ops table, or its Parquet file
+
+
+def plan_batches(plan: PlanInput, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+    """A plan's rows in bounded batches: a block_ops Parquet file read batch by batch, or a table's
+    own batches (`columns`: only those, from a file)."""
+    if isinstance(plan, pa.Table):
+        return iter(plan.to_batches())
+    names = pq.read_schema(plan).names        # a plan of before placement_handle has none
+    return iter_table_batches(BLOCK_OPS, plan, columns=None if columns is None else [c for c in columns if c in names])
+
+
+@dataclass(frozen=True)
+class _PlanTally:
+    """What the replay needs from the whole plan before its first request (one pass over the op,
+    offset, length and handle columns): the interval default, whether writes carry handles."""
+
+    rows: int
+    write_pages: int
+    write_ios: int
+    read_ios: int
+    trim_pages: int
+    placed: bool
+    write_bytes_by_handle: tuple[int, ...]
+
+
+def _tally(plan: PlanInput, c: FtlConfig) -> _PlanTally:
+    rows = wpages = wios = rios = tpages = 0
+    by_handle = np.zeros(c.ruh, np.int64)
+    for batch in plan_batches(plan, ["op", "offset_bytes", "length_bytes", "placement_handle"]):
+        codes, _, npages = plan_to_requests(batch, c.page_bytes, c.exposed_bytes, first_row=rows)
+        handles = plan_handles(batch)
+        if handles.size and int(handles.max()) >= c.ruh:
+            i = int(np.argmax(handles >= c.ruh))
+            raise InputError("block_ops", rows + i + 1, "placement_handle",
+                             f"handle {int(handles[i])} but the sim drive has {c.ruh} reclaim unit handle(s) "
+                             f"(device option ruh)")
+        w = codes == OP_WRITE
+        wpages += int(npages[w].sum())
+        wios += int(w.sum())
+        rios += int((codes == OP_READ).sum())
+        tpages += int(npages[codes == OP_TRIM].sum())
+        by_handle += np.asarray(plan_write_bytes_by_handle(batch, c.ruh), np.int64)
+        rows += batch.num_rows
+    return _PlanTally(rows, wpages, wios, rios, tpages, bool(by_handle[1:].any()),
+                      tuple(int(x) for x in by_handle))
 
 
 class SimDevice:
@@ -205,38 +256,40 @@ class SimDevice:
     def capacity_bytes(self) -> int:
         return self.config.exposed_bytes
 
-    def replay(self, plan: pa.Table, workdir: Path, *, timed: bool = False,
+    def replay(self, plan: PlanInput, workdir: Path, *, timed: bool = False,
                progress: ReplayProgress | None = None) -> ReplayResult:
+        """Play a plan (a table, or a block_ops Parquet file streamed in batches: memory is the
+        drive's page maps plus one batch) on the FTL."""
         c = self.config
-        codes, first, npages = plan_to_requests(plan, c.page_bytes, c.exposed_bytes)
-        handles = plan_handles(plan)
-        if handles.size and int(handles.max()) >= c.ruh:
-            i = int(np.argmax(handles >= c.ruh))
-            raise InputError("block_ops", i + 1, "placement_handle",
-                             f"handle {int(handles[i])} but the sim drive has {c.ruh} reclaim unit handle(s) "
-                             f"(device option ruh)")
-        placed = bool(handles.size and handles[codes == OP_WRITE].any())
+        tally = _tally(plan, c)
+        placed = tally.placed
         if self.ftl is None:
             if c.interval_host_pages <= 0:
-                wpages = int(npages[codes == OP_WRITE].sum())
-                c = c.with_(interval_host_pages=max(1, wpages // 200))
+                c = c.with_(interval_host_pages=max(1, tally.write_pages // 200))
                 self.config = c
             self.ftl = Ftl(c)
         ftl = self.ftl
         before = ftl.counters()
         hbefore = ftl.handle_counters()
         n_iv = len(ftl.intervals().host_pages)
-        t = time.perf_counter()
-        ftl.apply_ops(codes, first, npages, handles)
-        wall = time.perf_counter() - t
-        no_placement: FtlCounters | None = None
-        if placed and self.baseline:
-            if self.twin is None:
-                self.twin = Ftl(c.with_(interval_host_pages=0))
-            tb = self.twin.counters()
-            self.twin.apply_ops(codes, first, npages)
-            no_placement = self.twin.counters().minus(tb)
-        if progress is not None:
+        if placed and self.baseline and self.twin is None:
+            self.twin = Ftl(c.with_(interval_host_pages=0))
+        twin = self.twin if placed and self.baseline else None
+        tb = twin.counters() if twin is not None else None
+        wall = 0.0
+        done = 0
+        for batch in plan_batches(plan, ["op", "offset_bytes", "length_bytes", "placement_handle"]):
+            codes, first, npages = plan_to_requests(batch, c.page_bytes, c.exposed_bytes, first_row=done)
+            t = time.perf_counter()
+            ftl.apply_ops(codes, first, npages, plan_handles(batch))
+            wall += time.perf_counter() - t
+            if twin is not None:
+                twin.apply_ops(codes, first, npages)
+            done += batch.num_rows
+            if progress is not None:
+                progress(done, tally.rows)
+        no_placement = twin.counters().minus(tb) if twin is not None and tb is not None else None
+        if progress is not None and tally.rows == 0:
             progress(1, 1)
         d = ftl.counters().minus(before)
         hd = ftl.handle_counters().minus(hbefore)
@@ -257,9 +310,9 @@ class SimDevice:
             device="sim",
             write_bytes=d.host_bytes,
             read_bytes=(d.read_pages + d.unmapped_read_pages) * c.page_bytes,
-            trim_bytes=int(npages[codes == OP_TRIM].sum()) * c.page_bytes,
-            write_ios=int((codes == OP_WRITE).sum()),
-            read_ios=int((codes == OP_READ).sum()),
+            trim_bytes=tally.trim_pages * c.page_bytes,
+            write_ios=tally.write_ios,
+            read_ios=tally.read_ios,
             wall_s=wall,
             nand_write_bytes=d.nand_bytes,
             waf=d.waf,
@@ -275,7 +328,7 @@ class SimDevice:
                 "erase_count_mean": float(erases.mean()) if erases.size else 0.0,
                 "trimmed_mapped_bytes": d.trim_pages * c.page_bytes,
                 "unmapped_read_bytes": d.unmapped_read_pages * c.page_bytes,
-                "fdp": fdp_summary(hd, plan),
+                "fdp": fdp_summary(hd, list(tally.write_bytes_by_handle)),
                 **({"no_placement": {**asdict(no_placement), "waf": no_placement.waf,
                                      "nand_write_bytes": no_placement.nand_bytes}}
                    if no_placement is not None else {}),
@@ -287,7 +340,7 @@ class SimDevice:
         self.twin = None
 
 
-def fdp_summary(hc: FtlHandleCounters, plan: pa.Table) -> dict[str, Any]:
+def fdp_summary(hc: FtlHandleCounters, plan_write_bytes_by_handle: list[int]) -> dict[str, Any]:
     """FDP statistics of one replay, per handle, with the plan's write bytes per handle beside the
     FTL's host bytes (they must be equal: a page-aligned plan)."""
     ruh = len(hc.host_pages)
@@ -297,7 +350,7 @@ def fdp_summary(hc: FtlHandleCounters, plan: pa.Table) -> dict[str, Any]:
         "host_bytes_written": hc.host_bytes,
         "media_bytes_written": hc.media_bytes,
         "media_bytes_erased": hc.media_bytes_erased,
-        "plan_write_bytes_by_handle": plan_write_bytes_by_handle(plan, ruh),
+        "plan_write_bytes_by_handle": plan_write_bytes_by_handle,
         "host_bytes_by_handle": [x * pb for x in hc.host_pages],
         # the last slot is the shared GC frontier's (0 unless gc_handles = shared)
         "media_bytes_by_handle": [x * pb for x in hc.media_pages],
@@ -326,7 +379,7 @@ class Sim(Backend):
     """The embedded FTL: no drive to share, no block device to trace; it is its own FTL geometry."""
 
     Params = SimParams
-    capabilities = Capabilities(handle_count_option="ruh")
+    capabilities = Capabilities(handle_count_option="ruh", streams_plan=True)
     device = SimDevice
 
     @classmethod
