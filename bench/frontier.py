@@ -9,9 +9,13 @@ parameter is set per trace. Prices are `SimConfig`'s defaults.
 
 Each policy runs through its sweep range: the hyperparameter in `KNOBS` (or, for a policy
 registered later and not listed, its first numeric parameter with a sweep range), over the points
-listed there or spread over the range. The oracle (`belady`) runs through γ plus its
-hit-maximizing variant (`dram_copy=first` at γ = 0) and a no-write point (`max_write_bytes=0`);
-`belady:mode=min` is plain MIN per tier, the miss-ratio floor.
+listed there or spread over the range. The oracle (`belady`, `oracle_line`) runs two γ families
+— one pass (f_x) and two (`passes=2`: each write priced by the SSD hits its copy served in the
+first pass) — over one grid, each up to its first γ that writes nothing and with its cliffs
+bisected (`REFINE_*`, one rule for every workload), plus its hit-maximizing variant
+(`dram_copy=first` at γ = 0), a no-write point (`max_write_bytes=0`) and MIN per tier without
+the writes its first pass found dead (`mode=min,passes=2`, the line's miss end);
+`belady:mode=min` is plain MIN per tier, the miss-ratio floor, not part of the line.
 
 Prints, per workload × model: each policy's points and its Pareto frontier; which baseline points
 Gandalf dominates (some Gandalf point with no more misses and no more SSD bytes, better in one);

@@ -46,6 +46,30 @@ its own next use like any other SSD object. Measured (DRAM/SSD 1 %/10 % of the f
 Qwen3.5-27B 0.119 at 241 → 0.123 at 177 GiB; agentic generator × Qwen3.5-27B 0.077 at 410 →
 0.077 at 177 GiB (LRU: 0.098 at 325). `mode=min` keeps `first` (the miss floor).
 
+**Hindsight passes** (`passes`, default 1; the bench's line runs 1 and 2). f_x counts every later
+reference of an object, but an SSD copy serves only those it is still resident for and that no
+DRAM copy or deeper state serves first; that is where the γ line had its cliffs (multi-round ×
+Kimi-K3, γ = 48: 45 % of the oracle's bytes were dead writes). With `passes` = k the oracle first
+runs itself k − 1 times (same parameters, whole table in memory: `needs_table`); each run logs,
+per written block (a state: one), its identity — kind, hash namespace, hash id (a state: its
+position's) and the next use it was written for — and the SSD hits its copy served before
+leaving the SSD (`served_reads`). The next pass prices a write by those hits instead of f_x (a
+segment: the mean over its blocks that pass wrote; an object no earlier pass wrote keeps f_x)
+and refuses it when they are zero; `mode=min` only refuses those. This is kvwear's reading of
+"f_x := the hits the copy would serve", a fixed-point iteration, not an optimum: the space a
+refused write frees changes what later copies serve, and a refused write is not retried. It
+stops early when a pass learns nothing new. Measured on multi-round × Kimi-K3 (DRAM/SSD
+1 %/10 %): at γ = 32 one pass 0.303 at 203.5 GiB (179.0 live), two 0.307 at 178.9, four 0.309 at
+174.1 — at the same γ it mostly drops dead writes; but the learned hits rescale γ, and the
+two-pass family traces the cliff smoothly (γ = 8: 0.215 at 179.1 GiB, γ = 12: 0.316 at 118.9,
+γ = 16: 0.457 at 59.4) where one pass jumps from 0.303 at 203.5 (γ = 32) to 0.473 at 134.9 (48).
+A third pass changes little (γ = 8: 179.1 → 178.7 GiB; γ = 12: 118.9 → 117.8, same misses), so
+the bench runs two. Pricing the SSD victims by their learned hits too changed nothing on the
+small agentic workload of tests/policies/test_oracle_bound.py. `mode=min,passes=2` (MIN per
+tier without the writes its first pass found dead) is the line's miss end: trace-a × Kimi-K3
+0.513 at 451.1 GiB (plain MIN 0.513 at 4,228.6; the wear oracle's best 0.541 at 448.6), so it
+is in the line and plain MIN stays apart as the floor.
+
 Hybrid models: a segment that leads to no resident state (no state at its end, no resident
 child) can never be part of a hit, so it is keyed as never used again, and when a state or a
 segment leaves every tier the chain above it is re-keyed that way (O(depth) of that chain).
