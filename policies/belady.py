@@ -93,14 +93,17 @@ line's points with their dead writes dropped; (3) plus every online point with i
 dropped — `hindsight_filter` below, the stated relaxation where (1) falls short. (3) is an
 offline schedule for each online point with the same misses and no more bytes, so it dominates
 every point by construction: it says how much of a policy's wear was pure waste, not that the
-γ line is optimal. The counts (1) and (2) are the informative ones (README "Frontier"). Measured
-on Weka, Mooncake (first 3,000 requests) and the multi-round, agentic and trace-a generators,
-Kimi-K3 and Qwen3.5-27B (DRAM/SSD 1 %/10 % of each footprint): (1) dominates 457 of 460 online
-points, (2) 458. It misses, on multi-round × Kimi-K3, HotPrefix θ = 1 and Gandalf γ = 4 in the
-line's cliff between γ = 32 (0.303 at 203.5 GiB) and 48 (0.473 at 134.9 GiB, of which 45 % are
-dead writes: f_x counts hits an SSD copy evicted first never serves), and on trace-a × Kimi-K3
-Gandalf γ = 0 (0.530 at 3,752 GiB), whose miss ratio is below the line's best (0.541 at γ = 0;
-MIN per tier 0.513).
+γ line is optimal. The counts (1) and (2) are the informative ones (README "Frontier"); the γ
+line there is `bench/frontier.py`'s `oracle_line`: both γ families (`passes` 1 and 2) with their
+cliffs bisected, plus `mode=min,passes=2`. Measured on Weka, Mooncake (first 3,000 requests) and
+the multi-round, agentic and trace-a generators, Kimi-K3 and Qwen3.5-27B (DRAM/SSD 1 %/10 % of
+each footprint): (1) dominates all 490 online points. Its parts miss, of 490 in the same runs:
+one pass on the old grid (18 γ: what this docstring recorded before the passes) 6, one pass
+with its cliffs bisected 5, the two-pass family alone 2, both families 1
+(trace-a × Kimi-K3 Gandalf γ = 0, 0.530 at 3,786 GiB, below the families' best miss 0.541: MIN
+with its dead writes refused, 0.513 at 451.1 GiB, covers it). On the 6-session agentic workload
+of tests/policies/test_oracle_bound.py with Kimi-K3 the line still loses Gandalf γ = 16 (0.278
+at 13.4 GB against 0.388 at 15.6 and 0.406 at 12.6: a strict xfail).
 
 Must not: do I/O, read the wall clock, keep global state.
 """
