@@ -9,9 +9,13 @@ parameter is set per trace. Prices are `SimConfig`'s defaults.
 
 Each policy runs through its sweep range: the hyperparameter in `KNOBS` (or, for a policy
 registered later and not listed, its first numeric parameter with a sweep range), over the points
-listed there or spread over the range. The oracle (`belady`) runs through γ plus its
-hit-maximizing variant (`dram_copy=first` at γ = 0) and a no-write point (`max_write_bytes=0`);
-`belady:mode=min` is plain MIN per tier, the miss-ratio floor.
+listed there or spread over the range. The oracle (`belady`, `oracle_line`) runs two γ families
+— one pass (f_x) and two (`passes=2`: each write priced by the SSD hits its copy served in the
+first pass) — over one grid, each up to its first γ that writes nothing and with its cliffs
+bisected (`REFINE_*`, one rule for every workload), plus its hit-maximizing variant
+(`dram_copy=first` at γ = 0), a no-write point (`max_write_bytes=0`) and MIN per tier without
+the writes its first pass found dead (`mode=min,passes=2`, the line's miss end);
+`belady:mode=min` is plain MIN per tier, the miss-ratio floor, not part of the line.
 
 Prints, per workload × model: each policy's points and its Pareto frontier; which baseline points
 Gandalf dominates (some Gandalf point with no more misses and no more SSD bytes, better in one);
@@ -32,6 +36,7 @@ Run: .venv/bin/python bench/frontier.py [--quick] [--generators] [--only weka,ag
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import time
 from collections.abc import Iterable
@@ -57,11 +62,11 @@ GAMMAS = (0, 1, 2, 4, 8, 16, 32, 64)
 # the hyperparameter each policy is swept through, and its points (None: spread over its range)
 KNOBS: dict[str, tuple[str, tuple[float, ...] | None]] = {
     "gandalf": ("gamma", GAMMAS),
-    # all future hits: a wider range, and denser (the oracle's line is the bound checked): the
-    # line is not monotone in misses (Weka × Kimi-K3 before dram_copy=keep: γ = 48 0.127 at
-    # 115 GiB, γ = 56 0.111 at 104.5), so ×1.5 steps from 32 on; one grid for every workload
-    "belady": ("gamma", (0, 4, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072,
-                         4096)),
+    # the oracle's line is the bound checked: a wider range and ×1.5 steps from 4 on, one grid
+    # for every workload (`oracle_line` stops a family at its first point that writes nothing
+    # and bisects its cliffs)
+    "belady": ("gamma", (0, 1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024,
+                         1536, 2048, 3072, 4096)),
     "lru-k": ("k", (1, 2, 3, 4, 5, 6, 8, 10)),
     "hotprefix": ("theta", (1, 2, 3, 4, 5, 6, 8, 10)),
     "marconi": ("alpha", (0.0, 0.5, 1.0, 1.5, 2.0)),
@@ -70,6 +75,13 @@ KNOBS: dict[str, tuple[str, tuple[float, ...] | None]] = {
 }
 GENERATORS = ("multi-round", "agentic", "api", "trace-a")
 TOL = 1.01
+#: the oracle's γ families: one pass (f_x) and two (each write priced by the SSD hits its copy
+#: served in the first pass, `policies.belady` `passes`)
+ORACLE_PASSES = (1, 2)
+#: cliff refinement (a rule, the same for every workload): between neighbouring γ of a family
+#: whose miss ratios differ by more than REFINE_MISS, bisect (geometric mean) while the ratio
+#: of the two γ exceeds REFINE_RATIO, at most REFINE_MAX extra points per family
+REFINE_MISS, REFINE_RATIO, REFINE_MAX = 0.02, 1.1, 8
 
 
 def footprint_bytes(table: pa.Table, prof: ModelProfile) -> int:
@@ -87,7 +99,9 @@ def footprint_bytes(table: pa.Table, prof: ModelProfile) -> int:
 
 
 def sweep_specs(name: str) -> list[str]:
-    """The policy's specs through its sweep range (one spec when it has no numeric knob)."""
+    """The policy's specs through its sweep range (one spec when it has no numeric knob); the
+    oracle's: its γ families (`ORACLE_PASSES`, before `oracle_line` trims and refines them),
+    then its variants."""
     infos = {i.name: i for i in param_infos(POLICIES.get(name).Params)}
     knob, points = KNOBS.get(name, (None, None))
     if knob is None or knob not in infos:
@@ -106,12 +120,20 @@ def sweep_specs(name: str) -> list[str]:
             points = tuple(sorted({round(x) for x in np.linspace(lo, hi, 6)}))
         else:
             points = tuple(float(x) for x in np.linspace(lo, hi, 5))
-    specs = [f"{name}:{knob}={p:g}" for p in points]
-    if name == "belady":
-        specs.append("belady:gamma=0,dram_copy=first")  # the hit-maximizing variant
-        specs.append("belady:max_write_bytes=0")
-        specs.append("belady:mode=min")
-    return specs
+    if name != "belady":
+        return [f"{name}:{knob}={p:g}" for p in points]
+    return [gamma_spec(g, n) for n in ORACLE_PASSES for g in points] + list(ORACLE_VARIANTS)
+
+
+def gamma_spec(gamma: float, passes: int) -> str:
+    return f"belady:gamma={gamma:g}" + (f",passes={passes}" if passes > 1 else "")
+
+
+#: the oracle's points beside its γ families: the hit-maximizing variant, a no-write point, MIN
+#: per tier with the writes its first pass found dead refused (the line's miss end), and plain
+#: MIN per tier (the miss floor, not part of the line)
+ORACLE_VARIANTS = ("belady:gamma=0,dram_copy=first", "belady:max_write_bytes=0", "belady:mode=min,passes=2",
+                   "belady:mode=min")
 
 
 def pareto(points: Iterable[tuple[float, int, str]]) -> list[tuple[float, int, str]]:
@@ -173,6 +195,37 @@ def run_point(table: pa.Table, cfg: SimConfig, spec: str) -> Point:
     return Point(spec, r.summary, int(np.asarray(r.ssd_ops.column("bytes").to_numpy())[live].sum()))
 
 
+def oracle_line(table: pa.Table, cfg: SimConfig) -> list[Point]:
+    """The oracle's points: each γ family of `sweep_specs` in increasing γ, up to its first
+    point that writes nothing (every larger γ writes nothing too: with no write the run is the
+    same at any γ, and a larger fee refuses every write again), with its cliffs bisected
+    (`REFINE_*`); then the variants."""
+    grid = KNOBS["belady"][1]
+    assert grid is not None
+    out: list[Point] = []
+    for n in ORACLE_PASSES:
+        fam: dict[float, Point] = {}
+        for g in grid:
+            fam[g] = run_point(table, cfg, gamma_spec(g, n))
+            if fam[g].s.ssd_write_bytes == 0:
+                break
+        top = max(p.s.ssd_write_bytes for p in fam.values()) or 1
+        for _ in range(REFINE_MAX):
+            gs = sorted(fam)
+            # the widest cliff first: the area an online point could sit in below the line
+            gaps = [(dm * abs(fam[a].s.ssd_write_bytes - fam[b].s.ssd_write_bytes) / top, a, b)
+                    for a, b in itertools.pairwise(gs)
+                    if (dm := abs(fam[a].s.token_miss_ratio - fam[b].s.token_miss_ratio)) > REFINE_MISS
+                    and (b > REFINE_RATIO * a if a else b > REFINE_RATIO - 1)]
+            if not gaps:
+                break
+            _, a, b = max(gaps)
+            g = float(f"{(a * b) ** 0.5 if a else b / 2:.4g}")
+            fam[g] = run_point(table, cfg, gamma_spec(g, n))
+        out += [fam[g] for g in sorted(fam)]
+    return out + [run_point(table, cfg, s) for s in ORACLE_VARIANTS]
+
+
 def oracle_check(online: list[Point], oracle: list[Point]) -> dict[str, list[Point]]:
     """The online points no point of each oracle frontier dominates within `TOL`: the γ line;
     plus its hindsight-filtered points; plus the filtered online points (the relaxation)."""
@@ -201,7 +254,8 @@ def run_case(label: str, table: pa.Table, model: str, policies: list[str]) -> di
     print(f"\n## {label}, {model}: {table.num_rows:,} requests, KV footprint {gib(fp)} GiB → "
           f"DRAM {gib(cfg.dram_bytes)} GiB, SSD {gib(cfg.ssd_bytes)} GiB")
     t0 = time.perf_counter()
-    pts: dict[str, list[Point]] = {name: [run_point(table, cfg, spec) for spec in sweep_specs(name)]
+    pts: dict[str, list[Point]] = {name: oracle_line(table, cfg) if name == "belady" else
+                                   [run_point(table, cfg, spec) for spec in sweep_specs(name)]
                                    for name in policies}
     res = {name: [(p.spec, p.s) for p in v] for name, v in pts.items()}
     print(f"({sum(len(v) for v in res.values())} runs in {time.perf_counter() - t0:.0f} s)")
@@ -235,8 +289,8 @@ def run_case(label: str, table: pa.Table, model: str, policies: list[str]) -> di
               f"baseline points: {', '.join(beaten) or '-'}")
     counts = {"points": len(online)}
     if "belady" in pts:
-        oracle = [p for p in pts["belady"] if "mode=min" not in p.spec]
-        floor = next(p.s for p in pts["belady"] if "mode=min" in p.spec)
+        oracle = [p for p in pts["belady"] if p.spec != "belady:mode=min"]
+        floor = next(p.s for p in pts["belady"] if p.spec == "belady:mode=min")
         on = [p for name, v in pts.items() if name != "belady" for p in v]
         for i, (front, bad) in enumerate(oracle_check(on, oracle).items()):
             counts[front] = len(bad)

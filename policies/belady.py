@@ -46,6 +46,30 @@ its own next use like any other SSD object. Measured (DRAM/SSD 1 %/10 % of the f
 Qwen3.5-27B 0.119 at 241 → 0.123 at 177 GiB; agentic generator × Qwen3.5-27B 0.077 at 410 →
 0.077 at 177 GiB (LRU: 0.098 at 325). `mode=min` keeps `first` (the miss floor).
 
+**Hindsight passes** (`passes`, default 1; the bench's line runs 1 and 2). f_x counts every later
+reference of an object, but an SSD copy serves only those it is still resident for and that no
+DRAM copy or deeper state serves first; that is where the γ line had its cliffs (multi-round ×
+Kimi-K3, γ = 48: 45 % of the oracle's bytes were dead writes). With `passes` = k the oracle first
+runs itself k − 1 times (same parameters, whole table in memory: `needs_table`); each run logs,
+per written block (a state: one), its identity — kind, hash namespace, hash id (a state: its
+position's) and the next use it was written for — and the SSD hits its copy served before
+leaving the SSD (`served_reads`). The next pass prices a write by those hits instead of f_x (a
+segment: the mean over its blocks that pass wrote; an object no earlier pass wrote keeps f_x)
+and refuses it when they are zero; `mode=min` only refuses those. This is kvwear's reading of
+"f_x := the hits the copy would serve", a fixed-point iteration, not an optimum: the space a
+refused write frees changes what later copies serve, and a refused write is not retried. It
+stops early when a pass learns nothing new. Measured on multi-round × Kimi-K3 (DRAM/SSD
+1 %/10 %): at γ = 32 one pass 0.303 at 203.5 GiB (179.0 live), two 0.307 at 178.9, four 0.309 at
+174.1 — at the same γ it mostly drops dead writes; but the learned hits rescale γ, and the
+two-pass family traces the cliff smoothly (γ = 8: 0.215 at 179.1 GiB, γ = 12: 0.316 at 118.9,
+γ = 16: 0.457 at 59.4) where one pass jumps from 0.303 at 203.5 (γ = 32) to 0.473 at 134.9 (48).
+A third pass changes little (γ = 8: 179.1 → 178.7 GiB; γ = 12: 118.9 → 117.8, same misses), so
+the bench runs two. Pricing the SSD victims by their learned hits too changed nothing on the
+small agentic workload of tests/policies/test_oracle_bound.py. `mode=min,passes=2` (MIN per
+tier without the writes its first pass found dead) is the line's miss end: trace-a × Kimi-K3
+0.513 at 451.1 GiB (plain MIN 0.513 at 4,228.6; the wear oracle's best 0.541 at 448.6), so it
+is in the line and plain MIN stays apart as the floor.
+
 Hybrid models: a segment that leads to no resident state (no state at its end, no resident
 child) can never be part of a hit, so it is keyed as never used again, and when a state or a
 segment leaves every tier the chain above it is re-keyed that way (O(depth) of that chain).
@@ -69,14 +93,17 @@ line's points with their dead writes dropped; (3) plus every online point with i
 dropped — `hindsight_filter` below, the stated relaxation where (1) falls short. (3) is an
 offline schedule for each online point with the same misses and no more bytes, so it dominates
 every point by construction: it says how much of a policy's wear was pure waste, not that the
-γ line is optimal. The counts (1) and (2) are the informative ones (README "Frontier"). Measured
-on Weka, Mooncake (first 3,000 requests) and the multi-round, agentic and trace-a generators,
-Kimi-K3 and Qwen3.5-27B (DRAM/SSD 1 %/10 % of each footprint): (1) dominates 457 of 460 online
-points, (2) 458. It misses, on multi-round × Kimi-K3, HotPrefix θ = 1 and Gandalf γ = 4 in the
-line's cliff between γ = 32 (0.303 at 203.5 GiB) and 48 (0.473 at 134.9 GiB, of which 45 % are
-dead writes: f_x counts hits an SSD copy evicted first never serves), and on trace-a × Kimi-K3
-Gandalf γ = 0 (0.530 at 3,752 GiB), whose miss ratio is below the line's best (0.541 at γ = 0;
-MIN per tier 0.513).
+γ line is optimal. The counts (1) and (2) are the informative ones (README "Frontier"); the γ
+line there is `bench/frontier.py`'s `oracle_line`: both γ families (`passes` 1 and 2) with their
+cliffs bisected, plus `mode=min,passes=2`. Measured on Weka, Mooncake (first 3,000 requests) and
+the multi-round, agentic and trace-a generators, Kimi-K3 and Qwen3.5-27B (DRAM/SSD 1 %/10 % of
+each footprint): (1) dominates all 490 online points. Its parts miss, of 490 in the same runs:
+one pass on the old grid (18 γ: what this docstring recorded before the passes) 6, one pass
+with its cliffs bisected 5, the two-pass family alone 2, both families 1
+(trace-a × Kimi-K3 Gandalf γ = 0, 0.530 at 3,786 GiB, below the families' best miss 0.541: MIN
+with its dead writes refused, 0.513 at 451.1 GiB, covers it). On the 6-session agentic workload
+of tests/policies/test_oracle_bound.py with Kimi-K3 the line still loses Gandalf γ = 16 (0.278
+at 13.4 GB against 0.388 at 15.6 and 0.406 at 12.6: a strict xfail).
 
 Memory: beside the simulator's objects, the heaps (a live entry per cached object and tier,
 ~210 B with its key and seq, up to 4× with the stale ones between `LazyMinHeap`'s compactions)
@@ -91,14 +118,15 @@ Must not: do I/O, read the wall clock, keep global state.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
 
 from policies._estimators import LazyMinHeap
-from policies.base import POLICIES, Policy, PolicyParams, SimContext, param
+from policies.base import POLICIES, Policy, PolicyParams, PolicySpec, SimContext, param
 from policies.schema import OPS
 from policies.tree import DRAM, NEVER, SSD, Obj, Segment, State, depth_blocks
 
@@ -122,13 +150,21 @@ class BeladyParams(PolicyParams):
         help="an SSD copy of a DRAM-resident object: the SSD's first victim, or keyed by its own next use")
     max_write_bytes: int = param(-1, sweep=None,
                                  help="total SSD write budget in bytes (wear mode); -1 = unlimited")
+    passes: int = param(1, sweep=(1, 4),
+                        help="hindsight passes: pass k refuses the writes passes 1..k-1 found dead "
+                             "(never read before leaving the SSD); 1 = none")
 
     def __post_init__(self) -> None:
         if self.gamma < 0:
             raise ValueError("gamma must be >= 0")
+        if self.passes < 1:
+            raise ValueError("passes must be >= 1")
 
 
 _KV_FIRST = 1 << 40
+#: a write's identity across passes: (is a state, hash namespace, the block's (a state: its
+#: position's) hash id, the next use it was written for)
+WriteId = tuple[int, int, int, int]
 _WRITE, _READ, _EVICT = (OPS.index(o) for o in ("write", "read", "evict"))
 
 
@@ -191,13 +227,62 @@ class BeladyPolicy(Policy[BeladyParams]):
         self._dram_copy_first = p.mode == "min" or p.dram_copy == "first"
         self._kv = cfg.kv_bytes_per_token
         self._sb = cfg.state_bytes
+        self.served: dict[WriteId, int] = {}  # SSD hits each write served in an earlier pass
+        self.write_log: list[WriteId] | None = None  # per written block, when a later pass learns
+
+    @classmethod
+    def needs_table(cls, params: PolicyParams) -> bool:
+        assert isinstance(params, BeladyParams)
+        return params.passes > 1
+
+    def prepare(self, requests: pa.Table) -> None:
+        """`passes` > 1: run the oracle (same parameters, one pass) passes − 1 times over the
+        whole table, each pricing a write by the SSD hits its copy served in the last pass that
+        made it (`served`) instead of f_x, and price this run the same way; stop early once a
+        pass learns nothing new."""
+        if self.p.passes == 1:
+            return
+        from policies.sim import simulate  # the simulator imports the policies, not the reverse
+
+        cfg = dataclasses.replace(self.ctx.config, record_requests=False)
+        spec = PolicySpec("belady", dataclasses.replace(self.p, passes=1))
+        logs: list[list[WriteId]] = []
+
+        def setup(pol: Policy[Any]) -> None:
+            assert isinstance(pol, BeladyPolicy)
+            pol.served = self.served
+            pol.write_log = []
+            logs.append(pol.write_log)
+
+        for _ in range(self.p.passes - 1):
+            reads = served_reads(simulate(requests, cfg, spec, setup=setup).ssd_ops)
+            log = logs.pop()
+            assert len(reads) == len(log), "one logged identity per written block"
+            learned = dict(zip(log, reads.tolist(), strict=True))
+            if all(self.served.get(w) == n for w, n in learned.items()):
+                break
+            self.served = {**self.served, **learned}
+
+    def _write_ids(self, obj: Obj) -> list[WriteId]:
+        """The identities of `obj`'s blocks (a state: one) as of now, for `passes`."""
+        if isinstance(obj, Segment):
+            return [(0, obj.ns, k, n) for k, n in zip(obj.keys, self.ctx.next_seqs(obj), strict=True)]
+        assert isinstance(obj, State)
+        return [(1, obj.seg.ns, obj.seg.keys[-1], obj.next_seq)]
 
     def future_hits(self, obj: Obj) -> int:
         """f_x: later requests that reference the object's first block (a state: its position),
         streamed with the trace's next-use column (`workloads.nextuse`)."""
         return self.ctx.future_refs(obj)
 
-    def _density(self, obj: Obj) -> float:
+    def _learned(self, obj: Obj) -> float | None:
+        """The SSD hits `obj`'s copy served in the last earlier pass that wrote it (a segment:
+        the mean over its blocks that pass wrote), or None when no earlier pass wrote it."""
+        served = self.served
+        known = [served[w] for w in self._write_ids(obj) if w in served]
+        return sum(known) / len(known) if known else None
+
+    def _density(self, obj: Obj, hits: float | None = None) -> float:
         """Future hits × tokens saved per byte of the *unit* a hit needs (dead objects: 0).
 
         A hit at prefix length E saves E tokens and needs the whole unit — E tokens of KV and,
@@ -206,7 +291,8 @@ class BeladyPolicy(Policy[BeladyParams]):
         without the KV they need (measured: at high γ the oracle wrote only states)."""
         assert isinstance(obj, (Segment, State))
         e = obj.end_tokens
-        return self.future_hits(obj) * e / (e * self._kv + self._sb) if e else 0.0
+        f = self.future_hits(obj) if hits is None else hits
+        return f * e / (e * self._kv + self._sb) if e else 0.0
 
     def place(self, obj: Obj) -> int:
         if self.p.mode == "wear" and self.p.bypass and obj.next_seq >= NEVER:
@@ -282,6 +368,8 @@ class BeladyPolicy(Policy[BeladyParams]):
         self.heaps[tier].set(obj, self._tier_key(obj, tier))
         if tier == SSD:
             self.written += obj.nbytes
+            if self.write_log is not None:
+                self.write_log.extend(self._write_ids(obj))
         elif tier == DRAM and obj in self.heaps[SSD]:
             self.heaps[SSD].set(obj, self._tier_key(obj, SSD))
 
@@ -324,6 +412,9 @@ class BeladyPolicy(Policy[BeladyParams]):
         return top[1]
 
     def admit_to_ssd(self, obj: Obj) -> bool:
+        learned = self._learned(obj) if self.served else None
+        if learned == 0:
+            return False  # an earlier pass wrote it and it was never read (`passes`)
         if self.p.mode == "min":
             return True
         nxt = -self._keyof(obj, register=False)[0]  # its effective next use (dead objects: never)
@@ -333,7 +424,7 @@ class BeladyPolicy(Policy[BeladyParams]):
             return False
         # the paper's promotion rule: all future hits f_x·n·c against the write fee plus the
         # future hits of the victims it displaces (estimated at the first victim's density)
-        value = self._density(obj) * obj.nbytes * self.c_token
+        value = self._density(obj, learned) * obj.nbytes * self.c_token
         fee = self.p.gamma * self.p_w * obj.nbytes
         over = obj.nbytes - self.ctx.free_bytes(SSD)
         if over > 0:
@@ -362,6 +453,23 @@ def _next_op(ssd_ops: pa.Table) -> tuple[np.ndarray, np.ndarray]:
         same = oid[order[1:]] == oid[order[:-1]]
         nxt[order[:-1][same]] = order[1:][same]
     return codes, nxt
+
+
+def served_reads(ssd_ops: pa.Table) -> np.ndarray:
+    """Per SSD write row, in row order: the reads its copy served before it left the SSD."""
+    codes, _ = _next_op(ssd_ops)
+    oid = np.asarray(ssd_ops.column("obj_id").to_numpy(), dtype=np.int64)
+    order = np.lexsort((np.arange(len(oid)), oid))  # each object's ops in time order
+    c = codes[order]
+    # an object's ops are copies, each a write and then its reads and evict: every row belongs
+    # to the latest write before it in this order (an object's first op is always a write)
+    copy = np.cumsum(c == _WRITE) - 1
+    assert not len(c) or ((copy >= 0).all() and (oid[order][1:] == oid[order][:-1])[
+        c[1:] == _READ].all()), "a read follows its copy's write"
+    per_copy = np.bincount(copy[c == _READ], minlength=int(copy[-1]) + 1 if len(c) else 0)
+    out = np.zeros(len(codes), dtype=np.int64)
+    out[order[c == _WRITE]] = per_copy
+    return out[codes == _WRITE]
 
 
 def live_writes(ssd_ops: pa.Table) -> np.ndarray:

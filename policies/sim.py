@@ -805,15 +805,19 @@ def _batches(requests: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch],
 def simulate(requests: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch], config: SimConfig,
              policy: str | PolicySpec,
              progress: Callable[[int], None] | None = None,
-             ops_sink: Callable[[pa.Table], None] | None = None) -> SimResult:
+             ops_sink: Callable[[pa.Table], None] | None = None,
+             setup: Callable[[Policy[Any]], None] | None = None) -> SimResult:
     """Run `requests` (a REQUESTS table or a stream of its record batches, sorted by arrival)
     through the tiered cache under `policy` ('lru', 'lru-k:k=3', or a PolicySpec).
 
     `progress(n)` is called after each batch with the number of requests it held. With
     `ops_sink`, each batch's ssd_ops rows are handed to it (in time order) instead of being kept,
-    and `SimResult.ssd_ops` is empty.
+    and `SimResult.ssd_ops` is empty. `setup(policy)` is called once, before the first request
+    (an oracle's later pass hands its policy what an earlier pass learned: `policies.belady`).
     """
     sim = Simulator(config, policy, ops_sink)
+    if setup is not None:
+        setup(sim.policy)
     if sim.policy.needs_future and not isinstance(requests, pa.Table):
         stream = _batches(requests)
         head = next(stream, None)
