@@ -193,8 +193,13 @@ def sort_file_by_arrival(path: Path) -> None:
     tmp = path.with_name(f".{path.name}.buckets-{os.getpid()}")
     tmp.mkdir()
     schema = REQUESTS.with_metadata().append(pa.field("_rank", pa.int64()))
+    # Buckets are Arrow IPC streams, not Parquet files: an open ParquetWriter keeps buffers and
+    # metadata per write, and the buckets are open together, so their memory grew with the trace
+    # (the 4x corpus: 1.1 GB against 0.5 GB at 1x); an IPC stream writes each batch through.
+    options = pa.ipc.IpcWriteOptions(compression="zstd")
+    sinks = [pa.OSFile(str(tmp / f"{b}.arrows"), "wb") for b in range(n_buckets)]
     try:
-        writers = [pq.ParquetWriter(tmp / f"{b}.parquet", schema, compression="zstd") for b in range(n_buckets)]
+        writers = [pa.ipc.new_stream(sink, schema, options=options) for sink in sinks]
         start = 0
         for g in range(meta.num_row_groups):
             t = pf.read_row_group(g)
@@ -204,15 +209,21 @@ def sort_file_by_arrival(path: Path) -> None:
             bucket = bucket_of_rank[r]
             for b in np.unique(bucket):
                 writers[b].write_table(t.filter(pa.array(bucket == b)))
-        for w in writers:
+            del t
+        for w, sink in zip(writers, sinks, strict=True):
             w.close()
+            sink.close()
         del pf
         with TableWriter(REQUESTS, path) as out:
             for b in range(n_buckets):
-                t = pq.read_table(tmp / f"{b}.parquet")
-                (tmp / f"{b}.parquet").unlink()
+                with pa.OSFile(str(tmp / f"{b}.arrows"), "rb") as f:
+                    t = pa.ipc.open_stream(f).read_all()
+                (tmp / f"{b}.arrows").unlink()
                 out.write(t.take(pa.array(np.argsort(t.column("_rank").to_numpy()))).drop_columns(["_rank"]))
+                del t
     finally:
+        for sink in sinks:
+            sink.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
