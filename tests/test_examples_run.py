@@ -142,6 +142,7 @@ MODELS_AND_TRACES: dict[str, Expect] = {
     "-o a.parquet": Expect(("a.parquet",)),
     "kvwear trace generate trace-a --sessions 20000 -o trace_a.parquet": Expect(("trace_a.parquet",)),
     "kvwear trace inspect requests.parquet --json": Expect(output=r'"requests"'),   # 40 sessions × 20 turns
+    "kvwear trace inspect requests.parquet --memory-budget 64MiB": Expect(output=r"unique_blocks"),
     "kvwear trace characterize out/demo/requests.parquet --model kimi-k3 -o out/demo/characterization":
         Expect(("out/demo/characterization/summary.json", "out/demo/characterization/reuse_time_cdf.png")),
     "kvwear trace characterize conversation_trace.jsonl --format mooncake -m llama3-70b -o out/mc":

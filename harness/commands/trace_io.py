@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +30,8 @@ from rich.table import Table
 from harness.commands import trace_app
 from kvwear.errors import KvwearError
 from kvwear.tables import iter_table_batches
-from kvwear.units import format_bytes
-from workloads.blocks import convert_block_size
+from kvwear.units import format_bytes, parse_size
+from workloads.blocks import convert_block_size, splitmix64
 from workloads.loaders import LOADERS, convert_trace, stream_requests
 from workloads.schema import REQUESTS, list_parts
 
@@ -131,16 +131,29 @@ def _stats(values: np.ndarray) -> dict[str, float]:
 class _Distinct:
     """Distinct (hash_ns, hash_id) keys of a stream of batches: per namespace, a sorted array of
     its distinct ids, merged with the batches' distinct ids once those add up to as many
-    (amortized O(n log n); memory is 8 bytes per distinct key, not per access)."""
+    (amortized O(n log n)), for the keys of one hash partition — `part` of `partitions`, by a
+    splitmix64 hash of the key. With `max_keys`, whenever the keys held exceed it the partition
+    count doubles and only partition 0 is kept (a key of partition 0 under 2P is one under P, so
+    what was dropped is never needed again): the caller counts partitions 1…P−1 in further passes
+    (`count_distinct`). Memory: ~32 bytes per key held (8 in the arrays, up to 4× while merging)."""
 
     MIN_MERGE = 1 << 20  # pending ids of a namespace merged at once, at least
 
-    def __init__(self) -> None:
+    def __init__(self, partitions: int = 1, part: int = 0, max_keys: int | None = None) -> None:
+        self.partitions, self.part, self.max_keys = partitions, part, max_keys
         self.done: dict[int, np.ndarray] = {}
         self.pending: dict[int, list[np.ndarray]] = {}
         self.pending_n: dict[int, int] = {}
+        self.held = 0
+
+    def _mine(self, ns: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        h = splitmix64(ids.astype(np.uint64) ^ splitmix64(ns.astype(np.uint64)))
+        return (h % np.uint64(self.partitions)) == np.uint64(self.part)
 
     def add(self, ns: np.ndarray, ids: np.ndarray) -> None:
+        if self.partitions > 1 and len(ids):
+            keep = self._mine(ns, ids)
+            ns, ids = ns[keep], ids[keep]
         if not len(ids):
             return
         order = np.lexsort((ids, ns))
@@ -158,8 +171,17 @@ class _Distinct:
 
     def _merge(self, k: int) -> None:
         parts = self.pending.pop(k, [])
+        if self.partitions > 1:      # ids added before the last split may hold other partitions' keys
+            parts = [ids[self._mine(np.full(len(ids), k, np.int64), ids)] for ids in parts]
         self.pending_n.pop(k, None)
+        before = len(self.done.get(k, ()))
         self.done[k] = np.unique(np.concatenate([self.done.get(k, np.zeros(0, np.int64)), *parts]))
+        self.held += len(self.done[k]) - before
+        while self.max_keys is not None and self.held > self.max_keys and self.part == 0:
+            self.partitions *= 2
+            for key, ids in self.done.items():
+                self.done[key] = ids[self._mine(np.full(len(ids), key, np.int64), ids)]
+            self.held = sum(len(v) for v in self.done.values())
 
     def count(self) -> int:
         for k in list(self.pending):
@@ -167,13 +189,45 @@ class _Distinct:
         return sum(len(v) for v in self.done.values())
 
 
-def trace_summary(batches: pa.Table | Iterable[pa.RecordBatch]) -> dict[str, Any]:
+def _block_keys(b: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:
+    """The (hash_ns, hash_id) of every block access of a batch, as two aligned arrays."""
+    offs, flat = list_parts(b.column("hash_ids"))
+    ns_row = np.asarray(b.column("hash_ns").to_numpy(), dtype=np.int64)
+    return np.repeat(ns_row, np.diff(offs)), flat
+
+
+def count_distinct(first: _Distinct, rescan: Callable[[], Iterable[pa.RecordBatch]] | None) -> int:
+    """The distinct block keys: `first` saw the whole stream (keeping partition 0 if it had to
+    split); partitions 1…P−1 are counted over `rescan()`, one pass each, so memory stays near
+    `max_keys` keys whatever the trace's size."""
+    total = first.count()
+    if first.partitions > 1 and rescan is None:
+        raise KvwearError("counting distinct blocks needs a second pass over the trace, which this "
+                          "stream cannot give")
+    for p in range(1, first.partitions):
+        d = _Distinct(first.partitions, p)
+        for b in rescan() if rescan is not None else ():
+            if b.num_rows:
+                d.add(*_block_keys(b))
+        total += d.count()
+    return total
+
+
+DISTINCT_BYTES_PER_KEY = 32  # _Distinct's arrays and its merge temporaries
+
+
+def trace_summary(batches: pa.Table | Iterable[pa.RecordBatch], *,
+                  rescan: Callable[[], Iterable[pa.RecordBatch]] | None = None,
+                  memory_budget_bytes: int | None = None) -> dict[str, Any]:
     """Counts, duration, sessions, streams, categories, models, token stats, blocks of a REQUESTS
     table or a stream of its batches. One pass, batch by batch: memory holds per-request numbers
-    (for exact token percentiles), the distinct sessions, streams and block keys — never every
-    block access."""
+    (for exact token percentiles), the distinct sessions and streams, and the distinct block keys
+    — never every block access; with `memory_budget_bytes`, the block keys of one hash partition
+    at a time when they do not fit it, the other partitions counted over `rescan()` (exact)."""
     if isinstance(batches, pa.Table):
-        batches = batches.to_batches()
+        table = batches
+        batches = table.to_batches()
+        rescan = rescan or table.to_batches
     n = 0
     t_min, t_max = np.inf, -np.inf
     sessions: set[str] = set()
@@ -185,7 +239,8 @@ def trace_summary(batches: pa.Table | Iterable[pa.RecordBatch]) -> dict[str, Any
     blocks = hashed = 0
     block_tokens: set[int] = set()
     namespaces: set[int] = set()
-    distinct = _Distinct()
+    distinct = _Distinct(max_keys=None if memory_budget_bytes is None else
+                         max(1, memory_budget_bytes // DISTINCT_BYTES_PER_KEY))
     for b in batches:
         if not b.num_rows:
             continue
@@ -199,9 +254,9 @@ def trace_summary(batches: pa.Table | Iterable[pa.RecordBatch]) -> dict[str, Any
         models.update("null" if v is None else str(v) for v in b.column("model").to_pylist())
         inp.append(np.asarray(b.column("input_tokens").to_numpy(), dtype=np.float64))
         outp.append(np.asarray(b.column("output_tokens").to_numpy(), dtype=np.float64))
-        offs, flat = list_parts(b.column("hash_ids"))
+        ns_key, flat = _block_keys(b)
         ns_row = np.asarray(b.column("hash_ns").to_numpy(), dtype=np.int64)
-        distinct.add(np.repeat(ns_row, np.diff(offs)), flat)
+        distinct.add(ns_key, flat)
         blocks += len(flat)
         hashed += int(pc.sum(b.column("hashed_tokens")).as_py() or 0)
         block_tokens.update(np.unique(np.asarray(b.column("block_tokens").to_numpy())).tolist())
@@ -224,7 +279,7 @@ def trace_summary(batches: pa.Table | Iterable[pa.RecordBatch]) -> dict[str, Any
         "input_tokens": _stats(cat(inp)),
         "output_tokens": _stats(cat(outp)),
         "blocks": blocks,
-        "unique_blocks": distinct.count(),
+        "unique_blocks": count_distinct(distinct, rescan),
         "hashed_tokens": hashed,
         "block_tokens": sorted(block_tokens),
         "hash_namespaces": len(namespaces),
@@ -238,6 +293,9 @@ def inspect_cmd(
     block_tokens: int | None = typer.Option(
         None, "--block-tokens", min=1, help="Show blocks after conversion to this size."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    memory_budget: str = typer.Option(
+        "256MiB", "--memory-budget", metavar="SIZE",
+        help="bound of the distinct-block count's state (e.g. 64MiB); more distinct blocks take more passes"),
 ) -> None:
     """Summarize a trace: requests, duration, sessions, streams, categories, models, token and block stats.
 
@@ -248,14 +306,29 @@ def inspect_cmd(
       kvwear trace inspect requests.parquet --json
 
       kvwear trace inspect traces/ --format weka --block-tokens 16
+
+      kvwear trace inspect requests.parquet --memory-budget 64MiB
+
+    Memory: per-request numbers and the distinct block keys (~32 bytes each); a trace with more
+    distinct blocks than --memory-budget holds is counted exactly in hash partitions, one more
+    pass over the requests each.
     """
+    from workloads.characterize_stream import check_budget
+
     try:
+        try:
+            budget = check_budget(parse_size(memory_budget), "--memory-budget")
+        except ValueError as exc:
+            raise KvwearError(f"--memory-budget: {exc}") from None
         if _is_parquet(trace):
             summary = {"path": str(trace), "format": "parquet",
-                       **trace_summary(parquet_batches(trace, block_tokens))}
+                       **trace_summary(parquet_batches(trace, block_tokens),
+                                       rescan=lambda: parquet_batches(trace, block_tokens),
+                                       memory_budget_bytes=budget)}
         else:
             with stream_requests(trace, fmt, block_tokens=block_tokens) as res:
-                summary = {"path": str(trace), "format": res.result.format, **trace_summary(res.batches())}
+                summary = {"path": str(trace), "format": res.result.format,
+                           **trace_summary(res.batches(), rescan=res.batches, memory_budget_bytes=budget)}
     except (KvwearError, ValueError, OSError) as exc:
         raise _fail(exc) from None
     source = summary["format"]

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 from typer.testing import CliRunner
 
 from harness.cli import app
@@ -87,3 +88,38 @@ def test_installed_console_script(mooncake_path: Path) -> None:
     proc = subprocess.run([str(exe), "trace", "inspect", str(mooncake_path), "--format", "nope"],
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2 and "valid:" in proc.stderr
+
+
+def test_inspect_counts_distinct_blocks_exactly_in_partitions(tmp_path: Path, weka_dir: Path,
+                                                             mooncake_path: Path) -> None:
+    """Under a budget smaller than the trace's distinct blocks, `unique_blocks` is counted in hash
+    partitions, one more pass over the requests each: the summary equals the one-pass summary
+    (exact, not an estimate), through the command on a Parquet file and a raw trace; a one-shot
+    stream that cannot be read again is refused instead of answered wrong."""
+    import pytest
+
+    from harness.commands.trace_io import trace_summary
+    from kvwear.errors import KvwearError
+
+    for trace in (weka_dir, mooncake_path):
+        table = load_requests(trace).table
+        whole = trace_summary(table)
+        passes: list[int] = []
+
+        def rescan(t: pa.Table = table, passes: list[int] = passes) -> list[pa.RecordBatch]:
+            passes.append(1)
+            return t.to_batches(max_chunksize=97)
+
+        small = trace_summary(table.to_batches(max_chunksize=97), rescan=rescan, memory_budget_bytes=32 * 1000)
+        assert small == whole and len(passes) >= 3, (trace, len(passes))
+        passes.clear()
+        with pytest.raises(KvwearError, match="second pass"):
+            trace_summary(iter(table.to_batches()), memory_budget_bytes=32 * 1000)
+    out = tmp_path / "w.parquet"
+    assert runner.invoke(app, ["trace", "convert", str(weka_dir), "-o", str(out)]).exit_code == 0
+    for source in (out, weka_dir):
+        got = [json.loads(runner.invoke(app, ["trace", "inspect", str(source), "--json", "--memory-budget", b]).output)
+               for b in ("64KiB", "256MiB")]
+        assert got[0] == got[1] and got[0]["unique_blocks"] == 42852
+    res = runner.invoke(app, ["trace", "inspect", str(out), "--memory-budget", "1KiB"])
+    assert res.exit_code != 0 and "--memory-budget" in res.output
