@@ -193,7 +193,7 @@ def test_every_example_has_a_runner() -> None:
 def test_model_and_trace_examples(tmp_path: Path) -> None:
     work = scratch(tmp_path)
     for example, expect in MODELS_AND_TRACES.items():
-        if example.startswith("kvwear trace inspect requests.parquet"):
+        if example.startswith("kvwear trace inspect requests.parquet") and not (work / "requests.parquet").exists():
             (work / "requests.parquet").symlink_to("out/demo/requests.parquet")
         out = run_example(example, work, expect)
         if example.endswith("--json"):
