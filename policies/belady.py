@@ -103,7 +103,30 @@ with its cliffs bisected 5, the two-pass family alone 2, both families 1
 (trace-a × Kimi-K3 Gandalf γ = 0, 0.530 at 3,786 GiB, below the families' best miss 0.541: MIN
 with its dead writes refused, 0.513 at 451.1 GiB, covers it). On the 6-session agentic workload
 of tests/policies/test_oracle_bound.py with Kimi-K3 the line still loses Gandalf γ = 16 (0.278
-at 13.4 GB against 0.388 at 15.6 and 0.406 at 12.6: a strict xfail).
+at 13.4 GB against 0.388 at 15.6 and 0.406 at 12.6: a strict xfail), and the bench's full γ
+sweep adds Gandalf γ = 8 (0.169 at 22.1 GiB).
+
+**Why the line has no point there** (issue 11; DRAM 566 MB holds one 449 MB state, the SSD
+twelve). Not a grid gap: the two-pass family is continuous across it (γ = 40, 41, 42, 42.5, 43:
+0.370, 0.388, 0.397, 0.410, 0.406 at 16.5, 15.6, 15.2, 13.6, 12.6 GB), and a third pass gives the
+same points (γ = 41.23 0.388 at 15.6, 43.37 0.406 at 12.4). It is what a per-object rule cannot
+choose: a *fallback*. Gandalf γ = 16 writes 20 states (67 % of its bytes) that serve 86 state
+hits from SSD (17 of them read, 15 of those 2–10 times), mostly as partial hits at a session's early state
+(session ag-1's state at 12,176 tokens serves nine later requests of 14,427–29,560 tokens); it
+never writes the later tips, whose marginal tokens do not pay γ. The oracle at about those bytes
+(two-pass γ = 41.23) writes 24 states serving 25 SSD hits: each tip written for its one next
+hit. Its rule makes a shallow state dead as soon as a deeper resident state will serve its next
+request (`supersede`) and for good once passed over (`_expire`), so it never keeps one for the
+requests after the deeper tips have left — which depends on its own later choices, and a
+hindsight pass cannot learn it because the first pass never keeps one (0 hits served). Tried and
+not kept (measured there): pricing a state by its tokens beyond the deepest resident state above
+it, as Gandalf's `state_tokens=marginal` (one pass γ = 96, 128: 0.252 at 17.2, 0.275 at 15.2 GB);
+that with a passed-over state keyed by its position's next reference, two passes (γ = 64, 96:
+0.322 at 13.5, 0.293 at 11.9 GB); no supersede (0.418–0.464 already at γ = 0, ≥ 0.329 at ≤ 16.6 GB);
+SSD ties leaf first, or superseding an SSD state only by a deeper SSD state (two-pass γ = 48:
+0.602 at 6.1, 0.582 at 9.5 GB). None comes within 1 % of 0.278 at 13.4 GB. Bounding it needs
+a joint choice per session — which checkpoints to keep for which of its later requests, a
+knapsack over the path — not a per-object greedy one; kvwear does not compute it.
 
 Memory: beside the simulator's objects, the heaps (a live entry per cached object and tier,
 ~210 B with its key and seq, up to 4× with the stale ones between `LazyMinHeap`'s compactions)
