@@ -97,9 +97,10 @@ every point by construction: it says how much of a policy's wear was pure waste,
 line there is `bench/frontier.py`'s `oracle_line`: both γ families (`passes` 1 and 2) with their
 cliffs bisected, plus `mode=min,passes=2`. Measured on Weka, Mooncake (first 3,000 requests) and
 the multi-round, agentic and trace-a generators, Kimi-K3 and Qwen3.5-27B (DRAM/SSD 1 %/10 % of
-each footprint): (1) dominates all 490 online points. Its parts miss, of 490 in the same runs:
-one pass on the old grid (18 γ: what this docstring recorded before the passes) 6, one pass
-with its cliffs bisected 5, the two-pass family alone 2, both families 1
+each footprint): (1) dominates all 490 online points (and 98 of 98 on the api generator's first
+10,000 requests, trivially: no request of it can hit on a hybrid model, README "Frontier").
+Its parts miss, of 490 in the same runs: one pass on the old grid (18 γ: what this docstring
+recorded before the passes) 6, one pass with its cliffs bisected 5, the two-pass family alone 2, both families 1
 (trace-a × Kimi-K3 Gandalf γ = 0, 0.530 at 3,786 GiB, below the families' best miss 0.541: MIN
 with its dead writes refused, 0.513 at 451.1 GiB, covers it). On the 6-session agentic workload
 of tests/policies/test_oracle_bound.py with Kimi-K3 the line still loses Gandalf γ = 16 (0.278
@@ -124,7 +125,12 @@ it, as Gandalf's `state_tokens=marginal` (one pass γ = 96, 128: 0.252 at 17.2, 
 that with a passed-over state keyed by its position's next reference, two passes (γ = 64, 96:
 0.322 at 13.5, 0.293 at 11.9 GB); no supersede (0.418–0.464 already at γ = 0, ≥ 0.329 at ≤ 16.6 GB);
 SSD ties leaf first, or superseding an SSD state only by a deeper SSD state (two-pass γ = 48:
-0.602 at 6.1, 0.582 at 9.5 GB). None comes within 1 % of 0.278 at 13.4 GB. Bounding it needs
+0.602 at 6.1, 0.582 at 9.5 GB). Closest, Gandalf's own strategy made an oracle's: marginal
+pricing *and* an SSD state superseded only by a deeper SSD state (a DRAM-only tip may yet be
+dropped; the states above re-keyed when one reaches or leaves the SSD), one pass: γ = 64, 96,
+128, 150 0.207, 0.238, 0.281, 0.284 at 23.0, 17.0, 14.3, 13.4 GB (two passes, γ = 16: 0.169 at
+22.0, which would cover Gandalf γ = 8). None comes within 1 % of 0.278 at 13.4 GB, so none is
+in the line; that last pair is the lead for a stronger relaxation. Bounding it needs
 a joint choice per session — which checkpoints to keep for which of its later requests, a
 knapsack over the path — not a per-object greedy one; kvwear does not compute it.
 
