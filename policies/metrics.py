@@ -190,7 +190,7 @@ class Accumulator:
         self._requests_sink = requests_sink
         self._req_tables: list[pa.Table] = []
         self._chunk_rows = 0
-        self.cols: dict[str, np.ndarray] = self._new_chunk()
+        self.cols: dict[str, np.ndarray] = self._new_chunk() if config.record_requests else {}
         # timeline: one row per closed interval
         self.tl: dict[str, list[Any]] = {f.name: [] for f in SIM_TIMELINE.schema}
         self._iv: int | None = None

@@ -53,12 +53,18 @@ Streaming: record batches are consumed one at a time, each cut to at most `BATCH
 ids; memory grows with what the tiers hold (ghost segments are pruned), plus the outputs — and
 not with the ssd_ops when an `ops_sink` takes them batch by batch, nor with the per-request
 records when a `requests_sink` takes them (`policies.metrics`: else 105 bytes a request; they
-can be switched off with `record_requests=False`). Oracle policies (`needs_future`) get the future from
-`next_use` and `future_refs` columns the batches carry (written in one backward pass by
-`workloads.nextuse`); batches without them are gathered into the whole table for the in-memory
-pre-pass. Each request's future is one (2, ids) array: row 0 the next-use seq of each of its
-ids, row 1 the number of later accesses of it; an object keeps (array, index) of the access
-that last touched it (`Obj._fut`), so `next_seqs` and `future_refs` read it there.
+can be switched off with `record_requests=False`). The tree costs ~40 bytes per block (its key
+in the segment's list) plus ~1 KB per segment or state (the objects, their children dicts and
+the policy's list entries), measured with tracemalloc on the shared Weka traces at Kimi-K3 (lru:
+2.7 MiB for 42,852 blocks in 594 segments and 463 states; gandalf 2.1 MiB for 24,986 in 340 and
+124, its ghost table apart: `policies._history.GhostTable`, ~150 bytes an entry); a batch's ids
+as Python ints add ~45 bytes each, at most `BATCH_HASH_IDS` of them. Oracle policies
+(`needs_future`) get the future from `next_use` and `future_refs` columns the batches carry
+(written in one backward pass by `workloads.nextuse`); batches without them are gathered into
+the whole table for the in-memory pre-pass. Each request's future is one (2, ids) array: row
+0 the next-use seq of each of its ids, row 1 the number of later accesses of it; an object
+keeps (array, index) of the access that last touched it (`Obj._fut`), so `next_seqs` and
+`future_refs` read it there.
 
 Must not: do I/O, read the wall clock, keep global state.
 """
