@@ -30,7 +30,7 @@ from rich.table import Table
 from harness.commands import trace_app
 from kvwear.errors import KvwearError
 from kvwear.tables import iter_table_batches
-from kvwear.units import format_bytes, parse_size
+from kvwear.units import check_budget, format_bytes, parse_size
 from workloads.blocks import convert_block_size, splitmix64
 from workloads.loaders import LOADERS, convert_trace, stream_requests
 from workloads.schema import REQUESTS, list_parts
@@ -358,8 +358,6 @@ def inspect_cmd(
     distinct blocks than --memory-budget holds is counted exactly in hash partitions, one more
     pass over the requests each.
     """
-    from workloads.characterize_stream import check_budget
-
     try:
         try:
             budget = check_budget(parse_size(memory_budget), "--memory-budget")
