@@ -3,7 +3,7 @@ stage and every sweep point call, so that they write the same files with the sam
 
 Files in the policy's folder (each written atomically):
     ssd_ops.parquet        SSD_OPS, streamed to disk batch by batch (it grows with the trace)
-    per_request.parquet    SIM_REQUESTS, one row per request
+    per_request.parquet    SIM_REQUESTS, one row per request, streamed in chunks of 65,536 rows
     timeline.parquet       SIM_TIMELINE
     summary.parquet        SIM_SUMMARY, one row (what a resumed run reads back)
     summary.json           {"version": SUMMARY_JSON_VERSION, "config": SimConfig, "summary": SimSummary}
@@ -151,15 +151,16 @@ def simulate_policy(source: RequestSource, config: SimConfig, spec: str | Policy
         future = next_use_file(source.parquet, nu_path, config.chunk_tokens)
     else:
         future = contextlib.nullcontext()
-    with future as nu, TableWriter(SSD_OPS, out_dir / "ssd_ops.parquet") as ops_out:
+    with (future as nu, TableWriter(SSD_OPS, out_dir / "ssd_ops.parquet") as ops_out,
+          TableWriter(SIM_REQUESTS, out_dir / "per_request.parquet") as req_out):
         if nu is not None and source.parquet is not None:
             from workloads.nextuse import iter_with_next_use
 
             batches = iter_with_next_use(source.parquet, nu)
         else:
             batches = source.batches()
-        res = simulate(batches, config, ps, progress=progress, ops_sink=ops_out.write)
-    write_table(SIM_REQUESTS, res.requests, out_dir / "per_request.parquet")
+        res = simulate(batches, config, ps, progress=progress, ops_sink=ops_out.write,
+                       requests_sink=req_out.write)
     write_table(SIM_TIMELINE, res.timeline, out_dir / "timeline.parquet")
     write_table(SIM_SUMMARY, res.summary.table(), out_dir / "summary.parquet")
     with atomic_write(out_dir / "summary.json") as tmp:

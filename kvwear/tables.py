@@ -190,16 +190,29 @@ BATCH_VALUES = 1 << 20
 def iter_table_batches(spec: TableSpec, path: str | Path, columns: list[str] | None = None,
                        max_values: int = BATCH_VALUES) -> Iterator[pa.RecordBatch]:
     """Stream a table written for `spec` in record batches of bounded size (checks like
-    `read_table`). A batch holds at most `max_values` values of the widest column on average
-    (list columns count their elements), at least one row and at most 65,536 rows: a batch of
-    rows of one count alone would let long-context rows (thousands of hash ids each) make one
-    batch of a whole file; pyarrow's reader holds at most the row groups a batch spans."""
+    `read_table`). A batch holds at most `max_values` values of the widest column on average,
+    over the file and over its row group (list columns count their elements), at least one row
+    and at most 65,536 rows: a batch of rows of one count alone would let long-context rows
+    (thousands of hash ids each) make one batch of a whole file. Each row group is read by a
+    reader of its own, dropped after it: one pyarrow reader over every row group keeps what it
+    allocated for a list column as it goes (pyarrow 26: 43 → 112 MB live over the 274,096-row
+    requests file of bench/scale.py's 4× workload, 18 MB flat read this way), so the memory of
+    a read is one row group's, whatever the file's length."""
     check_kind(spec, path)
     pf = pq.ParquetFile(path)
     meta = pf.metadata
-    rows = meta.num_rows
-    widest = max((sum(meta.row_group(g).column(c).num_values for g in range(meta.num_row_groups))
-                  for c in range(meta.num_columns)), default=0)
-    per_row = widest / rows if rows else 1.0
-    batch_rows = max(1, min(65_536, int(max_values // max(per_row, 1.0))))
-    yield from pf.iter_batches(batch_size=batch_rows, columns=columns)
+
+    def widest(groups: range) -> int:
+        return max((sum(meta.row_group(g).column(c).num_values for g in groups)
+                    for c in range(meta.num_columns)), default=0)
+
+    def rows_per_batch(values: int, rows: int) -> int:
+        per_row = values / rows if rows else 1.0
+        return max(1, min(65_536, int(max_values // max(per_row, 1.0))))
+
+    whole = rows_per_batch(widest(range(meta.num_row_groups)), meta.num_rows)
+    for g in range(meta.num_row_groups):
+        rows = meta.row_group(g).num_rows
+        if rows:
+            batch_rows = min(whole, rows_per_batch(widest(range(g, g + 1)), rows))
+            yield from pf.iter_batches(batch_size=batch_rows, row_groups=[g], columns=columns)

@@ -7,7 +7,10 @@ bytes. Durations: s, ms, us, min, h, d; a bare number is seconds.
 from __future__ import annotations
 
 import math
+import numbers
 import re
+
+from kvwear.errors import KvwearError
 
 _SIZE_UNITS: dict[str, int] = {
     "": 1, "b": 1,
@@ -66,3 +69,20 @@ def format_bytes(n: float, binary: bool = True) -> str:
             return f"{x:.0f} {unit}" if unit == "B" else f"{x:.2f} {unit}"
         x /= base
     raise AssertionError("unreachable")
+
+
+#: Smallest memory budget accepted (`--memory-budget` of characterize and inspect): below it the
+#: characterization's SHARDS sample (a few hundred blocks) means little.
+MIN_MEMORY_BUDGET_BYTES = 1 << 16
+
+
+def check_budget(memory_budget_bytes: object, name: str = "memory_budget_bytes") -> int:
+    """The budget as an int, or a one-line error naming `name`. (Here, not beside the
+    characterization that defined it: `trace inspect` checks its budget too, and importing
+    workloads.characterize_stream, with numba and pandas, cost it ~150 MB of its peak.)"""
+    if isinstance(memory_budget_bytes, bool) or not isinstance(memory_budget_bytes, numbers.Integral):
+        raise KvwearError(f"{name} must be a whole number of bytes, not {memory_budget_bytes!r}")
+    if memory_budget_bytes < MIN_MEMORY_BUDGET_BYTES:
+        raise KvwearError(f"{name} {memory_budget_bytes:,} bytes is below the minimum "
+                          f"{MIN_MEMORY_BUDGET_BYTES:,} (64 KiB)")
+    return int(memory_budget_bytes)

@@ -1,4 +1,5 @@
-"""Reference history by stable key, kept across evictions (hotprefix, lru-k, meritkv).
+"""Reference history by stable key, kept across evictions (hotprefix, lru-k, meritkv; gandalf's
+ghost table).
 
 A cache object dies when it leaves every tier (`policies.tree`: a ghost leaf is pruned, a
 re-inserted ghost restarts `refs`), but several baselines count references over an object's
@@ -13,10 +14,17 @@ request: a state is placed before its segment is walked). Forgetting is amortize
 at most every half period of the clock the owner uses (requests or seconds of trace time), so a
 key lives between one and one and a half periods after its last reference.
 
+`GhostTable` is gandalf's memory of dropped objects: at most `capacity` keys (kind, hash
+namespace, hash id), each with when it last served and how often, the oldest forgotten first.
+It holds what an OrderedDict of those tuples held (~290 B an entry) in ~150 B: the key packed
+into one int, the two numbers in numpy arrays of a ring indexed by insertion order.
+
 Must not: know about tiers or the simulator; do I/O; keep global state.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from policies.base import obj_keys
 from policies.tree import Obj, Segment, State
@@ -95,3 +103,96 @@ class KeyHistory:
         if not seg.keys:
             return 0
         return self.count((seg.ns, seg.keys[0]))
+
+
+_M32 = (1 << 32) - 1
+_M64 = (1 << 64) - 1
+
+
+class GhostTable:
+    """A map (kind, ns, hash id) → (last served s, requests served) in insertion order, bounded
+    to `capacity` keys: `put` of a new key forgets the oldest past the bound, `put` of a known key
+    updates it in place (an OrderedDict's `d[k] = v; if len(d) > cap: d.popitem(last=False)`).
+
+    Compact: `_seq` maps the packed key (hash id, namespace and kind as one int: unique for 0 ≤
+    kind < 2 and any int64 id and int32 namespace) to its insertion number; a ring of insertion
+    numbers holds the key (None once popped) and the two numbers. The ring is rebuilt with only
+    the live keys, in order, when it fills: at twice their number, so in amortized O(1)."""
+
+    __slots__ = ("_head", "_keys", "_refs", "_seq", "_t", "_tail", "capacity")
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 0:
+            raise ValueError(f"ghost table capacity must be >= 0, got {capacity}")
+        self.capacity = capacity
+        self._seq: dict[int, int] = {}
+        self._keys: list[int | None] = [None] * 1024
+        self._t = np.zeros(1024, np.float64)
+        self._refs = np.zeros(1024, np.int64)
+        self._head = 0   # the next insertion number
+        self._tail = 0   # no live key was inserted before it
+
+    def __len__(self) -> int:
+        return len(self._seq)
+
+    @staticmethod
+    def _pack(kind: int, ns: int, hash_id: int) -> int:
+        return ((hash_id & _M64) << 33) | ((ns & _M32) << 1) | kind
+
+    def has(self, kind: int, ns: int, hash_id: int) -> bool:
+        return self._pack(kind, ns, hash_id) in self._seq
+
+    def pop(self, kind: int, ns: int, hash_id: int) -> tuple[float, int] | None:
+        """Remove the key; its (last served s, requests served), or None if unknown."""
+        seq = self._seq.pop(self._pack(kind, ns, hash_id), None)
+        if seq is None:
+            return None
+        i = seq % len(self._keys)
+        self._keys[i] = None
+        return float(self._t[i]), int(self._refs[i])
+
+    def put(self, kind: int, ns: int, hash_id: int, value: tuple[float, int]) -> None:
+        key = self._pack(kind, ns, hash_id)
+        seq = self._seq.get(key)
+        if seq is None:
+            if self._head - self._tail == len(self._keys):
+                self._rebuild()
+            seq = self._head
+            self._head += 1
+            self._seq[key] = seq
+            self._keys[seq % len(self._keys)] = key
+        i = seq % len(self._keys)
+        self._t[i], self._refs[i] = value
+        if len(self._seq) > self.capacity:
+            self._forget_oldest()
+
+    def _forget_oldest(self) -> None:
+        keys, size = self._keys, len(self._keys)
+        while keys[self._tail % size] is None:
+            self._tail += 1
+        i = self._tail % size
+        del self._seq[keys[i]]  # type: ignore[arg-type]
+        keys[i] = None
+        self._tail += 1
+
+    def _rebuild(self) -> None:
+        """The ring is full: lay the live keys out again from 0, in order, in a ring of twice
+        their number (at least as large as now when they fill more than half of it)."""
+        old, size = self._keys, len(self._keys)
+        live = [(self._tail + j) % size for j in range(self._head - self._tail)
+                if old[(self._tail + j) % size] is not None]
+        n = len(live)
+        new_size = max(1024, 2 * n, size if 2 * n <= size else 2 * size)
+        keys: list[int | None] = [None] * new_size
+        idx = np.asarray(live, dtype=np.int64)
+        t = np.zeros(new_size, np.float64)
+        refs = np.zeros(new_size, np.int64)
+        t[:n] = self._t[idx]
+        refs[:n] = self._refs[idx]
+        seq = self._seq
+        for j, i in enumerate(live):
+            k = old[i]
+            keys[j] = k
+            seq[k] = j  # type: ignore[index]
+        self._keys, self._t, self._refs = keys, t, refs
+        self._tail, self._head = 0, n

@@ -181,6 +181,7 @@ from typing import Literal
 
 from kvwear.errors import KvwearError
 from policies._estimators import ReuseHistogram, SlidingExpFit, WriteBudget, move_cost
+from policies._history import GhostTable
 from policies.base import POLICIES, Policy, PolicyParams, RequestInfo, SimContext, param
 from policies.tree import DRAM, FULL, LINEAR, SSD, Obj, Segment, State, depth_blocks
 
@@ -320,7 +321,7 @@ class GandalfPolicy(Policy[GandalfParams]):
         # estimators per class; pdata = (last time it served a request, requests served)
         self.hists: dict[ClassKey, ReuseHistogram] = {}
         self.fits: dict[ClassKey, SlidingExpFit] = {}
-        self.ghosts: OrderedDict[tuple[int, int, int], tuple[float, int]] = OrderedDict()
+        self.ghosts = GhostTable(p.ghosts)
         self._last_decay_s = 0.0
         self.hybrid = ctx.hybrid
         self._decision: tuple[Obj, bool] | None = None
@@ -381,7 +382,7 @@ class GandalfPolicy(Policy[GandalfParams]):
         ghosts = self.ghosts
         ns, keys = seg.ns, seg.keys
         for i in range(seg.n - 1, lo - 1, -1):
-            gone = ghosts.pop((LINEAR, ns, keys[i]), None)
+            gone = ghosts.pop(LINEAR, ns, keys[i])
             if gone is not None:
                 pos = seg.start + i + 1
                 tokens = seg.end_tokens if i == seg.n - 1 else pos * seg.block_tokens
@@ -409,10 +410,7 @@ class GandalfPolicy(Policy[GandalfParams]):
         """`obj` left every tier: remember when it last served so a comeback counts as a reuse."""
         if obj.pdata is None or (isinstance(obj, Segment) and not obj.n):
             return
-        g = self.ghosts
-        g[self._ghost_key(obj)] = obj.pdata
-        if len(g) > self.p.ghosts:
-            g.popitem(last=False)
+        self.ghosts.put(*self._ghost_key(obj), obj.pdata)
 
     def class_of(self, obj: Obj) -> ClassKey:
         return (obj.kind, _rc(obj.pdata[1] if obj.pdata else 1), _size_class(obj))
@@ -467,7 +465,7 @@ class GandalfPolicy(Policy[GandalfParams]):
                 return seg.start + seg.n
             ns, keys = seg.ns, seg.keys
             for i in range(top - 1, -1, -1):
-                if (LINEAR, ns, keys[i]) in ghosts:
+                if ghosts.has(LINEAR, ns, keys[i]):
                     return seg.start + i + 1
             seg = seg.parent
             top = seg.n
@@ -561,7 +559,7 @@ class GandalfPolicy(Policy[GandalfParams]):
         ctx = self.ctx
         prev = obj.pdata  # a ghost segment still in the tree keeps its record
         if prev is None:
-            prev = self.ghosts.pop(self._ghost_key(obj), None)
+            prev = self.ghosts.pop(*self._ghost_key(obj))
         if isinstance(obj, Segment):
             seg = obj
             if self.hybrid and self.ghosts:

@@ -2,7 +2,11 @@
 
 The simulator feeds an `Accumulator` as it goes (O(1) per request and per SSD operation); the
 accumulator turns its counters into the per-request table (`SIM_REQUESTS`), the per-interval
-timeline (`SIM_TIMELINE`) and a `SimSummary`. Definitions:
+timeline (`SIM_TIMELINE`) and a `SimSummary`. Per-request records fill numpy columns of
+`REQUEST_CHUNK` rows (105 bytes a request: 13 eight-byte numbers and an int8 tier code), handed
+as one Arrow table per chunk to a `requests_sink` when there is one (the simulate path streams
+them to per_request.parquet: memory one chunk, 6.9 MB, whatever the trace's length), else kept
+as those tables (105 bytes a request; Python lists of the same numbers held ~490). Definitions:
 
 - token miss ratio = 1 − hit tokens / hashed tokens (the cacheable input); chunk miss ratio =
   1 − hit chunks / chunks, chunks of S tokens covering each hashed prefix;
@@ -18,6 +22,7 @@ Must not do I/O (the CLI writes the tables with kvwear.tables).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -142,10 +147,19 @@ def _r(a: float, b: float) -> float:
     return a / b if b else 0.0
 
 
-class Accumulator:
-    """Counters the simulator updates; builds the output tables."""
+#: Per-request records are built in numpy columns of this many rows, then made one Arrow table.
+REQUEST_CHUNK = 1 << 16
+_TIER_NAMES = ("none", "hbm", "dram", "ssd")      # state_hit_tier's dictionary
+_TIER_CODE = {-1: 0, HBM: 1, DRAM: 2, SSD: 3}      # state tier (-1 = no state hit) → its code
 
-    def __init__(self, config: SimConfig, used_bytes: dict[int, int]) -> None:
+
+class Accumulator:
+    """Counters the simulator updates; builds the output tables. With `requests_sink`, the
+    per-request table goes to it chunk by chunk (in request order) and `requests_table()` is
+    empty."""
+
+    def __init__(self, config: SimConfig, used_bytes: dict[int, int],
+                 requests_sink: Callable[[pa.Table], None] | None = None) -> None:
         self.config = config
         self.used = used_bytes
         self.write_bytes = [0, 0]
@@ -172,8 +186,11 @@ class Accumulator:
         self.last_s = 0.0
         self._usd_per_byte = config.ssd_usd_per_byte_written
         self._usd_per_gpu_s = config.gpu_usd_per_s
-        # per-request columns
-        self.cols: dict[str, list[Any]] = {f.name: [] for f in SIM_REQUESTS.schema}
+        # per-request columns: the current chunk's, and (without a sink) the finished chunks
+        self._requests_sink = requests_sink
+        self._req_tables: list[pa.Table] = []
+        self._chunk_rows = 0
+        self.cols: dict[str, np.ndarray] = self._new_chunk() if config.record_requests else {}
         # timeline: one row per closed interval
         self.tl: dict[str, list[Any]] = {f.name: [] for f in SIM_TIMELINE.schema}
         self._iv: int | None = None
@@ -269,33 +286,57 @@ class Accumulator:
         self.wear_usd += wear
         if cfg.record_requests:
             c = self.cols
-            c["request_id"].append(req.request_id)
-            c["arrival_s"].append(t)
-            c["input_tokens"].append(req.input_tokens)
-            c["hashed_tokens"].append(req.hashed_tokens)
-            c["hit_tokens"].append(hit_tokens)
-            c["hbm_hit_tokens"].append(hbm_tokens)
-            c["dram_hit_tokens"].append(dram_tokens)
-            c["ssd_hit_tokens"].append(ssd_tokens)
-            c["state_hit_tier"].append(state_tier)
-            c["recomputed_tokens"].append(recomputed)
-            c["ssd_read_bytes"].append(r)
-            c["ssd_write_bytes"].append(w)
-            c["load_latency_s"].append(latency)
-            c["cost_usd"].append(gpu + wear)
+            i = self._chunk_rows
+            c["request_id"][i] = req.request_id
+            c["arrival_s"][i] = t
+            c["input_tokens"][i] = req.input_tokens
+            c["hashed_tokens"][i] = req.hashed_tokens
+            c["hit_tokens"][i] = hit_tokens
+            c["hbm_hit_tokens"][i] = hbm_tokens
+            c["dram_hit_tokens"][i] = dram_tokens
+            c["ssd_hit_tokens"][i] = ssd_tokens
+            c["state_hit_tier"][i] = _TIER_CODE[state_tier]
+            c["recomputed_tokens"][i] = recomputed
+            c["ssd_read_bytes"][i] = r
+            c["ssd_write_bytes"][i] = w
+            c["load_latency_s"][i] = latency
+            c["cost_usd"][i] = gpu + wear
+            self._chunk_rows = i + 1
+            if i + 1 == REQUEST_CHUNK:
+                self._flush_requests()
 
     # --- outputs ------------------------------------------------------------------------------
+    @staticmethod
+    def _new_chunk() -> dict[str, np.ndarray]:
+        return {f.name: np.empty(REQUEST_CHUNK, np.int8 if f.name == "state_hit_tier"
+                                 else f.type.to_pandas_dtype()) for f in SIM_REQUESTS.schema}
+
+    def _flush_requests(self) -> None:
+        """The current chunk's rows become one table (its arrays are the table's buffers, so a new
+        chunk is allocated), handed to the sink or kept."""
+        n = self._chunk_rows
+        if not n:
+            return
+        cols = self.cols
+        # a part-filled chunk is copied, so the table does not pin the whole chunk
+        part = {k: v[:n] if n == REQUEST_CHUNK else v[:n].copy() for k, v in cols.items()}
+        arrays = [pa.DictionaryArray.from_arrays(pa.array(part[f.name]), pa.array(_TIER_NAMES))
+                  if f.name == "state_hit_tier" else pa.array(part[f.name], f.type)
+                  for f in SIM_REQUESTS.schema]
+        table = pa.Table.from_arrays(arrays, schema=SIM_REQUESTS.with_metadata())
+        self.cols = self._new_chunk()
+        self._chunk_rows = 0
+        if self._requests_sink is not None:
+            self._requests_sink(table)
+        else:
+            self._req_tables.append(table)
+
     def requests_table(self) -> pa.Table:
-        cols: dict[str, Any] = dict(self.cols)
-        tiers = np.asarray(cols["state_hit_tier"], dtype=np.int64)
-        codes = np.zeros(len(tiers), dtype=np.int8)
-        for code, tier in enumerate((-1, HBM, DRAM, SSD)):
-            codes[tiers == tier] = code
-        cols["state_hit_tier"] = pa.DictionaryArray.from_arrays(
-            pa.array(codes), pa.array(["none", "hbm", "dram", "ssd"]))
-        arrays = [pa.array(cols[f.name], f.type) if f.name != "state_hit_tier"
-                  else cols[f.name] for f in SIM_REQUESTS.schema]
-        return pa.Table.from_arrays(arrays, schema=SIM_REQUESTS.with_metadata())
+        """The per-request table (empty when a sink took it)."""
+        self._flush_requests()
+        if not self._req_tables:
+            return SIM_REQUESTS.empty()
+        return pa.concat_tables(self._req_tables)
 
     def timeline_table(self) -> pa.Table:
         if self._iv is not None and (not self.tl["interval_start_s"] or self.tl["interval_start_s"][-1]

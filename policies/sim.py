@@ -51,13 +51,20 @@ Semantics (DESIGN.md "Simulator semantics"), exactly:
 
 Streaming: record batches are consumed one at a time, each cut to at most `BATCH_HASH_IDS` hash
 ids; memory grows with what the tiers hold (ghost segments are pruned), plus the outputs — and
-not with the ssd_ops when an `ops_sink` takes them batch by batch (per-request records can be
-switched off with `record_requests=False`). Oracle policies (`needs_future`) get the future from
-`next_use` and `future_refs` columns the batches carry (written in one backward pass by
-`workloads.nextuse`); batches without them are gathered into the whole table for the in-memory
-pre-pass. Each request's future is one (2, ids) array: row 0 the next-use seq of each of its
-ids, row 1 the number of later accesses of it; an object keeps (array, index) of the access
-that last touched it (`Obj._fut`), so `next_seqs` and `future_refs` read it there.
+not with the ssd_ops when an `ops_sink` takes them batch by batch, nor with the per-request
+records when a `requests_sink` takes them (`policies.metrics`: else 105 bytes a request; they
+can be switched off with `record_requests=False`). The tree costs ~40 bytes per block (its key
+in the segment's list) plus ~1 KB per segment or state (the objects, their children dicts and
+the policy's list entries), measured with tracemalloc on the shared Weka traces at Kimi-K3 (lru:
+2.7 MiB for 42,852 blocks in 594 segments and 463 states; gandalf 2.1 MiB for 24,986 in 340 and
+124, its ghost table apart: `policies._history.GhostTable`, ~150 bytes an entry); a batch's ids
+as Python ints add ~45 bytes each, at most `BATCH_HASH_IDS` of them. Oracle policies
+(`needs_future`) get the future from `next_use` and `future_refs` columns the batches carry
+(written in one backward pass by `workloads.nextuse`); batches without them are gathered into
+the whole table for the in-memory pre-pass. Each request's future is one (2, ids) array: row
+0 the next-use seq of each of its ids, row 1 the number of later accesses of it; an object
+keeps (array, index) of the access that last touched it (`Obj._fut`), so `next_seqs` and
+`future_refs` read it there.
 
 Must not: do I/O, read the wall clock, keep global state.
 """
@@ -168,7 +175,8 @@ class Simulator:
     """One simulation run; implements `policies.base.SimContext` for its policy."""
 
     def __init__(self, config: SimConfig, spec: str | PolicySpec,
-                 ops_sink: Callable[[pa.Table], None] | None = None) -> None:
+                 ops_sink: Callable[[pa.Table], None] | None = None,
+                 requests_sink: Callable[[pa.Table], None] | None = None) -> None:
         self.spec = resolve_spec(spec)
         self.config = config
         self.capacity_bytes = {HBM: config.hbm_bytes, DRAM: config.dram_bytes, SSD: config.ssd_bytes}
@@ -185,7 +193,7 @@ class Simulator:
         self.roots: dict[int, Segment] = {}
         self.hbm_lru: OrderedDict[Obj, None] = OrderedDict()
         self._next_oid = 0
-        self.acc = Accumulator(config, self.used_bytes)
+        self.acc = Accumulator(config, self.used_bytes, requests_sink)
         cls = POLICIES.get(self.spec.name)
         self.policy: Policy[Any] = cls(self.spec.params, self)
         self._future: np.ndarray | None = None  # (2, ids): next use, future refs (oracles)
@@ -806,16 +814,19 @@ def simulate(requests: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch], con
              policy: str | PolicySpec,
              progress: Callable[[int], None] | None = None,
              ops_sink: Callable[[pa.Table], None] | None = None,
-             setup: Callable[[Policy[Any]], None] | None = None) -> SimResult:
+             setup: Callable[[Policy[Any]], None] | None = None,
+             requests_sink: Callable[[pa.Table], None] | None = None) -> SimResult:
     """Run `requests` (a REQUESTS table or a stream of its record batches, sorted by arrival)
     through the tiered cache under `policy` ('lru', 'lru-k:k=3', or a PolicySpec).
 
     `progress(n)` is called after each batch with the number of requests it held. With
     `ops_sink`, each batch's ssd_ops rows are handed to it (in time order) instead of being kept,
-    and `SimResult.ssd_ops` is empty. `setup(policy)` is called once, before the first request
-    (an oracle's later pass hands its policy what an earlier pass learned: `policies.belady`).
+    and `SimResult.ssd_ops` is empty; likewise `requests_sink` takes the per-request table in
+    chunks (`policies.metrics.REQUEST_CHUNK` rows) and `SimResult.requests` is empty.
+    `setup(policy)` is called once, before the first request (an oracle's later pass hands its
+    policy what an earlier pass learned: `policies.belady`).
     """
-    sim = Simulator(config, policy, ops_sink)
+    sim = Simulator(config, policy, ops_sink, requests_sink)
     if setup is not None:
         setup(sim.policy)
     if sim.policy.needs_future and not isinstance(requests, pa.Table):

@@ -76,6 +76,7 @@ import pyarrow as pa
 
 from kvwear.errors import KvwearError
 from kvwear.tables import TableWriter, atomic_write, write_table
+from kvwear.units import check_budget
 from workloads.characterize import (
     LIFESPANS,
     TABLES,
@@ -103,8 +104,6 @@ INITIAL_BLOCKS = 1 << 16
 
 #: Default bound of the per-block state (the per-block pass and the LRU pass).
 DEFAULT_MEMORY_BUDGET_BYTES = 1 << 30
-#: Smallest budget accepted: below it the SHARDS sample (a few hundred blocks) means little.
-MIN_MEMORY_BUDGET_BYTES = 1 << 16
 #: Budgeted bytes per distinct block of the per-block pass (module docstring), and per sampled
 #: block of the LRU pass (with the transient hashes of a threshold lowering).
 BLOCK_STATE_BYTES = 64
@@ -799,16 +798,6 @@ def _write_blocks(blocks: _Blocks, ctx: _Context, writer: TableWriter, dictionar
         last, w = last[order], w[order]
         del order
     out.lasts.append(_Events(last, w, spill_dir / f"last-{tag}.bin" if spill_dir else None))
-
-
-def check_budget(memory_budget_bytes: object, name: str = "memory_budget_bytes") -> int:
-    """The budget as an int, or a one-line error naming `name`."""
-    if isinstance(memory_budget_bytes, bool) or not isinstance(memory_budget_bytes, int | np.integer):
-        raise KvwearError(f"{name} must be a whole number of bytes, not {memory_budget_bytes!r}")
-    if memory_budget_bytes < MIN_MEMORY_BUDGET_BYTES:
-        raise KvwearError(f"{name} {memory_budget_bytes:,} bytes is below the minimum "
-                          f"{MIN_MEMORY_BUDGET_BYTES:,} (64 KiB)")
-    return int(memory_budget_bytes)
 
 
 def characterize_batches(

@@ -133,8 +133,9 @@ def characterize_cmd(
         help="bound of the per-block state (e.g. 512MiB); more distinct blocks take more passes",
     ),
 ) -> None:
+    from kvwear.units import check_budget
     from reports.characterization import plot_characterization
-    from workloads.characterize_stream import characterize_batches, check_budget
+    from workloads.characterize_stream import characterize_batches
     from workloads.models import resolve_profile
 
     try:

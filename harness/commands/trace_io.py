@@ -30,7 +30,7 @@ from rich.table import Table
 from harness.commands import trace_app
 from kvwear.errors import KvwearError
 from kvwear.tables import iter_table_batches
-from kvwear.units import format_bytes, parse_size
+from kvwear.units import check_budget, format_bytes, parse_size
 from workloads.blocks import convert_block_size, splitmix64
 from workloads.loaders import LOADERS, convert_trace, stream_requests
 from workloads.schema import REQUESTS, list_parts
@@ -130,12 +130,17 @@ def _stats(values: np.ndarray) -> dict[str, float]:
 
 class _Distinct:
     """Distinct (hash_ns, hash_id) keys of a stream of batches: per namespace, a sorted array of
-    its distinct ids, merged with the batches' distinct ids once those add up to as many
-    (amortized O(n log n)), for the keys of one hash partition — `part` of `partitions`, by a
-    splitmix64 hash of the key. With `max_keys`, whenever the keys held exceed it the partition
-    count doubles and only partition 0 is kept (a key of partition 0 under 2P is one under P, so
-    what was dropped is never needed again): the caller counts partitions 1…P−1 in further passes
-    (`count_distinct`). Memory: ~32 bytes per key held (8 in the arrays, up to 4× while merging)."""
+    its distinct ids (`done`), and the batches' distinct ids not merged into it yet (`pending`),
+    for the keys of one hash partition — `part` of `partitions`, by a splitmix64 hash of the key.
+    A namespace's pending ids are merged once they add up to as many as it holds (amortized
+    O(n log n)); with `max_keys`, every namespace's are merged as soon as held and pending ids
+    together exceed it, and in the first pass (`part` 0), whenever the keys held then exceed 7/8
+    of it, the partition count doubles and only partition 0 is kept (a key of partition 0 under
+    2P is one under P, so what was dropped is never needed again): the caller counts partitions
+    1…P−1 in further passes (`count_distinct`). So a pass holds at most `max_keys` ids, held and
+    pending, whatever the trace's length: the pending ids, never counted before, grew with it
+    (8.4 M at 1× the scale workload, ~4× that at 4×, beside 6.3 M and 8.4 M held). Memory: ~32
+    bytes per id (8 in the arrays, up to 4× while merging)."""
 
     MIN_MERGE = 1 << 20  # pending ids of a namespace merged at once, at least
 
@@ -144,6 +149,7 @@ class _Distinct:
         self.done: dict[int, np.ndarray] = {}
         self.pending: dict[int, list[np.ndarray]] = {}
         self.pending_n: dict[int, int] = {}
+        self.pending_total = 0
         self.held = 0
 
     def _mine(self, ns: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -161,32 +167,71 @@ class _Distinct:
         keep = np.ones(len(ids), dtype=bool)
         keep[1:] = (ids[1:] != ids[:-1]) | (ns[1:] != ns[:-1])
         ns, ids = ns[keep], ids[keep]
+        if not len(ids):
+            return
+        lo_ns = int(ns.min())
+        if ids.min() >= 0 and ids.max() < (1 << 32) and int(ns.max()) - lo_ns < (1 << 31):
+            # both fit one int64 (trace ids are small; split blocks' derived ids are not): one
+            # sort of one key, ~3× faster than the two-key lexsort below
+            both = np.unique(((ns - lo_ns) << 32) | ids)
+            ns, ids = (both >> 32) + lo_ns, both & 0xFFFFFFFF
+        else:
+            order = np.lexsort((ids, ns))
+            ns, ids = ns[order], ids[order]
+            keep = np.ones(len(ids), dtype=bool)
+            keep[1:] = (ids[1:] != ids[:-1]) | (ns[1:] != ns[:-1])
+            ns, ids = ns[keep], ids[keep]
         cuts = np.flatnonzero(ns[1:] != ns[:-1]) + 1
         for lo, hi in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(ns)]]), strict=True):
             k = int(ns[lo])
             self.pending.setdefault(k, []).append(ids[lo:hi])
             self.pending_n[k] = self.pending_n.get(k, 0) + int(hi - lo)
+            self.pending_total += int(hi - lo)
             if self.pending_n[k] >= max(len(self.done.get(k, ())), self.MIN_MERGE):
                 self._merge(k)
+                self._split()
+        # held ids stay within 7/8 of `max_keys` (the first pass splits past it), so the merges of
+        # all pending ids come at least every eighth of it; a partition pass, which cannot split,
+        # holding more than that merges once an eighth is pending
+        if (self.max_keys is not None and self.held + self.pending_total > self.max_keys
+                and 8 * self.pending_total >= self.max_keys):
+            for k in list(self.pending):
+                self._merge(k)
+            self._split()
 
     def _merge(self, k: int) -> None:
         parts = self.pending.pop(k, [])
         if self.partitions > 1:      # ids added before the last split may hold other partitions' keys
             parts = [ids[self._mine(np.full(len(ids), k, np.int64), ids)] for ids in parts]
-        self.pending_n.pop(k, None)
-        before = len(self.done.get(k, ()))
-        self.done[k] = np.unique(np.concatenate([self.done.get(k, np.zeros(0, np.int64)), *parts]))
-        self.held += len(self.done[k]) - before
-        while self.max_keys is not None and self.held > self.max_keys and self.part == 0:
+        self.pending_total -= self.pending_n.pop(k, 0)
+        new = np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+        old = self.done.get(k)
+        if old is not None and len(old):
+            # the held ids are sorted: insert the new ones in place (a copy, not a sort of them all)
+            pos = np.searchsorted(old, new)
+            dup = pos < len(old)
+            dup[dup] = old[pos[dup]] == new[dup]
+            new = np.insert(old, pos[~dup], new[~dup])
+        self.done[k] = new
+        self.held += len(new) - (0 if old is None else len(old))
+
+    def _split(self) -> None:
+        while self.max_keys is not None and self.part == 0 and 8 * self.held > 7 * self.max_keys:
             self.partitions *= 2
             for key, ids in self.done.items():
                 self.done[key] = ids[self._mine(np.full(len(ids), key, np.int64), ids)]
             self.held = sum(len(v) for v in self.done.values())
 
     def count(self) -> int:
+        """The distinct keys of the partition; ends the count (its arrays are dropped, so the
+        partition passes that follow do not hold them too)."""
         for k in list(self.pending):
             self._merge(k)
-        return sum(len(v) for v in self.done.values())
+        self._split()
+        total = sum(len(v) for v in self.done.values())
+        self.done.clear()
+        self.held = 0
+        return total
 
 
 def _block_keys(b: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:
@@ -199,13 +244,13 @@ def _block_keys(b: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:
 def count_distinct(first: _Distinct, rescan: Callable[[], Iterable[pa.RecordBatch]] | None) -> int:
     """The distinct block keys: `first` saw the whole stream (keeping partition 0 if it had to
     split); partitions 1…P−1 are counted over `rescan()`, one pass each, so memory stays near
-    `max_keys` keys whatever the trace's size."""
+    `max_keys` ids whatever the trace's size."""
     total = first.count()
     if first.partitions > 1 and rescan is None:
         raise KvwearError("counting distinct blocks needs a second pass over the trace, which this "
                           "stream cannot give")
     for p in range(1, first.partitions):
-        d = _Distinct(first.partitions, p)
+        d = _Distinct(first.partitions, p, first.max_keys)
         for b in rescan() if rescan is not None else ():
             if b.num_rows:
                 d.add(*_block_keys(b))
@@ -313,8 +358,6 @@ def inspect_cmd(
     distinct blocks than --memory-budget holds is counted exactly in hash partitions, one more
     pass over the requests each.
     """
-    from workloads.characterize_stream import check_budget
-
     try:
         try:
             budget = check_budget(parse_size(memory_budget), "--memory-budget")

@@ -51,3 +51,24 @@ def test_convert_sorts_out_of_order_input_through_buckets(tmp_path: Path, weka_d
     got = pq.read_table(res.path)
     assert got.equals(REQUESTS.conform(whole))
     assert list(tmp_path.iterdir()) == [res.path]  # the buckets are gone
+
+
+@pytest.mark.parametrize("trace", ["weka", "mooncake"])
+def test_distinct_count_pass_holds_at_most_its_budget(trace: str, weka_dir: Path, mooncake_path: Path) -> None:
+    """The first pass of the distinct count holds at most `max_keys` ids, held and pending
+    together, after every batch (pending ids used to be uncounted and grew with the trace), and
+    the partitioned count stays exact."""
+    from harness.commands.trace_io import _block_keys, count_distinct
+
+    table = load_requests(weka_dir if trace == "weka" else mooncake_path).table
+    batches = table.to_batches(max_chunksize=23)
+    offs, flat = list_parts(table.column("hash_ids"))
+    ns = np.repeat(np.asarray(table.column("hash_ns").to_numpy()), np.diff(offs))
+    exact = len(np.unique(np.stack([ns, flat]), axis=1).T)
+    max_keys = exact // 5
+    d = _Distinct(max_keys=max_keys)
+    for b in batches:
+        d.add(*_block_keys(b))
+        assert d.held + d.pending_total <= max_keys
+    assert d.partitions >= 8
+    assert count_distinct(d, lambda: batches) == exact

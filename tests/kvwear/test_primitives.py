@@ -7,7 +7,7 @@ import pytest
 
 from kvwear.errors import InputError, KvwearError, UnknownNameError
 from kvwear.registry import Registry
-from kvwear.tables import TableSpec, TableWriter, read_table, table_kind, write_table
+from kvwear.tables import TableSpec, TableWriter, iter_table_batches, read_table, table_kind, write_table
 from kvwear.units import format_bytes, parse_duration, parse_size
 
 SPEC = TableSpec("demo", 2, pa.schema([pa.field("x_bytes", pa.int64()), pa.field("s", pa.string())]))
@@ -74,3 +74,20 @@ def test_writer_leaves_nothing_on_failure(tmp_path: Path) -> None:
     with TableWriter(SPEC, target) as w:
         w.write(pa.table({"x_bytes": [1, 2], "s": ["a", "b"]}))
     assert read_table(SPEC, target).num_rows == 2
+
+
+def test_table_batches_stay_in_their_row_group_and_its_bound(tmp_path: Path) -> None:
+    """`iter_table_batches` reads row group by row group (a batch never spans two) and sizes a
+    group's batches by that group's values per row: long rows in one group make small batches
+    there, whatever the file's average."""
+    spec = TableSpec("lists", 1, pa.schema([pa.field("ids", pa.list_(pa.int64()))]))
+    long_rows = [list(range(1_000))] * 40      # 40,000 values
+    short_rows = [[1]] * 4_000                 # 4,000 values
+    with TableWriter(spec, tmp_path / "l.parquet") as w:
+        w.write(pa.table({"ids": long_rows}, schema=spec.schema), one_row_group=True)
+        w.write(pa.table({"ids": short_rows}, schema=spec.schema), one_row_group=True)
+    batches = list(iter_table_batches(spec, tmp_path / "l.parquet", max_values=10_000))
+    assert sum(b.num_rows for b in batches) == 4_040
+    assert [b.num_rows for b in batches[:4]] == [10, 10, 10, 10]   # the long group: 10,000 values each
+    # the short group: the file's average (44,000 values over 4,040 rows) bounds it at 918 rows
+    assert [b.num_rows for b in batches[4:]] == [918] * 4 + [4_000 - 4 * 918]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import numpy as np
 import pytest
@@ -167,3 +168,37 @@ def test_reuse_histogram() -> None:
     assert h.entries == pytest.approx(50.0)
     with pytest.raises(ValueError):
         ReuseHistogram(prior_entries=1.0, prior_reuses=2.0)
+
+
+@pytest.mark.parametrize("capacity", [0, 1, 5, 300, 5_000])
+def test_ghost_table_is_a_bounded_ordered_dict(capacity: int) -> None:
+    """gandalf's compact ghost table answers every operation as the OrderedDict it replaced
+    (insertion order, in-place update, the oldest forgotten past the bound), across ring
+    rebuilds and growth: random keys with negative and 64-bit ids, random pops."""
+    from collections import OrderedDict
+
+    from policies._history import GhostTable
+
+    rng = random.Random(capacity)
+    ref: OrderedDict[tuple[int, int, int], tuple[float, int]] = OrderedDict()
+    g = GhostTable(capacity)
+    pool = [(rng.randrange(2), rng.randrange(-3, 40),
+             rng.choice([rng.randrange(-(1 << 63), 1 << 63), rng.randrange(200)])) for _ in range(3_000)]
+    for step in range(40_000):
+        key = rng.choice(pool)
+        op = rng.random()
+        if op < 0.55:
+            v = (rng.random() * 1e6, rng.randrange(1, 1 << 40))
+            ref[key] = v
+            if len(ref) > capacity:
+                ref.popitem(last=False)
+            g.put(*key, v)
+        elif op < 0.85:
+            assert g.pop(*key) == ref.pop(key, None), step
+        else:
+            assert g.has(*key) == (key in ref), step
+        assert len(g) == len(ref)
+    assert all(g.has(*k) for k in ref)
+    for k, v in list(ref.items()):
+        assert g.pop(*k) == v
+    assert len(g) == 0

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -161,6 +162,42 @@ def test_streamed_simulation_is_identical(requests_file: Path, tmp_path: Path, p
     assert streamed.ssd_ops.equals(whole.ssd_ops)
     assert streamed.requests.equals(whole.requests)
     assert whole.ssd_ops.num_rows > 0
+
+
+@pytest.mark.parametrize("policy", ["lru", "gandalf:gamma=0"])
+def test_per_request_records_stream_to_their_file_in_chunks(requests_file: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch, policy: str) -> None:
+    """`simulate_policy` streams per_request.parquet chunk by chunk (here 97 rows a chunk) and
+    keeps none of it; the file equals the in-memory path's table (one chunk), and its columns add
+    up to the summary's totals."""
+    import policies.metrics
+    from harness.simulate import parquet_source, simulate_policy
+    from kvwear.tables import read_table
+    from policies.metrics import SIM_REQUESTS
+    from policies.schema import SSD_OPS
+
+    prof = get_profile("kimi-k3")
+    cfg = SimConfig(dram_bytes=16 * 10**9, ssd_bytes=128 * 10**9, kv_bytes_per_token=prof.kv_bytes_per_token,
+                    state_bytes=prof.state_bytes)
+    whole = simulate(pq.read_table(requests_file), cfg, policy)
+    assert whole.requests.num_rows == pq.ParquetFile(requests_file).metadata.num_rows > 2 * 97
+    monkeypatch.setattr(policies.metrics, "REQUEST_CHUNK", 97)
+    out = simulate_policy(parquet_source(requests_file), cfg, policy, tmp_path / "p")
+    per_request = tmp_path / "p" / "per_request.parquet"
+    assert pq.ParquetFile(per_request).metadata.num_row_groups == -(-whole.requests.num_rows // 97)
+    got = read_table(SIM_REQUESTS, per_request)
+    assert got.equals(whole.requests)
+    assert read_table(SSD_OPS, out.ssd_ops_path).equals(whole.ssd_ops)
+    assert out.summary == whole.summary
+    s = whole.summary
+    for col, total in (("hit_tokens", s.hit_tokens), ("hashed_tokens", s.hashed_tokens),
+                       ("recomputed_tokens", s.recomputed_tokens), ("ssd_write_bytes", s.ssd_write_bytes),
+                       ("ssd_read_bytes", s.ssd_read_bytes), ("ssd_hit_tokens", s.ssd_hit_tokens)):
+        assert pc.sum(got.column(col)).as_py() == total, col
+    tiers = got.column("state_hit_tier").to_pylist()
+    assert (tiers.count("dram"), tiers.count("ssd")) == (s.state_hits_dram, s.state_hits_ssd)
+    # a chunked in-memory run keeps the same table
+    assert simulate(pq.read_table(requests_file), cfg, policy).requests.equals(whole.requests)
 
 
 def test_cli_oracle_on_parquet_streams_and_matches_the_in_memory_path(requests_file: Path,
