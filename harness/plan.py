@@ -37,15 +37,23 @@ extent is split into I/Os of at most `max_io_bytes` (an aligned multiple). No of
 Time: `original` keeps t_s (made 0-based), `compressed` divides it by `time_compression`, `afap`
 (as fast as possible) sets t_s to the 0-based order of the block op.
 
+Streaming: ssd_ops are planned in record batches (a table, or a callable giving a Parquet file's
+batches), each layout's kernel carrying its state from one batch to the next. What it keeps per
+object is kept only while the object is live on the device (a hash table from obj_id to a recycled
+slot, with the object's kind: a relocation's block_ops row carries the moved object's kind), so
+memory is bounded by the device and one batch, not by the trace. The slab layout reads the
+batches twice: its classes come from every write's size. `plan_block_ops` is the same planner
+collecting the whole table.
+
 This module plans only: it must not issue I/O, open devices or know about FTLs. The placement
 loop is one numba kernel per layout; everything around it is vectorized numpy/pyarrow.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
-from typing import Literal
+from typing import Literal, TypeAlias
 
 import numba
 import numpy as np
@@ -154,34 +162,36 @@ class BlockPlan(PlanCounts):
 
 
 # ----------------------------------------------------------------------------------------------
-# kernels: each walks the ops once and emits extents into `out` (one column per extent: the ssd_ops
-# row whose time it takes, the op, offset, length, and the object index it belongs to — a
-# relocation's row is the write that caused it, its object the one moved)
+# kernels: each walks one batch of ops (its state carried from the batch before) and emits extents
+# into `out` (one column per extent: the batch row whose time it takes, the op, offset, length, the
+# object id it belongs to and that object's kind — a relocation's row is the write that caused it,
+# its object and kind the ones moved)
 
 (_S_EMPTY, _S_REWRITES, _S_READ_MISS, _S_EVICT_MISS, _S_FORCED, _S_FORCED_BYTES, _S_PEAK, _S_WRITES,
  _S_RELOC, _S_RELOC_BYTES, _S_SPLIT, _S_STEPPED, _S_STEPPED_BYTES, _S_EXTENTS) = range(14)
 _N_STATS = 16
 _LOG_RELOCATE, _LOG_EVICT, _LOG_ERROR = 0, 1, 2
+_OUT_FIELDS = 6
 
 
 @numba.njit(cache=True, inline="always")
-def _emit(out, k, row, op, off, ln, obj):
-    if k < out.shape[1]:
-        out[0, k] = row
-        out[1, k] = op
-        out[2, k] = off
-        out[3, k] = ln
-        out[4, k] = obj
+def _emit(out, k, row, op, off, ln, obj, kind):
+    out[0, k] = row
+    out[1, k] = op
+    out[2, k] = off
+    out[3, k] = ln
+    out[4, k] = obj
+    out[5, k] = kind
     return k + 1
 
 
 @numba.njit(cache=True)
-def _emit_span(out, k, row, op, pos, ln, cap, obj):
+def _emit_span(out, k, row, op, pos, ln, cap, obj, kind):
     """An extent at `pos` of `ln` bytes, split in two where it crosses the end of the device."""
     if pos + ln <= cap:
-        return _emit(out, k, row, op, pos, ln, obj)
-    k = _emit(out, k, row, op, pos, cap - pos, obj)
-    return _emit(out, k, row, op, 0, ln - (cap - pos), obj)
+        return _emit(out, k, row, op, pos, ln, obj, kind)
+    k = _emit(out, k, row, op, pos, cap - pos, obj, kind)
+    return _emit(out, k, row, op, 0, ln - (cap - pos), obj, kind)
 
 
 @numba.njit(cache=True, inline="always")
@@ -195,8 +205,8 @@ def _full(info, i, a, live_bytes):
 @numba.njit(cache=True)
 def _room(out, k, need):
     """`out`, or a copy at least twice as wide when fewer than `need` columns are left after k: the
-    log and slab kernels grow their own output (relocations make its size unknowable beforehand)
-    instead of being run a second time with the size the first run counted."""
+    kernels grow their own output (relocations and split writes make its size unknowable beforehand,
+    and a kernel cannot be run again on a batch: its state has moved on)."""
     if k + need <= out.shape[1]:
         return out
     bigger = np.empty((out.shape[0], max(2 * out.shape[1], k + need)), out.dtype)
@@ -221,60 +231,162 @@ def _q_push(q_obj, q_cum, qh, qn, v, cum):
     return q_obj, q_cum, qh, qn + 1
 
 
+# The live objects: what a kernel knows per object is held only while the object is resident on
+# the device (a trace writes hundreds of millions of objects; a drive holds a few million at most).
+# Each live object has a slot, a column of `obj` (its id, kind, aligned length, position — the
+# log's head position, the slab's slot, the extent list's first record — and the slab's class);
+# an open-addressing table `ht` (linear probing, a power of two, at most half full) maps an id to
+# its slot + 1 (0 = empty); a dead object's slot goes on the `free` stack for the next one. `om`
+# holds the slots' high-water mark, the free stack's height and the live count. Every array doubles
+# when full, so the state is sized by the peak of live objects, never by the trace.
+_O_ID, _O_KIND, _O_LEN, _O_POS, _O_CLS = range(5)
+_OBJ_FIELDS = 5
+
+
+@numba.njit(cache=True, inline="always")
+def _ot_hash(key, mask):
+    h = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)      # Fibonacci hashing: ids are often dense
+    return np.int64((h ^ (h >> np.uint64(32))) & np.uint64(mask))
+
+
 @numba.njit(cache=True)
-def _plan_log(ops, oid, alen, n_obj, cap, trim, mode, qsize, out, stats, info):
-    live = np.zeros(n_obj, np.bool_)
-    start = np.zeros(n_obj, np.int64)          # cumulative head position of the live copy
-    olen = np.zeros(n_obj, np.int64)
-    q_obj = np.empty(qsize, np.int64)           # placements in head order: a ring (FIFO)
-    q_cum = np.empty(qsize, np.int64)
-    qh = 0
-    qn = 0
-    cum = 0
+def _ot_find(ht, obj, key):
+    """The live slot of object `key`, or -1."""
+    mask = ht.shape[0] - 1
+    h = _ot_hash(key, mask)
+    while True:
+        s = ht[h]
+        if s == 0:
+            return -1
+        if obj[_O_ID, s - 1] == key:
+            return s - 1
+        h = (h + 1) & mask
+
+
+@numba.njit(cache=True)
+def _ot_put(ht, obj, s):
+    mask = ht.shape[0] - 1
+    h = _ot_hash(obj[_O_ID, s], mask)
+    while ht[h] != 0:
+        h = (h + 1) & mask
+    ht[h] = s + 1
+
+
+@numba.njit(cache=True)
+def _ot_add(ht, obj, free, om, key, kind):
+    """A slot for object `key` (not live): returns (slot, ht, obj, free), grown when full."""
+    if 2 * (om[2] + 1) > ht.shape[0]:
+        old = ht
+        ht = np.zeros(2 * old.shape[0], np.int64)
+        for j in range(old.shape[0]):
+            if old[j]:
+                _ot_put(ht, obj, old[j] - 1)
+    if om[1] > 0:
+        om[1] -= 1
+        s = free[om[1]]
+    else:
+        if om[0] == obj.shape[1]:
+            bigger = np.zeros((obj.shape[0], 2 * obj.shape[1]), np.int64)
+            bigger[:, :om[0]] = obj[:, :om[0]]
+            obj = bigger
+            free = np.empty(obj.shape[1], np.int64)     # empty: om[1] is 0 here
+        s = om[0]
+        om[0] += 1
+    obj[_O_ID, s] = key
+    obj[_O_KIND, s] = kind
+    _ot_put(ht, obj, s)
+    om[2] += 1
+    return s, ht, obj, free
+
+
+@numba.njit(cache=True)
+def _ot_del(ht, obj, free, om, s):
+    """Object in slot s is no longer live: its table entry goes (backward-shift deletion, so no
+    tombstones accumulate) and its slot on the free stack."""
+    mask = ht.shape[0] - 1
+    i = _ot_hash(obj[_O_ID, s], mask)
+    while ht[i] != s + 1:
+        i = (i + 1) & mask
+    j = i
+    while True:
+        j = (j + 1) & mask
+        if ht[j] == 0:
+            break
+        h = _ot_hash(obj[_O_ID, ht[j] - 1], mask)
+        # the entry at j stays unless its home h lies cyclically outside (i, j]
+        if (i <= j and (h <= i or h > j)) or (i > j and (h <= i and h > j)):
+            ht[i] = ht[j]
+            i = j
+    ht[i] = 0
+    free[om[1]] = s
+    om[1] += 1
+    om[2] -= 1
+
+
+def _live_objects() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """An empty live-object table: (ht, obj, free, om)."""
+    return (np.zeros(1 << 10, np.int64), np.zeros((_OBJ_FIELDS, 1 << 9), np.int64),
+            np.empty(1 << 9, np.int64), np.zeros(3, np.int64))
+
+
+@numba.njit(cache=True)
+def _plan_log(ops, ids, alen, kinds, cap, trim, mode, out, stats, info, st, ht, obj, free, om, q_obj, q_cum):
+    """One batch on the log; st = (cum, live_bytes, qh, qn) carried across batches. The ring holds
+    placements (slot, cumulative head position) in head order; a placement is current while its
+    slot's position is that one (a dead object's slot is set to -1, and a later placement of any
+    object in that slot starts further on).
+    Returns (k, out, ht, obj, free, q_obj, q_cum)."""
+    cum = st[0]
+    live_bytes = st[1]
+    qh = st[2]
+    qn = st[3]
     k = 0
-    live_bytes = 0
     for i in range(ops.shape[0]):
-        o = oid[i]
+        key = ids[i]
         a = alen[i]
         op = ops[i]
+        o = _ot_find(ht, obj, key)
         out = _room(out, k, 4)                  # an op's own rows: a trim and a write, each in ≤ 2 spans
         if op == 0:
             if a == 0:
                 stats[_S_EMPTY] += 1
                 continue
             stats[_S_WRITES] += 1
-            if live[o]:                         # rewrite: the old copy dies where it is
+            if o >= 0:                          # rewrite: the old copy dies where it is
                 stats[_S_REWRITES] += 1
                 if trim:
-                    k = _emit_span(out, k, i, 2, start[o] % cap, olen[o], cap, o)
-                live[o] = False
-                live_bytes -= olen[o]
+                    k = _emit_span(out, k, i, 2, obj[_O_POS, o] % cap, obj[_O_LEN, o], cap, key, obj[_O_KIND, o])
+                live_bytes -= obj[_O_LEN, o]
+                obj[_O_POS, o] = -1             # the slot stays, its old placement is no longer current
             if mode == _LOG_RELOCATE and live_bytes + a > cap:
                 _full(info, i, a, live_bytes)
-                return k, out
+                break
             end = cum + a
             # live objects whose first byte the head reaches in this lap: clean (relocate), evict or fail
+            failed = False
             while qn > 0 and q_cum[qh] + cap < end:
                 v = q_obj[qh]
                 s = q_cum[qh]
                 qh = (qh + 1) % q_obj.shape[0]
                 qn -= 1
-                if not (live[v] and start[v] == s):
+                if obj[_O_POS, v] != s:
                     continue                    # a dead or superseded placement: its space is free
-                lv = olen[v]
+                lv = obj[_O_LEN, v]
                 if mode == _LOG_ERROR:
                     info[0] = _ERR_LOG_FULL
                     info[1] = i
-                    info[2] = v
+                    info[2] = obj[_O_ID, v]
                     info[3] = cum % cap
                     info[4] = live_bytes
                     info[5] = a
-                    return k, out
+                    failed = True
+                    break
                 if mode == _LOG_EVICT:
-                    live[v] = False
                     live_bytes -= lv
                     stats[_S_FORCED] += 1
                     stats[_S_FORCED_BYTES] += lv
+                    _ot_del(ht, obj, free, om, v)
+                    obj[_O_POS, v] = -1
                     continue
                 p = s + cap                     # the live copy in this lap's coordinates (p ≥ cum)
                 if p == cum:
@@ -283,43 +395,54 @@ def _plan_log(ops, oid, alen, n_obj, cap, trim, mode, qsize, out, stats, info):
                     stats[_S_STEPPED_BYTES] += lv
                 else:
                     out = _room(out, k, 6)      # a read, a trim and a write, each in ≤ 2 spans
-                    k = _emit_span(out, k, i, 1, s % cap, lv, cap, v)
+                    vid = obj[_O_ID, v]
+                    vk = obj[_O_KIND, v]
+                    k = _emit_span(out, k, i, 1, s % cap, lv, cap, vid, vk)
                     tail = max(p, cum + lv)     # the part of the old copy the new one does not cover
                     if trim and p + lv > tail:
-                        k = _emit_span(out, k, i, 2, tail % cap, p + lv - tail, cap, v)
-                    k = _emit_span(out, k, i, 0, cum % cap, lv, cap, v)
+                        k = _emit_span(out, k, i, 2, tail % cap, p + lv - tail, cap, vid, vk)
+                    k = _emit_span(out, k, i, 0, cum % cap, lv, cap, vid, vk)
                     stats[_S_RELOC] += 1
                     stats[_S_RELOC_BYTES] += lv
                     stats[_S_EXTENTS] += 1
-                start[v] = cum
+                obj[_O_POS, v] = cum
                 q_obj, q_cum, qh, qn = _q_push(q_obj, q_cum, qh, qn, v, cum)
                 cum += lv
                 end = cum + a
+            if failed:
+                break
+            if o < 0:
+                o, ht, obj, free = _ot_add(ht, obj, free, om, key, kinds[i])
+            obj[_O_KIND, o] = kinds[i]
             out = _room(out, k, 2)
-            k = _emit_span(out, k, i, 0, cum % cap, a, cap, o)
+            k = _emit_span(out, k, i, 0, cum % cap, a, cap, key, kinds[i])
             stats[_S_EXTENTS] += 1
-            live[o] = True
-            start[o] = cum
-            olen[o] = a
+            obj[_O_POS, o] = cum
+            obj[_O_LEN, o] = a
             q_obj, q_cum, qh, qn = _q_push(q_obj, q_cum, qh, qn, o, cum)
             cum = end
             live_bytes += a
             if live_bytes > stats[_S_PEAK]:
                 stats[_S_PEAK] = live_bytes
         elif op == 1:
-            if live[o]:
-                k = _emit_span(out, k, i, 1, start[o] % cap, olen[o], cap, o)
+            if o >= 0:
+                k = _emit_span(out, k, i, 1, obj[_O_POS, o] % cap, obj[_O_LEN, o], cap, key, obj[_O_KIND, o])
             else:
                 stats[_S_READ_MISS] += 1
         else:
-            if live[o]:
+            if o >= 0:
                 if trim:
-                    k = _emit_span(out, k, i, 2, start[o] % cap, olen[o], cap, o)
-                live[o] = False
-                live_bytes -= olen[o]
+                    k = _emit_span(out, k, i, 2, obj[_O_POS, o] % cap, obj[_O_LEN, o], cap, key, obj[_O_KIND, o])
+                live_bytes -= obj[_O_LEN, o]
+                _ot_del(ht, obj, free, om, o)
+                obj[_O_POS, o] = -1
             else:
                 stats[_S_EVICT_MISS] += 1
-    return k, out
+    st[0] = cum
+    st[1] = live_bytes
+    st[2] = qh
+    st[3] = qn
+    return k, out, ht, obj, free, q_obj, q_cum
 
 
 # Slab layout. The device is cut into regions of `region` bytes (slab_bytes); a size class lays its
@@ -336,7 +459,7 @@ def _plan_log(ops, oid, alen, n_obj, cap, trim, mode, qsize, out, stats, info):
 
 
 @numba.njit(cache=True)
-def _slab_io(out, k, row, op, s, ln, c, obj, cls_size, region, reg_tab, reg_base):
+def _slab_io(out, k, row, op, s, ln, c, obj, kind, cls_size, region, reg_tab, reg_base):
     """The I/O for `ln` bytes of slot s of class c, one row per physically contiguous piece;
     returns (k, out), `out` grown when it had no room for them."""
     out = _room(out, k, ln // region + 2)
@@ -352,13 +475,13 @@ def _slab_io(out, k, row, op, s, ln, c, obj, cls_size, region, reg_tab, reg_base
             run += piece
         else:
             if first >= 0:
-                k = _emit(out, k, row, op, first, run, obj)
+                k = _emit(out, k, row, op, first, run, obj, kind)
             first = phys
             run = piece
         lo += piece
         ln -= piece
     if first >= 0:
-        k = _emit(out, k, row, op, first, run, obj)
+        k = _emit(out, k, row, op, first, run, obj, kind)
     return k, out
 
 
@@ -389,40 +512,42 @@ def _slab_pop(c, hw, slot_obj, slot_base, fs, fs_top, in_stack):
     return -1
 
 
-@numba.njit(cache=True)
-def _plan_slab(ops, oid, alen, cls, n_obj, cls_size, slot_cap, region, n_reg, trim, out, stats, info):
-    nc = cls_size.shape[0]
-    live = np.zeros(n_obj, np.bool_)
-    oslot = np.zeros(n_obj, np.int64)
-    olen = np.zeros(n_obj, np.int64)
-    ocls = np.zeros(n_obj, np.int64)
+def _slab_state(cls_size: np.ndarray, slot_cap: np.ndarray, region: int, n_reg: int) -> dict[str, np.ndarray]:
+    """The slab layout's arrays (sized by the classes' slot capacities and the device's regions):
+    class c's slots are slot_base[c] … slot_base[c+1] − 1 of slot_obj (the live-object slot in each,
+    -1 = free), its regions reg_base[c] … of reg_tab; st = (free regions, live bytes)."""
+    nc = len(cls_size)
     slot_base = np.zeros(nc + 1, np.int64)
     reg_base = np.zeros(nc + 1, np.int64)
-    for c in range(nc):
-        slot_base[c + 1] = slot_base[c] + slot_cap[c]
-        reg_base[c + 1] = reg_base[c] + (slot_cap[c] * cls_size[c] + region - 1) // region + 1
-    slot_obj = np.full(slot_base[nc], -1, np.int64)
-    in_stack = np.zeros(slot_base[nc], np.bool_)
-    fs = np.empty(slot_base[nc], np.int64)        # per class: stack of freed slots
-    fs_top = np.zeros(nc, np.int64)
-    hw = np.zeros(nc, np.int64)
-    n_live = np.zeros(nc, np.int64)
-    n_mapped = np.zeros(nc, np.int64)
-    reg_tab = np.empty(reg_base[nc], np.int64)
-    free_reg = np.empty(n_reg, np.int64)          # a stack: the lowest region on top
-    for j in range(n_reg):
-        free_reg[j] = n_reg - 1 - j
-    nfree = n_reg
+    slot_base[1:] = np.cumsum(slot_cap)
+    reg_base[1:] = np.cumsum((slot_cap * cls_size + region - 1) // region + 1)
+    n_slots = int(slot_base[nc])
+    return {"slot_base": slot_base, "reg_base": reg_base, "slot_obj": np.full(n_slots, -1, np.int64),
+            "in_stack": np.zeros(n_slots, np.bool_), "fs": np.empty(n_slots, np.int64),
+            "fs_top": np.zeros(nc, np.int64), "hw": np.zeros(nc, np.int64), "n_live": np.zeros(nc, np.int64),
+            "n_mapped": np.zeros(nc, np.int64), "reg_tab": np.empty(int(reg_base[nc]), np.int64),
+            "free_reg": np.arange(n_reg - 1, -1, -1, dtype=np.int64),  # a stack: the lowest region on top
+            "st": np.array([n_reg, 0], np.int64)}
+
+
+@numba.njit(cache=True)
+def _plan_slab(ops, ids, alen, kinds, cls, cls_size, slot_cap, region, n_reg, trim, out, stats, info,
+               ht, obj, free, om, slot_base, reg_base, slot_obj, in_stack, fs, fs_top, hw, n_live, n_mapped,
+               reg_tab, free_reg, st):
+    """One batch on the slabs (the state in _slab_state's arrays); returns (k, out, ht, obj, free)."""
+    nc = cls_size.shape[0]
+    nfree = st[0]
+    live_bytes = st[1]
     k = 0
-    live_bytes = 0
     for i in range(ops.shape[0]):
-        o = oid[i]
+        key = ids[i]
         a = alen[i]
         op = ops[i]
+        o = _ot_find(ht, obj, key)
         if op == 1:
-            if live[o]:
-                c = ocls[o]
-                k, out = _slab_io(out, k, i, 1, oslot[o], olen[o], c, o, cls_size, region, reg_tab, reg_base)
+            if o >= 0:
+                k, out = _slab_io(out, k, i, 1, obj[_O_POS, o], obj[_O_LEN, o], obj[_O_CLS, o], key,
+                                  obj[_O_KIND, o], cls_size, region, reg_tab, reg_base)
             else:
                 stats[_S_READ_MISS] += 1
             continue
@@ -431,13 +556,14 @@ def _plan_slab(ops, oid, alen, cls, n_obj, cls_size, slot_cap, region, n_reg, tr
             continue
         if op == 0:
             stats[_S_WRITES] += 1
-        if live[o]:
+        if o >= 0:
             if op == 0:
                 stats[_S_REWRITES] += 1
-            c = ocls[o]
-            s = oslot[o]
+            c = obj[_O_CLS, o]
+            s = obj[_O_POS, o]
             if trim:
-                k, out = _slab_io(out, k, i, 2, s, olen[o], c, o, cls_size, region, reg_tab, reg_base)
+                k, out = _slab_io(out, k, i, 2, s, obj[_O_LEN, o], c, key, obj[_O_KIND, o], cls_size, region,
+                                  reg_tab, reg_base)
             b = slot_base[c]
             slot_obj[b + s] = -1
             n_live[c] -= 1
@@ -447,8 +573,8 @@ def _plan_slab(ops, oid, alen, cls, n_obj, cls_size, slot_cap, region, n_reg, tr
                 in_stack[b + s] = True
             nfree = _slab_shrink(c, hw, slot_obj, slot_base, n_mapped, cls_size, region, reg_tab, reg_base,
                                  free_reg, nfree)
-            live[o] = False
-            live_bytes -= olen[o]
+            live_bytes -= obj[_O_LEN, o]
+            _ot_del(ht, obj, free, om, o)
         elif op == 2:
             stats[_S_EVICT_MISS] += 1
             continue
@@ -456,7 +582,7 @@ def _plan_slab(ops, oid, alen, cls, n_obj, cls_size, slot_cap, region, n_reg, tr
             continue
         if live_bytes + a > n_reg * region:
             _full(info, i, a, live_bytes)
-            return k, out
+            break
         c = cls[i]
         size = cls_size[c]
         b = slot_base[c]
@@ -465,7 +591,7 @@ def _plan_slab(ops, oid, alen, cls, n_obj, cls_size, slot_cap, region, n_reg, tr
             s = hw[c]
             if s >= slot_cap[c]:
                 info[0] = _ERR_GROW
-                return k, out
+                break
             need = ((s + 1) * size + region - 1) // region - n_mapped[c]
             while nfree < need:
                 # compact the class with the most regions beyond what its live slots need
@@ -482,7 +608,7 @@ def _plan_slab(ops, oid, alen, cls, n_obj, cls_size, slot_cap, region, n_reg, tr
                     info[2] = a
                     info[3] = live_bytes
                     info[4] = need - nfree
-                    return k, out
+                    break
                 d = best
                 bd = slot_base[d]
                 before = n_mapped[d]
@@ -490,35 +616,42 @@ def _plan_slab(ops, oid, alen, cls, n_obj, cls_size, slot_cap, region, n_reg, tr
                     t = hw[d] - 1               # live: _slab_shrink keeps the top slot live
                     f = _slab_pop(d, hw, slot_obj, slot_base, fs, fs_top, in_stack)
                     v = slot_obj[bd + t]
-                    k, out = _slab_io(out, k, i, 1, t, olen[v], d, v, cls_size, region, reg_tab, reg_base)
+                    lv = obj[_O_LEN, v]
+                    vid = obj[_O_ID, v]
+                    vk = obj[_O_KIND, v]
+                    k, out = _slab_io(out, k, i, 1, t, lv, d, vid, vk, cls_size, region, reg_tab, reg_base)
                     if trim:
-                        k, out = _slab_io(out, k, i, 2, t, olen[v], d, v, cls_size, region, reg_tab, reg_base)
-                    k, out = _slab_io(out, k, i, 0, f, olen[v], d, v, cls_size, region, reg_tab, reg_base)
+                        k, out = _slab_io(out, k, i, 2, t, lv, d, vid, vk, cls_size, region, reg_tab, reg_base)
+                    k, out = _slab_io(out, k, i, 0, f, lv, d, vid, vk, cls_size, region, reg_tab, reg_base)
                     stats[_S_RELOC] += 1
-                    stats[_S_RELOC_BYTES] += olen[v]
+                    stats[_S_RELOC_BYTES] += lv
                     stats[_S_EXTENTS] += 1
                     slot_obj[bd + f] = v
-                    oslot[v] = f
+                    obj[_O_POS, v] = f
                     slot_obj[bd + t] = -1
                     nfree = _slab_shrink(d, hw, slot_obj, slot_base, n_mapped, cls_size, region, reg_tab,
                                          reg_base, free_reg, nfree)
+            if info[0]:
+                break
             for _ in range(need):
                 nfree -= 1
                 reg_tab[reg_base[c] + n_mapped[c]] = free_reg[nfree]
                 n_mapped[c] += 1
             hw[c] = s + 1
+        o, ht, obj, free = _ot_add(ht, obj, free, om, key, kinds[i])
         slot_obj[b + s] = o
         n_live[c] += 1
-        k, out = _slab_io(out, k, i, 0, s, a, c, o, cls_size, region, reg_tab, reg_base)
+        k, out = _slab_io(out, k, i, 0, s, a, c, key, kinds[i], cls_size, region, reg_tab, reg_base)
         stats[_S_EXTENTS] += 1
-        live[o] = True
-        oslot[o] = s
-        olen[o] = a
-        ocls[o] = c
+        obj[_O_POS, o] = s
+        obj[_O_LEN, o] = a
+        obj[_O_CLS, o] = c
         live_bytes += a
         if live_bytes > stats[_S_PEAK]:
             stats[_S_PEAK] = live_bytes
-    return k, out
+    st[0] = nfree
+    st[1] = live_bytes
+    return k, out, ht, obj, free
 
 
 # Extent layout. Holes (free extents) form a doubly linked list in address order. To find the
@@ -664,46 +797,83 @@ def _hole_take(h, x, head, h_off, h_len, h_next, h_prev, pool, chunk_head, seg, 
     return off, head
 
 
-@numba.njit(cache=True)
-def _plan_extent(ops, oid, alen, n_obj, cap, trim, m, ne, out, stats, info):
-    live = np.zeros(n_obj, np.bool_)
-    ofirst = np.full(n_obj, -1, np.int64)       # the object's extent list
-    olen = np.zeros(n_obj, np.int64)
-    e_off = np.zeros(ne, np.int64)              # extent records; e_next chains an object's (and the free ones)
-    e_len = np.zeros(ne, np.int64)
-    e_next = np.empty(ne, np.int64)
-    for j in range(ne):
-        e_next[j] = j + 1
-    e_next[ne - 1] = -1
-    e_free = 0
-    nh = ne + 2                                 # holes ≤ live extents + 1
-    h_off = np.zeros(nh, np.int64)
-    h_len = np.zeros(nh, np.int64)
-    h_next = np.full(nh, -1, np.int64)
-    h_prev = np.full(nh, -1, np.int64)
-    pool = np.empty(nh + 1, np.int64)           # pool[0] = count of unused records in pool[1:]
+def _extent_state(cap: int, units: int) -> dict[str, np.ndarray]:
+    """The extent layout's arrays: extent records E (offset, length, next: an object's list, and
+    the free ones'), holes H (offset, length, next, prev) and their record pool (pool[0] = count of
+    unused records in pool[1:]), the chunks' segment tree and heads; st = (hole list head, first
+    free extent record, live bytes). The records start small and double with the live extents
+    (_extent_grow): never more holes than live extents + 1."""
+    m = 1
+    while m < min(units, 1 << 18):
+        m *= 2
+    ne = min(units + 2, 1 << 12)
+    E = np.zeros((3, ne), np.int64)
+    E[2] = np.arange(1, ne + 1)
+    E[2, ne - 1] = -1
+    nh = ne + 2
+    H = np.full((4, nh), -1, np.int64)
+    H[0:2] = 0
+    pool = np.empty(nh + 1, np.int64)
     pool[0] = nh - 1
-    for j in range(1, nh):
-        pool[j] = j
-    cb = (cap + m - 1) // m                     # chunk bytes
+    pool[1:nh] = np.arange(1, nh)
+    H[1, 0] = cap                               # one hole: the whole device
     seg = np.zeros(2 * m, np.int64)
     chunk_head = np.full(m, -1, np.int64)
-    head = 0
-    h_off[0] = 0
-    h_len[0] = cap
     chunk_head[0] = 0
     _seg_set(seg, m, 0, cap)
+    return {"E": E, "H": H, "pool": pool, "seg": seg, "chunk_head": chunk_head, "m": np.array([m]),
+            "st": np.array([0, 0, 0], np.int64)}
+
+
+@numba.njit(cache=True)
+def _extent_grow(E, H, pool):
+    """Twice the extent records (the new ones free, chained) and holes to match; returns
+    (E, H, pool, first free extent record)."""
+    ne = E.shape[1]
+    E2 = np.zeros((3, 2 * ne), np.int64)
+    E2[:, :ne] = E
+    for j in range(ne, 2 * ne):
+        E2[2, j] = j + 1
+    E2[2, 2 * ne - 1] = -1
+    nh = H.shape[1]
+    nh2 = 2 * ne + 2
+    H2 = np.full((4, nh2), -1, np.int64)
+    H2[:, :nh] = H
+    H2[0:2, nh:] = 0
+    pool2 = np.empty(nh2 + 1, np.int64)
+    c = pool[0]
+    pool2[:c + 1] = pool[:c + 1]
+    for j in range(nh, nh2):
+        c += 1
+        pool2[c] = j
+    pool2[0] = c
+    return E2, H2, pool2, ne
+
+
+@numba.njit(cache=True)
+def _plan_extent(ops, ids, alen, kinds, cap, trim, m, out, stats, info, ht, obj, free, om, E, H, pool, seg,
+                 chunk_head, st):
+    """One batch on the extents (the state in _extent_state's arrays); returns
+    (k, out, ht, obj, free, E, H, pool)."""
+    e_off, e_len, e_next = E[0], E[1], E[2]
+    h_off, h_len, h_next, h_prev = H[0], H[1], H[2], H[3]
+    cb = (cap + m - 1) // m                     # chunk bytes
+    head = st[0]
+    e_free = st[1]
+    live_bytes = st[2]
     k = 0
-    live_bytes = 0
     for i in range(ops.shape[0]):
-        o = oid[i]
+        key = ids[i]
         a = alen[i]
         op = ops[i]
+        o = _ot_find(ht, obj, key)
         if op == 1:
-            if live[o]:
-                e = ofirst[o]
+            if o >= 0:
+                e = obj[_O_POS, o]
+                kd = obj[_O_KIND, o]
                 while e >= 0:
-                    k = _emit(out, k, i, 1, e_off[e], e_len[e], o)
+                    out = _room(out, k, 1)
+                    k = _emit(out, k, i, 1, e_off[e], e_len[e], key, kd)
                     e = e_next[e]
             else:
                 stats[_S_READ_MISS] += 1
@@ -713,31 +883,33 @@ def _plan_extent(ops, oid, alen, n_obj, cap, trim, m, ne, out, stats, info):
                 stats[_S_EMPTY] += 1
                 continue
             stats[_S_WRITES] += 1
-            if live[o]:
+            if o >= 0:
                 stats[_S_REWRITES] += 1
-        elif not live[o]:
+        elif o < 0:
             stats[_S_EVICT_MISS] += 1
             continue
-        if live[o]:
+        if o >= 0:
             # trim and free every extent of the old copy
-            e = ofirst[o]
+            e = obj[_O_POS, o]
+            kd = obj[_O_KIND, o]
             while e >= 0:
                 if trim:
-                    k = _emit(out, k, i, 2, e_off[e], e_len[e], o)
+                    out = _room(out, k, 1)
+                    k = _emit(out, k, i, 2, e_off[e], e_len[e], key, kd)
                 head = _hole_free(e_off[e], e_len[e], head, h_off, h_len, h_next, h_prev, pool, chunk_head,
                                   seg, m, cb)
                 nx = e_next[e]
                 e_next[e] = e_free
                 e_free = e
                 e = nx
-            ofirst[o] = -1
-            live[o] = False
-            live_bytes -= olen[o]
+            live_bytes -= obj[_O_LEN, o]
+            _ot_del(ht, obj, free, om, o)
         if op != 0:
             continue
         if live_bytes + a > cap:
             _full(info, i, a, live_bytes)
-            return k
+            break
+        o, ht, obj, free = _ot_add(ht, obj, free, om, key, kinds[i])
         r = a
         last = -1
         pieces = 0
@@ -754,8 +926,9 @@ def _plan_extent(ops, oid, alen, n_obj, cap, trim, m, ne, out, stats, info):
                 h = head
                 x = h_len[h]
             if e_free < 0:
-                info[0] = _ERR_GROW
-                return k
+                E, H, pool, e_free = _extent_grow(E, H, pool)
+                e_off, e_len, e_next = E[0], E[1], E[2]
+                h_off, h_len, h_next, h_prev = H[0], H[1], H[2], H[3]
             off, head = _hole_take(h, x, head, h_off, h_len, h_next, h_prev, pool, chunk_head, seg, m, cb)
             e = e_free
             e_free = e_next[e]
@@ -763,31 +936,34 @@ def _plan_extent(ops, oid, alen, n_obj, cap, trim, m, ne, out, stats, info):
             e_len[e] = x
             e_next[e] = -1
             if last < 0:
-                ofirst[o] = e
+                obj[_O_POS, o] = e
             else:
                 e_next[last] = e
             last = e
-            k = _emit(out, k, i, 0, off, x, o)
+            out = _room(out, k, 1)
+            k = _emit(out, k, i, 0, off, x, key, kinds[i])
             pieces += 1
             r -= x
         stats[_S_EXTENTS] += pieces
         if pieces > 1:
             stats[_S_SPLIT] += 1
-        live[o] = True
-        olen[o] = a
+        obj[_O_LEN, o] = a
         live_bytes += a
         if live_bytes > stats[_S_PEAK]:
             stats[_S_PEAK] = live_bytes
-    return k
+    st[0] = head
+    st[1] = e_free
+    st[2] = live_bytes
+    return k, out, ht, obj, free, E, H, pool
 # ----------------------------------------------------------------------------------------------
 
 
 @numba.njit(cache=True)
 def _split_ios(out, k, mx):
-    """The kernel's first k extents (out: row, op, offset, length, obj) cut into I/Os of at most
-    `mx` bytes, in one pass (relocating plans have tens of millions of I/Os; numpy's repeat and
+    """The kernel's first k extents (out: row, op, offset, length, obj, kind) cut into I/Os of at
+    most `mx` bytes, in one pass (relocating plans have tens of millions of I/Os; numpy's repeat and
     index arithmetic took several passes and temporaries per column): (rows, codes, offsets,
-    lengths, objs)."""
+    lengths, objs, kinds)."""
     n = 0
     for j in range(k):
         n += (out[3, j] + mx - 1) // mx
@@ -796,6 +972,7 @@ def _split_ios(out, k, mx):
     offs = np.empty(n, np.int64)
     lens = np.empty(n, np.int64)
     objs = np.empty(n, np.int64)
+    kinds = np.empty(n, np.int8)
     x = 0
     for j in range(k):
         ln = out[3, j]
@@ -807,30 +984,31 @@ def _split_ios(out, k, mx):
             offs[x] = off
             lens[x] = piece
             objs[x] = out[4, j]
+            kinds[x] = out[5, j]
             off += piece
             ln -= piece
             x += 1
-    return rows, codes, offs, lens, objs
+    return rows, codes, offs, lens, objs, kinds
 
 
-def _column_np(table: pa.Table, name: str, source: str, dtype: type) -> np.ndarray:
-    col = table.column(name)
+def _column_np(batch: pa.RecordBatch, name: str, source: str, base: int, dtype: type) -> np.ndarray:
+    col = batch.column(name)
     if col.null_count:
         row = int(np.flatnonzero(pc.is_null(col).to_numpy(zero_copy_only=False))[0])
-        raise InputError(source, row + 1, name, "missing value")
-    return np.asarray(col.to_numpy(), dtype=dtype)
+        raise InputError(source, base + row + 1, name, "missing value")
+    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=dtype)
 
 
-def _decode_ops(table: pa.Table, source: str) -> np.ndarray:
-    col = table.column("op")
+def _decode_ops(batch: pa.RecordBatch, source: str, base: int) -> np.ndarray:
+    col = batch.column("op")
     if pa.types.is_dictionary(col.type):
         col = col.cast(col.type.value_type)
     idx = pc.index_in(col, value_set=pa.array(list(_SSD_OPS)))
     if idx.null_count:
         row = int(np.flatnonzero(pc.is_null(idx).to_numpy(zero_copy_only=False))[0])
-        raise InputError(source, row + 1, "op",
+        raise InputError(source, base + row + 1, "op",
                          f"unknown op {col[row].as_py()!r}; valid: {', '.join(_SSD_OPS)}")
-    return np.asarray(idx.to_numpy(), dtype=np.int8)
+    return np.asarray(idx.to_numpy(zero_copy_only=False), dtype=np.int8)
 
 
 def default_slab_classes(align_bytes: int, sizes_bytes: np.ndarray) -> tuple[int, ...]:
@@ -854,155 +1032,244 @@ def default_slab_classes(align_bytes: int, sizes_bytes: np.ndarray) -> tuple[int
 
 #: `stream_block_ops` builds block_ops rows and hands them on in chunks of this many extents.
 PLAN_CHUNK_EXTENTS = 1 << 20
+#: ssd_ops rows the planner takes at a time (a larger batch from the source is sliced to it).
+PLAN_BATCH_ROWS = 1 << 16
+
+#: ssd_ops for the planner: a table, or a callable giving its record batches in order afresh on
+#: each call (the slab layout reads them twice: its classes come from every write's size).
+SsdOps: TypeAlias = "pa.Table | Callable[[], Iterable[pa.RecordBatch]]"
 
 
-def plan_block_ops(ssd_ops: pa.Table, config: ReplayConfig, *, source: str = "ssd_ops") -> BlockPlan:
+@dataclass(frozen=True)
+class _Batch:
+    """One batch of ssd_ops, checked: `base` is the global row of its first row."""
+
+    base: int
+    ops: np.ndarray
+    obj_id: np.ndarray
+    nbytes: np.ndarray
+    aligned: np.ndarray
+    t: np.ndarray
+    kind: np.ndarray
+
+
+def _checked_batches(ssd_ops: SsdOps, config: ReplayConfig, source: str, batch_rows: int,
+                     kind_names: list[str]) -> Iterator[_Batch]:
+    """The ssd_ops batches in order, each checked (errors name the global row and the field);
+    `kind_names` collects the object kinds in order of appearance (a dictionary column's own order
+    first), and each batch's `kind` holds indices into it."""
+    cap = config.capacity_bytes
+    al = config.align_bytes
+    kind_index = {v: j for j, v in enumerate(kind_names)}
+    batches: Iterable[pa.RecordBatch] = (ssd_ops.to_batches(max_chunksize=batch_rows)
+                                         if isinstance(ssd_ops, pa.Table) else ssd_ops())
+    base = 0
+    last_t: float | None = None
+    for whole in batches:
+        for at in range(0, whole.num_rows, max(1, batch_rows)):
+            batch = whole.slice(at, batch_rows)
+            n = batch.num_rows
+            ops = _decode_ops(batch, source, base)
+            obj_id = _column_np(batch, "obj_id", source, base, np.int64)
+            nbytes = _column_np(batch, "bytes", source, base, np.int64)
+            t = _column_np(batch, "t_s", source, base, np.float64)
+            bad = np.flatnonzero(~np.isfinite(t))
+            if len(bad):
+                raise InputError(source, base + int(bad[0]) + 1, "t_s", f"not a finite time: {t[bad[0]]}")
+            if last_t is not None and t[0] < last_t:
+                raise InputError(source, base + 1, "t_s", f"time goes backwards ({t[0]} after {last_t})")
+            back = np.flatnonzero(np.diff(t) < 0)
+            if len(back):
+                r = int(back[0]) + 1
+                raise InputError(source, base + r + 1, "t_s", f"time goes backwards ({t[r]} after {t[r - 1]})")
+            neg = np.flatnonzero(nbytes < 0)
+            if len(neg):
+                raise InputError(source, base + int(neg[0]) + 1, "bytes", f"negative size {nbytes[neg[0]]}")
+            aligned = (nbytes + (al - 1)) // al * al
+            too_big = np.flatnonzero((aligned > cap) & (ops == 0))
+            if len(too_big):
+                r = int(too_big[0])
+                raise InputError(source, base + r + 1, "bytes",
+                                 f"object of {nbytes[r]} bytes ({aligned[r]} aligned) exceeds the device "
+                                 f"capacity of {cap} bytes")
+            col = batch.column("obj_kind")
+            if col.null_count:
+                row = int(np.flatnonzero(pc.is_null(col).to_numpy(zero_copy_only=False))[0])
+                raise InputError(source, base + row + 1, "obj_kind", "missing value")
+            enc = col if pa.types.is_dictionary(col.type) else pc.dictionary_encode(col)
+            for v in enc.dictionary.to_pylist():
+                if v not in kind_index:
+                    kind_index[v] = len(kind_names)
+                    kind_names.append(v)
+            remap = np.array([kind_index[v] for v in enc.dictionary.to_pylist()], np.int64)
+            kind = remap[np.asarray(enc.indices.to_numpy(zero_copy_only=False), np.int64)] if n else remap[:0]
+            yield _Batch(base, ops, obj_id, nbytes, aligned, t, kind)
+            base += n
+            last_t = float(t[-1]) if n else last_t
+
+
+def plan_block_ops(ssd_ops: SsdOps, config: ReplayConfig, *, source: str = "ssd_ops",
+                   batch_rows: int = PLAN_BATCH_ROWS) -> BlockPlan:
     """Place `ssd_ops` (policies.schema.SSD_OPS rows, in time order) on the device; see the module
     docstring for layouts, rounding and time. Errors name the ssd_ops row (`source`:row) and field.
-    The whole table in memory: `stream_block_ops` hands it on in chunks instead."""
+    The whole plan in memory: `stream_block_ops` hands it on in chunks instead."""
     chunks: list[pa.Table] = []
-    counts = stream_block_ops(ssd_ops, config, chunks.append, source=source)
+    counts = stream_block_ops(ssd_ops, config, chunks.append, source=source, batch_rows=batch_rows)
     table = pa.concat_tables(chunks) if chunks else BLOCK_OPS.empty()
     return BlockPlan(table=table, **counts.accounting())  # type: ignore[arg-type]
 
 
-def stream_block_ops(ssd_ops: pa.Table, config: ReplayConfig, sink: Callable[[pa.Table], None], *,
-                     source: str = "ssd_ops", chunk_extents: int = PLAN_CHUNK_EXTENTS) -> PlanCounts:
+class _Layout:
+    """One layout's kernel and the state it carries from batch to batch."""
+
+    def __init__(self, config: ReplayConfig, ssd_ops: SsdOps, source: str, batch_rows: int) -> None:
+        self.config = config
+        self.source = source
+        cap = config.capacity_bytes
+        al = config.align_bytes
+        units = cap // al
+        self.ht, self.obj, self.free, self.om = _live_objects()
+        if config.layout == "log":
+            self.mode = {"relocate": _LOG_RELOCATE, "evict": _LOG_EVICT, "error": _LOG_ERROR}[config.log_full]
+            qsize = min(units + 4, 1 << 12)      # the kernel doubles its ring when this is short
+            self.q_obj = np.empty(qsize, np.int64)
+            self.q_cum = np.empty(qsize, np.int64)
+            self.st = np.zeros(4, np.int64)
+        elif config.layout == "slab":
+            # the classes come from every write's aligned size: a pass over the sizes first
+            counts: dict[int, int] = {}
+            for b in _checked_batches(ssd_ops, config, source, batch_rows, []):
+                sizes, n = np.unique(b.aligned[b.ops == 0], return_counts=True)
+                for s, c in zip(sizes.tolist(), n.tolist(), strict=True):
+                    counts[s] = counts.get(s, 0) + c
+            sizes = np.array(sorted(counts), np.int64)
+            written = sizes[sizes > 0]
+            self.classes = np.asarray(config.slab_classes_bytes or default_slab_classes(al, written), np.int64)
+            self.region = max(al, config.slab_bytes // al * al)
+            self.n_reg = cap // self.region
+            if self.n_reg == 0:
+                raise KvwearError(f"slab layout: capacity {cap} bytes is smaller than one {self.region}-byte slab")
+            cls = np.minimum(np.searchsorted(self.classes, sizes, side="left"), len(self.classes) - 1)
+            writes_per_class = np.bincount(cls, weights=[counts[int(s)] for s in sizes],
+                                           minlength=len(self.classes)).astype(np.int64)
+            self.slot_cap = np.minimum(writes_per_class, self.n_reg * self.region // self.classes + 1) + 1
+            self.slab = _slab_state(self.classes, self.slot_cap, self.region, self.n_reg)
+        else:
+            self.ext = _extent_state(cap, units)
+        self.stats = np.zeros(_N_STATS, np.int64)
+        self.info = np.zeros(8, np.int64)
+        self.out = np.empty((_OUT_FIELDS, 1 << 12), np.int64)
+
+    def place(self, b: _Batch) -> int:
+        """Run the kernel over batch b: its extents are self.out[:, :k]; returns k."""
+        c = self.config
+        cap = c.capacity_bytes
+        trim = bool(c.trim_on_evict)
+        if c.layout == "log":
+            k, self.out, self.ht, self.obj, self.free, self.q_obj, self.q_cum = _plan_log(
+                b.ops, b.obj_id, b.aligned, b.kind, cap, trim, self.mode, self.out, self.stats, self.info,
+                self.st, self.ht, self.obj, self.free, self.om, self.q_obj, self.q_cum)
+        elif c.layout == "slab":
+            classes = self.classes
+            big = np.flatnonzero((b.aligned > classes[-1]) & (b.ops == 0))
+            if len(big):
+                r = int(big[0])
+                raise InputError(self.source, b.base + r + 1, "bytes",
+                                 f"object of {b.aligned[r]} aligned bytes is larger than the largest slab "
+                                 f"class ({classes[-1]})")
+            cls = np.minimum(np.searchsorted(classes, b.aligned, side="left"), len(classes) - 1).astype(np.int64)
+            s = self.slab
+            k, self.out, self.ht, self.obj, self.free = _plan_slab(
+                b.ops, b.obj_id, b.aligned, b.kind, cls, classes, self.slot_cap, self.region, self.n_reg, trim,
+                self.out, self.stats, self.info, self.ht, self.obj, self.free, self.om, s["slot_base"],
+                s["reg_base"], s["slot_obj"], s["in_stack"], s["fs"], s["fs_top"], s["hw"], s["n_live"],
+                s["n_mapped"], s["reg_tab"], s["free_reg"], s["st"])
+            if self.info[0] == _ERR_GROW:
+                raise KvwearError("internal error: the slab layout ran out of the slots it sized from the writes")
+        else:
+            e = self.ext
+            k, self.out, self.ht, self.obj, self.free, e["E"], e["H"], e["pool"] = _plan_extent(
+                b.ops, b.obj_id, b.aligned, b.kind, cap, trim, int(e["m"][0]), self.out, self.stats, self.info,
+                self.ht, self.obj, self.free, self.om, e["E"], e["H"], e["pool"], e["seg"], e["chunk_head"],
+                e["st"])
+        return int(k)
+
+
+def stream_block_ops(ssd_ops: SsdOps, config: ReplayConfig, sink: Callable[[pa.Table], None], *,
+                     source: str = "ssd_ops", chunk_extents: int = PLAN_CHUNK_EXTENTS,
+                     batch_rows: int = PLAN_BATCH_ROWS) -> PlanCounts:
     """`plan_block_ops`, handing the BLOCK_OPS rows to `sink` in order, chunk by chunk (at most
-    `chunk_extents` of the kernel's extents each, cut into I/Os): memory holds the ssd_ops columns
-    and the kernel's extents (~1 per ssd_ops row), never the I/O rows (several per extent)."""
+    `chunk_extents` of the kernel's extents each, cut into I/Os). The ssd_ops are read `batch_rows`
+    at a time and the layout's state carries over from batch to batch, so memory holds one batch,
+    one chunk and the live objects' state (bounded by the device), never the whole trace."""
     cap = config.capacity_bytes
-    al = config.align_bytes
-    n = ssd_ops.num_rows
-    ops = _decode_ops(ssd_ops, source)
-    obj_id = _column_np(ssd_ops, "obj_id", source, np.int64)
-    nbytes = _column_np(ssd_ops, "bytes", source, np.int64)
-    t = _column_np(ssd_ops, "t_s", source, np.float64)
-    if n:
-        bad = np.flatnonzero(~np.isfinite(t))
-        if len(bad):
-            raise InputError(source, int(bad[0]) + 1, "t_s", f"not a finite time: {t[bad[0]]}")
-        back = np.flatnonzero(np.diff(t) < 0)
-        if len(back):
-            r = int(back[0]) + 1
-            raise InputError(source, r + 1, "t_s", f"time goes backwards ({t[r]} after {t[r - 1]})")
-        neg = np.flatnonzero(nbytes < 0)
-        if len(neg):
-            raise InputError(source, int(neg[0]) + 1, "bytes", f"negative size {nbytes[neg[0]]}")
-    aligned = (nbytes + (al - 1)) // al * al
-    is_write = ops == 0
-    too_big = np.flatnonzero((aligned > cap) & is_write)
-    if len(too_big):
-        r = int(too_big[0])
-        raise InputError(source, r + 1, "bytes",
-                         f"object of {nbytes[r]} bytes ({aligned[r]} aligned) exceeds the device "
-                         f"capacity of {cap} bytes")
-    uniq, first_row, oid = np.unique(obj_id, return_index=True, return_inverse=True)
-    oid = oid.astype(np.int64)
-    n_obj = len(uniq)
-    # an object's aligned size at reads/evicts is the one of its live copy (kept by the kernels)
-    trim = bool(config.trim_on_evict)
-    nwr = int(is_write.sum())
-    units = cap // al
-
-    # kernel(out, stats, info) → (rows, out): log and slab grow `out` (and log its ring) themselves;
-    # extent counts the rows it could not store and is run again with room for them (or a larger
-    # pool, grow[0], on _ERR_GROW)
-    grow = [0]
-    if config.layout == "log":
-        mode = {"relocate": _LOG_RELOCATE, "evict": _LOG_EVICT, "error": _LOG_ERROR}[config.log_full]
-        qsize = min(units + 4, 2 * nwr + 16)     # the kernel doubles its ring when this is short
-
-        def kernel(out: np.ndarray, stats: np.ndarray, info: np.ndarray) -> tuple[int, np.ndarray]:
-            return _plan_log(ops, oid, aligned, n_obj, cap, trim, mode, qsize, out, stats, info)
-    elif config.layout == "slab":
-        written = aligned[is_write & (aligned > 0)]
-        classes = np.asarray(config.slab_classes_bytes or default_slab_classes(al, written), np.int64)
-        if len(written) and written.max() > classes[-1]:
-            r = int(np.flatnonzero((aligned > classes[-1]) & is_write)[0])
-            raise InputError(source, r + 1, "bytes",
-                             f"object of {aligned[r]} aligned bytes is larger than the largest slab "
-                             f"class ({classes[-1]})")
-        cls = np.minimum(np.searchsorted(classes, aligned, side="left"), len(classes) - 1).astype(np.int64)
-        region = max(al, config.slab_bytes // al * al)
-        n_reg = cap // region
-        if n_reg == 0:
-            raise KvwearError(f"slab layout: capacity {cap} bytes is smaller than one {region}-byte slab")
-        writes_per_class = np.bincount(cls[is_write], minlength=len(classes)).astype(np.int64)
-        slot_cap = np.minimum(writes_per_class, n_reg * region // classes + 1) + 1
-
-        def kernel(out: np.ndarray, stats: np.ndarray, info: np.ndarray) -> tuple[int, np.ndarray]:
-            return _plan_slab(ops, oid, aligned, cls, n_obj, classes, slot_cap, region, n_reg, trim, out, stats, info)
-    else:
-        m = 1
-        while m < min(units, 1 << 18):
-            m *= 2
-        grow[0] = min(units + 2, 2 * nwr + 16)
-
-        def kernel(out: np.ndarray, stats: np.ndarray, info: np.ndarray) -> tuple[int, np.ndarray]:
-            return _plan_extent(ops, oid, aligned, n_obj, cap, trim, m, grow[0], out, stats, info), out
-
-    out_size = 2 * n + 16
-    while True:
-        out = np.empty((5, out_size), np.int64)        # one row per field: contiguous columns below
-        stats = np.zeros(_N_STATS, np.int64)
-        info = np.zeros(8, np.int64)
-        k, out = kernel(out, stats, info)
-        if info[0] == _ERR_GROW:
-            if not grow[0]:
-                raise KvwearError(f"internal error: the {config.layout} layout ran out of a pool it sizes itself")
-            grow[0] *= 2                  # a pool of the kernel's ran out (its size is a guess): rerun
-            continue
-        if info[0] == 0 and k > out.shape[1]:
-            out_size = int(k)             # the kernel counted what it could not store: rerun
-            continue
-        break
-    if info[0]:
-        _raise_kernel_error(info, config, source, uniq, t)
-    # an object keeps its kind; a relocation's row is the write that caused it, not the object's own
-    kinds = ssd_ops.column("obj_kind")
+    mx = config.max_io_bytes
+    kind_names: list[str] = []
+    layout = _Layout(config, ssd_ops, source, batch_rows)
     op_dict = pa.array(list(BLOCK_OP_NAMES))
-    t0 = t[0] if n else 0.0
-    w_bytes = t_bytes = r_bytes = w_ios = r_ios = t_ios = done = 0
-    for a in range(0, k, max(1, chunk_extents)):
-        b = min(k, a + max(1, chunk_extents))
-        rows, codes, offs, lens, objs = _split_ios(out[:, a:b], b - a, config.max_io_bytes)
+    parts: list[tuple[np.ndarray, ...]] = []
+    pending = 0
+    n = obj_bytes = policy_bytes = done = 0
+    acc = np.zeros(6, np.int64)              # write, trim, read bytes; write, read, trim I/Os
+    t0: float | None = None
+
+    def flush() -> None:
+        nonlocal parts, pending
+        if not parts:
+            return
+        ts, codes, offs, lens, objs, kinds = (np.concatenate(c) for c in zip(*parts, strict=True))
+        parts, pending = [], 0
         if len(offs) and (offs.min() < 0 or (offs + lens).max() > cap or lens.min() <= 0):
             raise KvwearError("internal error: a planned I/O falls outside [0, capacity_bytes)")
-        if config.time_mode == "afap":
-            ts = np.arange(done, done + len(rows), dtype=np.float64)
-        else:
-            ts = t[rows] - t0
-            if config.time_mode == "compressed":
-                ts = ts / config.time_compression
-        done += len(rows)
-        kind = kinds.take(pa.array(first_row[objs], pa.int64()))
+        is_w, is_r, is_t = codes == 0, codes == 1, codes == 2
+        acc[:] += (int(lens[is_w].sum()), int(lens[is_t].sum()), int(lens[is_r].sum()),
+                   int(is_w.sum()), int(is_r.sum()), int(is_t.sum()))
         sink(BLOCK_OPS.conform(pa.table({
             "t_s": pa.array(ts, pa.float64()),
             "op": pa.DictionaryArray.from_arrays(pa.array(codes, pa.int8()), op_dict),
             "offset_bytes": pa.array(offs, pa.int64()),
             "length_bytes": pa.array(lens, pa.int64()),
-            "obj_kind": kind.combine_chunks() if isinstance(kind, pa.ChunkedArray) else kind,
-            "obj_id": pa.array(uniq[objs], pa.int64()),
+            "obj_kind": pa.DictionaryArray.from_arrays(pa.array(kinds, pa.int8()), pa.array(kind_names, pa.string())),
+            "obj_id": pa.array(objs, pa.int64()),
         })))
-        is_w, is_r, is_t = codes == 0, codes == 1, codes == 2
-        w_bytes += int(lens[is_w].sum())
-        t_bytes += int(lens[is_t].sum())
-        r_bytes += int(lens[is_r].sum())
-        w_ios += int(is_w.sum())
-        r_ios += int(is_r.sum())
-        t_ios += int(is_t.sum())
-        del rows, codes, offs, lens, objs, ts, kind
-    planned_w = is_write & (aligned > 0)
+
+    for b in _checked_batches(ssd_ops, config, source, batch_rows, kind_names):
+        if t0 is None and len(b.t):
+            t0 = float(b.t[0])
+        k = layout.place(b)
+        if layout.info[0]:
+            _raise_kernel_error(layout.info, config, source, b, t0 or 0.0)
+        n += len(b.ops)
+        planned_w = (b.ops == 0) & (b.aligned > 0)
+        obj_bytes += int(b.nbytes[planned_w].sum())
+        policy_bytes += int(b.aligned[planned_w].sum())
+        j = 0
+        while j < k:
+            take = min(k - j, max(1, chunk_extents) - pending)
+            rows, codes, offs, lens, objs, kinds = _split_ios(layout.out[:, j:j + take], take, mx)
+            if config.time_mode == "afap":
+                ts = np.arange(done, done + len(rows), dtype=np.float64)
+            else:
+                ts = b.t[rows] - (t0 or 0.0)
+                if config.time_mode == "compressed":
+                    ts = ts / config.time_compression
+            done += len(rows)
+            parts.append((ts, codes, offs, lens, objs, kinds))
+            pending += take
+            j += take
+            if pending >= max(1, chunk_extents):
+                flush()
+    flush()
+    stats = layout.stats
     reloc_bytes = int(stats[_S_RELOC_BYTES])
     plan = PlanCounts(
-        object_write_bytes=int(nbytes[planned_w].sum()),
-        aligned_write_bytes=w_bytes,
-        trim_bytes=t_bytes,
-        read_bytes=r_bytes,
-        write_ios=w_ios,
-        read_ios=r_ios,
-        trim_ios=t_ios,
+        object_write_bytes=obj_bytes,
+        aligned_write_bytes=int(acc[0]),
+        trim_bytes=int(acc[1]),
+        read_bytes=int(acc[2]),
+        write_ios=int(acc[3]),
+        read_ios=int(acc[4]),
+        trim_ios=int(acc[5]),
         ssd_ops=n,
         writes=int(stats[_S_WRITES]),
         empty_writes=int(stats[_S_EMPTY]),
@@ -1014,7 +1281,7 @@ def stream_block_ops(ssd_ops: pa.Table, config: ReplayConfig, sink: Callable[[pa
         peak_live_bytes=int(stats[_S_PEAK]),
         capacity_bytes=cap,
         layout=config.layout,
-        policy_write_bytes=int(aligned[planned_w].sum()),
+        policy_write_bytes=policy_bytes,
         relocation_write_bytes=reloc_bytes,
         relocations=int(stats[_S_RELOC]),
         relocation_read_bytes=reloc_bytes,
@@ -1028,28 +1295,28 @@ def stream_block_ops(ssd_ops: pa.Table, config: ReplayConfig, sink: Callable[[pa
     return plan
 
 
-def _raise_kernel_error(info: np.ndarray, config: ReplayConfig, source: str, uniq: np.ndarray,
-                        t: np.ndarray) -> None:
+def _raise_kernel_error(info: np.ndarray, config: ReplayConfig, source: str, b: _Batch, t0: float) -> None:
     code, row = int(info[0]), int(info[1])
     cap = config.capacity_bytes
-    when = f"t={t[row] - t[0]:.6g} s"
+    when = f"t={b.t[row] - t0:.6g} s"
+    line = b.base + row + 1
     if code == _ERR_FULL:
         need = int(info[3]) + int(info[2])
         raise InputError(
-            source, row + 1, "bytes",
+            source, line, "bytes",
             f"{config.layout} layout: the live bytes exceed the device at {when}: writing {info[2]} bytes "
             f"with {info[3]} live needs {need} of {cap} bytes, short by {need - cap} bytes; give a larger "
             "device (--capacity) or a smaller SSD tier (--ssd)")
     if code == _ERR_LOG_FULL:
         raise InputError(
-            source, row + 1, "bytes",
+            source, line, "bytes",
             f"log layout full: writing {info[5]} bytes at head offset {info[3]} would overwrite live "
-            f"object {int(uniq[info[2]])} ({info[4]} bytes live of {cap} capacity); use "
+            f"object {int(info[2])} ({info[4]} bytes live of {cap} capacity); use "
             f"log_full='relocate' or 'evict', or a larger device")
     if code == _ERR_SLAB_FULL:
         region = max(config.align_bytes, config.slab_bytes // config.align_bytes * config.align_bytes)
         raise InputError(
-            source, row + 1, "bytes",
+            source, line, "bytes",
             f"slab layout: the live slots do not fit at {when}: writing {info[2]} bytes with {info[3]} live "
             f"needs {info[4]} more {region}-byte slab(s) than the {cap // region} the device holds, after "
             "compacting every class (each class keeps at most one slab partly used); give a larger device "

@@ -437,17 +437,21 @@ PLAN_COLUMNS = ["t_s", "op", "obj_id", "obj_kind", "bytes"]
 
 def plan_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, capacity: int) -> Plan:
     """Lay the policy's ssd_ops out as block_ops on the device's capacity (harness.plan), then the
-    placement post-pass; plan.json holds the plan's accounting. Without placement the block_ops
-    rows stream to their Parquet chunk by chunk (`stream_block_ops`) and the death summary reads
-    them back in batches; the placement modes that rank a write by its future (kind, lifetime)
-    take the whole plan."""
+    placement post-pass; plan.json holds the plan's accounting. The planner reads ssd_ops.parquet
+    in record batches (its state is the live objects', bounded by the device). Without placement
+    the block_ops rows stream to their Parquet chunk by chunk (`stream_block_ops`) and the death
+    summary reads them back in batches; the placement modes that look at a write's future take the
+    whole plan: `lifetime` ranks each write by it, and `kind`, whose handles need only each row's
+    kind, records the kinds' separation over those same lifetime buckets."""
     from policies.schema import SSD_OPS
 
     label = sim.label
     d = rd.stage_dir("plan", label)
 
     def compute() -> tuple[Plan, Mapping[str, Any]]:
-        ops = read_table(SSD_OPS, sim.ssd_ops_path, columns=PLAN_COLUMNS)
+        def ops() -> Iterator[pa.RecordBatch]:
+            return iter_table_batches(SSD_OPS, sim.ssd_ops_path, columns=PLAN_COLUMNS)
+
         r = cfg.replay
         rc = replay_config(cfg, capacity)
         placement = _placement(cfg)
@@ -472,7 +476,6 @@ def plan_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, capacity: int) -> Pla
                 del table
         except InputError as exc:     # name the policy whose plan did not fit
             raise InputError(exc.path, exc.line, exc.field, f"policy {label}: {exc.message}") from None
-        del ops
         write_json(d / "plan.json", {**plan.accounting(), "placement": placed.as_dict(),
                                      "death_summary": plan_death_summary(path, capacity).as_dict()})
         return Plan.read(label, d), {"write_ios": plan.write_ios}

@@ -91,7 +91,6 @@ BANDS = 16
 # Line sizes (4 KiB pages) with a line-empty survival each: the model takes the device's pages per
 # line, or the nearest of these (FEMU's fixture: 1,024; the block-level default: 64).
 LINE_PAGES = (64, 256, 1024, 4096)      # powers of two (the summary pass shifts by them)
-SUMMARY_SLICE_LINES = 1 << 22           # DeathCounter.summary reads the per-line death times in slices
 MODEL_NAME = "fluid log-structured cleaning over page and line death distances"
 
 Regime = Literal["no GC", "block", "line background", "line forced"]
@@ -160,13 +159,23 @@ def survival_grid(host_pages: int, per_octave: int = GRID_POINTS_PER_OCTAVE) -> 
 
 
 @numba.njit(cache=True)
-def _deaths(ops, first, npages, last, now, grid, total, band_len, dead_diff, hist, counts, line_shifts, line_off,
-            line_last):
+def _deaths(ops, first, npages, last, now, grid, total, band_len, dead_diff, hist, counts, line_shifts, lt, lt_n,
+            pend, line_hist):
     """One pass over the page requests. last[lpn] = host time of the page's live write (−1: never
     written, −2: trimmed).
     dead_diff[band]: +1/−1 over the grid range [d, T − t) where a death at distance d is visible.
-    line_last[line_off[k] + (t >> line_shifts[k])]: the host time its last page died so far.
-    `now`: the host pages written before these requests (a plan fed in batches); returns it after."""
+    Lines (aligned runs of 2^line_shifts[k] host pages): a line's written pages follow from `now`,
+    so only its dead pages are counted, in the table `lt` (_line_flush) from its first death until
+    its last page dies, when it is added to line_hist[k] and dropped (a line in the table has a
+    live page: the table is bounded by the device's live pages). Consecutive dying pages mostly
+    share a line, so the pass counts runs of deaths in one line of the smallest size
+    (`line_shifts` ascending) and hands each run on (_line_run) when the line changes.
+    `now`: the host pages written before these requests (a plan fed in batches); returns
+    (now, lt), the table grown when it filled."""
+    s0 = line_shifts[0]
+    d_line = -1
+    d_n = 0
+    d_last = 0
     for r in range(ops.shape[0]):
         op = ops[r]
         if op == 1:
@@ -180,10 +189,15 @@ def _deaths(ops, first, npages, last, now, grid, total, band_len, dead_diff, his
                 dead_diff[b, lo] += 1
                 dead_diff[b, np.searchsorted(grid, total - tw)] -= 1
                 hist[lo if lo < grid.shape[0] and grid[lo] == d else lo - 1] += 1
-                for k in range(line_shifts.shape[0]):
-                    c = line_off[k] + (tw >> line_shifts[k])
-                    if line_last[c] < now:
-                        line_last[c] = now
+                c = tw >> s0
+                if c != d_line:
+                    if d_n:
+                        lt = _line_run(lt, lt_n, pend, d_line, d_n, d_last, grid, total, band_len, line_shifts,
+                                       line_hist)
+                    d_line = c
+                    d_n = 0
+                d_n += 1
+                d_last = now
                 if op == 0:
                     counts[0] += 1
                 else:
@@ -195,18 +209,123 @@ def _deaths(ops, first, npages, last, now, grid, total, band_len, dead_diff, his
                 now += 1
             elif tw != -1:
                 last[lpn] = -2                     # trimmed (−1: never written)
-    return now
+    if d_n:
+        lt = _line_run(lt, lt_n, pend, d_line, d_n, d_last, grid, total, band_len, line_shifts, line_hist)
+    for k in range(line_shifts.shape[0]):
+        lt = _line_flush(lt, lt_n, pend, k, grid, total, band_len, line_shifts, line_hist)
+    return now, lt
+
+
+# pend rows (one column per line size): the pending run's line, its dead pages, its last death time
+_P_LINE, _P_DEAD, _P_LAST = range(3)
 
 
 @numba.njit(cache=True)
-def _mark_live_lines(last, line_shifts, line_off, line_last):
-    """A line with a page still live when the plan ends never empties: its last death is 'never'."""
-    never = np.iinfo(np.int64).max
-    for lpn in range(last.shape[0]):
-        tw = last[lpn]
-        if tw >= 0:
-            for k in range(line_shifts.shape[0]):
-                line_last[line_off[k] + (tw >> line_shifts[k])] = never
+def _line_run(lt, lt_n, pend, line0, n, died, grid, total, band_len, line_shifts, line_hist):
+    """A run of n deaths in line `line0` of the smallest size, the last at host time `died`, added
+    to every size's pending run (a size's pending run is applied first when this one is in another
+    of its lines); returns lt."""
+    for k in range(line_shifts.shape[0]):
+        c = line0 >> (line_shifts[k] - line_shifts[0])
+        if c != pend[_P_LINE, k]:
+            lt = _line_flush(lt, lt_n, pend, k, grid, total, band_len, line_shifts, line_hist)
+            pend[_P_LINE, k] = c
+        pend[_P_DEAD, k] += n
+        pend[_P_LAST, k] = died
+    return lt
+
+
+@numba.njit(cache=True, inline="always")
+def _line_home(key, mask):
+    h = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)
+    return np.int64((h ^ (h >> np.uint64(32))) & np.uint64(mask))
+
+
+@numba.njit(cache=True)
+def _line_slot(lt, key):
+    """The slot of `key` in the line table (lt rows: key, live pages, last death; key −1 = empty),
+    or the empty slot where it goes."""
+    mask = lt.shape[1] - 1
+    i = _line_home(key, mask)
+    while lt[0, i] != -1 and lt[0, i] != key:
+        i = (i + 1) & mask
+    return i
+
+
+@numba.njit(cache=True)
+def _line_flush(lt, lt_n, pend, k, grid, total, band_len, line_shifts, line_hist):
+    """Apply size k's pending deaths to the line table (rows: key = line << 2 | k, dead pages,
+    last death; key −1 = empty); a line whose every page died is emptied: added to line_hist[k]
+    and dropped. Returns lt (doubled when half full)."""
+    if pend[_P_DEAD, k] == 0:
+        return lt
+    if 2 * (lt_n[0] + 1) > lt.shape[1]:
+        old = lt
+        lt = np.full((3, 2 * old.shape[1]), -1, np.int64)
+        for j in range(old.shape[1]):
+            if old[0, j] != -1:
+                i = _line_slot(lt, old[0, j])
+                lt[0, i] = old[0, j]
+                lt[1, i] = old[1, j]
+                lt[2, i] = old[2, j]
+    sh = line_shifts[k]
+    line = pend[_P_LINE, k]
+    key = (line << 2) | k
+    i = _line_slot(lt, key)
+    if lt[0, i] == -1:
+        lt[0, i] = key
+        lt[1, i] = 0
+        lt_n[0] += 1
+    lt[1, i] += pend[_P_DEAD, k]
+    lt[2, i] = pend[_P_LAST, k]
+    pend[_P_DEAD, k] = 0
+    if lt[1, i] == 1 << sh:
+        _line_emptied(line, lt[2, i], k, sh, grid, total, band_len, line_hist)
+        _line_drop(lt, i)
+        lt_n[0] -= 1
+    return lt
+
+
+@numba.njit(cache=True)
+def _line_emptied(line, died, k, sh, grid, total, band_len, line_hist):
+    """Line `line` of size k emptied at host time `died`: its pages count as empty from there on,
+    over the grid distances its write time lets the plan observe."""
+    start = line << sh
+    w = min(start + (1 << sh), total) - start
+    row = start // band_len * (grid.shape[0] + 1)
+    line_hist[k, row + np.searchsorted(grid, died - start)] += w
+    line_hist[k, row + np.searchsorted(grid, total - start)] -= w
+
+
+@numba.njit(cache=True)
+def _line_drop(lt, i):
+    """Remove slot i (backward-shift deletion: linear probing without tombstones)."""
+    mask = lt.shape[1] - 1
+    j = i
+    while True:
+        j = (j + 1) & mask
+        if lt[0, j] == -1:
+            break
+        h = _line_home(lt[0, j], mask)
+        if (i <= j and (h <= i or h > j)) or (i > j and (h <= i and h > j)):
+            lt[0, i] = lt[0, j]
+            lt[1, i] = lt[1, j]
+            lt[2, i] = lt[2, j]
+            i = j
+    lt[0, i] = -1
+
+
+@numba.njit(cache=True)
+def _end_lines(lt, lt_n, grid, total, band_len, line_shifts, line_hist):
+    """The plan ended: the last line, shorter than the others, is emptied when all its pages died;
+    a line with a live page never empties."""
+    for i in range(lt.shape[1]):
+        key = lt[0, i]
+        if key != -1:
+            k = key & 3
+            start = (key >> 2) << line_shifts[k]
+            if lt[1, i] == min(start + (1 << line_shifts[k]), total) - start:
+                _line_emptied(key >> 2, lt[2, i], k, line_shifts[k], grid, total, band_len, line_hist)
 
 
 def _checked(op_codes: np.ndarray, first_page: np.ndarray, npages: np.ndarray,
@@ -230,9 +349,12 @@ def death_summary(op_codes: np.ndarray, first_page: np.ndarray, npages: np.ndarr
 
 class DeathCounter:
     """`death_summary` over a plan fed in batches (in plan order), for plans too large to hold:
-    the state is one host time per page of the device (int32 below 2³¹ written pages) and the
-    per-line death times (one int64 per line of each LINE_PAGES size), never the plan. The
-    plan's written pages (`total_pages`) must be known first: the survival grid is built on them."""
+    the state is one host time per page of the device (int32 below 2³¹ written pages) and, per
+    LINE_PAGES size, the dead-page counts of the lines with a dead page and a live one (a hash
+    table bounded by the device's live pages), each line's empty age binned as the line empties — never the plan,
+    nor one entry per line of it (a line per 64 host pages was 1.3 GB at the 1× corpus and grew
+    with the trace). The plan's written pages (`total_pages`) must be known first: the survival
+    grid is built on them."""
 
     def __init__(self, total_pages: int, exposed_pages: int, bands: int = BANDS) -> None:
         total = self.total = int(total_pages)
@@ -247,9 +369,13 @@ class DeathCounter:
         self.counts = np.zeros(3, np.int64)
         self.sizes = np.asarray(LINE_PAGES, np.int64)
         self.shifts = np.log2(self.sizes).astype(np.int64)        # LINE_PAGES are powers of two
-        self.n_lines = -(-max(total, 1) // self.sizes)
-        self.line_off = np.concatenate([[0], np.cumsum(self.n_lines)[:-1]]).astype(np.int64)
-        self.line_last = np.zeros(int(self.n_lines.sum()), np.int64)
+        # the open lines only (bounded by the device's live pages), never one entry per line of the plan
+        self.lines = np.full((3, 1 << 12), -1, np.int64)
+        self.lines_n = np.zeros(1, np.int64)
+        self.pend = np.zeros((3, len(self.sizes)), np.int64)
+        self.pend[_P_LINE] = -1
+        self.line_hist = np.zeros((len(self.sizes), self.nb * (len(self.grid) + 1)), np.int64)
+        self.ended = False
         self.now = 0
 
     def feed(self, op_codes: np.ndarray, first_page: np.ndarray, npages: np.ndarray) -> None:
@@ -257,14 +383,16 @@ class DeathCounter:
         ops, first, n = _checked(op_codes, first_page, npages, self.exposed_pages)
         if self.now + int(n[ops == OP_WRITE].sum()) > self.total:
             raise KvwearError(f"internal error: death_summary fed more than the {self.total} host pages announced")
-        self.now = _deaths(ops, first, n, self.last, self.now, self.grid, self.total, self.band_len, self.dead_diff,
-                           self.hist, self.counts, self.shifts, self.line_off, self.line_last)
+        if self.ended:
+            raise KvwearError("internal error: death_summary fed after its summary")
+        self.now, self.lines = _deaths(ops, first, n, self.last, self.now, self.grid, self.total, self.band_len,
+                                       self.dead_diff, self.hist, self.counts, self.shifts, self.lines,
+                                       self.lines_n, self.pend, self.line_hist)
 
     def summary(self) -> DeathSummary:
         """The summary of everything fed (which must be the `total_pages` announced)."""
         total, grid, nb, band_len = self.total, self.grid, self.nb, self.band_len
-        last, sizes, shifts, n_lines, line_off = self.last, self.sizes, self.shifts, self.n_lines, self.line_off
-        counts, hist, line_last = self.counts, self.hist, self.line_last
+        last, sizes, counts, hist = self.last, self.sizes, self.counts, self.hist
         if self.now != total:
             raise KvwearError(f"internal error: death_summary counted {self.now} host pages, expected {total}")
         dead = np.cumsum(self.dead_diff[:, :-1], axis=1)
@@ -278,23 +406,12 @@ class DeathCounter:
         # where a band has no page old enough yet, it takes the pooled value (never read by the model:
         # such ages lie beyond the plan's end for that band)
         band_s = np.where(np.isnan(band_s), pooled[None, :], band_s)
-        _mark_live_lines(last, shifts, line_off, line_last)
+        if not self.ended:
+            _end_lines(self.lines, self.lines_n, grid, total, band_len, self.shifts, self.line_hist)
+            self.ended = True
         line_s = []
-        size = nb * (len(grid) + 1)
-        for k, w in enumerate(sizes):
-            # in slices of lines: a plan of billions of pages has ~10^8 lines of 64 pages, and each
-            # temporary below is 8 bytes a line (the weights are whole pages: the sums are exact)
-            flat = np.zeros(size, np.float64)
-            for lo in range(0, int(n_lines[k]), SUMMARY_SLICE_LINES):
-                hi = min(int(n_lines[k]), lo + SUMMARY_SLICE_LINES)
-                ll = line_last[line_off[k] + lo: line_off[k] + hi]
-                start = np.arange(lo, hi, dtype=np.int64) * w
-                emptied = ll < np.iinfo(np.int64).max
-                start_e = start[emptied]
-                row = start_e // band_len * (len(grid) + 1)
-                w_e = (np.minimum(start_e + w, total) - start_e).astype(np.float64)
-                flat += np.bincount(row + np.searchsorted(grid, ll[emptied] - start_e), w_e, size)
-                flat -= np.bincount(row + np.searchsorted(grid, total - start_e), w_e, size)
+        for k in range(len(sizes)):
+            flat = self.line_hist[k].astype(np.float64)       # whole pages: exact
             diff = flat.reshape(nb, -1)
             with np.errstate(invalid="ignore", divide="ignore"):
                 e = np.where(obs > 0, 1.0 - np.cumsum(diff[:, :-1], axis=1) / np.maximum(obs, 1), np.nan)

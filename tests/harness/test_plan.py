@@ -440,3 +440,83 @@ def test_log_layout_with_trim_is_waf_one_on_sim(tmp_path: Path) -> None:
     res = dev.replay(plan.table, tmp_path)
     assert res.write_bytes == plan.aligned_write_bytes == 6 * cap
     assert res.waf == 1.0 and res.extra["counters"]["line_erases"] > 0
+
+
+def _fragmenting_ops(seed: int) -> list[tuple[str, int, int]]:
+    """Rounds of one-page objects, half of them evicted (with reads of live ones), then 9-page
+    objects: on a device of 1,800 pages the extent layout splits writes over holes, the slab
+    layout compacts its one-page class, the log relocates (or, with log_full='evict', drops)."""
+    rng = np.random.default_rng(seed)
+    rows: list[tuple[str, int, int]] = []
+    live: list[int] = []
+    nid = 0
+    for _ in range(3):
+        for _ in range(600):
+            rows.append(("write", nid, PAGE))
+            live.append(nid)
+            nid += 1
+        rng.shuffle(live)
+        for o in live[: len(live) // 2]:
+            rows.append(("evict", o, PAGE))
+            if rng.random() < 0.3:
+                rows.append(("read", live[-1], 0))
+        live = live[len(live) // 2:]
+        for _ in range(40):
+            rows.append(("write", nid, 8 * PAGE + 100))
+            rows.append(("read", nid, 0))
+            nid += 1
+    rows += [("write", 5, PAGE), ("write", 5, 3 * PAGE), ("evict", 99_999, 0), ("write", 7, 0)]
+    return rows
+
+
+@pytest.mark.parametrize(("layout", "log_full", "feature"), [
+    ("extent", "relocate", "split_writes"), ("log", "relocate", "relocations"),
+    ("log", "evict", "forced_evictions"), ("slab", "relocate", "relocations")])
+def test_batches_of_any_size_plan_what_one_batch_plans(layout: str, log_full: str, feature: str) -> None:
+    """The layouts' state carries across ssd_ops batches: batches of 5 and 64 rows give the block_ops
+    and accounting of one batch, through splits, relocations, forced evictions, rewrites and trims."""
+    table = ssd_ops(_fragmenting_ops(1), [0.5 * i for i in range(len(_fragmenting_ops(1)))])
+    rc = ReplayConfig(capacity_bytes=1800 * PAGE, layout=layout, log_full=log_full,  # type: ignore[arg-type]
+                      slab_bytes=16 * PAGE, max_io_bytes=4 * PAGE)
+    one = plan_block_ops(table, rc, batch_rows=table.num_rows)
+    assert getattr(one, feature) > 10 and one.trim_ios > 0 and one.rewrites == 1
+    for rows in (5, 64):
+        small = plan_block_ops(table, rc, batch_rows=rows)
+        assert small.table.equals(one.table)
+        assert small.accounting() == one.accounting()
+    # a callable of record batches (how the run reads ssd_ops.parquet) plans the same
+    fed = plan_block_ops(lambda: table.to_batches(max_chunksize=97), rc)
+    assert fed.table.equals(one.table) and fed.accounting() == one.accounting()
+
+
+def test_errors_name_the_global_row_across_batches() -> None:
+    rows = [("write", i, PAGE) for i in range(20)]
+    bad_op = ssd_ops([*rows, ("delete", 1, 10)])
+    with pytest.raises(InputError, match=r"ssd_ops:21: field 'op': unknown op 'delete'"):
+        plan_block_ops(bad_op, ReplayConfig(capacity_bytes=1 << 20), batch_rows=3)
+    back = ssd_ops(rows, [float(i) for i in range(9)] + [3.0] + [float(i) for i in range(10, 20)])
+    with pytest.raises(InputError, match=r"ssd_ops:10: field 't_s': time goes backwards \(3.0 after 8.0\)"):
+        plan_block_ops(back, ReplayConfig(capacity_bytes=1 << 20), batch_rows=9)
+    for layout in ("extent", "log", "slab"):
+        with pytest.raises(InputError, match=rf"ssd_ops:17: field 'bytes': {layout} layout: the live bytes"
+                                             r"|ssd_ops:17: field 'bytes': slab layout: the live slots"):
+            plan_block_ops(ssd_ops(rows), ReplayConfig(capacity_bytes=16 * PAGE, layout=layout,  # type: ignore[arg-type]
+                                                       slab_bytes=PAGE), batch_rows=4)
+
+
+@pytest.mark.parametrize("layout", ["extent", "log", "slab"])
+def test_per_object_state_is_bounded_by_the_live_objects(layout: str) -> None:
+    """50,000 objects written and evicted at once, two live at a time: the live-object table
+    stays at its first size (512 slots) instead of one entry per object the trace names."""
+    from harness.plan import _checked_batches, _Layout
+
+    n = 50_000
+    rows = [r for i in range(n) for r in (("write", i, PAGE), ("read", i, 0), ("evict", i, 0))]
+    table = ssd_ops(rows)
+    rc = ReplayConfig(capacity_bytes=64 * PAGE, layout=layout, slab_bytes=PAGE)  # type: ignore[arg-type]
+    lay = _Layout(rc, table, "ssd_ops", 4096)
+    for b in _checked_batches(table, rc, "ssd_ops", 4096, []):
+        lay.place(b)
+        assert not lay.info[0]
+    assert lay.obj.shape[1] == 512 and lay.om[2] == 0
+    assert lay.stats[7] == n                    # writes

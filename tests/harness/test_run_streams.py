@@ -111,3 +111,22 @@ def test_a_run_writes_the_in_memory_stages_block_ops_and_death_summary(tmp_path:
     assert acc["death_summary"] == json.loads(json.dumps(ref.as_dict())) and ref.host_pages > 0
     assert acc["write_ios"] == whole.write_ios
     assert acc["placement"]["write_bytes_by_handle"] == [whole.aligned_write_bytes]
+
+
+def test_the_death_counter_holds_lines_with_a_live_page_only() -> None:
+    """A plan ~500× the device (some pages trimmed): the line table holds the lines that still have
+    a live page and a dead one, at most one per live page and line size, never one entry per line
+    of the plan (16,000 lines of 64 pages alone here) — and the summary is the one-batch one."""
+    rng = np.random.default_rng(9)
+    pages = 2048
+    n = 40_000
+    ops = rng.choice(np.array([0, 0, 0, 0, 2], np.int8), n)
+    first = rng.integers(0, pages // 64, n) * 64 + rng.integers(0, 8, n)
+    npg = np.minimum(rng.integers(1, 64, n), pages - first)
+    total = int(npg[ops == OP_WRITE].sum())
+    assert total // 64 > 15_000
+    acc = DeathCounter(total, pages)
+    for part in np.array_split(np.arange(n), 50):
+        acc.feed(ops[part], first[part], npg[part])
+        assert int(acc.lines_n[0]) <= pages * len(acc.sizes) < total // 64
+    assert acc.summary() == death_summary(ops, first, npg, pages)
