@@ -189,7 +189,7 @@ class Accumulator:
         # per-request columns: the current chunk's, and (without a sink) the finished chunks
         self._requests_sink = requests_sink
         self._req_tables: list[pa.Table] = []
-        self._chunk_rows = 0
+        self.chunk_rows = 0   # rows of `cols` filled so far
         self.cols: dict[str, np.ndarray] = self._new_chunk() if config.record_requests else {}
         # timeline: one row per closed interval
         self.tl: dict[str, list[Any]] = {f.name: [] for f in SIM_TIMELINE.schema}
@@ -286,7 +286,7 @@ class Accumulator:
         self.wear_usd += wear
         if cfg.record_requests:
             c = self.cols
-            i = self._chunk_rows
+            i = self.chunk_rows
             c["request_id"][i] = req.request_id
             c["arrival_s"][i] = t
             c["input_tokens"][i] = req.input_tokens
@@ -301,7 +301,7 @@ class Accumulator:
             c["ssd_write_bytes"][i] = w
             c["load_latency_s"][i] = latency
             c["cost_usd"][i] = gpu + wear
-            self._chunk_rows = i + 1
+            self.chunk_rows = i + 1
             if i + 1 == REQUEST_CHUNK:
                 self._flush_requests()
 
@@ -314,7 +314,7 @@ class Accumulator:
     def _flush_requests(self) -> None:
         """The current chunk's rows become one table (its arrays are the table's buffers, so a new
         chunk is allocated), handed to the sink or kept."""
-        n = self._chunk_rows
+        n = self.chunk_rows
         if not n:
             return
         cols = self.cols
@@ -325,7 +325,7 @@ class Accumulator:
                   for f in SIM_REQUESTS.schema]
         table = pa.Table.from_arrays(arrays, schema=SIM_REQUESTS.with_metadata())
         self.cols = self._new_chunk()
-        self._chunk_rows = 0
+        self.chunk_rows = 0
         if self._requests_sink is not None:
             self._requests_sink(table)
         else:

@@ -107,9 +107,9 @@ def test_invariants(wl, policy, state, dram, ssd, hbm) -> None:
         keys = rows[i][1]
         exp, per_tier = expected_hit(keys, hashed_col[i], B, blocks, states, state > 0)
         sim.run_batch(table.slice(i, 1), i)
-        c = sim.acc.cols
-        assert c["hit_tokens"][-1] == exp, (i, keys)
-        assert (c["hbm_hit_tokens"][-1], c["dram_hit_tokens"][-1], c["ssd_hit_tokens"][-1]) == (
+        c, last = sim.acc.cols, sim.acc.chunk_rows - 1     # the row this request just filled
+        assert c["hit_tokens"][last] == exp, (i, keys)
+        assert (c["hbm_hit_tokens"][last], c["dram_hit_tokens"][last], c["ssd_hit_tokens"][last]) == (
             per_tier[HBM], per_tier[DRAM], per_tier[SSD])
         for tier in (HBM, DRAM, SSD):
             assert sim.used_bytes[tier] <= sim.capacity_bytes[tier]
