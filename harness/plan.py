@@ -244,7 +244,9 @@ _OBJ_FIELDS = 5
 
 
 @numba.njit(cache=True, inline="always")
-def _ot_hash(key, mask):
+def slot_hash(key, mask):
+    """Home slot of an int64 key in a power-of-two open-addressing table (`mask` = size − 1);
+    shared by the planner's live-object table and the death summary's line table."""
     h = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)      # Fibonacci hashing: ids are often dense
     return np.int64((h ^ (h >> np.uint64(32))) & np.uint64(mask))
 
@@ -253,7 +255,7 @@ def _ot_hash(key, mask):
 def _ot_find(ht, obj, key):
     """The live slot of object `key`, or -1."""
     mask = ht.shape[0] - 1
-    h = _ot_hash(key, mask)
+    h = slot_hash(key, mask)
     while True:
         s = ht[h]
         if s == 0:
@@ -266,7 +268,7 @@ def _ot_find(ht, obj, key):
 @numba.njit(cache=True)
 def _ot_put(ht, obj, s):
     mask = ht.shape[0] - 1
-    h = _ot_hash(obj[_O_ID, s], mask)
+    h = slot_hash(obj[_O_ID, s], mask)
     while ht[h] != 0:
         h = (h + 1) & mask
     ht[h] = s + 1
@@ -304,7 +306,7 @@ def _ot_del(ht, obj, free, om, s):
     """Object in slot s is no longer live: its table entry goes (backward-shift deletion, so no
     tombstones accumulate) and its slot on the free stack."""
     mask = ht.shape[0] - 1
-    i = _ot_hash(obj[_O_ID, s], mask)
+    i = slot_hash(obj[_O_ID, s], mask)
     while ht[i] != s + 1:
         i = (i + 1) & mask
     j = i
@@ -312,7 +314,7 @@ def _ot_del(ht, obj, free, om, s):
         j = (j + 1) & mask
         if ht[j] == 0:
             break
-        h = _ot_hash(obj[_O_ID, ht[j] - 1], mask)
+        h = slot_hash(obj[_O_ID, ht[j] - 1], mask)
         # the entry at j stays unless its home h lies cyclically outside (i, j]
         if (i <= j and (h <= i or h > j)) or (i > j and (h <= i and h > j)):
             ht[i] = ht[j]

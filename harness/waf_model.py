@@ -79,6 +79,7 @@ import numba
 import numpy as np
 
 from emulator.ftl import OP_WRITE, FtlConfig
+from harness.plan import slot_hash
 from kvwear.errors import KvwearError
 
 SUMMARY_VERSION = 1
@@ -235,18 +236,12 @@ def _line_run(lt, lt_n, pend, line0, n, died, grid, total, band_len, line_shifts
     return lt
 
 
-@numba.njit(cache=True, inline="always")
-def _line_home(key, mask):
-    h = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)
-    return np.int64((h ^ (h >> np.uint64(32))) & np.uint64(mask))
-
-
 @numba.njit(cache=True)
 def _line_slot(lt, key):
     """The slot of `key` in the line table (lt rows: key, live pages, last death; key −1 = empty),
     or the empty slot where it goes."""
     mask = lt.shape[1] - 1
-    i = _line_home(key, mask)
+    i = slot_hash(key, mask)
     while lt[0, i] != -1 and lt[0, i] != key:
         i = (i + 1) & mask
     return i
@@ -306,7 +301,7 @@ def _line_drop(lt, i):
         j = (j + 1) & mask
         if lt[0, j] == -1:
             break
-        h = _line_home(lt[0, j], mask)
+        h = slot_hash(lt[0, j], mask)
         if (i <= j and (h <= i or h > j)) or (i > j and (h <= i and h > j)):
             lt[0, i] = lt[0, j]
             lt[1, i] = lt[1, j]
