@@ -96,3 +96,19 @@ def test_example_parses(example: str, tmp_path: Path, monkeypatch: pytest.Monkey
             missing.parent.mkdir(parents=True, exist_ok=True)
             missing.touch()
     pytest.fail(f"{example}: still missing inputs")
+
+
+@pytest.mark.parametrize("path", commands(), ids=" ".join)
+def test_help_keeps_its_bracketed_words(path: tuple[str, ...]) -> None:
+    """Rich markup would swallow a `[tiers]` in help text as a style tag (the simulate help once
+    read "a run config's (, )"): every bracketed word of a command's help, of its options' and of
+    its arguments' shows in the rendered help."""
+    from typer.testing import CliRunner
+
+    cmd = command_of(path)
+    raw = " ".join([cmd.help or "", cmd.epilog or ""] + [getattr(p, "help", None) or "" for p in cmd.params])
+    words = set(re.findall(r"\[(\w[\w.-]*)\]", raw)) - {"default", "required"}
+    if not words:
+        return
+    out = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "200"}).output
+    assert not [w for w in words if f"[{w}]" not in out], out

@@ -52,7 +52,7 @@ _HELP = "\n\n".join([
     "separately on the same trace. Sizes take units (100GB, 1.5TiB, 512MiB; bare numbers are bytes).",
     "Writes OUTDIR/<policy label>/ssd_ops.parquet, per_request.parquet, timeline.parquet, "
     "summary.parquet and summary.json (the files of `kvwear run`'s RUN/policies/LABEL/), and prints "
-    "one results row per policy. The defaults are a run config's ([tiers], [simulator]).",
+    "one results row per policy. The defaults are a run config's (its \\[tiers] and \\[simulator] tables).",
     "Examples:\n\n"
     "kvwear simulate --trace conversation_trace.jsonl --model kimi-k3 --dram 100GB --ssd 1TB "
     "--policy lru --policy lru-k:k=3 -o out/sim\n\n"

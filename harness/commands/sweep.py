@@ -30,7 +30,7 @@ Exit status: 0 when every point ran and every byte-accounting check held; 1 when
 (recorded in SWEEP/errors/); 2 for bad input; 3 when a stored point failed a byte-accounting check.
 """)
 def sweep_cmd(
-    config: Path = typer.Argument(..., help="Sweep TOML: [base] run config, [grid] axes, [sweep] options."),
+    config: Path = typer.Argument(..., help="Sweep TOML: \\[base] run config, \\[grid] axes, \\[sweep] options."),
     out: Path = typer.Option(Path("sweeps/sweep"), "--out", "-o", help="Sweep directory (results store)."),
     jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Local worker processes."),
     scheduler: str | None = typer.Option(None, "--scheduler", help="Dask scheduler address tcp://HOST:PORT."),
