@@ -159,11 +159,55 @@ def survival_grid(host_pages: int, per_octave: int = GRID_POINTS_PER_OCTAVE) -> 
     return np.concatenate([np.zeros(1, np.int64), g[g < host_pages]])
 
 
+# A page's host time t is stored as the code s = t + 2 (s = 0: never written, s = 1: trimmed) in
+# 32 bits (`lo`, uint32) plus, for plans of 2³² − 2 written pages or more, 8 more (`hi`, uint8;
+# empty below): 4 or 5 B a page of the device where int64 took 8 (1.0 GiB less on a 1 TiB drive
+# that a plan rewrites 4×), up to 2⁴⁰ − 2 written pages (4 PiB). Code 0 is "never written", so the
+# arrays start as zeros the kernel has not touched.
+_TIME_LIMIT = (1 << 40) - 2
+_DEAD_SHIFT = 40                     # line table: dead pages << 40 | the last death's host time
+_LAST_MASK = (1 << _DEAD_SHIFT) - 1
+
+
+def _time_arrays(exposed_pages: int, total_pages: int) -> tuple[np.ndarray, np.ndarray]:
+    if total_pages > _TIME_LIMIT:
+        raise KvwearError(f"death_summary: a plan of {total_pages} written pages exceeds the {_TIME_LIMIT} "
+                          "it can time (4 PiB of 4 KiB pages)")
+    hi = exposed_pages if total_pages + 2 > 0xFFFFFFFF else 0
+    return np.zeros(exposed_pages, np.uint32), np.zeros(hi, np.uint8)
+
+
+@numba.njit(cache=True, inline="always")
+def _page_time(lo, hi, i):
+    s = np.int64(lo[i])
+    if hi.shape[0]:
+        s |= np.int64(hi[i]) << 32
+    return s - 2 if s >= 2 else (-1 if s == 0 else -2)
+
+
+@numba.njit(cache=True, inline="always")
+def _set_page_time(lo, hi, i, t):
+    s = t + 2 if t >= 0 else 1                     # only −2 (trimmed) is ever set below 0
+    lo[i] = np.uint32(s & 0xFFFFFFFF)
+    if hi.shape[0]:
+        hi[i] = np.uint8(s >> 32)
+
+
 @numba.njit(cache=True)
-def _deaths(ops, first, npages, last, now, grid, total, band_len, dead_diff, hist, counts, line_shifts, lt, lt_n,
-            pend, line_hist):
-    """One pass over the page requests. last[lpn] = host time of the page's live write (−1: never
-    written, −2: trimmed).
+def _live_pages(lo, hi):
+    """Pages whose last write is live (code ≥ 2)."""
+    n = 0
+    for i in range(lo.shape[0]):
+        if lo[i] >= 2 or (hi.shape[0] and hi[i] > 0):
+            n += 1
+    return n
+
+
+@numba.njit(cache=True)
+def _deaths(ops, first, npages, last_lo, last_hi, now, grid, total, band_len, dead_diff, hist, counts, line_shifts,
+            lt, lt_n, pend, line_hist):
+    """One pass over the page requests. The page's live write's host time (−1: never written,
+    −2: trimmed) is held in 40 bits split over last_lo (uint32) and last_hi (uint8) (_page_time).
     dead_diff[band]: +1/−1 over the grid range [d, T − t) where a death at distance d is visible.
     Lines (aligned runs of 2^line_shifts[k] host pages): a line's written pages follow from `now`,
     so only its dead pages are counted, in the table `lt` (_line_flush) from its first death until
@@ -182,7 +226,7 @@ def _deaths(ops, first, npages, last, now, grid, total, band_len, dead_diff, his
         if op == 1:
             continue
         for lpn in range(first[r], first[r] + npages[r]):
-            tw = last[lpn]
+            tw = _page_time(last_lo, last_hi, lpn)
             if tw >= 0:
                 d = now - tw - 1
                 b = tw // band_len
@@ -206,10 +250,10 @@ def _deaths(ops, first, npages, last, now, grid, total, band_len, dead_diff, his
             elif op == 0 and tw == -1:
                 counts[2] += 1                     # a page never written before: footprint
             if op == 0:
-                last[lpn] = now
+                _set_page_time(last_lo, last_hi, lpn, now)
                 now += 1
             elif tw != -1:
-                last[lpn] = -2                     # trimmed (−1: never written)
+                _set_page_time(last_lo, last_hi, lpn, -2)      # trimmed (−1: never written)
     if d_n:
         lt = _line_run(lt, lt_n, pend, d_line, d_n, d_last, grid, total, band_len, line_shifts, line_hist)
     for k in range(line_shifts.shape[0]):
@@ -238,8 +282,8 @@ def _line_run(lt, lt_n, pend, line0, n, died, grid, total, band_len, line_shifts
 
 @numba.njit(cache=True)
 def _line_slot(lt, key):
-    """The slot of `key` in the line table (lt rows: key, live pages, last death; key −1 = empty),
-    or the empty slot where it goes."""
+    """The slot of `key` in the line table (lt rows: key, dead pages << _DEAD_SHIFT | last death;
+    key −1 = empty), or the empty slot where it goes."""
     mask = lt.shape[1] - 1
     i = slot_hash(key, mask)
     while lt[0, i] != -1 and lt[0, i] != key:
@@ -249,35 +293,38 @@ def _line_slot(lt, key):
 
 @numba.njit(cache=True)
 def _line_flush(lt, lt_n, pend, k, grid, total, band_len, line_shifts, line_hist):
-    """Apply size k's pending deaths to the line table (rows: key = line << 2 | k, dead pages,
-    last death; key −1 = empty); a line whose every page died is emptied: added to line_hist[k]
-    and dropped. Returns lt (doubled when half full)."""
+    """Apply size k's pending deaths to the line table (rows: key = line << 2 | k, then dead pages
+    << _DEAD_SHIFT | the last death's host time; key −1 = empty); a line whose every page died is
+    emptied: added to line_hist[k] and dropped. Returns lt (doubled when 70 % full: 16 B a slot,
+    so 23–46 B a line held, where three rows at half load took 48–96)."""
     if pend[_P_DEAD, k] == 0:
         return lt
-    if 2 * (lt_n[0] + 1) > lt.shape[1]:
+    if 10 * (lt_n[0] + 1) > 7 * lt.shape[1]:
         old = lt
-        lt = np.full((3, 2 * old.shape[1]), -1, np.int64)
+        lt = np.full((2, 2 * old.shape[1]), -1, np.int64)
         for j in range(old.shape[1]):
             if old[0, j] != -1:
                 i = _line_slot(lt, old[0, j])
                 lt[0, i] = old[0, j]
                 lt[1, i] = old[1, j]
-                lt[2, i] = old[2, j]
     sh = line_shifts[k]
     line = pend[_P_LINE, k]
     key = (line << 2) | k
     i = _line_slot(lt, key)
+    dead = pend[_P_DEAD, k]
     if lt[0, i] == -1:
         lt[0, i] = key
-        lt[1, i] = 0
         lt_n[0] += 1
-    lt[1, i] += pend[_P_DEAD, k]
-    lt[2, i] = pend[_P_LAST, k]
+    else:
+        dead += lt[1, i] >> _DEAD_SHIFT
+    last = pend[_P_LAST, k]
     pend[_P_DEAD, k] = 0
-    if lt[1, i] == 1 << sh:
-        _line_emptied(line, lt[2, i], k, sh, grid, total, band_len, line_hist)
+    if dead == 1 << sh:
+        _line_emptied(line, last, k, sh, grid, total, band_len, line_hist)
         _line_drop(lt, i)
         lt_n[0] -= 1
+    else:
+        lt[1, i] = (dead << _DEAD_SHIFT) | last
     return lt
 
 
@@ -305,7 +352,6 @@ def _line_drop(lt, i):
         if (i <= j and (h <= i or h > j)) or (i > j and (h <= i and h > j)):
             lt[0, i] = lt[0, j]
             lt[1, i] = lt[1, j]
-            lt[2, i] = lt[2, j]
             i = j
     lt[0, i] = -1
 
@@ -319,8 +365,8 @@ def _end_lines(lt, lt_n, grid, total, band_len, line_shifts, line_hist):
         if key != -1:
             k = key & 3
             start = (key >> 2) << line_shifts[k]
-            if lt[1, i] == min(start + (1 << line_shifts[k]), total) - start:
-                _line_emptied(key >> 2, lt[2, i], k, line_shifts[k], grid, total, band_len, line_hist)
+            if lt[1, i] >> _DEAD_SHIFT == min(start + (1 << line_shifts[k]), total) - start:
+                _line_emptied(key >> 2, lt[1, i] & _LAST_MASK, k, line_shifts[k], grid, total, band_len, line_hist)
 
 
 def _checked(op_codes: np.ndarray, first_page: np.ndarray, npages: np.ndarray,
@@ -344,7 +390,7 @@ def death_summary(op_codes: np.ndarray, first_page: np.ndarray, npages: np.ndarr
 
 class DeathCounter:
     """`death_summary` over a plan fed in batches (in plan order), for plans too large to hold:
-    the state is one host time per page of the device (int32 below 2³¹ written pages) and, per
+    the state is one host time per page of the device (4 B, 5 B from 2³² written pages) and, per
     LINE_PAGES size, the dead-page counts of the lines with a dead page and a live one (a hash
     table bounded by the device's live pages), each line's empty age binned as the line empties — never the plan,
     nor one entry per line of it (a line per 64 host pages was 1.3 GB at the 1× corpus and grew
@@ -354,8 +400,7 @@ class DeathCounter:
     def __init__(self, total_pages: int, exposed_pages: int, bands: int = BANDS) -> None:
         total = self.total = int(total_pages)
         self.exposed_pages = int(exposed_pages)
-        # host times fit int32 for plans under 2³¹ pages (8 TiB): half the memory on a large drive
-        self.last = np.full(exposed_pages, -1, dtype=np.int32 if total < 2**31 - 1 else np.int64)
+        self.last_lo, self.last_hi = _time_arrays(self.exposed_pages, total)
         self.grid = survival_grid(total)
         self.band_len = max(1, -(-total // bands))
         self.nb = max(1, -(-total // self.band_len))
@@ -365,7 +410,7 @@ class DeathCounter:
         self.sizes = np.asarray(LINE_PAGES, np.int64)
         self.shifts = np.log2(self.sizes).astype(np.int64)        # LINE_PAGES are powers of two
         # the open lines only (bounded by the device's live pages), never one entry per line of the plan
-        self.lines = np.full((3, 1 << 12), -1, np.int64)
+        self.lines = np.full((2, 1 << 12), -1, np.int64)
         self.lines_n = np.zeros(1, np.int64)
         self.pend = np.zeros((3, len(self.sizes)), np.int64)
         self.pend[_P_LINE] = -1
@@ -380,14 +425,14 @@ class DeathCounter:
             raise KvwearError(f"internal error: death_summary fed more than the {self.total} host pages announced")
         if self.ended:
             raise KvwearError("internal error: death_summary fed after its summary")
-        self.now, self.lines = _deaths(ops, first, n, self.last, self.now, self.grid, self.total, self.band_len,
-                                       self.dead_diff, self.hist, self.counts, self.shifts, self.lines,
-                                       self.lines_n, self.pend, self.line_hist)
+        self.now, self.lines = _deaths(ops, first, n, self.last_lo, self.last_hi, self.now, self.grid, self.total,
+                                       self.band_len, self.dead_diff, self.hist, self.counts, self.shifts,
+                                       self.lines, self.lines_n, self.pend, self.line_hist)
 
     def summary(self) -> DeathSummary:
         """The summary of everything fed (which must be the `total_pages` announced)."""
         total, grid, nb, band_len = self.total, self.grid, self.nb, self.band_len
-        last, sizes, counts, hist = self.last, self.sizes, self.counts, self.hist
+        sizes, counts, hist = self.sizes, self.counts, self.hist
         if self.now != total:
             raise KvwearError(f"internal error: death_summary counted {self.now} host pages, expected {total}")
         dead = np.cumsum(self.dead_diff[:, :-1], axis=1)
@@ -415,7 +460,7 @@ class DeathCounter:
         return DeathSummary(
             version=SUMMARY_VERSION, page_bytes=PAGE_BYTES, exposed_pages=self.exposed_pages, host_pages=total,
             overwritten_pages=int(counts[0]), trimmed_pages=int(counts[1]),
-            survivor_pages=int(np.count_nonzero(np.asarray(last) >= 0)),
+            survivor_pages=int(_live_pages(self.last_lo, self.last_hi)),
             footprint_pages=int(counts[2]), grid_pages=tuple(int(x) for x in grid),
             survival=tuple(float(x) for x in np.clip(pooled, 0.0, 1.0)),
             observed=tuple(int(x) for x in obs.sum(0)), hist_pages=tuple(int(x) for x in hist),

@@ -22,6 +22,7 @@ from harness.plan import ReplayConfig, plan_block_ops, stream_block_ops
 from harness.run import replay_config, run
 from harness.schema import BLOCK_OPS
 from harness.waf_model import DeathCounter, death_summary
+from kvwear.errors import KvwearError
 from kvwear.tables import read_table, write_table
 from policies.schema import SSD_OPS
 
@@ -130,3 +131,26 @@ def test_the_death_counter_holds_lines_with_a_live_page_only() -> None:
         acc.feed(ops[part], first[part], npg[part])
         assert int(acc.lines_n[0]) <= pages * len(acc.sizes) < total // 64
     assert acc.summary() == death_summary(ops, first, npg, pages)
+
+
+def test_the_death_counter_times_pages_past_two_to_the_32() -> None:
+    """A plan past 2³² − 2 written pages keeps each page's host time in 40 bits (uint32 + uint8):
+    the same requests fed at host time 2³² − 300 (crossing the boundary) and at 0 die at the same
+    distances; a plan past 2⁴⁰ pages is refused."""
+    rng = np.random.default_rng(4)
+    pages = 1024
+    ops = rng.choice(np.array([0, 0, 0, 2], np.int8), 3000)
+    first = rng.integers(0, pages - 4, ops.size)
+    n = rng.integers(1, 4, ops.size)
+    total = (1 << 32) + 10_000
+    late, early = DeathCounter(total, pages), DeathCounter(total, pages)
+    assert late.last_hi.size == pages                   # the fifth byte is kept for such a plan
+    late.now = (1 << 32) - 300
+    late.feed(ops, first, n)
+    early.feed(ops, first, n)
+    assert late.now - ((1 << 32) - 300) == early.now > 300
+    assert np.array_equal(late.hist, early.hist) and late.hist.sum() > 1000
+    assert np.array_equal(late.counts, early.counts)
+    assert DeathCounter(5000, pages).last_hi.size == 0  # 4 B a page below 2³² pages
+    with pytest.raises(KvwearError, match="exceeds"):
+        DeathCounter(1 << 40, pages)
