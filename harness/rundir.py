@@ -40,6 +40,7 @@ from typing import Any, Generic, TypeVar
 
 from kvwear import __version__
 from kvwear.errors import KvwearError
+from kvwear.memory import release_freed_memory
 from kvwear.tables import atomic_write
 
 MANIFEST_VERSION = 1
@@ -197,6 +198,8 @@ class Stage(Generic[R]):
             return record
         record, info = self.compute()
         rd.mark_done(self.name, info)
+        # the next stage's peak starts from what is live, not from what this one freed
+        release_freed_memory()
         return record
 
 
