@@ -188,8 +188,8 @@ static unsigned queue_limit(const char *base, const char *name)
 /* The longest command the kernel maps: max_hw_sectors_kb, and max_segments pages, since a
  * passthrough buffer is mapped page by page (its pages are not contiguous) and the driver refuses
  * (EINVAL) a command with more segments than the queue takes, where the block layer would have
- * split a normal I/O. Linux 6.1's NVMe driver takes 128 segments (512 KiB of 4 KiB pages), so a
- * controller with a larger MDTS (FEMU's 10: 4 MiB) fails at 1 MiB without this cap. */
+ * split a normal I/O. The guest's Linux 6.1 NVMe queue takes 127 segments (508 KiB of 4 KiB
+ * pages), so a controller with a larger MDTS (FEMU's 10: 4 MiB) failed at 1 MiB without this cap. */
 static uint32_t queue_max_io(const char *dev)
 {
 	const char *base = strrchr(dev, '/');
