@@ -24,8 +24,9 @@
  * reclaim group field of the identifier is zero bits wide). Without the flag a write is plain.
  * A read is Read (02h) into a scratch buffer; a trim is Dataset Management (09h) with the
  * Deallocate attribute, one range per command. Commands are synchronous (queue depth 1, as the
- * qemu backend's fio runs) and at most MAX_IO_BYTES long (default: the queue's max_hw_sectors_kb,
- * capped at 1 MiB): a longer plan row becomes several commands, counted in *_cmds.
+ * qemu backend's fio runs) and at most MAX_IO_BYTES long (default: the queue's max_hw_sectors_kb
+ * and max_segments pages, capped at 1 MiB): a longer plan row becomes several commands, counted in
+ * *_cmds.
  *
  * Output, on stdout, one JSON object: bytes and commands issued per op and, per placement handle,
  * write bytes and commands (every handle from 0 to the largest the plan names). Every byte counted
@@ -170,22 +171,42 @@ static struct record *parse_plan(const unsigned char *buf, size_t len, uint64_t 
 	return recs;
 }
 
+static unsigned queue_limit(const char *base, const char *name)
+{
+	char path[256];
+	snprintf(path, sizeof(path), "/sys/class/block/%s/queue/%s", base, name);
+	FILE *f = fopen(path, "r");
+	unsigned v = 0;
+	if (f) {
+		if (fscanf(f, "%u", &v) != 1)
+			v = 0;
+		fclose(f);
+	}
+	return v;
+}
+
+/* The longest command the kernel maps: max_hw_sectors_kb, and max_segments pages, since a
+ * passthrough buffer is mapped page by page (its pages are not contiguous) and the driver refuses
+ * (EINVAL) a command with more segments than the queue takes, where the block layer would have
+ * split a normal I/O. The guest's Linux 6.1 NVMe queue takes 127 segments (508 KiB of 4 KiB
+ * pages), so a controller with a larger MDTS (FEMU's 10: 4 MiB) failed at 1 MiB without this cap. */
 static uint32_t queue_max_io(const char *dev)
 {
 	const char *base = strrchr(dev, '/');
 	base = base ? base + 1 : dev;
-	char path[256];
-	snprintf(path, sizeof(path), "/sys/class/block/%s/queue/max_hw_sectors_kb", base);
-	FILE *f = fopen(path, "r");
-	unsigned kb = 0;
-	if (f) {
-		if (fscanf(f, "%u", &kb) != 1)
-			kb = 0;
-		fclose(f);
-	}
-	if (kb == 0 || kb > DEFAULT_MAX_IO / 1024)
-		return DEFAULT_MAX_IO;
-	return kb * 1024u;
+	uint64_t max = DEFAULT_MAX_IO;
+	unsigned kb = queue_limit(base, "max_hw_sectors_kb");
+	if (kb && (uint64_t)kb * 1024u < max)
+		max = (uint64_t)kb * 1024u;
+	unsigned segs = queue_limit(base, "max_segments");
+	long page = sysconf(_SC_PAGESIZE);
+	unsigned seg_bytes = queue_limit(base, "max_segment_size");
+	uint64_t per_seg = page > 0 ? (uint64_t)page : 4096u;
+	if (seg_bytes && seg_bytes < per_seg)
+		per_seg = seg_bytes;
+	if (segs && (uint64_t)segs * per_seg < max)
+		max = (uint64_t)segs * per_seg;
+	return (uint32_t)max;
 }
 
 static double now_s(void)

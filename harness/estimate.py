@@ -263,6 +263,9 @@ class DeviceBytes:
     trim_bytes_superseded: int = 0             # … of which rewritten later in their segment, not issued
     smart_duw_delta: int | None = None         # SMART read inside an emulated drive's guest
     smart_host_bytes: int | None = None
+    # FEMU's own host page count (harness.devices.qemu.femu_deltas) and where it was read
+    femu_host_bytes: int | None = None
+    femu_counter_source: str | None = None
     fdp: FdpBytes | None = None
     no_placement_waf: float | None = None      # the sim FTL's twin run without handles
     fdp_stats: FdpStatsBytes | None = None
@@ -290,6 +293,8 @@ class DeviceBytes:
             trim_bytes_superseded=int(extra.get("trim_bytes_superseded") or 0),
             smart_duw_delta=opt_int(extra.get("smart_duw_delta")),
             smart_host_bytes=opt_int(extra.get("smart_host_bytes")),
+            femu_host_bytes=opt_int(extra.get("femu_host_bytes_delta")),
+            femu_counter_source=extra.get("femu_counter_source"),
             fdp=FdpBytes(str(fdp.get("measured_by", "kvwear-ftl")), tuple(fdp["plan_write_bytes_by_handle"]),
                          tuple(fdp["host_bytes_by_handle"])) if fdp else None,
             no_placement_waf=twin["waf"] if twin else None,
@@ -409,6 +414,15 @@ def placement_result(plan: PlanBytes, device: DeviceBytes, measured_waf: float |
     return row, checks
 
 
+def femu_host_check(plan_bytes: int, device: DeviceBytes) -> Check | None:
+    """The plan's write bytes against the host pages FEMU's FTL counted (SMART vendor bytes or its
+    C0h log), or None: not FEMU, or counted by its FDP log, which placement_result checks."""
+    if device.femu_host_bytes is None or device.femu_counter_source == "fdp-stats-log-22h":
+        return None
+    return Check.of("host bytes", plan_bytes, device.femu_host_bytes, f"femu {device.femu_counter_source}",
+                    HOST_BYTES_REL_TOL, kind="accounting")
+
+
 def estimate_policy(inp: EstimateInputs) -> Estimate:
     """The predicted-vs-measured checks of one policy's replay and its results row: every byte
     counted at each point (policy → plan → device → eBPF → wear readers), the WAF models against
@@ -449,6 +463,9 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
     if device.smart_duw_delta is not None:
         checks.append(duw_check(plan_bytes, device.smart_duw_delta, "smart-duw (guest)"))
         notes["host bytes"] = "SMART Data Units Written count 512,000-byte units, rounded up"
+    femu = femu_host_check(plan_bytes, device)
+    if femu is not None:
+        checks.append(femu)
     for w in device.wear:
         if w.host_bytes is None:
             continue

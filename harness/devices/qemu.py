@@ -9,7 +9,9 @@ and Deallocate) but has no FTL: its WAF is 1 by construction, so `nand_write_byt
 `femu`: a FEMU binary the user supplies (option `femu_binary`, else $KVWEAR_FEMU_BINARY) in
 black-box mode with a `FemuGeometry` (option `femu`, a table of its fields). FEMU keeps the data in
 its own memory, so every replay starts on an empty FTL (one FEMU process per replay); its vendor
-SMART counters (host / GC-relocated 4 KiB pages) give `nand_write_bytes` and `waf` exactly.
+SMART counters (host / GC-relocated 4 KiB pages) give `nand_write_bytes` and `waf` exactly, and
+with FDP on, where FEMU HEAD's FDP FTL leaves them at zero, its FDP statistics log (media / host
+bytes; `femu_counter_source` names which).
 
 Each replay boots one guest (emulator.guest.run_guest): the plan becomes a fio iolog v3
 (harness.devices.fio_iolog.export_iolog_v3), fio replays it on /dev/nvme0n1 with direct I/O. A plan that
@@ -250,11 +252,15 @@ def smart_deltas(before_bin: bytes, after_bin: bytes, before_json: bytes | None 
 
 
 def femu_deltas(before_bin: bytes, after_bin: bytes, source: str = "guest", *,
-                stats_before: bytes | None = None, stats_after: bytes | None = None) -> dict[str, Any]:
+                stats_before: bytes | None = None, stats_after: bytes | None = None,
+                fdp_stats: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """FEMU's FTL counters before → after (exact 4 KiB pages): host and GC-relocated pages, NAND
     bytes and the WAF of this interval (None if no host page). From the stats log page C0h when
     both snapshots have it and it counted host pages (newer FEMU), else from the SMART log's
-    vendor bytes (FEMU of the fixtures' generation)."""
+    vendor bytes (FEMU HEAD and the fixtures' generation). With FDP on, FEMU HEAD's FDP FTL counts
+    neither (its vendor bytes stay at zero, tests/harness/fixtures/femu-head-fdp) but its FDP
+    statistics log (22h, `fdp_stats`: this replay's host / media byte deltas) does: media bytes are
+    the host bytes plus every GC-relocated page, so they are its NAND bytes and DLWA its WAF."""
     use_stats = False
     if stats_before is not None and stats_after is not None \
             and len(stats_before) == len(stats_after) == STATS_LOG_BYTES:
@@ -268,11 +274,17 @@ def femu_deltas(before_bin: bytes, after_bin: bytes, source: str = "guest", *,
         before, after = parse_femu_counters(before_bin), parse_femu_counters(after_bin)
         d = delta(sample_from_femu(before_bin, f"{source}/smart-before.bin"),
                   sample_from_femu(after_bin, f"{source}/smart-after.bin"))
-    return {"femu_host_pages_delta": after.host_pages - before.host_pages,
-            "femu_gc_pages_delta": after.gc_pages - before.gc_pages,
-            "femu_host_bytes_delta": d.host_bytes, "femu_nand_bytes_delta": d.nand_bytes, "femu_waf": d.waf,
+    host_pages, gc_pages = after.host_pages - before.host_pages, after.gc_pages - before.gc_pages
+    host_bytes, nand_bytes, waf = d.host_bytes, d.nand_bytes, d.waf
+    counter_source = "stats-log-c0h" if use_stats else "smart-vendor-bytes"
+    if not host_pages and fdp_stats is not None and int(fdp_stats["host_bytes_delta"]) > 0:
+        host_bytes, nand_bytes = int(fdp_stats["host_bytes_delta"]), int(fdp_stats["media_bytes_delta"])
+        host_pages, gc_pages = host_bytes // FEMU_PAGE_BYTES, (nand_bytes - host_bytes) // FEMU_PAGE_BYTES
+        waf, counter_source = nand_bytes / host_bytes, "fdp-stats-log-22h"
+    return {"femu_host_pages_delta": host_pages, "femu_gc_pages_delta": gc_pages,
+            "femu_host_bytes_delta": host_bytes, "femu_nand_bytes_delta": nand_bytes, "femu_waf": waf,
             "femu_waf_word_after": after.waf_milli, "femu_page_bytes": FEMU_PAGE_BYTES,
-            "femu_counter_source": "stats-log-c0h" if use_stats else "smart-vendor-bytes"}
+            "femu_counter_source": counter_source}
 
 
 def _fio_version_from_stamp(stamp: str) -> str:
@@ -548,7 +560,7 @@ class GuestDevice:
         if self.femu is not None:
             fd = femu_deltas(run.files["smart-before.bin"], run.files["smart-after.bin"], str(outdir),
                              stats_before=run.files.get("femu-stats-before.bin"),
-                             stats_after=run.files.get("femu-stats-after.bin"))
+                             stats_after=run.files.get("femu-stats-after.bin"), fdp_stats=extra.get("fdp_stats"))
             nand, waf = fd["femu_nand_bytes_delta"], fd["femu_waf"]
             extra.update(fd)
         write_bytes, read_bytes, trim_bytes, write_ios, read_ios = counts

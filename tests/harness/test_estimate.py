@@ -16,7 +16,9 @@ from harness.estimate import (
     SMART_HOST_BYTES_REL_TOL,
     WAF_REL_TOL,
     Check,
+    DeviceBytes,
     analytical_waf,
+    femu_host_check,
     ftl_alpha,
     ftl_predicted_waf,
     host_bytes_per_day,
@@ -125,3 +127,19 @@ def test_pe_cycles_per_day_and_rated_lifetime() -> None:
     assert pe_lifetime_days(3000, 0.0) == math.inf
     with pytest.raises(KvwearError, match="raw capacity"):
         pe_cycles_per_day(1e12, 2.0, 0)
+
+
+def test_femu_host_pages_are_checked_against_the_plan() -> None:
+    """FEMU's own host page count is one more point of the byte accounting (numbers of the FEMU
+    HEAD run in tests/harness/fixtures/femu-head-fdp): the SMART vendor count is checked, the FDP
+    log's is left to the per-handle checks."""
+    def device(host: int, source: str) -> DeviceBytes:
+        return DeviceBytes.from_json({"write_bytes": 502_530_048, "tool": "fio-3.33", "extra": {
+            "femu_host_bytes_delta": host, "femu_counter_source": source}}, "femu")
+
+    ok = femu_host_check(502_530_048, device(502_530_048, "smart-vendor-bytes"))
+    assert ok is not None and ok.passed and ok.source == "femu smart-vendor-bytes"
+    lost = femu_host_check(502_530_048, device(502_530_048 - 8 * 2**20, "smart-vendor-bytes"))
+    assert lost is not None and not lost.passed
+    assert femu_host_check(502_530_048, device(502_530_048, "fdp-stats-log-22h")) is None
+    assert femu_host_check(502_530_048, DeviceBytes.from_json({"write_bytes": 1}, "qemu")) is None

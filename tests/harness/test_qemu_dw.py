@@ -186,6 +186,21 @@ def test_kvwear_dw_issues_exactly_the_plans_bytes_on_qemu(guest_image: GuestImag
 
 
 @pytest.mark.guest
+def test_kvwear_dw_stays_within_the_queues_segments_on_a_large_mdts(guest_image: GuestImage, tmp_path: Path) -> None:
+    """A controller whose MDTS allows more than Linux 6.1's 128 segments of 4 KiB (FEMU's MDTS 10;
+    here stock QEMU's nvme with mdts=9, 2 MiB): a 1 MiB passthrough command from a page-mapped
+    buffer is refused (EINVAL) where the block layer would split it, so kvwear-dw caps its commands
+    at max_segments pages (127 on the guest's 6.1 kernel: 508 KiB) and each 1 MiB row goes through
+    as three commands."""
+    plan = _plan([("write", 0, MiB, 0), ("write", 4 * MiB, MiB, 0), ("read", 0, MiB, 0)])
+    res = _device(tmp_path, player="kvwear-dw", qemu_args="-global nvme.mdts=9").replay(plan, tmp_path / "r")
+    e = res.extra
+    per_row = math.ceil(MiB / e["dw_max_io_bytes"])
+    assert e["dw_max_io_bytes"] <= 512 * 1024 and e["dw_max_io_bytes"] % 4096 == 0
+    assert (res.write_bytes, res.write_ios, res.read_bytes, e["dw_read_cmds"]) == (2 * MiB, 2 * per_row, MiB, per_row)
+
+
+@pytest.mark.guest
 def test_dropped_handles_and_skipped_trims_say_so(guest_image: GuestImage, tmp_path: Path) -> None:
     """drop_handles (asked for): the placed plan plays with plain writes; skip_trims: kvwear-dw
     leaves the trims out and the result counts them as skipped."""

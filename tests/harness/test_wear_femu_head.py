@@ -1,0 +1,113 @@
+"""FEMU HEAD's own outputs, recorded in kvwear's guest on a real FEMU build
+(tests/harness/fixtures/femu-head-fdp/README.md): the SMART log's vendor counters without FDP,
+the C0h refusal, and with FDP on the statistics log (22h), the reclaim unit handle status and the
+SMART log whose vendor counters FEMU's FDP FTL leaves at zero. Every expected number is one FEMU or
+kvwear-dw printed in that run, so a parser reading the wrong offset or width fails here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.devices.directive_plan import parse_report
+from harness.devices.identity import parse_id_ctrl_json
+from harness.devices.qemu import femu_deltas, smart_deltas
+from harness.wear._decode import parse_nvme_refusal
+from harness.wear.fdp import FdpStats, parse_fdp_stats_binary, parse_ruh_status_binary
+from harness.wear.femu import (
+    femu_counters_from_nvme_json,
+    femu_counters_from_smartctl_json,
+    is_femu,
+    parse_femu_counters,
+)
+from harness.wear.nvme_smart import parse_smart_log_binary
+
+HEAD = Path(__file__).parent / "fixtures" / "femu-head-fdp"
+PLAN_WRITE_BYTES = 502_530_048          # the run's plan (aligned write bytes), fio's and kvwear-dw's count
+
+
+def _b(name: str) -> bytes:
+    return (HEAD / name).read_bytes()
+
+
+def _stats(phase: str) -> FdpStats:
+    return parse_fdp_stats_binary(_b(f"fdp-stats-{phase}.bin"))
+
+
+def test_vendor_counters_without_fdp() -> None:
+    before, after = parse_femu_counters(_b("nofdp-smart-before.bin")), parse_femu_counters(_b("nofdp-smart-after.bin"))
+    assert (before.waf_milli, before.host_pages, before.gc_pages) == (1000, 0, 0)
+    # 122,688 host pages = the plan's bytes ÷ 4 KiB exactly; 432 pages relocated by GC; word 1003
+    assert (after.waf_milli, after.host_pages, after.gc_pages) == (1003, 122_688, 432)
+    assert after.host_bytes_written == PLAN_WRITE_BYTES
+    assert after.waf_milli == int(1000 * (after.host_pages + after.gc_pages) / after.host_pages)
+    # nvme-cli's and smartctl's mislabelled thermal fields reassemble to the same counters
+    assert femu_counters_from_nvme_json(_b("nofdp-smart-after.json")) == after
+    assert femu_counters_from_smartctl_json(_b("nofdp-smartctl-after.json")) == after
+    smart = parse_smart_log_binary(_b("nofdp-smart-after.bin"))
+    assert (smart.data_units_written, smart.host_write_commands) == (982, 543)
+
+
+def test_femu_head_refuses_c0h_and_the_smart_bytes_count() -> None:
+    refusal = parse_nvme_refusal(_b("nofdp-c0h-refusal.txt"), "nofdp-c0h-refusal.txt")
+    assert refusal.status == 0x4109 and refusal.not_supported
+    # the guest keeps an empty C0h file: the SMART vendor bytes are the source
+    d = femu_deltas(_b("nofdp-smart-before.bin"), _b("nofdp-smart-after.bin"), stats_before=b"", stats_after=b"")
+    assert d["femu_counter_source"] == "smart-vendor-bytes"
+    assert (d["femu_host_bytes_delta"], d["femu_gc_pages_delta"]) == (PLAN_WRITE_BYTES, 432)
+    assert d["femu_nand_bytes_delta"] == (122_688 + 432) * 4096
+    lo, hi = smart_deltas(_b("nofdp-smart-before.bin"), _b("nofdp-smart-after.bin"),
+                          _b("nofdp-smart-before.json"), _b("nofdp-smart-after.json"))["smart_duw_bytes_bounds"]
+    assert lo <= PLAN_WRITE_BYTES <= hi
+
+
+def test_identity_femu_and_fdp_capability() -> None:
+    plain, fdp = parse_id_ctrl_json(_b("nofdp-id-ctrl.json")), parse_id_ctrl_json(_b("fdp-id-ctrl.json"))
+    assert is_femu(plain) and is_femu(fdp)
+    assert plain.model == fdp.model == "FEMU BlackBox-SSD Controller"
+    # femu-subsys,fdp=on: CTRATT 0x80010 (bit 19 FDPS, bit 4 endurance groups); 0 without
+    assert json.loads(_b("fdp-id-ctrl.json"))["ctratt"] == 0x80010 and fdp.fdp_supported
+    assert not plain.fdp_supported
+
+
+def test_fdp_statistics_log_counts_host_and_gc_bytes() -> None:
+    before, after = _stats("before"), _stats("after")
+    rep = parse_report(_b("fdp-dw.json"))
+    assert before == FdpStats(0, 0, 0)
+    # host bytes = kvwear-dw's writes; media bytes add FEMU's GC-relocated pages (4,988 of them)
+    assert after == FdpStats(PLAN_WRITE_BYTES, 522_960_896, 331_350_016)
+    assert rep.write_bytes == after.host_bytes_with_metadata_written
+    assert (after.media_bytes_with_metadata_written - PLAN_WRITE_BYTES) == 4988 * 4096
+    assert after.media_bytes_erased % (256 * 4096) == 0          # whole 1 MiB blocks (256 pages of 4 KiB)
+    assert rep.write_bytes_by_handle == (38_928_384, 463_601_664)
+
+
+def test_ruh_status_on_femu() -> None:
+    before = parse_ruh_status_binary(_b("fdp-ruh-status-before.bin"))
+    after = parse_ruh_status_binary(_b("fdp-ruh-status-after.bin"))
+    assert [(s.placement_id, s.ruh_id) for s in before] == [(0, 0), (1, 1)]
+    # FEMU reports RUAMW against the nominal reclaim unit (fdp.runs 96 MiB = 196,608 blocks) while
+    # its reclaim unit is one 4 MiB line: the value restarts with each unit, it is no byte count
+    assert [s.ruamw_blocks for s in before] == [196_608, 196_608]
+    assert [s.ruamw_blocks for s in after] == [196_608, 196_064]
+
+
+def test_femu_fdp_waf_comes_from_the_fdp_log() -> None:
+    # FEMU's FDP FTL leaves the SMART vendor counters at zero (host pages 0, word 1000) …
+    assert parse_femu_counters(_b("fdp-smart-after.bin")).host_pages == 0
+    smart = smart_deltas(_b("fdp-smart-before.bin"), _b("fdp-smart-after.bin"))
+    assert smart["smart_host_write_commands_delta"] == parse_report(_b("fdp-dw.json")).write_cmds == 987
+    # … so the replay's NAND bytes and WAF are the FDP log's media and host bytes
+    before, after = _stats("before"), _stats("after")
+    stats = {"host_bytes_delta": after.host_bytes_with_metadata_written - before.host_bytes_with_metadata_written,
+             "media_bytes_delta": after.media_bytes_with_metadata_written - before.media_bytes_with_metadata_written}
+    d = femu_deltas(_b("fdp-smart-before.bin"), _b("fdp-smart-after.bin"), stats_before=b"", stats_after=b"",
+                    fdp_stats=stats)
+    assert d["femu_counter_source"] == "fdp-stats-log-22h"
+    assert (d["femu_host_bytes_delta"], d["femu_nand_bytes_delta"]) == (PLAN_WRITE_BYTES, 522_960_896)
+    assert (d["femu_host_pages_delta"], d["femu_gc_pages_delta"]) == (122_688, 4988)
+    assert d["femu_waf"] == pytest.approx(522_960_896 / PLAN_WRITE_BYTES)
+    # without the FDP log the vendor bytes say nothing was written: no WAF rather than a wrong one
+    assert femu_deltas(_b("fdp-smart-before.bin"), _b("fdp-smart-after.bin"))["femu_waf"] is None
