@@ -265,7 +265,11 @@ def write_next_use(requests: str | Path, out: str | Path, chunk_tokens: int,
                     for _, vals in _backward(pf, namespaces, bits, b, buckets, max_values):
                         if vals.shape[1]:        # the final pass reads a bucket's batch only where it has accesses
                             sink.write_batch(pa.record_batch([pa.array(vals[0]), pa.array(vals[1])], schema=_SPILL))
-            streams = [pa.ipc.open_stream(Path(tmp) / f"{b}.arrows") for b in range(buckets)]
+            # from open files, not paths: given a path pyarrow memory-maps the stream, and every
+            # page the pass has read stays resident until the map closes — the whole spill (about
+            # the output's size) by the pass's end: belady's growth from the 1x to the 4x corpus
+            files = [pa.OSFile(str(Path(tmp) / f"{b}.arrows"), "rb") for b in range(buckets)]
+            streams = [pa.ipc.open_stream(f) for f in files]
             try:
                 for g in range(meta.num_row_groups - 1, -1, -1):
                     offs, keys = _group_keys(pf, g, namespaces, bits)
@@ -285,6 +289,8 @@ def write_next_use(requests: str | Path, out: str | Path, chunk_tokens: int,
             finally:
                 for s in streams:
                     s.close()
+                for f in files:
+                    f.close()
     return True
 
 
