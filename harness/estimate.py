@@ -45,6 +45,7 @@ from scipy.special import lambertw
 from emulator.ftl import FtlConfig
 from harness.waf_model import WafPrediction
 from harness.wear.base import NVME_DATA_UNIT_BYTES
+from harness.wear.femu import CounterSource
 from harness.wear.snapshot import duw_bytes_bounds
 from kvwear.errors import KvwearError
 from policies.metrics import SimSummary
@@ -407,17 +408,17 @@ def placement_result(plan: PlanBytes, device: DeviceBytes, measured_waf: float |
     stats = device.fdp_stats
     if fdp is not None and stats is not None:
         checks.append(Check.of("host bytes", sum(fdp.plan_write_bytes_by_handle), stats.host_bytes_delta,
-                               "fdp-stats-log-22h", 0.0, kind="accounting"))
+                               CounterSource.FDP_STATS_LOG_22H, 0.0, kind="accounting"))
         if stats.media_bytes_expected is not None:
             checks.append(Check.of("media bytes", stats.media_bytes_expected, stats.media_bytes_delta,
-                                   "fdp-stats-log-22h (stock QEMU)", 0.0, kind="accounting"))
+                                   f"{CounterSource.FDP_STATS_LOG_22H} (stock QEMU)", 0.0, kind="accounting"))
     return row, checks
 
 
 def femu_host_check(plan_bytes: int, device: DeviceBytes) -> Check | None:
     """The plan's write bytes against the host pages FEMU's FTL counted (SMART vendor bytes or its
     C0h log), or None: not FEMU, or counted by its FDP log, which placement_result checks."""
-    if device.femu_host_bytes is None or device.femu_counter_source == "fdp-stats-log-22h":
+    if device.femu_host_bytes is None or device.femu_counter_source == CounterSource.FDP_STATS_LOG_22H:
         return None
     return Check.of("host bytes", plan_bytes, device.femu_host_bytes, f"femu {device.femu_counter_source}",
                     HOST_BYTES_REL_TOL, kind="accounting")

@@ -14,9 +14,11 @@ import pytest
 from harness.devices.directive_plan import parse_report
 from harness.devices.identity import parse_id_ctrl_json
 from harness.devices.qemu import femu_deltas, smart_deltas
+from harness.estimate import DeviceBytes, femu_host_check
 from harness.wear._decode import parse_nvme_refusal
 from harness.wear.fdp import FdpStats, parse_fdp_stats_binary, parse_ruh_status_binary
 from harness.wear.femu import (
+    CounterSource,
     femu_counters_from_nvme_json,
     femu_counters_from_smartctl_json,
     is_femu,
@@ -105,7 +107,10 @@ def test_femu_fdp_waf_comes_from_the_fdp_log() -> None:
              "media_bytes_delta": after.media_bytes_with_metadata_written - before.media_bytes_with_metadata_written}
     d = femu_deltas(_b("fdp-smart-before.bin"), _b("fdp-smart-after.bin"), stats_before=b"", stats_after=b"",
                     fdp_stats=stats)
-    assert d["femu_counter_source"] == "fdp-stats-log-22h"
+    assert d["femu_counter_source"] == CounterSource.FDP_STATS_LOG_22H
+    # the estimator knows that source: the per-handle checks take these bytes, not femu_host_check
+    assert femu_host_check(PLAN_WRITE_BYTES, DeviceBytes.from_json({"write_bytes": PLAN_WRITE_BYTES, "extra": d},
+                                                                   "femu")) is None
     assert (d["femu_host_bytes_delta"], d["femu_nand_bytes_delta"]) == (PLAN_WRITE_BYTES, 522_960_896)
     assert (d["femu_host_pages_delta"], d["femu_gc_pages_delta"]) == (122_688, 4988)
     assert d["femu_waf"] == pytest.approx(522_960_896 / PLAN_WRITE_BYTES)
