@@ -45,6 +45,7 @@ from scipy.special import lambertw
 from emulator.ftl import FtlConfig
 from harness.waf_model import WafPrediction
 from harness.wear.base import NVME_DATA_UNIT_BYTES
+from harness.wear.femu import CounterSource
 from harness.wear.snapshot import duw_bytes_bounds
 from kvwear.errors import KvwearError
 from policies.metrics import SimSummary
@@ -58,6 +59,8 @@ DAYS_PER_YEAR = 365.0
 HOST_BYTES_REL_TOL = 0.01
 # SMART data units are 512,000-byte units rounded up: compare with their own rounding, 2%.
 SMART_HOST_BYTES_REL_TOL = 0.02
+# The note of each host-bytes row that SMART Data Units Written measured (`duw_check`'s), and only those.
+DUW_NOTE = "SMART Data Units Written count 512,000-byte units, rounded up"
 # WAF: a model (the workload model, the FTL emulator configured as the device) vs the device's
 # counters. The workload model is mean-field (bench/waf_model.py: 95 % of plans within it). 10%.
 WAF_REL_TOL = 0.10
@@ -407,17 +410,17 @@ def placement_result(plan: PlanBytes, device: DeviceBytes, measured_waf: float |
     stats = device.fdp_stats
     if fdp is not None and stats is not None:
         checks.append(Check.of("host bytes", sum(fdp.plan_write_bytes_by_handle), stats.host_bytes_delta,
-                               "fdp-stats-log-22h", 0.0, kind="accounting"))
+                               CounterSource.FDP_STATS_LOG_22H, 0.0, kind="accounting"))
         if stats.media_bytes_expected is not None:
             checks.append(Check.of("media bytes", stats.media_bytes_expected, stats.media_bytes_delta,
-                                   "fdp-stats-log-22h (stock QEMU)", 0.0, kind="accounting"))
+                                   f"{CounterSource.FDP_STATS_LOG_22H} (stock QEMU)", 0.0, kind="accounting"))
     return row, checks
 
 
 def femu_host_check(plan_bytes: int, device: DeviceBytes) -> Check | None:
     """The plan's write bytes against the host pages FEMU's FTL counted (SMART vendor bytes or its
     C0h log), or None: not FEMU, or counted by its FDP log, which placement_result checks."""
-    if device.femu_host_bytes is None or device.femu_counter_source == "fdp-stats-log-22h":
+    if device.femu_host_bytes is None or device.femu_counter_source == CounterSource.FDP_STATS_LOG_22H:
         return None
     return Check.of("host bytes", plan_bytes, device.femu_host_bytes, f"femu {device.femu_counter_source}",
                     HOST_BYTES_REL_TOL, kind="accounting")
@@ -460,9 +463,13 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
             notes[f"trim bytes|{device.tool}"] = (
                 f"deferred trims (fio cannot replay iolog trims): {issued:,} bytes issued, "
                 f"{device.trim_bytes_superseded:,} rewritten later in their segment and not trimmed")
+
+    def add_duw_check(duw_delta: int, source: str) -> None:
+        checks.append(duw_check(plan_bytes, duw_delta, source))
+        notes[f"host bytes|{source}"] = DUW_NOTE
+
     if device.smart_duw_delta is not None:
-        checks.append(duw_check(plan_bytes, device.smart_duw_delta, "smart-duw (guest)"))
-        notes["host bytes"] = "SMART Data Units Written count 512,000-byte units, rounded up"
+        add_duw_check(device.smart_duw_delta, "smart-duw (guest)")
     femu = femu_host_check(plan_bytes, device)
     if femu is not None:
         checks.append(femu)
@@ -470,7 +477,7 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
         if w.host_bytes is None:
             continue
         if w.data_units is not None:
-            checks.append(duw_check(plan_bytes, w.data_units, f"wear:{w.source}"))
+            add_duw_check(w.data_units, f"wear:{w.source}")
         else:
             checks.append(Check.of("host bytes", plan_bytes, w.host_bytes, f"wear:{w.source}", HOST_BYTES_REL_TOL,
                                    kind="accounting"))

@@ -93,6 +93,7 @@ class RunOutcome:
     outcomes: tuple[PolicyOutcome, ...]
     report_html: Path | None
     tiers: TierSizing | None = None
+    reruns: tuple[str, ...] = ()       # finished stages a resume ran again, and why (rundir.Stage)
 
 
 # -- workload -----------------------------------------------------------------------------------
@@ -255,13 +256,15 @@ def workload_stage(cfg: RunConfig, rd: RunDir) -> Workload:
         return Workload(path, rows, inputs), {
             "rows": rows, "inputs_sha256": {k: input_sha256(p) for k, p in inputs.items()}}
 
-    return Stage("workload", compute, load).run(rd)
+    return Stage("workload", compute, load, outputs=(path,)).run(rd)
 
 
 def characterize_stage(rd: RunDir, workload: Workload, profile: ModelProfile) -> None:
     """The workload's characterization (ideal hit ratio, reuse times, lifespans, capacity needed)
     for the report; workloads.characterize does the analyses, streamed over the run's requests
     table in bounded batches (workloads.characterize_stream), which is in arrival order."""
+    folder = rd.stage_dir("workload") / "characterization"
+
     def compute() -> tuple[None, Mapping[str, Any]]:
         from reports.characterization import plot_characterization
         from workloads.characterize_stream import characterize_batches
@@ -272,12 +275,11 @@ def characterize_stage(rd: RunDir, workload: Workload, profile: ModelProfile) ->
             raise KvwearError(f"{workload.path}: row {i:,} arrives before row {i - 1:,} (arrival_s "
                               f"{arrival[i]} < {arrival[i - 1]}): the run's requests table must be in arrival order")
         del arrival
-        folder = rd.stage_dir("workload") / "characterization"
         res, _ = characterize_batches(lambda: iter_table_batches(REQUESTS, workload.path), profile, folder)
         plot_characterization(folder)
         return None, {"token_hit_ratio": res.token_hit_ratio, "capacity_bytes": res.capacity_bytes}
 
-    Stage("characterize", compute, lambda: None).run(rd)
+    Stage("characterize", compute, lambda: None, outputs=(folder,), after=("workload",)).run(rd)
 
 
 # -- per policy ---------------------------------------------------------------------------------
@@ -305,7 +307,7 @@ def simulate_stage(cfg: RunConfig, rd: RunDir, spec: str, label: str, workload: 
         out = simulate_policy(parquet_source(workload.path), sim_config(cfg, profile), spec, d, progress=tick)
         return out, {"ssd_ops": out.ssd_ops_rows}
 
-    return Stage(stage, compute, lambda: read_output(d, label)).run(rd)
+    return Stage(stage, compute, lambda: read_output(d, label), outputs=(d,), after=("workload",)).run(rd)
 
 
 # The room a plan gets beyond the (scaled) SSD tier, for the 4 KiB rounding of each object: a
@@ -480,7 +482,8 @@ def plan_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, capacity: int) -> Pla
                                      "death_summary": plan_death_summary(path, capacity).as_dict()})
         return Plan.read(label, d), {"write_ios": plan.write_ios}
 
-    return Stage(f"plan/{label}", compute, lambda: Plan.read(label, d)).run(rd)
+    return Stage(f"plan/{label}", compute, lambda: Plan.read(label, d), outputs=(d,),
+                 after=(f"simulate/{label}",)).run(rd)
 
 
 def replay_config(cfg: RunConfig, capacity: int) -> ReplayConfig:
@@ -600,7 +603,7 @@ def device_stage(cfg: RunConfig, rd: RunDir, plan: Plan, capacity: int,
         res = _replay_on_device(cfg, d, plan, label, capacity, progress)
         return load(), {"write_bytes": res.write_bytes}
 
-    return Stage(stage, compute, load).run(rd)
+    return Stage(stage, compute, load, outputs=(d,), after=(f"plan/{label}",)).run(rd)
 
 
 def _replay_on_device(cfg: RunConfig, d: Path, plan: Plan, label: str, capacity: int,
@@ -755,7 +758,8 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, plan: Plan, devic
                           "row": est.row})
         return load(), {}
 
-    return Stage(f"estimate/{label}", compute, load).run(rd)
+    return Stage(f"estimate/{label}", compute, load, outputs=(path,),
+                 after=(f"simulate/{label}", f"plan/{label}", f"device/{label}")).run(rd)
 
 
 # -- the run ------------------------------------------------------------------------------------
@@ -817,7 +821,7 @@ def _run_stages(cfg: RunConfig, sizing: TierSizing, rd: RunDir, *, resume: bool,
 
         html = build_run_report(rd.root).html
         rd.mark_done("report")
-    return RunOutcome(rd.root, results, tuple(outcomes), html, sizing)
+    return RunOutcome(rd.root, results, tuple(outcomes), html, sizing, tuple(rd.reruns))
 
 
 def results_table(rows: list[dict[str, Any]]) -> pa.Table:

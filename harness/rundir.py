@@ -19,8 +19,22 @@ Layout (one folder per policy label below each stage folder):
 A stage is finished when its marker exists; `--resume` skips finished stages (`Stage.run`: a
 finished stage's record is read back from its files, an unfinished one is computed, its files
 written, then its marker). Every file is written atomically (temporary sibling + rename), so an
-interrupted run keeps what it finished and nothing half-written looks complete. This module
-holds the skeleton; it must not know what any stage computes.
+interrupted run keeps what it finished and nothing half-written looks complete.
+
+A marker is trusted only while what it stands for is there: it lists the files the stage wrote
+and the finish time of each stage it read (`Stage.after`). A finished stage with one of those
+files gone (a folder or a file deleted by hand), or whose input stage has run again since, loses
+its marker and runs again; so, through the same finish-time check, does every stage that read
+it, and only those (another policy's stages keep theirs). It runs again rather than stopping
+with an error because the run can always rebuild it: its inputs are the earlier stages' files,
+checked the same way, and at the start the trace or the generator's parameters in config.toml,
+which `prepare` compared; an error would leave the user to find and delete the right markers by
+hand. On a real device a device stage that runs again replays again (more wear, as after an
+interruption). The check is of presence, not content: a file edited by hand is still trusted
+(checksumming every output on each resume would read the whole run). A marker written before
+markers listed files and times is checked against what its stage declares (each output holds a
+file, each input stage finished before it). This module holds the skeleton; it must not know
+what any stage computes.
 """
 
 from __future__ import annotations
@@ -32,7 +46,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -91,6 +105,7 @@ class RunDir:
         # Stages run one after another, so a stage's wall time is the time since the previous
         # marker (or since `prepare`) in this process; recorded as elapsed_s in its marker.
         self._last_mark = time.monotonic()
+        self.reruns: list[str] = []          # finished stages `Stage.run` did not trust, and why
 
     # -- paths -------------------------------------------------------------------------
     def stage_dir(self, stage: str, label: str | None = None) -> Path:
@@ -117,11 +132,43 @@ class RunDir:
     def is_done(self, stage: str) -> bool:
         return self._marker(stage).exists()
 
-    def mark_done(self, stage: str, info: Mapping[str, Any] | None = None) -> None:
+    def mark_done(self, stage: str, info: Mapping[str, Any] | None = None, *, outputs: Iterable[Path] = (),
+                  after: Iterable[str] = ()) -> None:
+        """Write `stage`'s marker: `info`, the files under `outputs` (files or folders in the run
+        directory) and the finish time of each stage in `after`, which `stale_reason` checks."""
         now = time.monotonic()
+        files = sorted(f.relative_to(self.root).as_posix() for p in outputs
+                       for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file())
         write_json(self._marker(stage), {"stage": stage, "finished_unix_s": time.time(),
-                                         "elapsed_s": now - self._last_mark, **(info or {})})
+                                         "elapsed_s": now - self._last_mark, "files": files,
+                                         "after": {s: self.done_info(s)["finished_unix_s"] for s in after},
+                                         **(info or {})})
         self._last_mark = now
+
+    def stale_reason(self, stage: str, outputs: Iterable[Path] = (), after: Iterable[str] = ()) -> str | None:
+        """Why finished `stage`'s marker no longer holds, or None when it holds: a file it lists is
+        missing, or one of `outputs` holds no file, or a stage of `after` finished at another time
+        than the marker records (ran again since; for a marker that records no times, finished
+        after it)."""
+        info = self.done_info(stage)
+        for f in info.get("files", ()):
+            if not (self.root / f).is_file():
+                return f"{self.root / f} is missing"
+        for p in outputs:
+            if not (p.is_file() or any(f.is_file() for f in p.rglob("*"))):
+                return f"{p} is missing" if not p.is_dir() else f"{p} holds no file"
+        recorded = info.get("after")
+        for dep in after:
+            finished = self.done_info(dep)["finished_unix_s"]
+            if finished != recorded.get(dep) if recorded is not None else finished > info["finished_unix_s"]:
+                return f"stage {dep} ran again"
+        return None
+
+    def invalidate(self, stage: str, reason: str) -> None:
+        """Remove `stage`'s marker before it runs again (an interrupted rerun must not leave the
+        old marker over a mix of old and new files); `reruns` keeps why, for the user."""
+        self._marker(stage).unlink()
+        self.reruns.append(f"{stage} ran again: {reason}")
 
     def skip(self) -> None:
         """A finished stage was skipped: its time does not belong to the next stage."""
@@ -183,21 +230,28 @@ R = TypeVar("R")
 
 @dataclass(frozen=True)
 class Stage(Generic[R]):
-    """One stage's skip/compute/mark skeleton. `compute()` runs the stage, writing its files, and
-    returns its record and what its marker records; `load()` reads a finished stage's record back
-    from its files. The marker is written last, so an interrupted stage runs again on resume."""
+    """One stage's skip/compute/mark skeleton. `compute()` runs the stage, writing its files under
+    `outputs`, and returns its record and what its marker records; `load()` reads a finished
+    stage's record back from its files. `after` names the stages whose files `compute` reads. The
+    marker is written last, so an interrupted stage runs again on resume; so does a finished one
+    whose marker no longer holds (`RunDir.stale_reason`)."""
 
     name: str
     compute: Callable[[], tuple[R, Mapping[str, Any]]]
     load: Callable[[], R]
+    outputs: tuple[Path, ...] = ()
+    after: tuple[str, ...] = ()
 
     def run(self, rd: RunDir) -> R:
         if rd.is_done(self.name):
-            record = self.load()
-            rd.skip()
-            return record
+            reason = rd.stale_reason(self.name, self.outputs, self.after)
+            if reason is None:
+                record = self.load()
+                rd.skip()
+                return record
+            rd.invalidate(self.name, reason)
         record, info = self.compute()
-        rd.mark_done(self.name, info)
+        rd.mark_done(self.name, info, outputs=self.outputs, after=self.after)
         # the next stage's peak starts from what is live, not from what this one freed
         release_freed_memory()
         return record

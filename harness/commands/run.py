@@ -145,6 +145,8 @@ def run_cmd(
             bar.update(tasks[stage], completed=done, total=total)
 
         outcome = run(cfg, out, resume=resume, replay=not no_replay, report=not no_report, progress=progress)
+    for line in outcome.reruns:
+        console.print(f"resume: {line}")
     _summary(outcome.results.to_pylist(), time.monotonic() - t0)
     if outcome.tiers is not None:
         console.print(f"tiers: {outcome.tiers.note}")

@@ -123,6 +123,7 @@ from harness.wear.fdp import parse_fdp_stats_binary, parse_ruh_status_binary
 from harness.wear.femu import (
     FEMU_PAGE_BYTES,
     STATS_LOG_BYTES,
+    CounterSource,
     is_femu,
     parse_femu_counters,
     parse_femu_stats_log,
@@ -276,11 +277,11 @@ def femu_deltas(before_bin: bytes, after_bin: bytes, source: str = "guest", *,
                   sample_from_femu(after_bin, f"{source}/smart-after.bin"))
     host_pages, gc_pages = after.host_pages - before.host_pages, after.gc_pages - before.gc_pages
     host_bytes, nand_bytes, waf = d.host_bytes, d.nand_bytes, d.waf
-    counter_source = "stats-log-c0h" if use_stats else "smart-vendor-bytes"
+    counter_source = CounterSource.STATS_LOG_C0H if use_stats else CounterSource.SMART_VENDOR_BYTES
     if not host_pages and fdp_stats is not None and int(fdp_stats["host_bytes_delta"]) > 0:
         host_bytes, nand_bytes = int(fdp_stats["host_bytes_delta"]), int(fdp_stats["media_bytes_delta"])
         host_pages, gc_pages = host_bytes // FEMU_PAGE_BYTES, (nand_bytes - host_bytes) // FEMU_PAGE_BYTES
-        waf, counter_source = nand_bytes / host_bytes, "fdp-stats-log-22h"
+        waf, counter_source = nand_bytes / host_bytes, CounterSource.FDP_STATS_LOG_22H
     return {"femu_host_pages_delta": host_pages, "femu_gc_pages_delta": gc_pages,
             "femu_host_bytes_delta": host_bytes, "femu_nand_bytes_delta": nand_bytes, "femu_waf": waf,
             "femu_waf_word_after": after.waf_milli, "femu_page_bytes": FEMU_PAGE_BYTES,

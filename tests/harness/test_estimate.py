@@ -27,6 +27,7 @@ from harness.estimate import (
     tbw_from_pe_cycles,
     waf_from_counters,
 )
+from harness.wear.femu import CounterSource
 from kvwear.errors import KvwearError
 
 FEMU = dict(devsz_mb=192, pgs_per_blk=256, blks_per_pl=64, pls_per_lun=1, luns_per_ch=2, nchs=2,
@@ -141,5 +142,5 @@ def test_femu_host_pages_are_checked_against_the_plan() -> None:
     assert ok is not None and ok.passed and ok.source == "femu smart-vendor-bytes"
     lost = femu_host_check(502_530_048, device(502_530_048 - 8 * 2**20, "smart-vendor-bytes"))
     assert lost is not None and not lost.passed
-    assert femu_host_check(502_530_048, device(502_530_048, "fdp-stats-log-22h")) is None
+    assert femu_host_check(502_530_048, device(502_530_048, CounterSource.FDP_STATS_LOG_22H)) is None
     assert femu_host_check(502_530_048, DeviceBytes.from_json({"write_bytes": 1}, "qemu")) is None

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from harness.cli import app
 from harness.config import config_from_mapping
 from harness.devices.qemu import femu_deltas
-from harness.estimate import duw_check
+from harness.estimate import DUW_NOTE, duw_check
 from harness.run import emulator_waf
 from harness.rundir import RunDir
 from harness.schema import BLOCK_OPS
@@ -94,6 +94,10 @@ def test_run_replays_a_policy_plan_in_a_qemu_guest(tmp_path: Path) -> None:
         assert len(trims) == 1 and trims[0]["passed"] and trims[0]["predicted"] == plan["trim_bytes"], trims
         assert device["extra"]["trim_mode"] in ("fio", "deferred") and device["trim_bytes"] > 0
     assert "smart-duw (guest)" in (out / "report" / "report.html").read_text()
+    # the note on SMART's rounding stands on the SMART row of the report, not on fio's
+    rows = [r for r in (out / "report" / "report.md").read_text().splitlines() if r.startswith("| lru | host bytes |")]
+    assert {r.split(" | ")[2]: r.endswith(f"| {DUW_NOTE} |") for r in rows} == {"fio-3.33": False,
+                                                                                 "smart-duw (guest)": True}, rows
 
 
 @pytest.mark.guest

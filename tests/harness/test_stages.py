@@ -5,6 +5,7 @@ finished stage, the estimate's models included; the [simulator] section reaches 
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import harness.run as run_mod
 from harness.cli import app
 from harness.config import config_from_mapping
 from harness.run import results_table, run
-from harness.rundir import RunDir, Stage
+from harness.rundir import RunDir, Stage, write_json
 from harness.schema import RESULTS
 from kvwear.errors import InputError, KvwearError
 from kvwear.tables import read_table
@@ -51,6 +52,28 @@ def test_stage_runs_once_and_an_unfinished_one_again(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError):
         Stage("y", fail, load).run(rd)
     assert not rd.is_done("y")                     # no marker: a resume computes it again
+
+
+def test_a_marker_without_files_is_checked_against_what_its_stage_declares(tmp_path: Path) -> None:
+    """A marker written before markers listed files and input times: its stage runs again when its
+    declared folder holds no file, or when a stage it reads finished after it."""
+    rd = RunDir(tmp_path / "r")
+    rd.prepare("a = 1\n", resume=False)
+    d = rd.stage_dir("x")
+    (d / "f.txt").write_text("1")
+
+    def old_marker(stage: str, finished_unix_s: float) -> None:
+        write_json(rd.root / ".stages" / f"{stage}.json", {"stage": stage, "finished_unix_s": finished_unix_s})
+
+    old_marker("w", 1.0)
+    old_marker("x", 2.0)
+    st = Stage("x", lambda: (2, {}), lambda: 1, outputs=(d,), after=("w",))
+    assert st.run(rd) == 1
+    (d / "f.txt").unlink()
+    assert rd.stale_reason("x", (d,), ("w",)) == f"{d} holds no file"
+    (d / "f.txt").write_text("1")
+    old_marker("w", 3.0)                           # ran again after x
+    assert st.run(rd) == 2 and rd.reruns == ["x ran again: stage w ran again"]
 
 
 def test_simulate_and_run_no_replay_write_identical_tables(tmp_path: Path, mooncake_path: Path) -> None:
@@ -131,6 +154,40 @@ def test_resume_does_not_estimate_again(tmp_path: Path, monkeypatch: pytest.Monk
     (out / ".stages" / "estimate__lru.json").unlink()          # interrupted before its marker
     run(cfg, out, resume=True, report=False)
     assert sorted(calls) == ["emulator_waf", "plan_workload_waf"]
+
+
+def test_resume_runs_again_a_finished_stage_whose_files_were_deleted(tmp_path: Path) -> None:
+    """`kvwear run --resume` after a finished stage's folder, or one file of it, was deleted by hand:
+    that stage runs again, and every stage that read it (another policy's keep their markers);
+    the results equal the first run's."""
+    out = tmp_path / "r"
+    args = ["run", "-o", str(out), "--device", "sim", "--model", "kimi-k3", "-p", "lru", "-p", "fifo",
+            "--param", "sessions=3", "--param", "turns=3", "--dram", "1GB", "--ssd", "8GB", "--no-report"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    first = read_table(RESULTS, out / "results.parquet")
+
+    def finished() -> dict[str, float]:
+        return {p.stem.replace("__", "/"): json.loads(p.read_text())["finished_unix_s"]
+                for p in (out / ".stages").glob("*.json")}
+
+    def resume(deleted: Path) -> set[str]:
+        before = finished()
+        shutil.rmtree(deleted) if deleted.is_dir() else deleted.unlink()
+        r = runner.invoke(app, [*args, "--resume"])
+        assert r.exit_code == 0, r.output
+        assert f"ran again: {deleted}" in r.output.replace("\n", "")
+        assert read_table(RESULTS, out / "results.parquet").equals(first)
+        after = finished()
+        assert set(after) == set(before)
+        return {s for s in after if after[s] != before[s]} - {"results"}
+
+    assert resume(out / "policies" / "lru") == {"simulate/lru", "plan/lru", "device/lru", "estimate/lru"}
+    assert resume(out / "plan" / "fifo" / "plan.json") == {"plan/fifo", "device/fifo", "estimate/fifo"}
+    assert resume(out / "workload") == {"workload", *(f"{s}/{p}" for s in ("simulate", "plan", "device", "estimate")
+                                                      for p in ("lru", "fifo"))}
+    r = runner.invoke(app, [*args, "--resume"])
+    assert r.exit_code == 0 and "ran again" not in r.output
 
 
 def test_results_rows_must_fit_the_contract() -> None:

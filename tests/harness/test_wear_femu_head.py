@@ -6,6 +6,7 @@ kvwear-dw printed in that run, so a parser reading the wrong offset or width fai
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -14,15 +15,19 @@ import pytest
 from harness.devices.directive_plan import parse_report
 from harness.devices.identity import parse_id_ctrl_json
 from harness.devices.qemu import femu_deltas, smart_deltas
+from harness.estimate import DUW_NOTE, DeviceBytes, EstimateInputs, PlanBytes, estimate_policy, femu_host_check
 from harness.wear._decode import parse_nvme_refusal
 from harness.wear.fdp import FdpStats, parse_fdp_stats_binary, parse_ruh_status_binary
 from harness.wear.femu import (
+    CounterSource,
     femu_counters_from_nvme_json,
     femu_counters_from_smartctl_json,
     is_femu,
     parse_femu_counters,
 )
-from harness.wear.nvme_smart import parse_smart_log_binary
+from harness.wear.nvme_smart import parse_smart_log_binary, sample_from_smart_log
+from harness.wear.snapshot import delta
+from policies.metrics import SimSummary
 
 HEAD = Path(__file__).parent / "fixtures" / "femu-head-fdp"
 PLAN_WRITE_BYTES = 502_530_048          # the run's plan (aligned write bytes), fio's and kvwear-dw's count
@@ -105,9 +110,46 @@ def test_femu_fdp_waf_comes_from_the_fdp_log() -> None:
              "media_bytes_delta": after.media_bytes_with_metadata_written - before.media_bytes_with_metadata_written}
     d = femu_deltas(_b("fdp-smart-before.bin"), _b("fdp-smart-after.bin"), stats_before=b"", stats_after=b"",
                     fdp_stats=stats)
-    assert d["femu_counter_source"] == "fdp-stats-log-22h"
+    assert d["femu_counter_source"] == CounterSource.FDP_STATS_LOG_22H
+    # the estimator knows that source: the per-handle checks take these bytes, not femu_host_check
+    assert femu_host_check(PLAN_WRITE_BYTES, DeviceBytes.from_json({"write_bytes": PLAN_WRITE_BYTES, "extra": d},
+                                                                   "femu")) is None
     assert (d["femu_host_bytes_delta"], d["femu_nand_bytes_delta"]) == (PLAN_WRITE_BYTES, 522_960_896)
     assert (d["femu_host_pages_delta"], d["femu_gc_pages_delta"]) == (122_688, 4988)
     assert d["femu_waf"] == pytest.approx(522_960_896 / PLAN_WRITE_BYTES)
     # without the FDP log the vendor bytes say nothing was written: no WAF rather than a wrong one
     assert femu_deltas(_b("fdp-smart-before.bin"), _b("fdp-smart-after.bin"))["femu_waf"] is None
+
+
+def test_the_smart_rounding_note_is_on_the_smart_rows_only() -> None:
+    """The estimate of the FEMU HEAD runs' device records (their recorded SMART logs and FDP
+    statistics): "host bytes" is measured by fio, FEMU's vendor counters or its FDP log, SMART Data
+    Units Written (in the guest, and by an nvme-smart wear reader) and psutil; only the SMART rows
+    carry the note on SMART's 512,000-byte rounding."""
+    smart = smart_deltas(_b("nofdp-smart-before.bin"), _b("nofdp-smart-after.bin"))
+    samples = [sample_from_smart_log(parse_smart_log_binary(_b(f"nofdp-smart-{p}.bin")), "nvme-smart", "")
+               for p in ("before", "after")]
+    wear = {"nvme-smart": dataclasses.asdict(delta(*samples)), "psutil": {"host_bytes": PLAN_WRITE_BYTES}}
+    plain = {**smart, **femu_deltas(_b("nofdp-smart-before.bin"), _b("nofdp-smart-after.bin"))}
+    before, after = _stats("before"), _stats("after")
+    stats = {"host_bytes_delta": after.host_bytes_with_metadata_written - before.host_bytes_with_metadata_written,
+             "media_bytes_delta": after.media_bytes_with_metadata_written - before.media_bytes_with_metadata_written}
+    by_handle = list(parse_report(_b("fdp-dw.json")).write_bytes_by_handle)
+    fdp = {**smart_deltas(_b("fdp-smart-before.bin"), _b("fdp-smart-after.bin")),
+           **femu_deltas(_b("fdp-smart-before.bin"), _b("fdp-smart-after.bin"), fdp_stats=stats),
+           "fdp_stats": stats, "fdp": {"measured_by": "kvwear-dw", "plan_write_bytes_by_handle": by_handle,
+                                       "host_bytes_by_handle": by_handle}}
+    summary = SimSummary(**{f.name: 0 for f in dataclasses.fields(SimSummary)} | {"label": "lru"})
+    notes: dict[str, str] = {}
+    for extra, placement in ((plain, "none"), (fdp, "kind")):
+        device = DeviceBytes.from_json({"tool": "fio-3.33", "write_bytes": PLAN_WRITE_BYTES, "extra": extra,
+                                        "wear": wear}, "femu")
+        plan = PlanBytes(PLAN_WRITE_BYTES, PLAN_WRITE_BYTES, 0, placement, tuple(by_handle))
+        est = estimate_policy(EstimateInputs(
+            label="lru", model="qwen3-next-80b-a3b", device_kind="femu", dram_bytes=200_000_000, ssd_bytes=1,
+            sample_fraction=1.0, summary=summary, plan=plan, device=device, tbw_bytes=1e15, duration_s=1.0,
+            waf_uniform=1.0, waf_uniform_source="-", prediction=None, waf_emulator=None, preconditioned=False,
+            layout="log", raw_nand_bytes=1.0, pe_rating_cycles=3000))
+        notes |= {c["source"]: c["note"] for c in est.checks if c["quantity"] == "host bytes"}
+    assert notes == {"fio-3.33": "", "smart-duw (guest)": DUW_NOTE, "wear:nvme-smart": DUW_NOTE, "wear:psutil": "",
+                     "femu smart-vendor-bytes": "", CounterSource.FDP_STATS_LOG_22H: ""}
