@@ -5,9 +5,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from emulator.ftl import OP_TRIM, OP_WRITE, Ftl, FtlConfig
+from emulator.ftl import OP_READ, OP_TRIM, OP_WRITE, Ftl, FtlConfig
 from harness.estimate import analytical_waf, ftl_alpha
-from harness.waf_model import DeathSummary, death_summary, steady_state_waf, workload_waf
+from harness.waf_model import (
+    BANDS,
+    LINE_PAGES,
+    PAGE_BYTES,
+    SUMMARY_VERSION,
+    DeathCounter,
+    DeathSummary,
+    death_summary,
+    steady_state_waf,
+    survival_grid,
+    workload_waf,
+)
 from kvwear.errors import KvwearError
 
 CFG = FtlConfig.block_level(64 << 20, 0.28, pages_per_block=64)
@@ -42,6 +53,122 @@ def test_summary_counts_deaths_trims_and_survivors() -> None:
         DeathSummary.from_dict({**s.as_dict(), "version": 99})
     with pytest.raises(KvwearError, match="outside"):
         death_summary(ops, np.array([0, 1, 7]), np.array([4, 1, 2]), 8)
+
+
+def _shares(rows: np.ndarray) -> tuple[tuple[float, ...], ...]:
+    return tuple(tuple(float(f"{min(max(float(x), 0.0), 1.0):.6g}") for x in row) for row in rows)
+
+
+def _brute_force_summary(ops: np.ndarray, first: np.ndarray, n: np.ndarray, exposed: int, total: int,
+                         start: int = 0) -> DeathSummary:
+    """The summary from its definitions, page by page in Python (`start`: host pages written before
+    these requests, never dying). A page written at t and invalidated when `now` host pages are
+    written dies at d = now − t − 1; S_b(x) = 1 − #{band-b deaths with d ≤ x, t < T − x} /
+    #{band-b pages with t < T − x}; a line is empty from its last page's death on, counted in its
+    first page's band over the ages x < T − its start."""
+    live: dict[int, int] = {}
+    seen: set[int] = set()
+    died: dict[int, int] = {}                       # host time -> host pages written when it died
+    counts = [0, 0, 0]                              # overwritten, trimmed, footprint
+    now = start
+    for op, f, k in zip(ops.tolist(), first.tolist(), n.tolist(), strict=True):
+        if op == OP_READ:
+            continue
+        for lpn in range(f, f + k):
+            tw = live.pop(lpn, None)
+            if tw is not None:
+                died[tw] = now
+                counts[0 if op == OP_WRITE else 1] += 1
+            elif op == OP_WRITE and lpn not in seen:
+                counts[2] += 1
+            if op == OP_WRITE:
+                live[lpn] = now
+                seen.add(lpn)
+                now += 1
+    assert now == total
+    grid = survival_grid(total)
+    x = grid.tolist()
+    band_len = max(1, -(-total // BANDS))
+    nb = -(-total // band_len)
+    starts = [b * band_len for b in range(nb)]
+    obs = [[max(0, min(s + band_len, total, total - g) - s) for g in x] for s in starts]
+    dead = [[0] * len(x) for _ in starts]
+    hist = [0] * len(x)
+    for tw, now_d in died.items():
+        d = now_d - tw - 1
+        hist[max(i for i, g in enumerate(x) if g <= d)] += 1
+        for i, g in enumerate(x):
+            if d <= g < total - tw:
+                dead[tw // band_len][i] += 1
+    pooled = [1.0 - sum(c[i] for c in dead) / sum(o[i] for o in obs) if sum(o[i] for o in obs) else 0.0
+              for i in range(len(x))]
+    band_s = [[1.0 - dead[b][i] / obs[b][i] if obs[b][i] else pooled[i] for i in range(len(x))] for b in range(nb)]
+    lines = []
+    for w in LINE_PAGES:
+        empty = [[0] * len(x) for _ in starts]
+        for line in {tw // w for tw in died}:
+            s0, s1 = line * w, min(line * w + w, total)
+            if all(t in died for t in range(s0, s1)):
+                last = max(died[t] for t in range(s0, s1))
+                for i, g in enumerate(x):
+                    if last - s0 <= g < total - s0:
+                        empty[s0 // band_len][i] += s1 - s0
+        lines.append(_shares(np.array([[max(1.0 - empty[b][i] / obs[b][i] if obs[b][i] else 1.0, band_s[b][i])
+                                        for i in range(len(x))] for b in range(nb)])))
+    return DeathSummary(
+        version=SUMMARY_VERSION, page_bytes=PAGE_BYTES, exposed_pages=exposed, host_pages=total,
+        overwritten_pages=counts[0], trimmed_pages=counts[1], survivor_pages=len(live), footprint_pages=counts[2],
+        grid_pages=tuple(x), survival=tuple(min(max(v, 0.0), 1.0) for v in pooled),
+        observed=tuple(sum(o[i] for o in obs) for i in range(len(x))), hist_pages=tuple(hist),
+        band_start_pages=tuple(starts), band_survival=_shares(np.array(band_s)), line_pages=LINE_PAGES,
+        band_line_survival=tuple(lines))
+
+
+def _mixed_plan(seed: int, pages: int, requests: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Writes, TRIMs and reads of whole slots (written and dying together), of ranges at random
+    offsets, and appends of a circular log over the device's first quarter."""
+    rng = np.random.default_rng(seed)
+    ops = rng.choice(np.array([OP_WRITE] * 6 + [OP_TRIM, OP_READ], np.int8), requests)
+    size = rng.choice(np.array([1, 7, 64, 300]), requests, p=[0.2, 0.3, 0.35, 0.15])
+    mode = rng.integers(0, 3, requests)
+    first = np.where(mode == 0, rng.integers(0, pages // size) * size, rng.integers(0, pages - size))
+    log = mode == 2
+    first[log] = (np.cumsum(np.where(log, 64, 0)) % (pages // 4))[log]
+    size[log] = 64
+    return ops, first, size
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_death_summary_is_its_definition_over_random_plans_and_batch_splits(seed: int) -> None:
+    pages = 8192
+    ops, first, n = _mixed_plan(seed, pages, 1500)
+    total = int(n[ops == OP_WRITE].sum())
+    ref = _brute_force_summary(ops, first, n, pages, total)
+    assert ref.overwritten_pages > 10_000 and ref.trimmed_pages > 1000 and ref.survivor_pages > 1000
+    assert sum(ref.band_line_survival[-1][0]) < len(ref.grid_pages)      # lines of 4,096 pages empty
+    rng = np.random.default_rng(seed)
+    for batches in (1, 3, 40):
+        acc = DeathCounter(total, pages)
+        for part in np.split(np.arange(len(ops)), np.sort(rng.integers(0, len(ops), batches - 1))):
+            acc.feed(ops[part], first[part], n[part])
+        assert acc.summary() == ref
+
+
+def test_the_death_summary_is_its_definition_past_two_to_the_32_pages() -> None:
+    """Host times crossing 2³² − 2 (the fifth byte of a page's time): the requests fed from host
+    time 2³² − 3,000 on."""
+    pages = 4096
+    ops, first, n = _mixed_plan(4, pages, 400)
+    start = (1 << 32) - 3000
+    total = start + int(n[ops == OP_WRITE].sum())
+    acc = DeathCounter(total, pages)
+    assert acc.last_hi.size == pages and total - start > 6000
+    acc.now = start
+    for part in np.array_split(np.arange(len(ops)), 3):
+        acc.feed(ops[part], first[part], n[part])
+    ref = _brute_force_summary(ops, first, n, pages, total, start)
+    assert ref.overwritten_pages > 3000
+    assert acc.summary() == ref
 
 
 def test_uniform_random_reduces_to_lambert_w() -> None:
