@@ -22,6 +22,7 @@ def _stage(tmp_path: Path, times: list[float]) -> RunDir:
     rd.prepare("a = 1\n", resume=False)
     rows = [{"t": t, "ids": [1, 2 + i]} for i, t in enumerate(times)]
     path = write_table(REQUESTS, make_table(rows), rd.stage_dir("workload") / "requests.parquet")
+    rd.mark_done("workload", outputs=(path,))       # as the run's workload stage does before it
     characterize_stage(rd, Workload(path, len(rows), {}), get_profile("kimi-k3"))
     return rd
 
