@@ -160,7 +160,9 @@ class RunDir:
         recorded = info.get("after")
         for dep in after:
             finished = self.done_info(dep)["finished_unix_s"]
-            if finished != recorded.get(dep) if recorded is not None else finished > info["finished_unix_s"]:
+            # an older marker records no times: its inputs must have finished before it
+            ran_again = (finished > info["finished_unix_s"]) if recorded is None else (finished != recorded.get(dep))
+            if ran_again:
                 return f"stage {dep} ran again"
         return None
 
