@@ -27,7 +27,7 @@ in bytes with their shares, and which oracle points writing ≤ 10 % states domi
 an online point *beats* the oracle when no oracle point has both miss ratio ≤ 1.01 × its miss
 ratio and SSD bytes ≤ 1.01 × its bytes —
 against three oracle frontiers, each a superset of the last: the γ line alone; the γ line with
-its own dead writes dropped (`policies.belady.hindsight_filter`: writes never read before the
+its own dead writes dropped (`kvwear.policies.belady.hindsight_filter`: writes never read before the
 copy leaves the SSD); and that plus the online points with their dead writes dropped (the stated
 relaxation: same misses, fewer bytes, so it dominates every point by construction — the first
 two counts are the informative ones). For every point the γ line misses, the oracle's nearest
@@ -53,14 +53,14 @@ import pyarrow as pa
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from policies.base import POLICIES, param_infos  # noqa: E402
-from policies.belady import live_writes  # noqa: E402
-from policies.metrics import SimSummary  # noqa: E402
-from policies.sim import SimConfig, simulate  # noqa: E402
-from workloads.loaders import load_requests  # noqa: E402
-from workloads.models import ModelProfile, get_profile  # noqa: E402
-from workloads.schema import list_parts  # noqa: E402
-from workloads.synthetic import generate  # noqa: E402
+from kvwear.policies.base import POLICIES, param_infos  # noqa: E402
+from kvwear.policies.belady import live_writes  # noqa: E402
+from kvwear.policies.metrics import SimSummary  # noqa: E402
+from kvwear.policies.sim import SimConfig, simulate  # noqa: E402
+from kvwear.workloads.loaders import load_requests  # noqa: E402
+from kvwear.workloads.models import ModelProfile, get_profile  # noqa: E402
+from kvwear.workloads.schema import list_parts  # noqa: E402
+from kvwear.workloads.synthetic import generate  # noqa: E402
 
 GAMMAS = (0, 1, 2, 4, 8, 16, 32, 64)
 # the hyperparameter each policy is swept through, and its points (None: spread over its range)
@@ -83,7 +83,7 @@ GENERATORS = ("multi-round", "agentic", "api", "trace-a")
 QUICK_ROWS = {"api": 10_000}
 TOL = 1.01
 #: the oracle's γ families: one pass (f_x) and two (each write priced by the SSD hits its copy
-#: served in the first pass, `policies.belady` `passes`)
+#: served in the first pass, `kvwear.policies.belady` `passes`)
 ORACLE_PASSES = (1, 2)
 #: cliff refinement (a rule, the same for every workload): between neighbouring γ of a family
 #: whose miss ratios differ by more than REFINE_MISS, bisect (geometric mean) while the ratio

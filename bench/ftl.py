@@ -24,8 +24,8 @@ import time
 
 import numpy as np
 
-from emulator.ftl import Ftl, FtlConfig
-from harness.estimate import analytical_waf
+from kvwear.emulator.ftl import Ftl, FtlConfig
+from kvwear.harness.estimate.estimator import analytical_waf
 
 
 class PyGreedyFtl:

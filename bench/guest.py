@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from emulator.guest import build_guest
-from harness.devices.base import DeviceSpec, ReplayResult, open_device
-from harness.devices.qemu import FEMU_BINARY_ENV
-from harness.schema import BLOCK_OPS
+from kvwear.emulator.guest import build_guest
+from kvwear.harness.devices.base import DeviceSpec, ReplayResult, open_device
+from kvwear.harness.devices.qemu import FEMU_BINARY_ENV
+from kvwear.harness.plan.schema import BLOCK_OPS
 
 MiB = 2**20
 

@@ -5,7 +5,7 @@ relocation bytes) and what WAF does the embedded FTL measure on the plan; and th
 For each model (Kimi-K3: 429 MiB states, Nemotron-H-8B: 49 MiB states, Qwen2-7B: dense) the
 multi-round generator's workload is simulated once under `--policy` with tiers small enough that the
 SSD tier fills (per model below); its ssd_ops are then planned with each layout, TRIM on and off, on
-harness.run.device_capacity's device (1.05 × the SSD tier), and each plan is played on the `sim`
+kvwear.harness.pipeline.sizing.device_capacity's device (1.05 × the SSD tier), and each plan is played on the `sim`
 device (the FTL emulator, over-provisioning 7 %) of that capacity. Prints per row: ssd_ops, the plan
 time and rate (ssd_ops / s), the policy's write bytes, the relocation write bytes and objects moved,
 objects the extent layout split, and the FTL's WAF.
@@ -13,7 +13,7 @@ objects the extent layout split, and the FTL's WAF.
 Then the planner's rate on a synthetic stream (300k ops over 20k objects of 256 KiB, 150 kB and
 40 MB) on an unpressured 1 TiB device and on a pressured one (1.05 × its peak live bytes), best of
 `--reps`. `--baseline PATH` times the same unpressured plans with another revision's replay module
-(e.g. `git show main:harness/plan.py > /tmp/plan_main.py`), for a before/after rate.
+(e.g. `git show main:harness/plan/planner.py > /tmp/plan_main.py`), for a before/after rate.
 
 Run: .venv/bin/python bench/layouts.py [--policy lru] [--sessions 10] [--reps 3] [--baseline FILE]
 """
@@ -31,16 +31,16 @@ from types import ModuleType
 import numpy as np
 import pyarrow as pa
 
-from harness.config import config_from_mapping
-from harness.devices.base import DeviceSpec, open_device
-from harness.plan import LAYOUTS, ReplayConfig, plan_block_ops
-from harness.run import device_capacity
-from harness.simulate import sim_config
+from kvwear.harness.devices.base import DeviceSpec, open_device
+from kvwear.harness.pipeline.config import config_from_mapping
+from kvwear.harness.pipeline.simulate import sim_config
+from kvwear.harness.pipeline.sizing import device_capacity
+from kvwear.harness.plan.planner import LAYOUTS, ReplayConfig, plan_block_ops
+from kvwear.policies.schema import SSD_OPS
+from kvwear.policies.sim import simulate
 from kvwear.units import format_bytes
-from policies.schema import SSD_OPS
-from policies.sim import simulate
-from workloads.models import resolve_profile
-from workloads.synthetic import generate
+from kvwear.workloads.models import resolve_profile
+from kvwear.workloads.synthetic import generate
 
 # (model, DRAM, SSD): tiers a 10-session multi-round workload overflows
 MODELS = (("kimi-k3", "512MB", "3GB"), ("nemotron-h-8b", "64MB", "224MB"), ("qwen2-7b", "256MB", "1GB"))
@@ -90,7 +90,7 @@ def main() -> None:
     ap.add_argument("--policy", default="lru")
     ap.add_argument("--sessions", type=int, default=10)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--baseline", default="", help="another revision's harness/plan.py to time beside this one")
+    ap.add_argument("--baseline", default="", help="another revision's harness/plan/planner.py to time beside this one")
     a = ap.parse_args()
 
     print(f"{'model':<14} {'layout':<7} {'trim':<5} {'ssd_ops':>8} {'plan s':>7} {'ops/s':>10} {'policy writes':>14} "
@@ -115,7 +115,7 @@ def main() -> None:
         print(f"{'':<14} device {format_bytes(cap)} = 1.05 × SSD tier {ssd}, DRAM {dram}, policy {a.policy}")
 
     ops = synthetic_ops()
-    import harness.plan as current
+    import kvwear.harness.plan.planner as current
 
     peak = current.plan_block_ops(ops, ReplayConfig(capacity_bytes=1 << 40, layout="extent")).peak_live_bytes
     tight = -(-int(peak * 1.05) // 4096) * 4096

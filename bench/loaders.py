@@ -5,8 +5,8 @@ directory (deleted afterwards), then runs each reader in its own subprocess so t
 is honest: the child records its RSS after imports (psutil) and the kernel's high-water mark
 (ru_maxrss) after the work; the increase is the difference. Readers:
 
-  kvwear convert   workloads.loaders.convert_trace: validated, streamed to Parquet
-  kvwear load      workloads.loaders.load_requests: validated, whole table in memory
+  kvwear convert   kvwear.workloads.loaders.convert_trace: validated, streamed to Parquet
+  kvwear load      kvwear.workloads.loaders.load_requests: validated, whole table in memory
   pyarrow.json     pyarrow.json.read_json: no validation, no line numbers, whole table
   pandas           pandas.read_json(lines=True): whole DataFrame (skip with --no-pandas)
 
@@ -36,7 +36,7 @@ import psutil
 sys.path.insert(0, sys.argv[3])
 which, src, warm = sys.argv[1], sys.argv[2], sys.argv[4]
 if which.startswith("kvwear"):
-    from workloads.loaders import convert_trace, load_requests
+    from kvwear.workloads.loaders import convert_trace, load_requests
 elif which == "pyarrow":
     import pyarrow.json as pj
 else:

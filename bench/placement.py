@@ -5,14 +5,14 @@ of the device, the extent (or log) layout with TRIM, played on the FTL with FEMU
 (a line, the reclaim unit, is one block on each of luns × luns LUNs: 64 MiB for 8 × 8; background
 GC from 75% used lines). Each policy is simulated once (`kvwear run` with placement `none` into a
 temporary run directory); its plan is laid out per layout, tagged with each placement
-(`harness.placement`) and played on a fresh drive per over-provisioning level (`--lines`: the
+(`kvwear.harness.plan.placement`) and played on a fresh drive per over-provisioning level (`--lines`: the
 same exposed capacity on more or fewer lines of raw NAND; with `--gc on-demand`, `--op`: the
 block-level FTL with lines of the same size, whose GC runs only when 2 lines are left free, as a
 drive's foreground GC does, against FEMU's background GC that takes any line with 1/8 invalid
 pages while fewer than a quarter of the lines are free):
 - `no FDP`: a drive with one handle (FEMU's single write pointer);
 - `none`, `kind`: the same FDP drive with two reclaim unit handles (both open from the start, as
-  TP4146's handles are: emulator.ftl), every write on handle 0, or the kinds apart;
+  TP4146's handles are: kvwear.emulator.ftl), every write on handle 0, or the kinds apart;
 - `lifetime`: a drive with `lifetime_handles` (4) handles, the offline residency oracle;
 - `kind+shGC`: `kind` on a drive whose GC mixes the handles' relocated pages (initially isolated).
 `kind` separates whatever the kinds' lives (`--kind-min-separation`, default 0: the measurement
@@ -40,14 +40,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from harness.config import config_from_mapping
-from harness.devices.base import DeviceSpec
-from harness.devices.sim import SimDevice
-from harness.placement import PlacementConfig, assign_placement, residency_bytes
-from harness.plan import ReplayConfig, plan_block_ops
-from harness.run import device_capacity, policy_label, run
+from kvwear.harness.devices.base import DeviceSpec
+from kvwear.harness.devices.sim import SimDevice
+from kvwear.harness.pipeline.config import config_from_mapping
+from kvwear.harness.pipeline.run import policy_label, run
+from kvwear.harness.pipeline.sizing import device_capacity
+from kvwear.harness.plan.placement import PlacementConfig, assign_placement, residency_bytes
+from kvwear.harness.plan.planner import ReplayConfig, plan_block_ops
+from kvwear.policies.schema import SSD_OPS
 from kvwear.tables import read_table
-from policies.schema import SSD_OPS
 
 # every policy that writes back (writes on DRAM eviction); type-aware writes only KV to the SSD
 POLICIES = ["lru", "lru-k:k=2", "hotprefix", "marconi", "wa", "meritkv", "gandalf:budget=fixed,gamma=4",
@@ -58,7 +59,7 @@ MODES = {"no FDP": ("none", 1, "per-handle"), "none": ("none", 2, "per-handle"),
 
 
 def median_death(plan: pa.Table, capacity_bytes: int) -> dict[str, float]:
-    """Per object kind: the byte-weighted median of the plan's death distances (harness.placement's
+    """Per object kind: the byte-weighted median of the plan's death distances (kvwear.harness.plan.placement's
     residency oracle) in device capacities; inf when at least half the bytes never die."""
     d = residency_bytes(plan, capacity_bytes) / capacity_bytes
     w = pc.equal(plan.column("op").cast(pa.string()), "write").to_numpy(zero_copy_only=False)

@@ -38,12 +38,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from harness.capture import TracerUnavailable, kernel_dev_t, open_tracer
-from harness.devices import fio_runner as fiolib
-from harness.devices.base import DeviceSpec
-from harness.devices.fio import FioDevice, loop_device
-from harness.devices.fio_iolog import export_iolog_v3
-from harness.schema import BLOCK_OPS
+from kvwear.harness.capture import TracerUnavailable, kernel_dev_t, open_tracer
+from kvwear.harness.devices import fio_runner as fiolib
+from kvwear.harness.devices.base import DeviceSpec
+from kvwear.harness.devices.fio import FioDevice, loop_device
+from kvwear.harness.devices.fio_iolog import export_iolog_v3
+from kvwear.harness.plan.schema import BLOCK_OPS
 from kvwear.units import format_bytes, parse_size
 
 

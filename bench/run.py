@@ -16,8 +16,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from harness.config import RunConfig
-from harness.run import run
+from kvwear.harness.pipeline.config import RunConfig
+from kvwear.harness.pipeline.run import run
 
 
 def main() -> None:

@@ -128,7 +128,7 @@ def main() -> None:
     for s in sizes:
         if (s * args.base_copies).denominator != 1 or s * args.base_copies < 1:
             raise SystemExit(f"--sizes: {s} x {args.base_copies} copies is not a whole number >= 1")
-    kvwear = [sys.executable, "-c", "from harness.cli import main; main()"]
+    kvwear = [sys.executable, "-c", "from kvwear.harness.cli.main import main; main()"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     sim = ["--model", args.model, "--dram", args.dram, "--ssd", args.ssd]
     steps: dict[str, Callable[[Path, Path, Path], list[str]]] = {

@@ -4,7 +4,7 @@ Workload: the Mooncake conversation trace (12,031 requests, 512-token blocks) at
 16-token chunk with the Kimi-K3 profile, DRAM 100 GB + SSD 1 TB. Equivalent chunk accesses =
 the 16-token chunks covered by the requests' hashed prefixes (Σ ⌈hashed_tokens/16⌉), whatever the
 granularity each simulator works at. libCacheSim replays the same flattened chunk sequence (one
-access per chunk, `policies.flat.flatten_chunks`) through its C LRU from an oracleGeneral file;
+access per chunk, `kvwear.policies.flat.flatten_chunks`) through its C LRU from an oracleGeneral file;
 only its `process_trace` is timed, not building or writing its input. Each measurement is the
 best of --repeat runs (the machine is shared). Prints the ratio and kvwear's peak memory.
 
@@ -23,11 +23,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from policies.base import POLICIES  # noqa: E402
-from policies.flat import flatten_chunks, oracle_general  # noqa: E402
-from policies.sim import SimConfig, chunks_of, simulate  # noqa: E402
-from workloads.loaders import load_requests  # noqa: E402
-from workloads.models import get_profile  # noqa: E402
+from kvwear.policies.base import POLICIES  # noqa: E402
+from kvwear.policies.flat import flatten_chunks, oracle_general  # noqa: E402
+from kvwear.policies.sim import SimConfig, chunks_of, simulate  # noqa: E402
+from kvwear.workloads.loaders import load_requests  # noqa: E402
+from kvwear.workloads.models import get_profile  # noqa: E402
 
 
 def _rss_mib() -> float:

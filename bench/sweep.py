@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.sweep import plan_sweep, run_sweep
+from kvwear.harness.pipeline.sweep import plan_sweep, run_sweep
 
 
 def grid(k_values: int) -> dict:

@@ -1,4 +1,4 @@
-"""Benchmark: the workload WAF model (harness.waf_model) against the embedded FTL, plan by plan.
+"""Benchmark: the workload WAF model (kvwear.harness.estimate.waf_model) against the embedded FTL, plan by plan.
 
 Validation matrix: a multi-round chat workload (Qwen2-7B, DRAM 200 MB, SSD 180 MB) under four
 policies (lru, gandalf, lru-k, belady) × three layouts (extent, log, slab) × TRIM on/off = 24
@@ -20,12 +20,12 @@ import time
 
 import numpy as np
 
-from emulator.ftl import OP_WRITE, Ftl, FtlConfig
-from harness.devices.sim import plan_to_requests
-from harness.estimate import analytical_waf, ftl_alpha, ftl_predicted_waf
-from harness.plan import ReplayConfig, plan_block_ops
-from harness.waf_model import PAGE_BYTES, death_summary, steady_state_waf, workload_waf
+from kvwear.emulator.ftl import OP_WRITE, Ftl, FtlConfig
 from kvwear.errors import KvwearError
+from kvwear.harness.devices.sim import plan_to_requests
+from kvwear.harness.estimate.estimator import analytical_waf, ftl_alpha, ftl_predicted_waf
+from kvwear.harness.estimate.waf_model import PAGE_BYTES, death_summary, steady_state_waf, workload_waf
+from kvwear.harness.plan.planner import ReplayConfig, plan_block_ops
 
 CAPACITY = 192 << 20
 POLICIES = ("lru", "gandalf:budget=fixed,gamma=4", "lru-k", "belady")
@@ -43,9 +43,10 @@ def drives() -> dict[str, FtlConfig]:
 
 
 def policy_plans(sessions: int, ssd_mb: int) -> list[tuple[str, tuple[np.ndarray, np.ndarray, np.ndarray]]]:
-    from policies.sim import SimConfig, simulate
-    from workloads.models import resolve_profile
-    from workloads.synthetic import generate
+    from kvwear.policies.config import SimConfig
+    from kvwear.policies.sim import simulate
+    from kvwear.workloads.models import resolve_profile
+    from kvwear.workloads.synthetic import generate
 
     req = generate("multi-round", seed=1, sessions=sessions, turns=10)
     prof = resolve_profile("qwen2-7b")

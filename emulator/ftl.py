@@ -254,7 +254,7 @@ class FtlConfig:
         The space GC can use is ⌈exposed·(1+ρ)⌉ rounded up to whole blocks; the GC reserve
         (`reserve_lines` free blocks) and the open block(s) (one per write frontier: `ruh` host
         frontiers plus GC's own) are added on top, so the analytical model's α = 1 + ρ describes
-        this drive (see harness.estimate.effective_alpha)."""
+        this drive (see kvwear.harness.estimate.estimator.effective_alpha)."""
         if op_ratio < 0:
             raise KvwearError(f"op_ratio must be ≥ 0, got {op_ratio}")
         exposed_pages = -(-exposed_bytes // page_bytes)

@@ -36,7 +36,7 @@ the guest hangs after "Probing EDD"), so `kvm` is used only when asked for, and 
 only if a probe boot under KVM reaches `ready` (`kvm_works`; here it answers False in 0.1 s).
 
 This module launches processes and moves bytes; it does not interpret SMART or fio output
-(harness.wear, harness.devices.fio_runner do) and never touches a disk it was not given.
+(kvwear.harness.wear, kvwear.harness.devices.fio_runner do) and never touches a disk it was not given.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ from kvwear.children import die_with_parent
 from kvwear.errors import KvwearError
 
 if TYPE_CHECKING:
-    from emulator.ftl import FtlConfig
+    from kvwear.emulator.ftl import FtlConfig
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD_SCRIPT = REPO / "scripts" / "build-guest.sh"
@@ -276,7 +276,7 @@ class FemuGeometry:
 
     def ftl_config(self) -> FtlConfig:
         """The embedded FTL emulator configured as this FEMU drive (for predicted-vs-measured WAF)."""
-        from emulator.ftl import FtlConfig  # late: numba import is heavy and only needed here
+        from kvwear.emulator.ftl import FtlConfig  # late: numba import is heavy and only needed here
 
         return FtlConfig.femu(
             devsz_mb=self.devsz_mb, secsz=self.secsz, secs_per_pg=self.secs_per_pg, pgs_per_blk=self.pgs_per_blk,

@@ -79,7 +79,7 @@ MIN_MEMORY_BUDGET_BYTES = 1 << 16
 def check_budget(memory_budget_bytes: object, name: str = "memory_budget_bytes") -> int:
     """The budget as an int, or a one-line error naming `name`. (Here, not beside the
     characterization that defined it: `trace inspect` checks its budget too, and importing
-    workloads.characterize_stream, with numba and pandas, cost it ~150 MB of its peak.)"""
+    kvwear.workloads.characterize_stream, with numba and pandas, cost it ~150 MB of its peak.)"""
     if isinstance(memory_budget_bytes, bool) or not isinstance(memory_budget_bytes, numbers.Integral):
         raise KvwearError(f"{name} must be a whole number of bytes, not {memory_budget_bytes!r}")
     if memory_budget_bytes < MIN_MEMORY_BUDGET_BYTES:

@@ -1,7 +1,7 @@
 """Reference history by stable key, kept across evictions (hotprefix, lru-k, meritkv; gandalf's
 ghost table).
 
-A cache object dies when it leaves every tier (`policies.tree`: a ghost leaf is pruned, a
+A cache object dies when it leaves every tier (`kvwear.policies.tree`: a ghost leaf is pruned, a
 re-inserted ghost restarts `refs`), but several baselines count references over an object's
 whole life — LRU-K's HIST, HotPrefix's node hotness, MeritKV's per-object demands. `KeyHistory`
 keeps, per stable identity (`base.obj_keys`: one key per block, one per state), the number of
@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from policies.base import obj_keys
-from policies.tree import Obj, Segment, State
+from kvwear.policies.base import obj_keys
+from kvwear.policies.tree import Obj, Segment, State
 
 
 class KeyHistory:

@@ -1,6 +1,6 @@
 """The placement-policy interface, its parameters, the spec-string parser and the registry.
 
-A policy decides, for the tiered KV cache the simulator (`policies.sim`) runs:
+A policy decides, for the tiered KV cache the simulator (`kvwear.policies.sim`) runs:
 1. **placement** of a newly computed object (`place`): DRAM, SSD, both (write-through) or none;
 2. **admission to SSD** of a DRAM victim that has no SSD copy (`admit_to_ssd`): write or drop
    (the LRU write-back baseline always writes);
@@ -17,7 +17,7 @@ subclasses `Policy[XParams]` (which sets `Params` and types `self.p`), decorates
 valid ones.
 
 **What a policy sees** (all read-only for the policy):
-- Objects (`policies.tree`): `Segment` (a run of full-attention KV blocks sharing one fate —
+- Objects (`kvwear.policies.tree`): `Segment` (a run of full-attention KV blocks sharing one fate —
   residency, last access, access count) and `State` (a linear/sliding checkpoint at a segment's
   end). Fields: `oid, kind (FULL/LINEAR), nbytes, tiers (bit mask HBM|DRAM|SSD), last_seq,
   last_s, refs, created_s, ssd_hit, next_seq`; segments add `ns, keys, n (blocks), start (depth
@@ -79,17 +79,15 @@ import typing
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import pyarrow as pa
 
 from kvwear.errors import KvwearError
 from kvwear.kv import parse_kv
+from kvwear.policies.config import SimConfig
+from kvwear.policies.tree import DRAM, HBM, SSD, TIER_NAMES, Obj, Segment, State
 from kvwear.registry import Registry
-from policies.tree import DRAM, HBM, SSD, TIER_NAMES, Obj, Segment, State
-
-if TYPE_CHECKING:
-    from policies.sim import SimConfig
 
 
 class PolicySpecError(KvwearError, ValueError):
@@ -364,7 +362,7 @@ class Policy(Generic[P]):
 
 # Modules that register policies. Adding a policy = its module + one line here.
 POLICIES: Registry[type[Policy[Any]]] = Registry("policy", modules=[
-    f"policies.{m}" for m in ("lru", "write_through", "fifo", "type_aware", "lru_k", "dynamo", "hotprefix",
+    f"kvwear.policies.{m}" for m in ("lru", "write_through", "fifo", "type_aware", "lru_k", "dynamo", "hotprefix",
                               "marconi", "wa", "meritkv", "gandalf", "belady")])
 
 def tier_name(tier: int) -> str:

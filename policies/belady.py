@@ -11,7 +11,7 @@ future hits.
   (every DRAM victim is written), the miss-ratio floor of the comparison.
 - f_x is the later requests that reference the object's first block (a state: its position),
   from the future-references column the simulator streams with the next-use one (one backward
-  pass, `workloads.nextuse`; issue 16): both modes stream, neither holds the trace. n·c/s is
+  pass, `kvwear.workloads.nextuse`; issue 16): both modes stream, neither holds the trace. n·c/s is
   priced per *unit* a hit needs — a hit at prefix length E saves E tokens and needs E tokens of
   KV plus, on a hybrid model, one state — so every part of it has value density f·E/(E·kv +
   state bytes). Pricing a state by f·E/s and its KV by f/kv (each part alone) made the oracle
@@ -139,7 +139,7 @@ Memory: beside the simulator's objects, the heaps (a live entry per cached objec
 and `due`, the cached objects listed under their next use for `_expire` (one entry per cached
 object — an object leaves it when it leaves every tier — ≤ ~300 B each: a 224 B ordered set
 per pending next use, shared by the objects due then); nothing per request or per access of
-the trace (the future is streamed: `workloads.nextuse`). Before, `due` kept every object keyed
+the trace (the future is streamed: `kvwear.workloads.nextuse`). Before, `due` kept every object keyed
 with a future next use until that next use came, cached or not.
 
 Must not: do I/O, read the wall clock, keep global state.
@@ -154,10 +154,10 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 
-from policies._estimators import LazyMinHeap
-from policies.base import POLICIES, Policy, PolicyParams, PolicySpec, SimContext, param
-from policies.schema import OPS
-from policies.tree import DRAM, NEVER, SSD, Obj, Segment, State, depth_blocks
+from kvwear.policies._estimators import LazyMinHeap
+from kvwear.policies.base import POLICIES, Policy, PolicyParams, PolicySpec, SimContext, param
+from kvwear.policies.schema import OPS
+from kvwear.policies.tree import DRAM, NEVER, SSD, Obj, Segment, State, depth_blocks
 
 
 @dataclass(frozen=True)
@@ -271,7 +271,7 @@ class BeladyPolicy(Policy[BeladyParams]):
         pass learns nothing new."""
         if self.p.passes == 1:
             return
-        from policies.sim import simulate  # the simulator imports the policies, not the reverse
+        from kvwear.policies.sim import simulate  # the simulator imports the kvwear.policies, not the reverse
 
         cfg = dataclasses.replace(self.ctx.config, record_requests=False)
         spec = PolicySpec("belady", dataclasses.replace(self.p, passes=1))
@@ -301,7 +301,7 @@ class BeladyPolicy(Policy[BeladyParams]):
 
     def future_hits(self, obj: Obj) -> int:
         """f_x: later requests that reference the object's first block (a state: its position),
-        streamed with the trace's next-use column (`workloads.nextuse`)."""
+        streamed with the trace's next-use column (`kvwear.workloads.nextuse`)."""
         return self.ctx.future_refs(obj)
 
     def _learned(self, obj: Obj) -> float | None:

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from policies.base import POLICIES, Policy, PolicyParams, RequestInfo, SimContext, obj_keys, param
-from policies.tree import DRAM, SSD, Obj
+from kvwear.policies.base import POLICIES, Policy, PolicyParams, RequestInfo, SimContext, obj_keys, param
+from kvwear.policies.tree import DRAM, SSD, Obj
 
 
 @dataclass(frozen=True)

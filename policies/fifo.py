@@ -7,9 +7,9 @@ entered together the leaf side leaves first. Kept in a lazy min-heap per tier ke
 
 from __future__ import annotations
 
-from policies._estimators import LazyMinHeap
-from policies.base import POLICIES, Policy, PolicyParams, SimContext
-from policies.tree import DRAM, SSD, Obj, Segment, depth_blocks
+from kvwear.policies._estimators import LazyMinHeap
+from kvwear.policies.base import POLICIES, Policy, PolicyParams, SimContext
+from kvwear.policies.tree import DRAM, SSD, Obj, Segment, depth_blocks
 
 
 @POLICIES.register("fifo")

@@ -8,13 +8,13 @@ sizes: a miss evicts (if full) before inserting, so the missed chunk is always a
 evicts the cached chunk whose next access is farthest (never-again first).
 
 - `flatten_chunks(table, chunk_tokens)`: the chunk-id sequence (dense int64 ids), vectorized;
-  a source block of B > S tokens becomes its k = B/S derived chunk keys (workloads.blocks).
+  a source block of B > S tokens becomes its k = B/S derived chunk keys (kvwear.workloads.blocks).
 - `next_access(ids)`: index of each access's next access of the same id, or -1.
 - `oracle_general(ids)`: the same sequence as libCacheSim `oracleGeneral` binary records (the
   caller writes `records.tofile(path)`; this module does no I/O).
 - `simulate_flat(ids, capacity_chunks, policy) -> FlatResult`.
 
-Must not do I/O; the tiered simulator (policies.sim) is the real model, this mode only validates.
+Must not do I/O; the tiered simulator (kvwear.policies.sim) is the real model, this mode only validates.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from kvwear.errors import KvwearError
-from workloads.schema import list_parts
+from kvwear.workloads.schema import list_parts
 
 FLAT_POLICIES = ("lru", "fifo", "belady")
 
@@ -50,7 +50,7 @@ class FlatResult:
 
 def flatten_chunks(table: pa.Table, chunk_tokens: int = 16) -> np.ndarray:
     """Chunk keys covered by each request, concatenated in request order (dense int64 ids)."""
-    from workloads.blocks import convert_block_size
+    from kvwear.workloads.blocks import convert_block_size
 
     conv = convert_block_size(table, chunk_tokens)
     offs, vals = list_parts(conv.column("hash_ids"))

@@ -180,10 +180,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kvwear.errors import KvwearError
-from policies._estimators import ReuseHistogram, SlidingExpFit, WriteBudget, move_cost
-from policies._history import GhostTable
-from policies.base import POLICIES, Policy, PolicyParams, RequestInfo, SimContext, param
-from policies.tree import DRAM, FULL, LINEAR, SSD, Obj, Segment, State, depth_blocks
+from kvwear.policies._estimators import ReuseHistogram, SlidingExpFit, WriteBudget, move_cost
+from kvwear.policies._history import GhostTable
+from kvwear.policies.base import POLICIES, Policy, PolicyParams, RequestInfo, SimContext, param
+from kvwear.policies.tree import DRAM, FULL, LINEAR, SSD, Obj, Segment, State, depth_blocks
 
 
 @dataclass(frozen=True)

@@ -45,10 +45,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from policies._estimators import LazyMinHeap
-from policies._history import KeyHistory
-from policies.base import POLICIES, Policy, PolicyParams, RequestInfo, SimContext, obj_keys, param
-from policies.tree import DRAM, SSD, Obj, Segment, State, depth_blocks
+from kvwear.policies._estimators import LazyMinHeap
+from kvwear.policies._history import KeyHistory
+from kvwear.policies.base import POLICIES, Policy, PolicyParams, RequestInfo, SimContext, obj_keys, param
+from kvwear.policies.tree import DRAM, SSD, Obj, Segment, State, depth_blocks
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ object. No parameters. All the behaviour is the `Policy` base class's default.
 
 from __future__ import annotations
 
-from policies.base import POLICIES, Policy, PolicyParams
+from kvwear.policies.base import POLICIES, Policy, PolicyParams
 
 
 @POLICIES.register("lru")

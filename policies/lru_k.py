@@ -31,9 +31,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from policies._history import KeyHistory
-from policies.base import POLICIES, Policy, PolicyParams, RequestInfo, SimContext, param
-from policies.tree import Obj
+from kvwear.policies._history import KeyHistory
+from kvwear.policies.base import POLICIES, Policy, PolicyParams, RequestInfo, SimContext, param
+from kvwear.policies.tree import Obj
 
 
 @dataclass(frozen=True)

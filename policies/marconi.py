@@ -26,7 +26,7 @@ frees its KV and its state together — without its state no request can hit the
   node: only its state goes (its KV serves the children), as Marconi evicts single-child nodes.
 - *Leaves* per tier: a state, or a segment with no child and no state resident in that tier
   (KV that no state needs; its own edge).
-- *FLOPs* come from the model profile (`workloads.models`: active parameters and attention FLOPs
+- *FLOPs* come from the model profile (`kvwear.workloads.models`: active parameters and attention FLOPs
   per token, from the architecture): prefill of L tokens = 2·active_params·L +
   attn_flops_per_token·L²/2 (`_estimators.FlopModel`). A segment saves the prefill of its own
   tokens at its depth ÷ its bytes; a state, that of its edge ÷ (state + edge KV bytes). The
@@ -54,9 +54,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kvwear.errors import KvwearError
-from policies._estimators import FlopModel, minmax
-from policies.base import POLICIES, Policy, PolicyParams, SimContext, param
-from policies.tree import DRAM, SSD, Obj, Segment, State
+from kvwear.policies._estimators import FlopModel, minmax
+from kvwear.policies.base import POLICIES, Policy, PolicyParams, SimContext, param
+from kvwear.policies.tree import DRAM, SSD, Obj, Segment, State
 
 EDGE_SEGMENTS = 64  # bound on the walk from a state to the previous checkpoint
 
@@ -246,7 +246,7 @@ def _flop_model(p: MarconiParams, ctx: SimContext) -> FlopModel:
     cfg = ctx.config
     active, attn = cfg.active_params, cfg.attn_flops_per_token
     if not active and cfg.model:
-        from workloads.models import PROFILES
+        from kvwear.workloads.models import PROFILES
 
         if cfg.model in PROFILES:
             prof = PROFILES.get(cfg.model)

@@ -33,10 +33,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from policies._estimators import merit_score
-from policies._history import KeyHistory
-from policies.base import POLICIES, Policy, PolicyParams, RequestInfo, SimContext, param
-from policies.tree import DRAM, SSD, Obj, Segment, State
+from kvwear.policies._estimators import merit_score
+from kvwear.policies._history import KeyHistory
+from kvwear.policies.base import POLICIES, Policy, PolicyParams, RequestInfo, SimContext, param
+from kvwear.policies.tree import DRAM, SSD, Obj, Segment, State
 
 
 @dataclass(frozen=True)

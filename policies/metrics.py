@@ -24,18 +24,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from kvwear.policies.base import RequestInfo
+from kvwear.policies.config import SimConfig
+from kvwear.policies.schema import OBJ_KINDS, OPS
+from kvwear.policies.tree import DRAM, FULL, HBM, SSD, Obj
 from kvwear.tables import TableSpec
-from policies.schema import OBJ_KINDS, OPS
-from policies.tree import DRAM, FULL, HBM, SSD, Obj
-
-if TYPE_CHECKING:
-    from policies.base import RequestInfo
-    from policies.sim import SimConfig
 
 OP_WRITE, OP_READ, OP_EVICT = 0, 1, 2
 OP_NAMES = OPS          # code → name, in the order of the codes above

@@ -3,7 +3,7 @@
 One row per SSD object: `obj_kind` full is one full-attention KV block (a prefix-tree segment
 of n blocks gives n rows with consecutive `obj_id`s), linear is one linear-attention /
 sliding-window state checkpoint. `op` is write, read or evict; `cause` says why
-(`policies.metrics.CAUSES`: insert, dram_evict, hit, capacity, promote). Rows are in time order.
+(`kvwear.policies.metrics.CAUSES`: insert, dram_evict, hit, capacity, promote). Rows are in time order.
 """
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ Semantics (DESIGN.md "Simulator semantics"), exactly:
   (`chunk_tokens`, default 16): when B > S (Mooncake: 512 at 16), one source block is one cache
   object of k = B/S chunks — hit ratios are then exact at granularity B, not S (a reused prefix
   that ends inside a block is not seen); when B < S the batch is first regrouped with
-  `workloads.blocks.convert_block_size`. Block bytes = k·S·kv_bytes_per_token; a trace's partial
+  `kvwear.workloads.blocks.convert_block_size`. Block bytes = k·S·kv_bytes_per_token; a trace's partial
   last block holds ⌈tokens/S⌉ chunks; ids beyond ⌈hashed_tokens/B⌉ cover nothing and are
-  ignored. The tree is kept as segments (runs of blocks with one fate, `policies.tree`), and
+  ignored. The tree is kept as segments (runs of blocks with one fate, `kvwear.policies.tree`), and
   every operation works on segments, never one Python step per chunk.
 * **States** (hybrid models, `state_bytes > 0`): one checkpoint per request, at the end of the
   request's hashed prefix — precisely after its last *full* hashed block, because a partial last
@@ -52,15 +52,15 @@ Semantics (DESIGN.md "Simulator semantics"), exactly:
 Streaming: record batches are consumed one at a time, each cut to at most `BATCH_HASH_IDS` hash
 ids; memory grows with what the tiers hold (ghost segments are pruned), plus the outputs — and
 not with the ssd_ops when an `ops_sink` takes them batch by batch, nor with the per-request
-records when a `requests_sink` takes them (`policies.metrics`: else 105 bytes a request; they
+records when a `requests_sink` takes them (`kvwear.policies.metrics`: else 105 bytes a request; they
 can be switched off with `record_requests=False`). The tree costs ~40 bytes per block (its key
 in the segment's list) plus ~1 KB per segment or state (the objects, their children dicts and
 the policy's list entries), measured with tracemalloc on the shared Weka traces at Kimi-K3 (lru:
 2.7 MiB for 42,852 blocks in 594 segments and 463 states; gandalf 2.1 MiB for 24,986 in 340 and
-124, its ghost table apart: `policies._history.GhostTable`, ~150 bytes an entry); a batch's ids
+124, its ghost table apart: `kvwear.policies._history.GhostTable`, ~150 bytes an entry); a batch's ids
 as Python ints add ~45 bytes each, at most `BATCH_HASH_IDS` of them. Oracle policies
 (`needs_future`) get the future from `next_use` and `future_refs` columns the batches carry
-(written in one backward pass by `workloads.nextuse`); batches without them are gathered into
+(written in one backward pass by `kvwear.workloads.nextuse`); batches without them are gathered into
 the whole table for the in-memory pre-pass. Each request's future is one (2, ids) array: row
 0 the next-use seq of each of its ids, row 1 the number of later accesses of it; an object
 keeps (array, index) of the access that last touched it (`Obj._fut`), so `next_seqs` and
@@ -82,8 +82,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kvwear.errors import KvwearError
-from policies.base import POLICIES, Policy, PolicySpec, RequestInfo, resolve_spec
-from policies.metrics import (
+from kvwear.policies.base import POLICIES, Policy, PolicySpec, RequestInfo, resolve_spec
+from kvwear.policies.config import SimConfig
+from kvwear.policies.metrics import (
     CAUSES,
     OP_EVICT,
     OP_READ,
@@ -91,9 +92,9 @@ from policies.metrics import (
     Accumulator,
     SimSummary,
 )
-from policies.schema import SSD_OPS
-from policies.tree import DRAM, FULL, HBM, LINEAR, NEVER, SSD, Obj, Segment, State
-from workloads.schema import list_parts
+from kvwear.policies.schema import SSD_OPS
+from kvwear.policies.tree import DRAM, FULL, HBM, LINEAR, NEVER, SSD, Obj, Segment, State
+from kvwear.workloads.schema import list_parts
 
 CAUSE_INSERT = CAUSES.index("insert")
 CAUSE_DRAM_EVICT = CAUSES.index("dram_evict")
@@ -101,62 +102,6 @@ CAUSE_HIT = CAUSES.index("hit")
 CAUSE_CAPACITY = CAUSES.index("capacity")
 CAUSE_PROMOTE = CAUSES.index("promote")
 _POLICY_TIERS = DRAM | SSD
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    """Tier capacities, model sizes, speeds and prices of one simulation."""
-
-    dram_bytes: int
-    ssd_bytes: int
-    kv_bytes_per_token: int
-    state_bytes: int = 0                 # one linear/sliding checkpoint; 0 = dense model
-    hbm_bytes: int = 0                   # 0 = no HBM tier
-    chunk_tokens: int = 16               # S
-    ssd_read_bytes_per_s: float = 10e9
-    dram_to_hbm_bytes_per_s: float = 50e9
-    recompute_tokens_per_s: float = 60_000.0
-    # the GPUs doing the recompute: an 8-GPU node at $2.5 per GPU-hour, whose prefill runs at
-    # recompute_tokens_per_s (60k tokens/s ≈ 7.5k per GPU for a ~30B-active model). With the wear
-    # price below, one Kimi-K3 token costs 67× more to recompute than to write (Qwen3.5-27B: 28×),
-    # so Gandalf's γ spans 0..64 (README "Gandalf"); one GPU at $2.5 made γ > 8 write nothing
-    gpu_usd_per_hour: float = 20.0
-    ssd_usd_per_tb_written: float = 0.05  # drive price / TBW: $700 / (7.68 TB·1 DWPD·365·5)
-    interval_s: float = 600.0            # timeline interval
-    record_requests: bool = True
-    model: str = ""                      # label only
-    # the model profile's prefill compute (workloads.models; 0 = unknown): marconi's FLOPs model
-    active_params: float = 0.0
-    attn_flops_per_token: float = 0.0
-
-    @property
-    def gpu_usd_per_s(self) -> float:
-        return self.gpu_usd_per_hour / 3600.0
-
-    @property
-    def usd_per_recomputed_token(self) -> float:
-        """GPU dollars to recompute one token's KV (the price of a miss)."""
-        return self.gpu_usd_per_s / self.recompute_tokens_per_s
-
-    @property
-    def ssd_usd_per_byte_written(self) -> float:
-        """SSD wear dollars per byte written (the price of a write)."""
-        return self.ssd_usd_per_tb_written / 1e12
-
-    def __post_init__(self) -> None:
-        for name in ("dram_bytes", "ssd_bytes", "hbm_bytes", "state_bytes"):
-            if getattr(self, name) < 0:
-                raise KvwearError(f"SimConfig.{name} must be >= 0, got {getattr(self, name)}")
-        if self.kv_bytes_per_token <= 0 or self.chunk_tokens <= 0:
-            raise KvwearError("SimConfig: kv_bytes_per_token and chunk_tokens must be > 0")
-        # prices: a GPU second must cost something (meritkv and gandalf convert wear dollars
-        # into GPU time); wear may be free, never negative
-        for name in ("ssd_read_bytes_per_s", "dram_to_hbm_bytes_per_s", "recompute_tokens_per_s",
-                     "interval_s", "gpu_usd_per_hour"):
-            if not getattr(self, name) > 0:
-                raise KvwearError(f"SimConfig.{name} must be > 0, got {getattr(self, name)}")
-        if not self.ssd_usd_per_tb_written >= 0:
-            raise KvwearError(f"SimConfig.ssd_usd_per_tb_written must be >= 0, got {self.ssd_usd_per_tb_written}")
 
 
 @dataclass(frozen=True)
@@ -172,7 +117,7 @@ class SimResult:
 
 
 class Simulator:
-    """One simulation run; implements `policies.base.SimContext` for its policy."""
+    """One simulation run; implements `kvwear.policies.base.SimContext` for its policy."""
 
     def __init__(self, config: SimConfig, spec: str | PolicySpec,
                  ops_sink: Callable[[pa.Table], None] | None = None,
@@ -278,7 +223,7 @@ class Simulator:
             idx = np.repeat(np.asarray(codes, dtype=np.int8), n)
             return pa.DictionaryArray.from_arrays(pa.array(idx), pa.array(names, pa.string()))
 
-        from policies.metrics import KIND_NAMES, OP_NAMES
+        from kvwear.policies.metrics import KIND_NAMES, OP_NAMES
 
         if len(self._sessions) == 1:  # no session seen: all null
             sess = pa.nulls(total, pa.string())
@@ -473,7 +418,7 @@ class Simulator:
         acc = self.acc
         before = acc.request_begin()
         nk = len(keys)
-        # ids beyond the hashed tokens cover nothing (as in workloads.blocks: hashed_tokens
+        # ids beyond the hashed tokens cover nothing (as in kvwear.workloads.blocks: hashed_tokens
         # decides; an AIPerf/Qwen row may list more ids than its input has blocks)
         covered = -(-hashed_tokens // block_tokens)
         if nk > covered:
@@ -702,7 +647,7 @@ class Simulator:
         S = self.chunk_tokens
         btok = np.asarray(batch.column("block_tokens").to_numpy(), dtype=np.int64)
         if (btok < S).any():
-            from workloads.blocks import convert_block_size
+            from kvwear.workloads.blocks import convert_block_size
 
             batch = convert_block_size(batch, S)
             btok = np.asarray(batch.column("block_tokens").to_numpy(), dtype=np.int64)
@@ -727,7 +672,7 @@ class Simulator:
         base = self._fut_base
         req = self.request
         # input streaming: a batch may carry its next-use and future-refs columns
-        # (workloads.nextuse, aligned with hash_ids); each request then gets its own copy, so a
+        # (kvwear.workloads.nextuse, aligned with hash_ids); each request then gets its own copy, so a
         # resident segment keeps only its request's array alive, not the batch's
         col = (np.stack((list_parts(batch.column("next_use"))[1], list_parts(batch.column("future_refs"))[1]))
                if "next_use" in batch.column_names else None)
@@ -822,9 +767,9 @@ def simulate(requests: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch], con
     `progress(n)` is called after each batch with the number of requests it held. With
     `ops_sink`, each batch's ssd_ops rows are handed to it (in time order) instead of being kept,
     and `SimResult.ssd_ops` is empty; likewise `requests_sink` takes the per-request table in
-    chunks (`policies.metrics.REQUEST_CHUNK` rows) and `SimResult.requests` is empty.
+    chunks (`kvwear.policies.metrics.REQUEST_CHUNK` rows) and `SimResult.requests` is empty.
     `setup(policy)` is called once, before the first request (an oracle's later pass hands its
-    policy what an earlier pass learned: `policies.belady`).
+    policy what an earlier pass learned: `kvwear.policies.belady`).
     """
     sim = Simulator(config, policy, ops_sink, requests_sink)
     if setup is not None:
@@ -854,7 +799,7 @@ def simulate(requests: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch], con
 def _convert_if_needed(table: pa.Table, chunk_tokens: int) -> pa.Table:
     btok = np.asarray(table.column("block_tokens").to_numpy(), dtype=np.int64)
     if (btok < chunk_tokens).any():
-        from workloads.blocks import convert_block_size
+        from kvwear.workloads.blocks import convert_block_size
 
         return convert_block_size(table, chunk_tokens)
     return table

@@ -8,8 +8,8 @@ written back. LRU per tier. No parameters.
 
 from __future__ import annotations
 
-from policies.base import POLICIES, Policy, PolicyParams
-from policies.tree import DRAM, FULL, SSD, Obj
+from kvwear.policies.base import POLICIES, Policy, PolicyParams
+from kvwear.policies.tree import DRAM, FULL, SSD, Obj
 
 
 @POLICIES.register("type-aware")

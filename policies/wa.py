@@ -29,9 +29,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Literal
 
-from policies._estimators import SlidingExpFit, log_reuse_prob
-from policies.base import POLICIES, Policy, PolicyParams, RequestInfo, SimContext, param
-from policies.tree import DRAM, SSD, Obj, Segment, depth_blocks
+from kvwear.policies._estimators import SlidingExpFit, log_reuse_prob
+from kvwear.policies.base import POLICIES, Policy, PolicyParams, RequestInfo, SimContext, param
+from kvwear.policies.tree import DRAM, SSD, Obj, Segment, depth_blocks
 
 Workload = tuple[str, int | None]
 

@@ -6,8 +6,8 @@ then dropped, as a write-through cache does not write on eviction). LRU per tier
 
 from __future__ import annotations
 
-from policies.base import POLICIES, Policy, PolicyParams
-from policies.tree import DRAM, SSD, Obj
+from kvwear.policies.base import POLICIES, Policy, PolicyParams
+from kvwear.policies.tree import DRAM, SSD, Obj
 
 
 @POLICIES.register("write-through")

@@ -1,10 +1,10 @@
-"""Figures of a trace characterization (`workloads.characterize`), drawn from the folder it wrote.
+"""Figures of a trace characterization (`kvwear.workloads.characterize`), drawn from the folder it wrote.
 
 `plot_characterization(folder)` reads `summary.json` and the Parquet tables that
-`workloads.characterize.characterize` wrote there and draws one PNG and one SVG per figure in
+`kvwear.workloads.characterize_stream.characterize` wrote there and draws one PNG and one SVG per figure in
 `FIGURES` beside them. Lifespans are read for reused blocks only (a filter pushed into the Parquet
 reader), so drawing holds the reused blocks' rows, not one per distinct block. Must not compute
-analyses (workloads.characterize does) or launch anything.
+analyses (kvwear.workloads.characterize does) or launch anything.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import pyarrow.parquet as pq
 
 from kvwear.tables import atomic_write
 from kvwear.units import format_bytes
-from workloads.characterize import CURVE_POINTS as _CURVE_POINTS
-from workloads.characterize import fit_exponential
+from kvwear.workloads.characterize import CURVE_POINTS as _CURVE_POINTS
+from kvwear.workloads.characterize import fit_exponential
 
 FIGURES = ("reuse_time_cdf", "lifespan_cdf", "reuse_skew", "hit_ratio_by_category", "live_blocks",
            "hit_ratio_vs_capacity")

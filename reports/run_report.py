@@ -2,7 +2,7 @@
 
 Reads `results.parquet`, `manifest.json`, `estimate/*/crossval.json`, `device/*/timeline.parquet` and
 the workload's characterization (`workload/characterization/`: summary.json and its figures) (see
-harness.rundir for the layout) and writes only below `RUN/report/`. Must not compute
+kvwear.harness.pipeline.rundir for the layout) and writes only below `RUN/report/`. Must not compute
 metrics or launch anything: every number shown is read from the run directory.
 """
 
@@ -21,9 +21,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from kvwear.errors import KvwearError
-from reports import figures
-from reports.figures import ReportFiles
-from reports.sweep_report import lifetime_col
+from kvwear.reports import figures
+from kvwear.reports.figures import ReportFiles
+from kvwear.reports.sweep_report import lifetime_col
 
 # Columns of the per-policy table: (column, heading, formatter).
 GIB = 2**30
@@ -78,7 +78,7 @@ def _fmt(value: Any, kind: str) -> str:
     return str(value)
 
 
-# The two kinds of cross-validation check (harness.estimate.Check), in report order.
+# The two kinds of cross-validation check (kvwear.harness.estimate.estimator.Check), in report order.
 CHECK_SECTIONS = (
     ("accounting", "Byte accounting",
      "The same bytes counted at two points of the pipeline (policy, block plan, fio, eBPF, SMART). "
@@ -95,7 +95,7 @@ CHECK_SECTIONS = (
 TALLIED = ("accounting", "model")
 
 
-# The workload characterization's figures (reports.characterization.FIGURES), in report order.
+# The workload characterization's figures (kvwear.reports.characterization.FIGURES), in report order.
 WORKLOAD_FIGURES: tuple[tuple[str, str, str], ...] = (
     ("hit_ratio_by_category", "Ideal hit ratio",
      "What an infinite cache would hit, per request category, block- and token-weighted: the ceiling "
@@ -113,7 +113,7 @@ WORKLOAD_FIGURES: tuple[tuple[str, str, str], ...] = (
 
 
 def load_characterization(run_dir: Path) -> dict[str, Any] | None:
-    """The workload's characterization summary (harness.run's characterize stage), if it ran."""
+    """The workload's characterization summary (kvwear.harness.pipeline.run's characterize stage), if it ran."""
     p = run_dir / "workload" / "characterization" / "summary.json"
     return dict(json.loads(p.read_text())) if p.is_file() else None
 
@@ -191,7 +191,7 @@ def device_notes(run_dir: Path) -> list[str]:
             notes.append(f"{p.parent.name}: the plan wrote {ds['host_pages']:,} pages of 4 KiB over "
                          f"{ds['footprint_pages']:,} distinct ones; {ds['overwritten_pages']:,} died by overwrite, "
                          f"{ds['trimmed_pages']:,} by TRIM, {ds['survivor_pages']:,} were live at the end "
-                         "(the workload WAF model's input, harness.waf_model).")
+                         "(the workload WAF model's input, kvwear.harness.estimate.waf_model).")
         if plan.get("forced_evictions"):
             notes.append(f"{p.parent.name}: the {plan.get('layout')} layout's head reached "
                          f"{plan['forced_evictions']} live objects ({plan['forced_evict_bytes']:,} bytes) and evicted "
@@ -267,7 +267,7 @@ from before kvwear did; `kvwear trace characterize RUN/workload/requests.parquet
 )
 
 
-# The placement section (harness.placement): (column, heading, formatter).
+# The placement section (kvwear.harness.plan.placement): (column, heading, formatter).
 _PLACEMENT: list[tuple[str, str, str]] = [
     ("policy", "policy", "s"),
     ("placement", "placement", "s"),
@@ -315,7 +315,7 @@ def _num(v: Any) -> str:
 
 def build_run_report(run_dir: str | Path, notes: list[str] | None = None, waf: str = "auto") -> ReportFiles:
     """Write RUN/report/{report.html, report.md, results.csv, figures/*.png}; the lifetime figure
-    projects with `waf` (reports.sweep_report.lifetime_col)."""
+    projects with `waf` (kvwear.reports.sweep_report.lifetime_col)."""
     run = Path(run_dir)
     out = run / "report"
     figdir = out / "figures"

@@ -25,7 +25,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from kvwear.errors import KvwearError
-from reports.figures import ReportFiles, pareto_mask, policy_family, save_figure
+from kvwear.reports.figures import ReportFiles, pareto_mask, policy_family, save_figure
 
 
 def read_results(root: Path) -> pd.DataFrame:
@@ -37,7 +37,7 @@ def read_results(root: Path) -> pd.DataFrame:
 
 
 # The WAFs a lifetime can be projected with (results columns lifetime_days_<name>): Gandalf's 1, the
-# uniform-random reference, the workload model (harness.waf_model), the device's measurement.
+# uniform-random reference, the workload model (kvwear.harness.estimate.waf_model), the device's measurement.
 LIFETIME_WAFS = ("waf1", "uniform", "workload", "measured")
 
 

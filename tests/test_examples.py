@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import typer.main
 
-from harness.cli import app
+from kvwear.harness.cli.main import app
 
 REPO = Path(__file__).resolve().parents[1]
 ROOT = typer.main.get_command(app)

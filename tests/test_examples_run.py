@@ -207,7 +207,7 @@ def test_run_examples(tmp_path: Path) -> None:
         run_example(example, work, expect)
     assert "Projected lifetime under WAF uniform" in (work / "runs/demo/report/report.html").read_text()
     # --placement kind: full-attention KV on handle 0 and Kimi-K3's states on handle 1, unless the
-    # plan found the two kinds dying alike and kept one handle (harness.placement's kind fallback,
+    # plan found the two kinds dying alike and kept one handle (kvwear.harness.plan.placement's kind fallback,
     # recorded in plan.json); the handles written are the ones that decision names, and the byte
     # checks (per handle too) hold
     for label in ("lru", "gandalf"):

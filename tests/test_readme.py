@@ -7,8 +7,8 @@ import re
 import tomllib
 from pathlib import Path
 
-from harness.config import config_from_mapping
-from harness.sweep import plan_sweep
+from kvwear.harness.pipeline.config import config_from_mapping
+from kvwear.harness.pipeline.sweep import plan_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()

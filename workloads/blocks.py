@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from workloads.schema import REQUESTS, list_parts
+from kvwear.workloads.schema import REQUESTS, list_parts
 
 _U = np.uint64
 _BASE = 0x9E3779B97F4A7C15  # odd, so invertible modulo 2^64

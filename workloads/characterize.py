@@ -57,8 +57,8 @@ block accesses in arrival order; there is no Python loop per block access):
   LRU evict a shared system prompt before the private tail that follows it. Chunks only: states
   are not modelled there; bytes are C × the chunk size of the first request's block size.
 
-This module only analyses and writes tables; it must not load traces (workloads.loaders does),
-draw (reports.characterization draws from the tables it writes) or import policies, harness,
+This module only analyses and writes tables; it must not load traces (kvwear.workloads.loaders does),
+draw (kvwear.reports.characterization draws from the tables it writes) or import policies, harness,
 emulator or reports.
 """
 
@@ -67,7 +67,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 import numba
@@ -80,7 +79,7 @@ from scipy import stats
 
 from kvwear.errors import KvwearError
 from kvwear.tables import TableSpec
-from workloads.schema import REQUESTS
+from kvwear.workloads.schema import REQUESTS
 
 SKEW_LEVELS: tuple[float, ...] = (0.50, 0.77, 0.90)
 CURVE_POINTS = 512  # points kept of curves that have one point per block or per request
@@ -94,7 +93,7 @@ I64 = npt.NDArray[np.int64]
 
 
 class ProfileLike(Protocol):
-    """What characterization needs of a model profile (workloads.models.ModelProfile has it)."""
+    """What characterization needs of a model profile (kvwear.workloads.models.ModelProfile has it)."""
 
     @property
     def state_bytes(self) -> int: ...
@@ -176,7 +175,7 @@ class Characterization:
     lru_curve: pd.DataFrame = field(repr=False)         # capacity_blocks, capacity_bytes, hit ratio
     lru_blocks_for_ideal: int = 0                       # LRU size that reaches the ideal hit ratio
     # share of distinct blocks whose LRU stack distances were measured: 1 = exact; below 1, the
-    # streamed characterization's SHARDS estimate (workloads.characterize_stream)
+    # streamed characterization's SHARDS estimate (kvwear.workloads.characterize_stream)
     lru_sampling_rate: float = 1.0
 
     def summary(self) -> dict[str, Any]:
@@ -805,7 +804,7 @@ def analyze(table: pa.Table, profile: ProfileLike) -> Characterization:
     """Run every analysis over a requests table for a model profile (pure: writes nothing).
 
     The in-memory reference (~134 B per block access): `characterize` streams instead
-    (`workloads.characterize_stream`) and is tested to give the same numbers."""
+    (`kvwear.workloads.characterize_stream`) and is tested to give the same numbers."""
     acc = flatten(table)
     n = int(acc.key.size)
     brt, brt_cat = block_reuse_times(acc)
@@ -877,21 +876,3 @@ TABLES: tuple[tuple[str, TableSpec, str], ...] = (
     ("lifespans", LIFESPANS, "lifespans"), ("live", LIVE, "live"), ("lru_curve", LRU_CURVE, "lru_curve"),
 )
 
-
-def characterize(
-    table: pa.Table, profile: ProfileLike, out_dir: str | Path
-) -> tuple[Characterization, list[Path]]:
-    """Analyze `table` for `profile` and write its tables and `summary.json` under `out_dir`
-    (`reports.characterization.plot_characterization` draws the figures from them), through the
-    streamed engine (`workloads.characterize_stream`): the same numbers as `analyze`, without its
-    per-access arrays. The result's `lifespans` is None (written, not held).
-
-    Returns the result and every path written.
-    """
-    from workloads.characterize_stream import characterize_batches
-
-    table = REQUESTS.conform(table)
-    arrival = table.column("arrival_s").to_numpy()
-    if arrival.size > 1 and bool((arrival[1:] < arrival[:-1]).any()):
-        table = table.take(pa.array(np.argsort(arrival, kind="stable")))
-    return characterize_batches(table.to_batches(max_chunksize=1 << 14), profile, out_dir)

@@ -1,8 +1,8 @@
 """Trace characterization streamed over record batches, with memory bounded by a budget.
 
-The analyses and their definitions are `workloads.characterize`'s (its module docstring); this
+The analyses and their definitions are `kvwear.workloads.characterize`'s (its module docstring); this
 module computes the same numbers from requests arriving in record batches (sorted by arrival),
-without the flattened per-access arrays of `workloads.characterize.flatten` (~134 B per block
+without the flattened per-access arrays of `kvwear.workloads.characterize.flatten` (~134 B per block
 access: 50 GB for a 380 M-access trace), in at most `memory_budget_bytes` (default 1 GiB) of
 per-block state:
 
@@ -52,7 +52,7 @@ per-block state:
   reduced to one row per request as in `characterize`.
 
 The per-distinct-block tables (`lifespans`) are written in chunks straight to Parquet. Results are
-bit-identical to `workloads.characterize.analyze` with the exact LRU pass, for any P (a test
+bit-identical to `kvwear.workloads.characterize.analyze` with the exact LRU pass, for any P (a test
 compares every table and the JSON). Not bounded by the budget: the per-request columns and the
 lifespans of reused blocks (8 B each, for their median and p90).
 This module must not load traces, draw, or import policies, harness, emulator or reports.
@@ -77,7 +77,7 @@ import pyarrow as pa
 from kvwear.errors import KvwearError
 from kvwear.tables import TableWriter, atomic_write, write_table
 from kvwear.units import check_budget
-from workloads.characterize import (
+from kvwear.workloads.characterize import (
     LIFESPANS,
     TABLES,
     Characterization,
@@ -89,7 +89,7 @@ from workloads.characterize import (
     lru_table,
     request_reuse_table,
 )
-from workloads.schema import REQUESTS, list_parts
+from kvwear.workloads.schema import REQUESTS, list_parts
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -136,7 +136,7 @@ def _slot(slots: I32, key_ns: I32, key_id: I64, ns: np.int32, hid: np.int64) -> 
 @numba.njit(cache=True, nogil=True)
 def _part_hash(ns: np.int32, hid: np.int64) -> np.uint64:  # pragma: no cover
     """A 64-bit hash of the key independent of `_slot`'s (splitmix64's finalizer, as
-    `workloads.blocks.splitmix64` but scalar, for the kernels), for the partitions and the SHARDS
+    `kvwear.workloads.blocks.splitmix64` but scalar, for the kernels), for the partitions and the SHARDS
     sample: a partition's keys must not share slot-hash bits (long probe runs)."""
     z = np.uint64(hid) ^ (np.uint64(np.int64(ns) + 1) * np.uint64(0xD6E8FEB86659FD93))
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
@@ -805,7 +805,7 @@ def characterize_batches(
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES, partitions: int | None = None,
 ) -> tuple[Characterization, list[Path]]:
     """Characterize requests arriving in batches sorted by `arrival_s` (ties in table order) and
-    write the tables and `summary.json` under `out_dir`, as `characterize.characterize` does.
+    write the tables and `summary.json` under `out_dir`, as `characterize` does.
 
     `batches` is the batches, or a function returning them afresh for each pass (needed when the
     per-block state does not fit `memory_budget_bytes`: one pass per partition follows the
@@ -970,3 +970,20 @@ def _finish(reqs: _Requests, ctx: _Context, h: _Hits, blockwise: _Blockwise, n: 
         (0, 0, 0, math.nan, 0),
         live=live, lru=lru, lifespans=None, lru_sampling_rate=rate,
     )
+
+
+def characterize(
+    table: pa.Table, profile: ProfileLike, out_dir: str | Path
+) -> tuple[Characterization, list[Path]]:
+    """Analyze `table` for `profile` and write its tables and `summary.json` under `out_dir`
+    (`kvwear.reports.characterization.plot_characterization` draws the figures from them), through the
+    streamed engine (`kvwear.workloads.characterize_stream`): the same numbers as `analyze`, without its
+    per-access arrays. The result's `lifespans` is None (written, not held).
+
+    Returns the result and every path written.
+    """
+    table = REQUESTS.conform(table)
+    arrival = table.column("arrival_s").to_numpy()
+    if arrival.size > 1 and bool((arrival[1:] < arrival[:-1]).any()):
+        table = table.take(pa.array(np.argsort(arrival, kind="stable")))
+    return characterize_batches(table.to_batches(max_chunksize=1 << 14), profile, out_dir)

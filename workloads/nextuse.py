@@ -3,8 +3,8 @@ offline (oracle) policies.
 
 For every hash id of every request (row order, ids in list order) the next-use value is the
 index of the next row that holds the same block key `(hash_ns, hash_id)` again, or `NEVER`
-(= `policies.tree.NEVER`, 2^62), and the future-references value is how many later accesses
-(ids of later rows, or later in the same row) hold that key — exactly `policies.sim.next_use(…,
+(= `kvwear.policies.tree.NEVER`, 2^62), and the future-references value is how many later accesses
+(ids of later rows, or later in the same row) hold that key — exactly `kvwear.policies.sim.next_use(…,
 refs=True)` of the whole table, which the in-memory path computes with one sort over every
 access. The oracle's total future hits f_x (`belady`'s wear mode) is the second column, read at
 the access that last touched the object, so it streams like the next use.
@@ -44,9 +44,9 @@ import pyarrow.parquet as pq
 
 from kvwear.errors import KvwearError
 from kvwear.tables import BATCH_VALUES, TableSpec, TableWriter, check_kind, iter_table_batches
-from workloads.schema import REQUESTS, list_parts
+from kvwear.workloads.schema import REQUESTS, list_parts
 
-NEVER = 1 << 62  # policies.tree.NEVER (workloads must not import policies)
+NEVER = 1 << 62  # kvwear.policies.tree.NEVER (workloads must not import policies)
 
 # v2: + future_refs (the oracle's f_x, issue 16)
 NEXT_USE = TableSpec("next_use", 2, pa.schema([pa.field("next_use", pa.list_(pa.int64())),

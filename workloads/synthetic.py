@@ -1,4 +1,4 @@
-"""Seeded synthetic workload generators that produce a `requests` table (workloads.schema.REQUESTS).
+"""Seeded synthetic workload generators that produce a `requests` table (kvwear.workloads.schema.REQUESTS).
 
 Four kinds, each configured by one frozen dataclass whose fields carry their own help text (the
 CLI `kvwear trace generate KIND` exposes every field as an option):
@@ -52,7 +52,7 @@ import pyarrow as pa
 from kvwear.errors import InputError
 from kvwear.kv import parse_kv
 from kvwear.registry import Registry
-from workloads.schema import REQUESTS
+from kvwear.workloads.schema import REQUESTS
 
 # --- config helpers ---------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
-"""eBPF block tracers (bcc, bpftrace, auto) behind one interface; see harness.capture.base."""
+"""eBPF block tracers (bcc, bpftrace, auto) behind one interface; see kvwear.harness.capture.base."""
 
-from harness.capture.base import TRACERS, CaptureResult, Tracer, TracerUnavailable, kernel_dev_t, open_tracer
+from kvwear.harness.capture.base import TRACERS, CaptureResult, Tracer, TracerUnavailable, kernel_dev_t, open_tracer
 
 __all__ = ["TRACERS", "CaptureResult", "Tracer", "TracerUnavailable", "kernel_dev_t", "open_tracer"]

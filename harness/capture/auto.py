@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.capture.base import TRACERS, CaptureResult, Tracer, TracerUnavailable
+from kvwear.harness.capture.base import TRACERS, CaptureResult, Tracer, TracerUnavailable
 
 
 class AutoTracer:

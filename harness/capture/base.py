@@ -72,7 +72,7 @@ class Tracer(Protocol):
 TracerFactory = Callable[[], Tracer]
 # Modules that register tracers. Adding a tracer = its module + one line here.
 TRACERS: Registry[TracerFactory] = Registry("tracer", modules=[
-    "harness.capture.auto", "harness.capture.bcc", "harness.capture.bpftrace"])
+    "kvwear.harness.capture.auto", "kvwear.harness.capture.bcc", "kvwear.harness.capture.bpftrace"])
 
 
 def kernel_dev_t(path_or_rdev: str | os.PathLike[str] | int) -> int:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from harness.capture.base import (
+from kvwear.harness.capture.base import (
     OPS,
     TRACERS,
     CaptureResult,
@@ -43,7 +43,7 @@ from harness.capture.base import (
     require_root,
     require_tracefs,
 )
-from harness.schema import BLOCK_TRACE
+from kvwear.harness.capture.schema import BLOCK_TRACE
 from kvwear.tables import TableWriter
 
 NO_LATENCY = np.uint64(0xFFFFFFFFFFFFFFFF)

@@ -34,7 +34,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from harness.capture.base import (
+from kvwear.children import die_with_parent
+from kvwear.errors import InputError
+from kvwear.exclusive import inherited_fds
+from kvwear.harness.capture.base import (
     TRACEFS,
     TRACERS,
     CaptureResult,
@@ -47,10 +50,7 @@ from harness.capture.base import (
     require_tracefs,
     totals_by_op,
 )
-from harness.exclusive import inherited_fds
-from harness.schema import BLOCK_TRACE
-from kvwear.children import die_with_parent
-from kvwear.errors import InputError
+from kvwear.harness.capture.schema import BLOCK_TRACE
 from kvwear.tables import write_table
 
 SCRIPT = r"""
@@ -178,7 +178,7 @@ class BpftraceTracer:
         # Unbuffered stdout (-B none; -o would buffer): the file shows each line as bpftrace
         # handles it, so the barrier lines can be waited for.
         with open(self._out, "wb") as out, open(self._err, "wb") as err:
-            # bpftrace dies with kvwear and holds its device locks (harness.exclusive) while it runs
+            # bpftrace dies with kvwear and holds its device locks (kvwear.exclusive) while it runs
             self._proc = subprocess.Popen(
                 die_with_parent([exe, "-B", "none", str(script), str(self._dev), str(os.getpid())]),
                 stdout=out, stderr=err, env=env, pass_fds=inherited_fds())

@@ -1,6 +1,6 @@
 """The device-backend plugin family: one interface, typed options, capabilities, a registry by name.
 
-A backend plays a `block_ops` plan (harness.schema.BLOCK_OPS) on one device and reports what it
+A backend plays a `block_ops` plan (kvwear.harness.plan.schema.BLOCK_OPS) on one device and reports what it
 issued; it can snapshot the device's wear counters. Backends: `sim` (the embedded FTL emulator),
 `file:PATH`, `block:/dev/X`, `qemu`, `femu`. A backend must never issue I/O outside
 [0, capacity_bytes) and must run its safety checks in `open`.
@@ -16,7 +16,8 @@ backend = its module + one line in DEVICES' module list), in the spirit of fio's
   opening it (can eBPF trace it, does it hold a drive, is its size its own, …);
 - hook class methods for what depends on the spec (its size before opening, its FTL geometry, an
   FTL twin's WAF, its default wear readers, its static checks).
-harness.run, harness.sweep and harness.preflight ask these instead of testing backend names.
+The run, its sweeps and its static checks (kvwear.harness.pipeline) ask these instead of testing
+backend names.
 """
 
 from __future__ import annotations
@@ -34,13 +35,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, get
 
 import pyarrow as pa
 
-from harness.devices.safety import FILE_MARKER_XATTR
 from kvwear.errors import KvwearError
+from kvwear.harness.devices.safety import FILE_MARKER_XATTR
+from kvwear.harness.wear.identify import DeviceIdentity
 from kvwear.registry import Registry
 from kvwear.units import parse_size
 
 if TYPE_CHECKING:
-    from emulator.ftl import FtlConfig
+    from kvwear.emulator.ftl import FtlConfig
 
 
 @dataclass(frozen=True)
@@ -57,20 +59,6 @@ class DeviceSpec:
         """'sim' → kind sim; 'file:/tmp/x.img' → kind file, target /tmp/x.img."""
         kind, _, target = text.partition(":")
         return cls(kind=kind, target=target, options=dict(options))
-
-
-@dataclass(frozen=True)
-class DeviceIdentity:
-    """Who the device is, for the manifest."""
-
-    kind: str
-    path: str
-    model: str | None = None
-    serial: str | None = None
-    firmware: str | None = None
-    capacity_bytes: int | None = None
-    logical_block_bytes: int | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -100,7 +88,7 @@ ReplayProgress = Callable[[int, int], None]
 
 def mark_created(path: str | Path) -> None:
     """Mark a file target or drive image as kvwear's (created by it, or confirmed to overwrite), so
-    later runs write to it without a confirmation (harness.devices.safety.check_file_target). A filesystem
+    later runs write to it without a confirmation (kvwear.harness.devices.safety.check_file_target). A filesystem
     without user extended attributes leaves it unmarked."""
     with contextlib.suppress(OSError):
         os.setxattr(path, FILE_MARKER_XATTR, b"1")
@@ -284,7 +272,7 @@ class Capabilities:
     # (`[sweep] drive_resource`); the embedded FTL is private to each point.
     drive_resource: bool = False
     # Its size is its own, so a sweep without an SSD axis lets each point's run size the tier from
-    # it (harness.run.size_tiers) rather than use the default tier.
+    # it (kvwear.harness.pipeline.sizing.size_tiers) rather than use the default tier.
     fixed_size: bool = False
     # The option through which the run gives it as many placement handles as `[replay] placement`
     # uses (sim: ruh); "" when it sizes them from the plan (qemu/femu: fdp_nruh) or carries none.
@@ -356,13 +344,13 @@ class Backend:
 
     @classmethod
     def preflight(cls, spec: DeviceSpec) -> None:
-        """The static checks before the first stage (harness.preflight): may read, never write."""
+        """The static checks before the first stage (kvwear.harness.pipeline.preflight): may read, never write."""
         cls.params(spec)
 
 
 # Modules that register backends. Adding a backend = its module + one line here.
 DEVICES: Registry[type[Backend]] = Registry("device", modules=[
-    "harness.devices.sim", "harness.devices.fio", "harness.devices.qemu"])
+    "kvwear.harness.devices.sim", "kvwear.harness.devices.fio", "kvwear.harness.devices.qemu"])
 
 
 def backend(kind: str) -> type[Backend]:

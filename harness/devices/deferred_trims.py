@@ -14,7 +14,7 @@ anyway). Smaller segments bring the two closer at the cost of one fio start per 
 Byte accounting per segment: planned trim bytes = issued + superseded, where superseded counts
 units rewritten later in the segment or trimmed twice in it.
 
-Pure: it must not issue I/O or run fio (harness.devices.fio does both).
+Pure: it must not issue I/O or run fio (kvwear.harness.devices.fio does both).
 """
 
 from __future__ import annotations

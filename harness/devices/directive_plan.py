@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from harness.placement import plan_handles, plan_write_bytes_by_handle
 from kvwear.errors import InputError, KvwearError
+from kvwear.harness.plan.placement import plan_handles, plan_write_bytes_by_handle
 
 PLAN_MAGIC = b"KVWDPLAN"
 PLAN_VERSION = 1
@@ -59,7 +59,7 @@ def encode_plan(plan: pa.Table, *, directives: bool, timed: bool = False, source
             raise InputError(source, i + 1, name, f"{int(col[i])} (kvwear-dw needs offset ≥ 0, length > 0)")
     handles = plan_handles(plan)
     writes = codes == OP_CODES["write"]
-    handles = np.where(writes, handles, 0)       # a handle steers writes only (harness.placement)
+    handles = np.where(writes, handles, 0)       # a handle steers writes only (kvwear.harness.plan.placement)
     if handles.size and (handles.min() < 0 or handles.max() > MAX_HANDLE):
         i = int(np.argmax((handles < 0) | (handles > MAX_HANDLE)))
         raise InputError(source, i + 1, "placement_handle", f"{int(handles[i])} outside 0…{MAX_HANDLE}")
@@ -142,7 +142,7 @@ def report_extra(rep: DwReport) -> dict[str, object]:
 
 def handle_accounting(plan: pa.Table, rep: DwReport, nruh: int) -> dict[str, object]:
     """`extra["fdp"]`: the plan's and the tool's write bytes per handle, padded to one length (the
-    per-handle accounting checks of harness.run compare them)."""
+    per-handle accounting checks of kvwear.harness.pipeline.run compare them)."""
     want = plan_write_bytes_by_handle(plan)
     n = max(len(want), len(rep.write_bytes_by_handle))
     return {"measured_by": "kvwear-dw", "nruh": nruh, "plan_write_bytes_by_handle": want + [0] * (n - len(want)),

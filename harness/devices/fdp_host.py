@@ -32,12 +32,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from emulator.guest import DW_SOURCE
-from harness.devices.identity import ControllerId, parse_id_ctrl_json
-from harness.wear._decode import refusal_from_error
-from harness.wear.base import CommandRunner
-from harness.wear.fdp import FdpConfiguration, parse_fdp_configs_binary
+from kvwear.emulator.guest import DW_SOURCE
 from kvwear.errors import KvwearError
+from kvwear.harness.wear._decode import refusal_from_error
+from kvwear.harness.wear.base import CommandRunner
+from kvwear.harness.wear.fdp import FdpConfiguration, parse_fdp_configs_binary
+from kvwear.harness.wear.identify import ControllerId, parse_id_ctrl_json
 
 # /dev/nvme0n1, /dev/nvme0c1n1 (a multipath path) → controller nvme0, generic device ng0n1
 _NAMESPACE = re.compile(r"^nvme(\d+)(?:c\d+)?n(\d+)$")

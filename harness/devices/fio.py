@@ -2,9 +2,9 @@
 
 `file:PATH` writes into a regular file (created at `capacity_bytes` if absent, and marked as
 kvwear's; an existing non-empty file kvwear did not create is refused unless confirmed:
-harness.devices.safety.check_file_target); `block:/dev/X` writes to a block device (a loop device, a raw
-NVMe namespace) after `harness.devices.safety` has accepted it. From the checks to `close()` the backend
-holds the device exclusively (harness.exclusive: a lock keyed by the device's identity, and
+kvwear.harness.devices.safety.check_file_target); `block:/dev/X` writes to a block device (a loop device, a raw
+NVMe namespace) after `kvwear.harness.devices.safety` has accepted it. From the checks to `close()` the backend
+holds the device exclusively (kvwear.exclusive: a lock keyed by the device's identity, and
 O_EXCL on a block device). Both turn the plan into a fio iolog v3 file, replay it with `replay_redirect` to the
 target (libaio or io_uring, `iodepth`, as fast as possible or timed), keep fio's job file and
 JSON in the work directory, and report what fio issued. Optional SNIA-style preconditioning
@@ -13,10 +13,10 @@ steady-state detector is satisfied.
 
 Never issues I/O outside [0, capacity_bytes): the plan is validated before fio starts, and
 preconditioning jobs are bounded by `size=capacity_bytes`. This module does not parse fio's
-output (harness.devices.fio_runner does) or decide what is safe (harness.devices.safety does).
+output (kvwear.harness.devices.fio_runner does) or decide what is safe (kvwear.harness.devices.safety does).
 
 TRIM: a fio that replays iolog trims gets them in the iolog. Older ones (Debian 12's 3.33 drops
-them) get the plan in segments (harness.devices.deferred_trims): fio plays a segment's reads and writes,
+them) get the plan in segments (kvwear.harness.devices.deferred_trims): fio plays a segment's reads and writes,
 then this backend issues the segment's trims itself — BLKDISCARD on a block device, a punched
 hole (what fio does for a file) on a file, `iodepth` at a time — so the device still sees every
 trim the plan's end states need, each at most one segment late. A segment ends after
@@ -26,7 +26,7 @@ trim leaves for GC small against the drive; the ops bound amortizes fio's start 
 
 Placement handles: fio cannot take a handle per I/O from an iolog (fio ≥ 3.34's FDP takes a fixed
 list per job), so a plan whose writes name handles is played on a `block:` NVMe namespace that
-passes the FDP gate (harness.devices.fdp_host: CTRATT bit 19, an FDP configuration with enough
+passes the FDP gate (kvwear.harness.devices.fdp_host: CTRATT bit 19, an FDP configuration with enough
 handles) by the host build of kvwear-dw on its generic device /dev/ngXnY, each write with its
 handle as data placement directive, FDP statistics (log 22h) read before and after (`waf` = their
 DLWA), bytes per handle in `extra["fdp"]`. Elsewhere (a file, a loop device, a drive without FDP)
@@ -71,12 +71,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from harness.devices import fio_runner as fiolib
-from harness.devices.base import (
+from kvwear.errors import KvwearError
+from kvwear.exclusive import (
+    block_identity,
+    check_free,
+    claim_block_device,
+    claim_file,
+    device_lock_path,
+    file_identity,
+)
+from kvwear.harness.devices import fio_runner as fiolib
+from kvwear.harness.devices.base import (
     DEVICES,
     Backend,
     Capabilities,
-    DeviceIdentity,
     DeviceParams,
     DeviceSpec,
     FixedCapacity,
@@ -86,24 +94,16 @@ from harness.devices.base import (
     mark_created,
     option,
 )
-from harness.devices.deferred_trims import DEFAULT_SEGMENT_OPS, device_segments, trim_accounting
-from harness.devices.directive_plan import encode_plan, handle_accounting, parse_report, report_extra
-from harness.devices.fdp_host import FdpGate, fdp_capability, host_dw_binary
-from harness.devices.fio_iolog import export_iolog_v3
-from harness.devices.identity import path_identity
-from harness.devices.safety import DeviceFacts, check_block_device, check_file_target, loop_serial
-from harness.exclusive import (
-    block_identity,
-    check_free,
-    claim_block_device,
-    claim_file,
-    device_lock_path,
-    file_identity,
-)
-from harness.placement import plan_handles
-from harness.wear.base import CommandRunner, run_command
-from harness.wear.fdp import FdpStats, parse_fdp_stats_binary
-from kvwear.errors import KvwearError
+from kvwear.harness.devices.deferred_trims import DEFAULT_SEGMENT_OPS, device_segments, trim_accounting
+from kvwear.harness.devices.directive_plan import encode_plan, handle_accounting, parse_report, report_extra
+from kvwear.harness.devices.fdp_host import FdpGate, fdp_capability, host_dw_binary
+from kvwear.harness.devices.fio_iolog import export_iolog_v3
+from kvwear.harness.devices.identity import path_identity
+from kvwear.harness.devices.safety import DeviceFacts, check_block_device, check_file_target, loop_serial
+from kvwear.harness.plan.placement import plan_handles
+from kvwear.harness.wear.base import CommandRunner, run_command
+from kvwear.harness.wear.fdp import FdpStats, parse_fdp_stats_binary
+from kvwear.harness.wear.identify import DeviceIdentity
 from kvwear.units import parse_size
 
 CHUNKED_IOLOG_ROWS = 1_000_000   # above this, fio reads the iolog in pieces
@@ -365,7 +365,7 @@ class FioDevice:
             progress(1, 1)
         stat_after = self._diskstats()
         s = run.summary
-        # fio 3.33 leaves the last iodepth-1 completions out of io_bytes (module doc of harness.devices.fio_runner).
+        # fio 3.33 leaves the last iodepth-1 completions out of io_bytes (fio_runner's module doc).
         write_bytes, read_bytes, trim_bytes = fiolib.issued_log_bytes(
             s, log, str(run.json_path), iodepth=self.p.iodepth, max_io_bytes=fiolib.plan_max_length(plan))
         return ReplayResult(

@@ -12,11 +12,11 @@ Placement handles (block_ops' `placement_handle`) are not exported: an iolog lin
 for them, and fio's FDP options (fio ≥ 3.34, `fdp=1`, `fdp_pli=`) choose a job's placement ID
 by their own rule, not per logged I/O.
 
-fio 3.33 drops an iolog's trim lines ('bad ddir: 2'; see harness.devices.fio_runner.fio_replays_trim), so
+fio 3.33 drops an iolog's trim lines ('bad ddir: 2'; see kvwear.harness.devices.fio_runner.fio_replays_trim), so
 callers replaying on such a fio pass `include_trims=False`.
 
 The writer streams record batches: memory stays bounded by `batch_rows` whatever the plan size.
-It shares `IologStats` and the header with harness.devices.fio_runner; it is the one iolog writer of kvwear
+It shares `IologStats` and the header with kvwear.harness.devices.fio_runner; it is the one iolog writer of kvwear
 (the fio and qemu device backends both use it). This module must not run fio.
 """
 
@@ -29,8 +29,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from harness.devices.fio_runner import IOLOG_V3_HEADER, IologStats
 from kvwear.errors import InputError
+from kvwear.harness.devices.fio_runner import IOLOG_V3_HEADER, IologStats
 from kvwear.tables import atomic_write
 
 _DIRS = ("write", "read", "trim")

@@ -2,12 +2,12 @@
 
 Pure parts: `parse_fio_json` (fio 3.33 `--output-format=json`), `parse_fio_version`, the job
 builders (`replay_job`, `seq_fill_job`, `steady_state_job`, `render_job_file`); iologs are
-written by harness.devices.fio_iolog.export_iolog_v3. The impure part is `run_fio`, the default
+written by kvwear.harness.devices.fio_iolog.export_iolog_v3. The impure part is `run_fio`, the default
 `FioRunner` (argv → stdout bytes, raising `FioError` on failure), and `run_jobs`, which writes a
 job file into a work directory, runs fio with its JSON output kept beside it, and parses it.
 
 This module never decides where it is safe to write: device backends validate the plan's range
-(`validate_plan`) and run `harness.devices.safety` before calling it.
+(`validate_plan`) and run `kvwear.harness.devices.safety` before calling it.
 
 A fact about fio 3.33 callers must know: in iolog replay with iodepth > 1, the JSON's `io_bytes`
 (and clat sample counts) miss the last iodepth − 1 completions, which fio reaps after the replay
@@ -31,9 +31,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from harness.exclusive import inherited_fds
 from kvwear.children import die_with_parent
 from kvwear.errors import InputError, KvwearError
+from kvwear.exclusive import inherited_fds
 
 # A runner takes argv and returns stdout bytes; it raises on failure.
 FioRunner = Callable[[Sequence[str]], bytes]
@@ -49,7 +49,7 @@ class FioError(KvwearError):
 
 def run_fio(argv: Sequence[str], timeout_s: float | None = None) -> bytes:
     """The real runner: run fio, return stdout; a non-zero exit raises with fio's stderr. fio dies
-    with kvwear and holds kvwear's device locks while it runs (harness.exclusive); its jobs run as
+    with kvwear and holds kvwear's device locks while it runs (kvwear.exclusive); its jobs run as
     threads (`--thread`), because a forked job process would outlive a killed fio."""
     try:
         if shutil.which(argv[0]) is None:       # else setpriv would report it, less clearly
@@ -471,7 +471,7 @@ def issued_log_bytes(summary: FioSummary, log: IologStats, report: str, *, iodep
 
 @dataclass(frozen=True)
 class SegmentedReplay:
-    """fio's replays of a plan's segments (harness.devices.deferred_trims), added up."""
+    """fio's replays of a plan's segments (kvwear.harness.devices.deferred_trims), added up."""
 
     write_bytes: int
     read_bytes: int

@@ -13,24 +13,24 @@ SMART counters (host / GC-relocated 4 KiB pages) give `nand_write_bytes` and `wa
 with FDP on, where FEMU HEAD's FDP FTL leaves them at zero, its FDP statistics log (media / host
 bytes; `femu_counter_source` names which).
 
-Each replay boots one guest (emulator.guest.run_guest): the plan becomes a fio iolog v3
-(harness.devices.fio_iolog.export_iolog_v3), fio replays it on /dev/nvme0n1 with direct I/O. A plan that
+Each replay boots one guest (kvwear.emulator.guest.run_guest): the plan becomes a fio iolog v3
+(kvwear.harness.devices.fio_iolog.export_iolog_v3), fio replays it on /dev/nvme0n1 with direct I/O. A plan that
 places writes on placement handles (`[replay] placement` other than none, some write on a handle
 > 0) is played instead by kvwear's directive-write tool kvwear-dw (emulator/kvwear_dw.c, plan
-format harness.devices.directive_plan) with each write's handle in its data placement directive, on a
-drive with NVMe Flexible Data Placement on (emulator.guest.FdpConfig; `fdp_nruh` handles, default
+format kvwear.harness.devices.directive_plan) with each write's handle in its data placement directive, on a
+drive with NVMe Flexible Data Placement on (kvwear.emulator.guest.FdpConfig; `fdp_nruh` handles, default
 the plan's largest handle + 1): stock QEMU ≥ 8.0 (`nvme-subsys` with `fdp`) or a FEMU build with
 `femu-subsys`. The tool plays trims itself (Dataset Management), so no deferred segments. Before and
 after, the guest reads the FDP statistics log (22h: host / media bytes written → DLWA,
 `extra["fdp_stats"]`) and the reclaim unit handle status (RUAMW per handle,
 `extra["fdp_ruh_status"]`); `extra["fdp"]` holds the plan's and the tool's write bytes per handle
-(the per-handle accounting checks of harness.run). An emulator without FDP (Debian 12's QEMU 7.2)
+(the per-handle accounting checks of kvwear.harness.pipeline.run). An emulator without FDP (Debian 12's QEMU 7.2)
 refuses such a plan, naming its version, unless `drop_handles` is set: then fio plays the plan
 with plain writes and the result says so (`placement_dropped`). Option `player`: auto (the tool
 when the plan carries handles, else fio), fio, or kvwear-dw (the tool even without handles: plain
 writes). iodepth defaults to
 1 because Debian's QEMU 7.2 NVMe controller can stall at iodepth > 1; a run whose guest kernel
-logged NVMe timeouts raises (emulator.guest.GuestIOTimeoutError) and is never reported. Every
+logged NVMe timeouts raises (kvwear.emulator.guest.GuestIOTimeoutError) and is never reported. Every
 guest output (fio JSON, SMART json/binary/smartctl, dmesg, exit codes) is kept under
 `<workdir>/guest/`.
 
@@ -40,7 +40,7 @@ drive a real drive's speed), qemu_args (extra QEMU arguments, shell-quoted, e.g.
 /opt/femu/pc-bios"), accel (tcg|kvm|auto), cpus, memory_mib, boot_timeout_s, job_timeout_s,
 io_timeout_s, iodepth (1), ioengine (libaio), trim_segment_ops / trim_segment_bytes (a plan with
 TRIM on the guest's fio 3.33, which drops iolog trims, runs in segments: fio per segment, then the
-guest's blkdiscard per trim range, as in harness.devices.fio; `timed` holds across segments too:
+guest's blkdiscard per trim range, as in kvwear.harness.devices.fio; `timed` holds across segments too:
 each waits for its plan time), skip_trims (False: drop the plan's trims knowingly), precondition
 (none|fill: one sequential pass over the drive before the first snapshot; not steady, whose minutes
 of random writes run only on the host's fio), guest_dir, qemu_binary (else $KVWEAR_QEMU_BINARY, else
@@ -53,12 +53,13 @@ are accepted.
 Never fills the host: a stock QEMU drive's image is created sparse; before the guest boots, the host
 file system must have room for every byte the plan writes (the union of its write extents; the
 whole drive with precondition=fill) beyond what the image already allocates, else the replay is
-refused with the numbers (harness.devices.fio.check_host_room). An image this backend created is
+refused with the numbers (kvwear.harness.devices.fio.check_host_room). An image this backend created is
 deleted when the device closes (the device stage ends, finished or failed) unless keep_image=true.
 A FEMU drive keeps its data in FEMU's memory and has no image.
 
 This module never writes outside the drive image it created (or was pointed at as a regular
-file) and never parses tool output itself (harness.devices.fio_runner, harness.wear, harness.devices.identity do).
+file) and never parses tool output itself (kvwear.harness.devices.fio_runner and kvwear.harness.wear
+do).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from emulator.guest import (
+from kvwear.emulator.guest import (
     FDP_QEMU_SCRIPT,
     GUEST_DEVICE,
     Accel,
@@ -96,12 +97,13 @@ from emulator.guest import (
     run_guest,
     supports_fdp,
 )
-from harness.devices import fio_runner as fiolib
-from harness.devices.base import (
+from kvwear.errors import KvwearError
+from kvwear.exclusive import claim_file
+from kvwear.harness.devices import fio_runner as fiolib
+from kvwear.harness.devices.base import (
     DEVICES,
     Backend,
     Capabilities,
-    DeviceIdentity,
     DeviceParams,
     DeviceSpec,
     FixedCapacity,
@@ -110,17 +112,15 @@ from harness.devices.base import (
     mark_created,
     option,
 )
-from harness.devices.deferred_trims import DEFAULT_SEGMENT_OPS, PlanSegment, device_segments, trim_accounting
-from harness.devices.directive_plan import DwReport, encode_plan, handle_accounting, parse_report, report_extra
-from harness.devices.fio import ROOM_FIX, check_host_room, plan_written_bytes, remove_created
-from harness.devices.fio_iolog import export_iolog_v3
-from harness.devices.identity import identity_from_nvme, parse_id_ctrl_json, parse_id_ns_json
-from harness.devices.safety import check_file_target
-from harness.exclusive import claim_file
-from harness.placement import plan_handles
-from harness.wear._decode import hexdump
-from harness.wear.fdp import parse_fdp_stats_binary, parse_ruh_status_binary
-from harness.wear.femu import (
+from kvwear.harness.devices.deferred_trims import DEFAULT_SEGMENT_OPS, PlanSegment, device_segments, trim_accounting
+from kvwear.harness.devices.directive_plan import DwReport, encode_plan, handle_accounting, parse_report, report_extra
+from kvwear.harness.devices.fio import ROOM_FIX, check_host_room, plan_written_bytes, remove_created
+from kvwear.harness.devices.fio_iolog import export_iolog_v3
+from kvwear.harness.devices.safety import check_file_target
+from kvwear.harness.plan.placement import plan_handles
+from kvwear.harness.wear._decode import hexdump
+from kvwear.harness.wear.fdp import parse_fdp_stats_binary, parse_ruh_status_binary
+from kvwear.harness.wear.femu import (
     FEMU_PAGE_BYTES,
     STATS_LOG_BYTES,
     CounterSource,
@@ -130,12 +130,12 @@ from harness.wear.femu import (
     sample_from_femu,
     sample_from_femu_stats_log,
 )
-from harness.wear.nvme_smart import parse_smart_log_binary, parse_smart_log_json, sample_from_smart_log
-from harness.wear.snapshot import delta
-from kvwear.errors import KvwearError
+from kvwear.harness.wear.identify import DeviceIdentity, identity_from_nvme, parse_id_ctrl_json, parse_id_ns_json
+from kvwear.harness.wear.nvme_smart import parse_smart_log_binary, parse_smart_log_json, sample_from_smart_log
+from kvwear.harness.wear.snapshot import delta
 
 if TYPE_CHECKING:
-    from emulator.ftl import FtlConfig
+    from kvwear.emulator.ftl import FtlConfig
 
 DEFAULT_QEMU_BYTES = 256 * 2**20
 BLOCK_BYTES = 512
@@ -148,8 +148,8 @@ class GuestParams(DeviceParams):
     """The `qemu` and `femu` backends' options (module docstring)."""
 
     serial: str = "kvwear0001"
-    cache: str = "none"                    # none | writeback (emulator.guest.DriveConfig checks)
-    accel: str = "tcg"                     # tcg | kvm | auto (emulator.guest.GuestConfig checks)
+    cache: str = "none"                    # none | writeback (kvwear.emulator.guest.DriveConfig checks)
+    accel: str = "tcg"                     # tcg | kvm | auto (kvwear.emulator.guest.GuestConfig checks)
     cpus: int = option(1, ge=1)
     memory_mib: int = option(512, ge=1)
     boot_timeout_s: float = option(120.0, gt=0)
@@ -452,7 +452,7 @@ class GuestDevice:
                 files["job.env"] = b"KVWEAR_FDP=1\nKVWEAR_ENDGID=1\n"
         elif deferred:
             # The guest's fio drops iolog trims: per segment, fio plays the reads and writes and
-            # the guest's blkdiscard then issues the trims (harness.devices.deferred_trims).
+            # the guest's blkdiscard then issues the trims (kvwear.harness.devices.deferred_trims).
             segments, settings = device_segments(plan, capacity_bytes=self._capacity, block_bytes=BLOCK_BYTES,
                                                  max_ops=self.p.trim_segment_ops, max_bytes=self.p.trim_segment_bytes)
             files, lines = {}, []
@@ -653,7 +653,7 @@ class Femu(Backend):
     def twin_waf(cls, spec: DeviceSpec, plan: pa.Table) -> float:
         """FEMU's geometry and GC thresholds in the embedded FTL, after the same sequential fill
         when the drive preconditions."""
-        from harness.devices.sim import twin_waf
+        from kvwear.harness.devices.sim import twin_waf
 
         return twin_waf(cls.ftl_config(spec), plan, fill_first=GuestParams.of(spec).precondition == "fill")
 

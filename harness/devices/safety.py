@@ -38,7 +38,7 @@ from kvwear.errors import InputError, SafetyError
 ProbeRunner = Callable[[Sequence[str]], tuple[int, bytes, bytes]]
 
 LOOP_GET_STATUS64 = 0x4C05
-FILE_MARKER_XATTR = "user.kvwear.target"    # set on the files kvwear creates (harness.devices.fio)
+FILE_MARKER_XATTR = "user.kvwear.target"    # set on the files kvwear creates (kvwear.harness.devices.fio)
 GPT_SIGNATURE = b"EFI PART"
 SYS_BLOCK = Path("/sys/class/block")
 

@@ -8,7 +8,7 @@ No root, no hardware. The drive is built from `DeviceSpec.options`:
   `pgs_per_blk`, `blks_per_pl`, `pls_per_lun`, `luns_per_ch`, `nchs`, `gc_thres_pcent`,
   `gc_thres_pcent_high`, `secsz`, `secs_per_pg`); capacity is devsz_mb MiB.
 Either geometry takes `ruh` (FDP reclaim unit handles, default 1), `gc_handles` (per-handle |
-shared), `open_every_handle` (default true) and `separate_gc_line` (default false); see emulator.ftl.
+shared), `open_every_handle` (default true) and `separate_gc_line` (default false); see kvwear.emulator.ftl.
 `interval_host_pages` (default: about 1/200 of the plan's written pages)
 sets the WAF-over-time resolution. Each block op becomes one request on pages ⌊offset/page⌋ … ⌈(offset+length)/page⌉ − 1
 (a partially covered page counts as a whole page, as in FEMU), written with the row's
@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from emulator.ftl import (
+from kvwear.emulator.ftl import (
     OP_READ,
     OP_TRIM,
     OP_WRITE,
@@ -55,11 +55,11 @@ from emulator.ftl import (
     GcHandles,
     Victim,
 )
-from harness.devices.base import (
+from kvwear.errors import InputError, KvwearError
+from kvwear.harness.devices.base import (
     DEVICES,
     Backend,
     Capabilities,
-    DeviceIdentity,
     DeviceParams,
     DeviceSpec,
     FixedCapacity,
@@ -67,9 +67,9 @@ from harness.devices.base import (
     ReplayResult,
     option,
 )
-from harness.placement import plan_handles, plan_write_bytes_by_handle
-from harness.schema import BLOCK_OPS
-from kvwear.errors import InputError, KvwearError
+from kvwear.harness.plan.placement import plan_handles, plan_write_bytes_by_handle
+from kvwear.harness.plan.schema import BLOCK_OPS
+from kvwear.harness.wear.identify import DeviceIdentity
 from kvwear.tables import TableSpec, iter_table_batches, write_table
 
 FTL_INTERVALS = TableSpec(

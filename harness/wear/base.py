@@ -44,4 +44,4 @@ WearReader = Callable[[str, CommandRunner], WearSample]
 
 # Modules that register readers. Adding a reader = its module + one line here.
 READERS: Registry[WearReader] = Registry("wear reader", modules=[
-    f"harness.wear.{m}" for m in ("fdp", "femu", "intel", "nvme_smart", "ocp", "psutil_disk", "smartctl")])
+    f"kvwear.harness.wear.{m}" for m in ("fdp", "femu", "intel", "nvme_smart", "ocp", "psutil_disk", "smartctl")])

@@ -34,7 +34,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.wear._decode import (
+from kvwear.errors import InputError
+from kvwear.harness.wear._decode import (
     hexdump,
     json_uint,
     le_uint,
@@ -43,8 +44,7 @@ from harness.wear._decode import (
     need_object,
     run_or_unavailable,
 )
-from harness.wear.base import READERS, CommandRunner, WearReader, WearSample
-from kvwear.errors import InputError
+from kvwear.harness.wear.base import READERS, CommandRunner, WearReader, WearSample
 
 FDP_STATS_BYTES = 64
 

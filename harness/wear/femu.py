@@ -35,9 +35,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
-from harness.wear._decode import (
+from kvwear.errors import InputError
+from kvwear.harness.wear._decode import (
     ReaderUnavailable,
     hexdump,
     json_uint,
@@ -47,14 +47,10 @@ from harness.wear._decode import (
     need_length,
     need_object,
 )
-from harness.wear.base import READERS, CommandRunner, WearReader, WearSample
-from harness.wear.nvme_smart import SMART_LOG_BYTES, parse_smart_log_binary, smart_log_argv
-from harness.wear.smartctl import HEALTH_KEY, KELVIN_OFFSET
-from kvwear.errors import InputError
-
-if TYPE_CHECKING:
-    from harness.devices.base import DeviceIdentity
-    from harness.devices.identity import ControllerId
+from kvwear.harness.wear.base import READERS, CommandRunner, WearReader, WearSample
+from kvwear.harness.wear.identify import ControllerId, DeviceIdentity, parse_id_ctrl_json
+from kvwear.harness.wear.nvme_smart import SMART_LOG_BYTES, parse_smart_log_binary, smart_log_argv
+from kvwear.harness.wear.smartctl import HEALTH_KEY, KELVIN_OFFSET
 
 FEMU_PAGE_BYTES = 4096
 WAF_OFFSET, HOST_PAGES_OFFSET, GC_PAGES_OFFSET = 192, 200, 208
@@ -64,9 +60,9 @@ STATS_WAF_OFFSET, STATS_HOST_OFFSET, STATS_GC_OFFSET, STATS_PROGRAMMED_OFFSET = 
 
 class CounterSource(StrEnum):
     """The counters an emulated drive's own host and NAND bytes were read from: result.json's
-    `femu_counter_source` (harness.devices.qemu.femu_deltas) and the source of the checks on them
-    (harness.estimate). FEMU's SMART vendor bytes or its stats log C0h (this module), or the NVMe
-    FDP statistics log 22h (harness.wear.fdp: FEMU HEAD's FDP FTL, stock QEMU's FDP drive)."""
+    `femu_counter_source` (kvwear.harness.devices.qemu.femu_deltas) and the source of the checks on them
+    (kvwear.harness.estimate.estimator). FEMU's SMART vendor bytes or its stats log C0h (this module), or the NVMe
+    FDP statistics log 22h (kvwear.harness.wear.fdp: FEMU HEAD's FDP FTL, stock QEMU's FDP drive)."""
 
     SMART_VENDOR_BYTES = "smart-vendor-bytes"
     STATS_LOG_C0H = "stats-log-c0h"
@@ -208,8 +204,6 @@ def sample_from_femu(log_bytes: bytes, source: str = "nvme smart-log -o binary")
 
 
 def _require_femu(device_path: str, runner: CommandRunner, what: str) -> None:
-    from harness.devices.identity import parse_id_ctrl_json  # late: harness.devices.identity imports this package
-
     argv = ["nvme", "id-ctrl", device_path, "-o", "json"]
     ctrl = parse_id_ctrl_json(runner(argv), " ".join(argv))
     if not is_femu(ctrl):

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.wear._decode import (
+from kvwear.errors import InputError
+from kvwear.harness.wear._decode import (
     hexdump,
     json_uint,
     json_uint_or,
@@ -26,8 +27,7 @@ from harness.wear._decode import (
     need_object,
     run_or_unavailable,
 )
-from harness.wear.base import READERS, CommandRunner, WearReader, WearSample
-from kvwear.errors import InputError
+from kvwear.harness.wear.base import READERS, CommandRunner, WearReader, WearSample
 
 INTEL_CA_UNIT_BYTES = 32 * 2**20
 ITEM_BYTES = 12

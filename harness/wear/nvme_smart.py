@@ -5,10 +5,10 @@ binary form (`nvme smart-log -o binary`) and for nvme-cli 2.x's JSON, plus the t
 Offsets are those of the NVMe base specification (Figure "SMART / Health Information Log Page"):
 128-bit counters are 16-byte little-endian. Data Units Read/Written count thousands of 512-byte
 units, rounded up (`NVME_DATA_UNIT_BYTES`): a `WearSample` reports `data_units × 512,000` as its
-host bytes, an upper bound within one unit of the truth (see `harness.wear.snapshot`).
+host bytes, an upper bound within one unit of the truth (see `kvwear.harness.wear.snapshot`).
 
 This module does not interpret the vendor-use bytes 192-215 (FEMU puts its FTL counters there:
-`harness.wear.femu`) and never issues a command itself: readers call the injected runner.
+`kvwear.harness.wear.femu`) and never issues a command itself: readers call the injected runner.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from harness.wear._decode import (
+from kvwear.harness.wear._decode import (
     hexdump,
     json_uint,
     le_uint,
@@ -25,7 +25,7 @@ from harness.wear._decode import (
     need_object,
     to_uint,
 )
-from harness.wear.base import NVME_DATA_UNIT_BYTES, READERS, CommandRunner, WearSample
+from kvwear.harness.wear.base import NVME_DATA_UNIT_BYTES, READERS, CommandRunner, WearSample
 
 SMART_LOG_BYTES = 512
 

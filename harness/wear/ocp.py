@@ -16,7 +16,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
-from harness.wear._decode import (
+from kvwear.errors import InputError
+from kvwear.harness.wear._decode import (
     LogUnsupported,
     ReaderUnavailable,
     hexdump,
@@ -28,8 +29,7 @@ from harness.wear._decode import (
     refusal_from_error,
     to_uint,
 )
-from harness.wear.base import READERS, CommandRunner, WearSample
-from kvwear.errors import InputError
+from kvwear.harness.wear.base import READERS, CommandRunner, WearSample
 
 OCP_C0_BYTES = 512
 OCP_C0_GUID = bytes([0xC5, 0xAF, 0x10, 0x28, 0xEA, 0xBF, 0xF2, 0xA4,

@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.wear._decode import ReaderUnavailable
-from harness.wear.base import READERS, CommandRunner, WearReader, WearSample
 from kvwear.errors import InputError
+from kvwear.harness.wear._decode import ReaderUnavailable
+from kvwear.harness.wear.base import READERS, CommandRunner, WearReader, WearSample
 
 CountersFn = Callable[[], Mapping[str, Any]]
 

@@ -16,10 +16,10 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any
 
-from harness.wear._decode import ReaderUnavailable, json_uint, json_uint_or, load_json, need_object, to_uint
-from harness.wear.base import READERS, CommandRunner, WearSample
-from harness.wear.nvme_smart import SmartLog, sample_from_smart_log
 from kvwear.errors import InputError
+from kvwear.harness.wear._decode import ReaderUnavailable, json_uint, json_uint_or, load_json, need_object, to_uint
+from kvwear.harness.wear.base import READERS, CommandRunner, WearSample
+from kvwear.harness.wear.nvme_smart import SmartLog, sample_from_smart_log
 
 KELVIN_OFFSET = 273   # smartctl prints kelvin − 273 (integer), as the NVMe spec's own examples do
 

@@ -12,7 +12,7 @@ unit. `duw_bytes_bounds(ΔD)` returns that open interval; `WearDelta.host_bytes`
 ΔD × 512,000. FEMU's page counters, FDP's and psutil's byte counters are exact (zero width).
 Intel's CAh counters are in 32 MiB units (± one unit).
 
-`wear_rows` / `wear_table` turn samples into rows of the WEAR table (harness.schema.WEAR).
+`wear_rows` / `wear_table` turn samples into rows of the WEAR table (kvwear.harness.wear.schema.WEAR).
 Nothing here parses tool output; that is the reader modules' job.
 """
 
@@ -25,11 +25,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from harness.schema import WEAR
-from harness.wear._decode import ReaderUnavailable
-from harness.wear.base import NVME_DATA_UNIT_BYTES, READERS, CommandRunner, WearSample, run_command
-from harness.wear.intel import INTEL_CA_UNIT_BYTES
 from kvwear.errors import KvwearError
+from kvwear.harness.wear._decode import ReaderUnavailable
+from kvwear.harness.wear.base import NVME_DATA_UNIT_BYTES, READERS, CommandRunner, WearSample, run_command
+from kvwear.harness.wear.intel import INTEL_CA_UNIT_BYTES
+from kvwear.harness.wear.schema import WEAR
 
 # Host-byte granularity per source: bytes per counter step (0 = exact).
 HOST_BYTES_QUANTUM: dict[str, int] = {

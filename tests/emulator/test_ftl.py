@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from emulator.ftl import OP_TRIM, OP_WRITE, Ftl, FtlConfig
-from harness.estimate import analytical_waf
+from kvwear.emulator.ftl import OP_TRIM, OP_WRITE, Ftl, FtlConfig
 from kvwear.errors import KvwearError
+from kvwear.harness.estimate.estimator import analytical_waf
 
 # FEMU fixture geometry (fixtures/README.md, femu-bbssd)
 FEMU_ARGS = dict(devsz_mb=192, secsz=512, secs_per_pg=8, pgs_per_blk=256, blks_per_pl=64, pls_per_lun=1,

@@ -1,4 +1,4 @@
-"""emulator.guest: the QEMU/FEMU command line, the job archive, the framed result stream, and real
+"""kvwear.emulator.guest: the QEMU/FEMU command line, the job archive, the framed result stream, and real
 guest boots under TCG (marked `guest`; the guest image is built by scripts/build-guest.sh when
 missing, which needs Debian's package mirror the first time)."""
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from emulator.guest import (
+from kvwear.emulator.guest import (
     DriveConfig,
     FemuGeometry,
     GuestConfig,
@@ -45,7 +45,7 @@ FAKE_IMAGE = GuestImage(kernel=Path("/g/vmlinuz"), initrd=Path("/g/initrd.img"),
 def test_build_guest_swaps_the_image_without_its_stamp() -> None:
     """find_guest trusts a folder with a stamp: an interrupted rebuild must not leave the old stamp
     beside a new kernel and an old initrd (whose modules the new kernel refuses)."""
-    from emulator.guest import BUILD_SCRIPT
+    from kvwear.emulator.guest import BUILD_SCRIPT
 
     lines = [ln.strip() for ln in BUILD_SCRIPT.read_text().splitlines()]
     drop = lines.index('rm -f "$out/stamp"')
@@ -277,7 +277,7 @@ def test_qemu_dies_with_a_killed_kvwear(guest_image: GuestImage, tmp_path: Path)
     img = tmp_path / "drive.img"
     with open(img, "wb") as fh:
         fh.truncate(16 * 2**20)
-    code = ("import sys; from pathlib import Path; from emulator.guest import *; "
+    code = ("import sys; from pathlib import Path; from kvwear.emulator.guest import *; "
             "run_guest(GuestConfig(drive=DriveConfig(image=Path(sys.argv[1])), boot_timeout_s=300), "
             "GuestJob(), Path(sys.argv[2]))")
     parent = subprocess.Popen([sys.executable, "-c", code, str(img), str(tmp_path / "run")])

@@ -1,5 +1,5 @@
 """Bad input, case by case (the classes of issue 15 and a few neighbours): every case runs the real
-`kvwear` entry point (harness.cli.main) in this process and must end with exit status 2 and one
+`kvwear` entry point (kvwear.harness.cli.main.main) in this process and must end with exit status 2 and one
 line `kvwear: error: ...` that names the input (the file, the line or field, or the flag); no
 exception may escape (a traceback), and nothing half-written may be left looking complete (no
 `.partial` file, no output file, no run results)."""
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from harness.cli import main
+from kvwear.harness.cli.main import main
 
 MOONCAKE = '{"timestamp": 0, "input_length": 100, "output_length": 10, "hash_ids": [1]}\n'
 
@@ -172,8 +172,8 @@ def test_bad_input_is_one_line_and_a_non_zero_exit(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
     files: dict[str, str | bytes], argv: list[str], names: str, absent: str,
 ) -> None:
-    import workloads.loaders.jsonl as jsonl
-    import workloads.loaders.weka as weka_loader
+    import kvwear.workloads.loaders.jsonl as jsonl
+    import kvwear.workloads.loaders.weka as weka_loader
 
     # small bounds, so the size cases need kilobytes, not the real limits' gigabytes
     monkeypatch.setattr(jsonl, "MAX_LINE_BYTES", 20_000)

@@ -1,4 +1,4 @@
-"""harness.capture: pure parts (rwbs classes, dev_t, bpftrace line matching, bcc record decoding,
+"""kvwear.harness.capture: pure parts (rwbs classes, dev_t, bpftrace line matching, bcc record decoding,
 fdinfo misses) and, as root, the real thing: a BLOCK_OPS plan replayed by the block backend on a
 loop device this test creates, with bcc and with bpftrace capturing; plan write bytes = fio-issued
 write bytes = eBPF-observed write bytes, and the same for request counts."""
@@ -15,16 +15,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from harness.capture import TRACERS, TracerUnavailable, kernel_dev_t, open_tracer
-from harness.capture.auto import AutoTracer
-from harness.capture.base import CaptureResult, classify_rwbs, parse_fdinfo_misses
-from harness.capture.bcc import EVENT_DTYPE, NO_LATENCY, BccTracer, events_to_table
-from harness.capture.bpftrace import parse_bpftrace_output
-from harness.devices import fio_runner as fiolib
-from harness.devices.base import DeviceSpec
-from harness.devices.fio import FioDevice, loop_device
-from harness.schema import BLOCK_OPS, BLOCK_TRACE
 from kvwear.errors import InputError
+from kvwear.harness.capture import TRACERS, TracerUnavailable, kernel_dev_t, open_tracer
+from kvwear.harness.capture.auto import AutoTracer
+from kvwear.harness.capture.base import CaptureResult, classify_rwbs, parse_fdinfo_misses
+from kvwear.harness.capture.bcc import EVENT_DTYPE, NO_LATENCY, BccTracer, events_to_table
+from kvwear.harness.capture.bpftrace import parse_bpftrace_output
+from kvwear.harness.capture.schema import BLOCK_TRACE
+from kvwear.harness.devices import fio_runner as fiolib
+from kvwear.harness.devices.base import DeviceSpec
+from kvwear.harness.devices.fio import FioDevice, loop_device
+from kvwear.harness.plan.schema import BLOCK_OPS
 from kvwear.tables import read_table
 
 DEV = (7 << 20) | 3
@@ -307,7 +308,7 @@ def test_not_root_is_explained(tmp_path: Path) -> None:
     os.chmod(tmp_path, 0o777)
     code = (
         "from pathlib import Path\n"
-        "from harness.capture import open_tracer, TracerUnavailable\n"
+        "from kvwear.harness.capture import open_tracer, TracerUnavailable\n"
         "try:\n"
         f"    open_tracer('auto').start({DEV}, Path({str(tmp_path / 't.parquet')!r}))\n"
         "except TracerUnavailable as e:\n"
@@ -317,7 +318,8 @@ def test_not_root_is_explained(tmp_path: Path) -> None:
     import sys
     nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c"]
     repo = str(Path(__file__).resolve().parents[2])
-    probe = subprocess.run([*nobody, "import harness.capture"], capture_output=True, text=True, cwd=repo, timeout=60)
+    probe = subprocess.run([*nobody, "import kvwear.harness.capture"], capture_output=True, text=True, cwd=repo,
+                           timeout=60)
     if probe.returncode != 0:
         pytest.skip(f"the venv's Python cannot run as nobody here: {probe.stderr.strip()[-200:]}")
     out = subprocess.run([*nobody, code], capture_output=True, text=True, cwd=repo, timeout=60)

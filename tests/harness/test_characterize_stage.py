@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.run import Workload, characterize_stage
-from harness.rundir import RunDir
 from kvwear.errors import KvwearError
+from kvwear.harness.pipeline.run import Workload, characterize_stage
+from kvwear.harness.pipeline.rundir import RunDir
 from kvwear.tables import write_table
+from kvwear.workloads.models import get_profile
+from kvwear.workloads.schema import REQUESTS
 from tests.workloads.test_characterize import make_table
-from workloads.models import get_profile
-from workloads.schema import REQUESTS
 
 
 def _stage(tmp_path: Path, times: list[float]) -> RunDir:

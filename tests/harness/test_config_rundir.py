@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import RunConfig, config_from_mapping, load_config, with_overrides
-from harness.rundir import RunDir, build_manifest
 from kvwear.errors import InputError, KvwearError
+from kvwear.harness.pipeline.config import RunConfig, config_from_mapping, load_config, with_overrides
+from kvwear.harness.pipeline.rundir import RunDir, build_manifest
 
 
 def test_toml_roundtrip_with_units(tmp_path: Path) -> None:

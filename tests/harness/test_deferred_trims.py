@@ -1,4 +1,4 @@
-"""harness.devices.deferred_trims: segments keep every read and write in order, and after each segment
+"""kvwear.harness.devices.deferred_trims: segments keep every read and write in order, and after each segment
 the device holds exactly the trimmed/written state the plan in its own order leaves."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.devices.deferred_trims import segment_plan
-from harness.schema import BLOCK_OPS
 from kvwear.errors import KvwearError
+from kvwear.harness.devices.deferred_trims import segment_plan
+from kvwear.harness.plan.schema import BLOCK_OPS
 
 U = 4096
 

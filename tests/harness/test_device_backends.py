@@ -1,4 +1,4 @@
-"""The device-backend family (harness.devices.base): one typed options parser for every backend,
+"""The device-backend family (kvwear.harness.devices.base): one typed options parser for every backend,
 capabilities asked instead of names, and a backend added as one module + one registry line."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any, Literal
 import pyarrow.parquet as pq
 import pytest
 
-from harness.cli import main
-from harness.devices.base import DEVICES, DeviceParams, DeviceSpec, backend, option
-from harness.sweep import plan_sweep
 from kvwear.errors import KvwearError
+from kvwear.harness.cli.main import main
+from kvwear.harness.devices.base import DEVICES, DeviceParams, DeviceSpec, backend, option
+from kvwear.harness.pipeline.sweep import plan_sweep
 
 # (--device, an option the backend does take, which must be in the valid list)
 BACKENDS = [("sim", "op_ratio"), ("file:{d}/new.img", "iodepth"), ("block:{d}/no-such-dev", "confirm_serial"),
@@ -123,9 +123,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from harness.devices.base import (DEVICES, Backend, Capabilities, DeviceIdentity, DeviceParams, DeviceSpec,
-                                  FixedCapacity, ReplayResult, option)
-from harness.devices.sim import plan_to_requests
+from kvwear.harness.devices.base import (DEVICES, Backend, Capabilities, DeviceParams, DeviceSpec,
+                                         FixedCapacity, ReplayResult, option)
+from kvwear.harness.wear.identify import DeviceIdentity
+from kvwear.harness.devices.sim import plan_to_requests
 
 
 @dataclass(frozen=True)

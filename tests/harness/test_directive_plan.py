@@ -1,4 +1,4 @@
-"""harness.devices.directive_plan: the kvwear-dw plan encoder and report parser, and the C tool itself
+"""kvwear.harness.devices.directive_plan: the kvwear-dw plan encoder and report parser, and the C tool itself
 (emulator/kvwear_dw.c, compiled here with the host's gcc as build-guest.sh does) reading what the
 encoder wrote: its dry run (-n) counts exactly the plan's bytes per op and per handle."""
 
@@ -13,8 +13,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from emulator.guest import DW_SOURCE, GuestError, GuestImage, dw_stamp_line, require_dw_tool
-from harness.devices.directive_plan import (
+from kvwear.emulator.guest import DW_SOURCE, GuestError, GuestImage, dw_stamp_line, require_dw_tool
+from kvwear.errors import InputError, KvwearError
+from kvwear.harness.devices.directive_plan import (
     HEADER,
     PLAN_MAGIC,
     PLAN_VERSION,
@@ -22,9 +23,8 @@ from harness.devices.directive_plan import (
     encode_plan,
     parse_report,
 )
-from harness.placement import plan_write_bytes_by_handle
-from harness.schema import BLOCK_OPS
-from kvwear.errors import InputError, KvwearError
+from kvwear.harness.plan.placement import plan_write_bytes_by_handle
+from kvwear.harness.plan.schema import BLOCK_OPS
 
 K = 4096
 

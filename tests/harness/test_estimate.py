@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from emulator.ftl import Ftl, FtlConfig
-from harness.estimate import (
+from kvwear.emulator.ftl import Ftl, FtlConfig
+from kvwear.errors import KvwearError
+from kvwear.harness.estimate.estimator import (
     HOST_BYTES_REL_TOL,
     LIFETIME_REL_TOL,
     SMART_HOST_BYTES_REL_TOL,
@@ -27,8 +28,7 @@ from harness.estimate import (
     tbw_from_pe_cycles,
     waf_from_counters,
 )
-from harness.wear.femu import CounterSource
-from kvwear.errors import KvwearError
+from kvwear.harness.wear.femu import CounterSource
 
 FEMU = dict(devsz_mb=192, pgs_per_blk=256, blks_per_pl=64, pls_per_lun=1, luns_per_ch=2, nchs=2,
             gc_thres_pcent=75, gc_thres_pcent_high=95)
@@ -102,7 +102,7 @@ def test_lifetime_arithmetic() -> None:
 
 
 def test_check_records() -> None:
-    """The predicted-vs-measured record kvwear run writes for every check (harness.run.estimate_stage)."""
+    """The predicted-vs-measured record kvwear run writes for every check (pipeline.run.estimate_stage)."""
     host = Check.of("host bytes", 1e9, 1e9 * 1.004, "fio", HOST_BYTES_REL_TOL, kind="accounting")
     assert host.passed and host.rel_error == pytest.approx(0.004)
     assert not Check.of("host bytes", 1e9, 1e9 * 1.015, "fio", HOST_BYTES_REL_TOL, kind="accounting").passed
@@ -120,7 +120,7 @@ def test_check_records() -> None:
 
 
 def test_pe_cycles_per_day_and_rated_lifetime() -> None:
-    from harness.estimate import TLC_PE_CYCLES, pe_cycles_per_day, pe_lifetime_days
+    from kvwear.harness.estimate.estimator import TLC_PE_CYCLES, pe_cycles_per_day, pe_lifetime_days
 
     # 1 TB of host writes a day at WAF 2 on 2 TB of raw NAND: one full-drive program a day
     assert pe_cycles_per_day(1e12, 2.0, 2e12) == 1.0

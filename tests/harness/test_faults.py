@@ -21,13 +21,13 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from harness.devices.base import DeviceSpec
-from harness.devices.fio import FioDevice, loop_device
-from harness.devices.safety import backup_gpt_at_end, check_block_device
-from harness.exclusive import BusyError
-from harness.run import FAULT_DROP_EVENTS_ENV, accounting_faults
-from harness.sweep import ResultsStore, SweepProgress, load_sweep, plan_sweep, run_sweep
 from kvwear.errors import SafetyError
+from kvwear.exclusive import BusyError
+from kvwear.harness.devices.base import DeviceSpec
+from kvwear.harness.devices.fio import FioDevice, loop_device
+from kvwear.harness.devices.safety import backup_gpt_at_end, check_block_device
+from kvwear.harness.pipeline.run import FAULT_DROP_EVENTS_ENV, accounting_faults
+from kvwear.harness.pipeline.sweep import ResultsStore, SweepProgress, load_sweep, plan_sweep, run_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 needs_fio = pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio")
@@ -41,7 +41,7 @@ RUN_ARGS = ["--policy", "lru", "--param", "sessions=12", "--param", "turns=6", "
 def kvwear(*args: str, env: dict[str, str] | None = None, **kw: object) -> subprocess.Popen[bytes]:
     """`kvwear ARGS` as its own process (the console entry point, from this checkout)."""
     e = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-    return subprocess.Popen([sys.executable, "-m", "harness.cli", *args], env=e, cwd=REPO,
+    return subprocess.Popen([sys.executable, "-m", "kvwear.harness.cli.main", *args], env=e, cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)  # type: ignore[call-overload]
 
 
@@ -135,7 +135,7 @@ def test_a_file_device_has_one_writer_at_a_time(tmp_path: Path) -> None:
 HOLD = """
 import sys, time
 from pathlib import Path
-from harness.exclusive import locked
+from kvwear.exclusive import locked
 with locked(Path(sys.argv[1]), "test"):
     print("held", flush=True)
     time.sleep(120)

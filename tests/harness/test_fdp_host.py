@@ -15,15 +15,15 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from harness.devices.base import DeviceSpec
-from harness.devices.directive_plan import encode_plan, parse_report
-from harness.devices.fdp_host import fdp_capability, fdp_gate, host_dw_binary, nvme_namespace
-from harness.devices.fio import FioDevice, loop_device
-from harness.devices.identity import parse_id_ctrl_json
-from harness.placement import plan_write_bytes_by_handle
-from harness.schema import BLOCK_OPS
-from harness.wear.base import run_command
-from harness.wear.fdp import parse_fdp_configs_binary
+from kvwear.harness.devices.base import DeviceSpec
+from kvwear.harness.devices.directive_plan import encode_plan, parse_report
+from kvwear.harness.devices.fdp_host import fdp_capability, fdp_gate, host_dw_binary, nvme_namespace
+from kvwear.harness.devices.fio import FioDevice, loop_device
+from kvwear.harness.plan.placement import plan_write_bytes_by_handle
+from kvwear.harness.plan.schema import BLOCK_OPS
+from kvwear.harness.wear.base import run_command
+from kvwear.harness.wear.fdp import parse_fdp_configs_binary
+from kvwear.harness.wear.identify import parse_id_ctrl_json
 
 QEMU10 = Path(__file__).parent / "fixtures" / "qemu-10-fdp"
 K = 4096

@@ -1,4 +1,4 @@
-"""harness.devices.fio_runner: the JSON parser on recorded fio 3.33 reports, job/iolog builders, plan validation,
+"""kvwear.harness.devices.fio_runner: the JSON parser on recorded fio 3.33 reports, job/iolog builders, plan validation,
 and real fio runs on files in a temp dir (fio is installed here; no root needed)."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from harness.devices import fio_runner as fiolib
-from harness.devices.fio_iolog import export_iolog_v3
-from harness.schema import BLOCK_OPS
 from kvwear.errors import InputError
+from kvwear.harness.devices import fio_runner as fiolib
+from kvwear.harness.devices.fio_iolog import export_iolog_v3
+from kvwear.harness.plan.schema import BLOCK_OPS
 
 needs_fio = pytest.mark.skipif(shutil.which("fio") is None, reason="fio not installed")
 

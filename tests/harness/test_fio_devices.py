@@ -14,11 +14,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from harness.devices import fio_runner as fiolib
-from harness.devices.base import DEVICES, DeviceSpec
-from harness.devices.fio import FioDevice, loop_device
-from harness.schema import BLOCK_OPS
 from kvwear.errors import InputError, KvwearError, SafetyError
+from kvwear.harness.devices import fio_runner as fiolib
+from kvwear.harness.devices.base import DEVICES, DeviceSpec
+from kvwear.harness.devices.fio import FioDevice, loop_device
+from kvwear.harness.plan.schema import BLOCK_OPS
 
 pytestmark = pytest.mark.skipif(shutil.which("fio") is None, reason="fio not installed")
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create loop devices")
@@ -209,7 +209,7 @@ def test_block_backend_runs_the_safety_check(tmp_path: Path) -> None:
         subprocess.run(["mkfs.ext4", "-q", "-F", devpath], check=True, capture_output=True)
         with pytest.raises(SafetyError, match="ext4 filesystem"):
             FioDevice(DeviceSpec("block", devpath), tmp_path)
-        from harness.devices.safety import loop_serial
+        from kvwear.harness.devices.safety import loop_serial
         dev = FioDevice(DeviceSpec("block", devpath, options={"confirm_serial": loop_serial(devpath)}), tmp_path)
         assert dev.identity().extra["safety_problems_overridden"]
 

@@ -11,12 +11,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from harness.devices.fio_iolog import export_iolog_v3
-from harness.devices.fio_runner import parse_fio_json
-from harness.plan import ReplayConfig, plan_block_ops
-from harness.schema import BLOCK_OPS
 from kvwear.errors import InputError
-from policies.schema import SSD_OPS
+from kvwear.harness.devices.fio_iolog import export_iolog_v3
+from kvwear.harness.devices.fio_runner import parse_fio_json
+from kvwear.harness.plan.planner import ReplayConfig, plan_block_ops
+from kvwear.harness.plan.schema import BLOCK_OPS
+from kvwear.policies.schema import SSD_OPS
 
 FIO = shutil.which("fio") or "/usr/bin/fio"
 

@@ -15,12 +15,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from harness.config import config_from_mapping
-from harness.devices.base import DeviceSpec
-from harness.devices.fio import FioDevice, plan_written_bytes
-from harness.run import run
-from harness.schema import BLOCK_OPS
 from kvwear.errors import KvwearError
+from kvwear.harness.devices.base import DeviceSpec
+from kvwear.harness.devices.fio import FioDevice, plan_written_bytes
+from kvwear.harness.pipeline.config import config_from_mapping
+from kvwear.harness.pipeline.run import run
+from kvwear.harness.plan.schema import BLOCK_OPS
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("fio") is None, reason="needs root and fio")
 
@@ -93,8 +93,8 @@ def test_the_backing_file_goes_when_the_device_closes_unless_kept(tmp_path: Path
 
 @needs_root
 def test_a_qemu_drive_that_cannot_fit_is_refused_before_the_guest_boots(tmp_path: Path) -> None:
-    from emulator.guest import GuestNotBuiltError, find_guest
-    from harness.devices.qemu import GuestDevice
+    from kvwear.emulator.guest import GuestNotBuiltError, find_guest
+    from kvwear.harness.devices.qemu import GuestDevice
 
     try:
         find_guest()

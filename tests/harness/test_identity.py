@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.devices.identity import (
+from kvwear.errors import InputError
+from kvwear.harness.devices.identity import path_identity
+from kvwear.harness.wear.femu import is_femu
+from kvwear.harness.wear.identify import (
     identity_from_nvme,
     identity_from_nvme_list,
     identity_from_smartctl,
@@ -19,10 +22,7 @@ from harness.devices.identity import (
     parse_id_ctrl_json,
     parse_id_ns_json,
     parse_nvme_list_json,
-    path_identity,
 )
-from harness.wear.femu import is_femu
-from kvwear.errors import InputError
 
 EXPECTED = {
     # model, serial, firmware, capacity (= fio's whole-namespace fill), block size

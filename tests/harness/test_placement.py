@@ -9,15 +9,15 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from harness.config import config_from_mapping
-from harness.devices.base import DeviceSpec
-from harness.devices.sim import SimDevice
-from harness.placement import PlacementConfig, assign_placement, plan_handles, residency_bytes
-from harness.plan import ReplayConfig, plan_block_ops
-from harness.run import run
-from harness.schema import BLOCK_OPS
 from kvwear.errors import InputError, KvwearError
-from policies.schema import SSD_OPS
+from kvwear.harness.devices.base import DeviceSpec
+from kvwear.harness.devices.sim import SimDevice
+from kvwear.harness.pipeline.config import config_from_mapping
+from kvwear.harness.pipeline.run import run
+from kvwear.harness.plan.placement import PlacementConfig, assign_placement, plan_handles, residency_bytes
+from kvwear.harness.plan.planner import ReplayConfig, plan_block_ops
+from kvwear.harness.plan.schema import BLOCK_OPS
+from kvwear.policies.schema import SSD_OPS
 
 U = 4096
 FEMU_SMALL = {"geometry": "femu", "devsz_mb": 192, "pgs_per_blk": 256, "blks_per_pl": 64, "luns_per_ch": 2,

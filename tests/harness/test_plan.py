@@ -11,12 +11,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.devices.base import DeviceSpec, open_device
-from harness.devices.sim import SimDevice
-from harness.plan import BlockPlan, ReplayConfig, plan_block_ops
-from harness.schema import BLOCK_OPS
 from kvwear.errors import InputError
-from policies.schema import SSD_OPS
+from kvwear.harness.devices.base import DeviceSpec, open_device
+from kvwear.harness.devices.sim import SimDevice
+from kvwear.harness.plan.planner import BlockPlan, ReplayConfig, plan_block_ops
+from kvwear.harness.plan.schema import BLOCK_OPS
+from kvwear.policies.schema import SSD_OPS
 
 PAGE = 4096
 
@@ -508,7 +508,7 @@ def test_errors_name_the_global_row_across_batches() -> None:
 def test_per_object_state_is_bounded_by_the_live_objects(layout: str) -> None:
     """50,000 objects written and evicted at once, two live at a time: the live-object table
     stays at its first size (512 slots) instead of one entry per object the trace names."""
-    from harness.plan import _checked_batches, _Layout
+    from kvwear.harness.plan.planner import _checked_batches, _Layout
 
     n = 50_000
     rows = [r for i in range(n) for r in (("write", i, PAGE), ("read", i, 0), ("evict", i, 0))]

@@ -1,4 +1,4 @@
-"""harness.devices.qemu: the `qemu` backend replays a block plan in a real TCG guest and its SMART
+"""kvwear.harness.devices.qemu: the `qemu` backend replays a block plan in a real TCG guest and its SMART
 deltas match fio's counts; the `femu` backend's set-up and refusals (no FEMU binary exists here,
 so its replay is not run); the host-side observation note."""
 
@@ -14,13 +14,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from emulator.guest import FemuGeometry, GuestImage, GuestNotBuiltError, build_guest
-from harness.devices import fio_runner as fiolib
-from harness.devices.base import DEVICES, DeviceSpec, ReplayResult, open_device
-from harness.devices.qemu import GuestDevice, femu_deltas, host_observation_note, smart_deltas
-from harness.schema import BLOCK_OPS
-from harness.wear.base import NVME_DATA_UNIT_BYTES
+from kvwear.emulator.guest import FemuGeometry, GuestImage, GuestNotBuiltError, build_guest
 from kvwear.errors import InputError, KvwearError
+from kvwear.harness.devices import fio_runner as fiolib
+from kvwear.harness.devices.base import DEVICES, DeviceSpec, ReplayResult, open_device
+from kvwear.harness.devices.qemu import GuestDevice, femu_deltas, host_observation_note, smart_deltas
+from kvwear.harness.plan.schema import BLOCK_OPS
+from kvwear.harness.wear.base import NVME_DATA_UNIT_BYTES
 
 MiB = 2**20
 

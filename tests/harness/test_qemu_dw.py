@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from emulator.guest import (
+from kvwear.emulator.guest import (
     SUBSYS_ID,
     DriveConfig,
     FdpConfig,
@@ -29,12 +29,12 @@ from emulator.guest import (
     qemu_argv,
     supports_fdp,
 )
-from harness.devices.base import DeviceSpec, open_device
-from harness.devices.qemu import QEMU_BINARY_ENV, GuestDevice, stock_qemu_fdp_media_bytes
-from harness.placement import plan_write_bytes_by_handle
-from harness.schema import BLOCK_OPS
-from harness.wear.base import NVME_DATA_UNIT_BYTES
 from kvwear.errors import KvwearError
+from kvwear.harness.devices.base import DeviceSpec, open_device
+from kvwear.harness.devices.qemu import QEMU_BINARY_ENV, GuestDevice, stock_qemu_fdp_media_bytes
+from kvwear.harness.plan.placement import plan_write_bytes_by_handle
+from kvwear.harness.plan.schema import BLOCK_OPS
+from kvwear.harness.wear.base import NVME_DATA_UNIT_BYTES
 
 MiB = 2**20
 K = 4096
@@ -245,7 +245,7 @@ def test_kvwear_run_with_placement_on_a_qemu_without_fdp(guest_image: GuestImage
         pytest.skip(f"QEMU {emulator_version(QEMU)} has FDP: nothing to refuse")
     from typer.testing import CliRunner
 
-    from harness.cli import app
+    from kvwear.harness.cli.main import app
 
     args = ["run", _keep_kinds_apart(tmp_path), "--device", "qemu", "--policy", "lru", "--placement", "kind",
             "--param", "sessions=2",
@@ -277,7 +277,7 @@ def test_kvwear_run_with_placement_on_an_fdp_qemu(guest_image: GuestImage, tmp_p
     them (handle 1 fills some 96 MiB units), every accounting check passes."""
     from typer.testing import CliRunner
 
-    from harness.cli import app
+    from kvwear.harness.cli.main import app
 
     out = tmp_path / "run"
     res = CliRunner().invoke(app, ["run", _keep_kinds_apart(tmp_path), "--device", "qemu", "--policy", "lru",

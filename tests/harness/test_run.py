@@ -12,14 +12,15 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from harness.cli import app
-from harness.config import RunConfig, config_from_mapping
-from harness.run import run, sample_groups
-from harness.schema import BLOCK_OPS
 from kvwear.errors import KvwearError
+from kvwear.harness.cli.main import app
+from kvwear.harness.pipeline.config import RunConfig, config_from_mapping
+from kvwear.harness.pipeline.run import run
+from kvwear.harness.plan.schema import BLOCK_OPS
+from kvwear.policies.schema import SSD_OPS
 from kvwear.tables import read_table
-from policies.schema import SSD_OPS
-from workloads.synthetic import generate
+from kvwear.workloads.sampling import sample_groups
+from kvwear.workloads.synthetic import generate
 
 SMALL = {
     "name": "t", "model": "kimi-k3", "policies": ["lru", "type-aware"],
@@ -147,13 +148,13 @@ def test_sampling_is_stable_across_processes_and_groups_sessionless_traces(moonc
     import subprocess
     import sys
 
-    code = ("from harness.run import sample_groups; from workloads.synthetic import generate;"
+    code = ("from kvwear.harness.pipeline.run import sample_groups; from kvwear.workloads.synthetic import generate;"
             "t = generate('multi-round', sessions=40, turns=3, seed=1);"
             "print(sorted(set(sample_groups(t, 0.3, 5).column('session_id').to_pylist())))")
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={"PYTHONHASHSEED": str(h), "PATH": "/usr/bin:/bin"}).stdout for h in (1, 2)}
     assert len(outs) == 1                                   # the same sessions whatever the string hash seed
-    from workloads.loaders import load_requests
+    from kvwear.workloads.loaders import load_requests
 
     t = load_requests(mooncake_path).table                   # no sessions; block 0 is shared by every request
     s = sample_groups(t, 0.1, seed=3)
@@ -187,7 +188,8 @@ def test_resume_refuses_a_changed_trace_file(tmp_path: Path, mooncake_path: Path
 
 def test_sim_with_femu_geometry_is_planned_on_devsz() -> None:
     """The sim backend's FEMU geometry exposes devsz_mb MiB and refuses any other capacity."""
-    from harness.run import device_capacity, uniform_waf
+    from kvwear.harness.pipeline.run import uniform_waf
+    from kvwear.harness.pipeline.sizing import device_capacity
 
     geo = {"geometry": "femu", "devsz_mb": 192, "pgs_per_blk": 256, "blks_per_pl": 64, "luns_per_ch": 2, "nchs": 2}
     cfg = config_from_mapping({**SMALL, "device": {"kind": "sim", "options": geo}})
@@ -199,7 +201,7 @@ def test_sim_with_femu_geometry_is_planned_on_devsz() -> None:
 @pytest.mark.parametrize(("value", "expected"), [("false", False), ("TRUE", True), ("off", False), (1, True),
                                                  (False, False)])
 def test_device_option_flags(value: object, expected: bool) -> None:
-    from harness.devices.base import option_flag
+    from kvwear.harness.devices.base import option_flag
 
     assert option_flag({"x": value}, "x") is expected
     assert option_flag({}, "x", True) is True

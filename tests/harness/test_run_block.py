@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from harness.cli import app
-from harness.devices.fio import loop_device
-from harness.run import CAPACITY_HEADROOM
+from kvwear.harness.cli.main import app
+from kvwear.harness.devices.fio import loop_device
+from kvwear.harness.pipeline.sizing import CAPACITY_HEADROOM
 
 pytestmark = [
     pytest.mark.root,

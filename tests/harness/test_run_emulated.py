@@ -15,13 +15,13 @@ import pyarrow.compute as pc
 import pytest
 from typer.testing import CliRunner
 
-from harness.cli import app
-from harness.config import config_from_mapping
-from harness.devices.qemu import femu_deltas
-from harness.estimate import DUW_NOTE, duw_check
-from harness.run import emulator_waf
-from harness.rundir import RunDir
-from harness.schema import BLOCK_OPS
+from kvwear.harness.cli.main import app
+from kvwear.harness.devices.qemu import femu_deltas
+from kvwear.harness.estimate.estimator import DUW_NOTE, duw_check
+from kvwear.harness.pipeline.config import config_from_mapping
+from kvwear.harness.pipeline.run import emulator_waf
+from kvwear.harness.pipeline.rundir import RunDir
+from kvwear.harness.plan.schema import BLOCK_OPS
 from kvwear.tables import read_table, write_table
 
 FIXTURE_GEOMETRY = {"devsz_mb": 192, "pgs_per_blk": 256, "blks_per_pl": 64, "pls_per_lun": 1, "luns_per_ch": 2,
@@ -55,7 +55,7 @@ def test_femu_emulator_prediction_matches_the_recorded_femu_run(tmp_path: Path, 
 
 def _qemu_run(tmp_path: Path, policy: str) -> Path:
     """`kvwear run` of a small workload under `policy` on the qemu device; its run directory."""
-    from emulator.guest import build_guest
+    from kvwear.emulator.guest import build_guest
 
     build_guest()
     out = tmp_path / "run"

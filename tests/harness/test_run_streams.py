@@ -13,18 +13,18 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from emulator.ftl import OP_WRITE
-from harness.config import config_from_mapping
-from harness.devices.base import DeviceSpec
-from harness.devices.sim import SimDevice, plan_to_requests
-from harness.placement import PlacementConfig, assign_placement
-from harness.plan import ReplayConfig, plan_block_ops, stream_block_ops
-from harness.run import replay_config, run
-from harness.schema import BLOCK_OPS
-from harness.waf_model import DeathCounter, death_summary
+from kvwear.emulator.ftl import OP_WRITE
 from kvwear.errors import KvwearError
+from kvwear.harness.devices.base import DeviceSpec
+from kvwear.harness.devices.sim import SimDevice, plan_to_requests
+from kvwear.harness.estimate.waf_model import DeathCounter, death_summary
+from kvwear.harness.pipeline.config import config_from_mapping
+from kvwear.harness.pipeline.run import replay_config, run
+from kvwear.harness.plan.placement import PlacementConfig, assign_placement
+from kvwear.harness.plan.planner import ReplayConfig, plan_block_ops, stream_block_ops
+from kvwear.harness.plan.schema import BLOCK_OPS
+from kvwear.policies.schema import SSD_OPS
 from kvwear.tables import read_table, write_table
-from policies.schema import SSD_OPS
 
 U = 4096
 

@@ -1,4 +1,4 @@
-"""harness.devices.safety: pure parsers and verdicts, then real loop devices this test creates over files
+"""kvwear.harness.devices.safety: pure parsers and verdicts, then real loop devices this test creates over files
 in its temp dir (blank: accepted; ext4: refused, accepted with the right serial, refused with a
 wrong one; mounted: refused; partitioned: refused). Every loop device is detached on teardown."""
 
@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.devices.fio import loop_device
-from harness.devices.safety import (
+from kvwear.errors import InputError, SafetyError
+from kvwear.harness.devices.fio import loop_device
+from kvwear.harness.devices.safety import (
     DeviceFacts,
     assess,
     check_block_device,
@@ -24,7 +25,6 @@ from harness.devices.safety import (
     parse_swaps,
     signatures_from_blkid,
 )
-from kvwear.errors import InputError, SafetyError
 
 root_only = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("losetup") is None,
                                reason="needs root and losetup to create loop devices")

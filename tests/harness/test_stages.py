@@ -1,4 +1,4 @@
-"""The run's stage skeleton (harness.rundir.Stage) and its one simulate path (harness.simulate):
+"""The run's stage skeleton (pipeline.rundir.Stage) and its one simulate path (pipeline.simulate):
 `kvwear simulate` and `kvwear run --no-replay` write the same tables; a resumed run skips every
 finished stage, the estimate's models included; the [simulator] section reaches the simulator."""
 
@@ -13,16 +13,16 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-import harness.run as run_mod
-from harness.cli import app
-from harness.config import config_from_mapping
-from harness.run import results_table, run
-from harness.rundir import RunDir, Stage, write_json
-from harness.schema import RESULTS
+import kvwear.harness.pipeline.run as run_mod
 from kvwear.errors import InputError, KvwearError
+from kvwear.harness.cli.main import app
+from kvwear.harness.estimate.schema import RESULTS
+from kvwear.harness.pipeline.config import config_from_mapping
+from kvwear.harness.pipeline.run import results_table, run
+from kvwear.harness.pipeline.rundir import RunDir, Stage, write_json
+from kvwear.policies.metrics import SIM_REQUESTS
+from kvwear.policies.schema import SSD_OPS
 from kvwear.tables import read_table
-from policies.metrics import SIM_REQUESTS
-from policies.schema import SSD_OPS
 
 runner = CliRunner()
 

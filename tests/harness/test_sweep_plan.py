@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.sweep import ResultsStore, expand_policy, load_sweep, plan_sweep, point_key
 from kvwear.errors import InputError
+from kvwear.harness.pipeline.sweep import ResultsStore, expand_policy, load_sweep, plan_sweep, point_key
 
 
 def test_expand_policy_lists_and_ranges() -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from harness.sweep import ResultsStore, plan_sweep, run_sweep, sweep_points_table
 from kvwear.errors import InputError, KvwearError
-from reports.sweep_report import build_sweep_report
+from kvwear.harness.pipeline.sweep import ResultsStore, plan_sweep, run_sweep, sweep_points_table
+from kvwear.reports.sweep_report import build_sweep_report
 
 
 def _sweep(policies: list[str], **grid: object) -> dict:

@@ -1,4 +1,4 @@
-"""Tiers sized to the device (harness.run.size_tiers): a device of fixed size gives the SSD tier its
+"""Tiers sized to the device (kvwear.harness.pipeline.sizing.size_tiers): a device of fixed size gives the SSD tier its
 usable capacity when none is configured, refuses a tier that does not fit naming the flags that fix
 it, and with `device.fit` scales the workload instead — on the shared Weka traces the scaled run
 keeps the full-size run's miss ratio and linear write share within the tolerances below."""
@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import DEFAULT_SSD_BYTES, config_from_mapping
-from harness.run import CAPACITY_HEADROOM, device_capacity, run, sim_config, size_tiers
 from kvwear.errors import KvwearError
-from workloads.models import resolve_profile
+from kvwear.harness.pipeline.config import DEFAULT_SSD_BYTES, config_from_mapping
+from kvwear.harness.pipeline.run import run, sim_config
+from kvwear.harness.pipeline.sizing import CAPACITY_HEADROOM, device_capacity, size_tiers
+from kvwear.workloads.models import resolve_profile
 
 GEO = {"geometry": "femu", "pgs_per_blk": 256, "blks_per_pl": 64, "luns_per_ch": 2, "nchs": 2}
 # Absolute tolerances for a session-sampled run against the full-size one, median over 5 seeds:

@@ -10,10 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import kvwear.tables
-from harness.commands.trace_io import _Distinct, trace_summary
+from kvwear.harness.cli.trace_io import _Distinct, trace_summary
 from kvwear.tables import iter_table_batches, write_table
-from workloads.loaders import load_requests
-from workloads.schema import REQUESTS, list_parts
+from kvwear.workloads.loaders import load_requests
+from kvwear.workloads.schema import REQUESTS, list_parts
 
 
 @pytest.mark.parametrize("trace", ["weka", "mooncake"])
@@ -40,7 +40,7 @@ def test_convert_sorts_out_of_order_input_through_buckets(tmp_path: Path, weka_d
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Weka files each start at t = 0, so the converted rows need the external sort; with tiny
     row groups it runs through many buckets and gives the in-memory sorted table exactly."""
-    from workloads.loaders import convert_trace
+    from kvwear.workloads.loaders import convert_trace
 
     whole = load_requests(weka_dir).table
     monkeypatch.setattr(kvwear.tables, "ROW_GROUP_BYTES", max(whole.nbytes // 11, 1))
@@ -58,7 +58,7 @@ def test_distinct_count_pass_holds_at_most_its_budget(trace: str, weka_dir: Path
     """The first pass of the distinct count holds at most `max_keys` ids, held and pending
     together, after every batch (pending ids used to be uncounted and grew with the trace), and
     the partitioned count stays exact."""
-    from harness.commands.trace_io import _block_keys, count_distinct
+    from kvwear.harness.cli.trace_io import _block_keys, count_distinct
 
     table = load_requests(weka_dir if trace == "weka" else mooncake_path).table
     batches = table.to_batches(max_chunksize=23)

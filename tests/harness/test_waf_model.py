@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from emulator.ftl import OP_READ, OP_TRIM, OP_WRITE, Ftl, FtlConfig
-from harness.estimate import analytical_waf, ftl_alpha
-from harness.waf_model import (
+from kvwear.emulator.ftl import OP_READ, OP_TRIM, OP_WRITE, Ftl, FtlConfig
+from kvwear.errors import KvwearError
+from kvwear.harness.estimate.estimator import analytical_waf, ftl_alpha
+from kvwear.harness.estimate.waf_model import (
     BANDS,
     LINE_PAGES,
     PAGE_BYTES,
@@ -19,7 +20,6 @@ from harness.waf_model import (
     survival_grid,
     workload_waf,
 )
-from kvwear.errors import KvwearError
 
 CFG = FtlConfig.block_level(64 << 20, 0.28, pages_per_block=64)
 L = CFG.exposed_pages

@@ -12,22 +12,29 @@ from pathlib import Path
 
 import pytest
 
-from harness.devices.directive_plan import parse_report
-from harness.devices.identity import parse_id_ctrl_json
-from harness.devices.qemu import femu_deltas, smart_deltas
-from harness.estimate import DUW_NOTE, DeviceBytes, EstimateInputs, PlanBytes, estimate_policy, femu_host_check
-from harness.wear._decode import parse_nvme_refusal
-from harness.wear.fdp import FdpStats, parse_fdp_stats_binary, parse_ruh_status_binary
-from harness.wear.femu import (
+from kvwear.harness.devices.directive_plan import parse_report
+from kvwear.harness.devices.qemu import femu_deltas, smart_deltas
+from kvwear.harness.estimate.estimator import (
+    DUW_NOTE,
+    DeviceBytes,
+    EstimateInputs,
+    PlanBytes,
+    estimate_policy,
+    femu_host_check,
+)
+from kvwear.harness.wear._decode import parse_nvme_refusal
+from kvwear.harness.wear.fdp import FdpStats, parse_fdp_stats_binary, parse_ruh_status_binary
+from kvwear.harness.wear.femu import (
     CounterSource,
     femu_counters_from_nvme_json,
     femu_counters_from_smartctl_json,
     is_femu,
     parse_femu_counters,
 )
-from harness.wear.nvme_smart import parse_smart_log_binary, sample_from_smart_log
-from harness.wear.snapshot import delta
-from policies.metrics import SimSummary
+from kvwear.harness.wear.identify import parse_id_ctrl_json
+from kvwear.harness.wear.nvme_smart import parse_smart_log_binary, sample_from_smart_log
+from kvwear.harness.wear.snapshot import delta
+from kvwear.policies.metrics import SimSummary
 
 HEAD = Path(__file__).parent / "fixtures" / "femu-head-fdp"
 PLAN_WRITE_BYTES = 502_530_048          # the run's plan (aligned write bytes), fio's and kvwear-dw's count

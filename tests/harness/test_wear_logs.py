@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.devices.directive_plan import parse_report
-from harness.devices.identity import parse_id_ctrl_json
-from harness.wear._decode import LogUnsupported, describe_nvme_status, parse_nvme_refusal
-from harness.wear.fdp import (
+from kvwear.errors import InputError
+from kvwear.harness.devices.directive_plan import parse_report
+from kvwear.harness.wear._decode import LogUnsupported, describe_nvme_status, parse_nvme_refusal
+from kvwear.harness.wear.fdp import (
     FdpConfiguration,
     FdpStats,
     RuhStatus,
@@ -24,14 +24,14 @@ from harness.wear.fdp import (
     parse_fdp_stats_json,
     parse_ruh_status_binary,
 )
-from harness.wear.intel import (
+from kvwear.harness.wear.identify import parse_id_ctrl_json
+from kvwear.harness.wear.intel import (
     INTEL_CA_UNIT_BYTES,
     IntelCaLog,
     parse_intel_ca_binary,
     parse_intel_ca_json,
 )
-from harness.wear.ocp import OCP_C0_GUID, OcpC0Log, parse_ocp_c0_binary, parse_ocp_c0_json
-from kvwear.errors import InputError
+from kvwear.harness.wear.ocp import OCP_C0_GUID, OcpC0Log, parse_ocp_c0_binary, parse_ocp_c0_json
 
 # --- OCP C0h ---------------------------------------------------------------------------------
 

@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
-from harness.wear.base import NVME_DATA_UNIT_BYTES
-from harness.wear.femu import (
+from kvwear.errors import InputError
+from kvwear.harness.wear.base import NVME_DATA_UNIT_BYTES
+from kvwear.harness.wear.femu import (
     femu_counters_from_nvme_json,
     femu_counters_from_smartctl_json,
     parse_femu_counters,
 )
-from harness.wear.nvme_smart import SmartLog, parse_smart_log_binary, parse_smart_log_json
-from harness.wear.smartctl import parse_smartctl_json
-from harness.wear.snapshot import duw_bytes_bounds
-from kvwear.errors import InputError
+from kvwear.harness.wear.nvme_smart import SmartLog, parse_smart_log_binary, parse_smart_log_json
+from kvwear.harness.wear.smartctl import parse_smartctl_json
+from kvwear.harness.wear.snapshot import duw_bytes_bounds
 
 DEVICES = ("qemu-7.2-nvme", "femu-bbssd")
 SNAPS = range(4)

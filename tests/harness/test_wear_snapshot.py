@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.devices.identity import path_identity
-from harness.schema import WEAR
-from harness.wear._decode import ReaderUnavailable
-from harness.wear.base import READERS, WearSample, run_command
-from harness.wear.femu import femu_counters, femu_stats_log_argv, femu_vendor_reader
-from harness.wear.psutil_disk import parse_disk_counters
-from harness.wear.snapshot import CounterResetError, delta, snapshot, wear_rows, wear_table
 from kvwear.errors import InputError, KvwearError, UnknownNameError
+from kvwear.harness.devices.identity import path_identity
+from kvwear.harness.wear._decode import ReaderUnavailable
+from kvwear.harness.wear.base import READERS, WearSample, run_command
+from kvwear.harness.wear.femu import femu_counters, femu_stats_log_argv, femu_vendor_reader
+from kvwear.harness.wear.psutil_disk import parse_disk_counters
+from kvwear.harness.wear.schema import WEAR
+from kvwear.harness.wear.snapshot import CounterResetError, delta, snapshot, wear_rows, wear_table
 from kvwear.tables import read_table, write_table
 
 DEV = "/dev/nvme0n1"

@@ -10,13 +10,14 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from harness.config import config_from_mapping
-from harness.run import sample_groups, workload_stage
-from harness.rundir import RunDir
 from kvwear.errors import KvwearError
+from kvwear.harness.pipeline.config import config_from_mapping
+from kvwear.harness.pipeline.run import workload_stage
+from kvwear.harness.pipeline.rundir import RunDir
 from kvwear.tables import write_table
-from workloads.loaders import load_requests
-from workloads.schema import REQUESTS
+from kvwear.workloads.loaders import load_requests
+from kvwear.workloads.sampling import sample_groups
+from kvwear.workloads.schema import REQUESTS
 
 
 def _stage(trace: Path, fmt: str, fraction: float, seed: int, out: Path) -> Path:

@@ -7,11 +7,11 @@ from collections.abc import Callable
 import pytest
 import typer
 
-from harness.commands.run import _kv
-from harness.sweep import expand_policy
+from kvwear.harness.cli.run import _kv
+from kvwear.harness.pipeline.sweep import expand_policy
 from kvwear.kv import parse_kv
-from policies.base import PolicySpecError, parse_spec
-from workloads.synthetic import parse_category_map
+from kvwear.policies.base import PolicySpecError, parse_spec
+from kvwear.workloads.synthetic import parse_category_map
 
 
 def test_parse_kv_strips_and_keeps_order() -> None:

@@ -18,11 +18,11 @@ REPO = Path(__file__).resolve().parents[2]
 # family registry (module, name) → names it must hold, from a fresh interpreter that imports
 # nothing but the registry's own module (no plugin module imported for its side effect)
 FAMILIES = {
-    "trace format": ("workloads.loaders.base", "LOADERS", ["aiperf", "mooncake", "qwen-bailian", "weka"]),
-    "policy": ("policies.base", "POLICIES", ["lru", "fifo", "lru-k", "marconi", "gandalf", "belady"]),
-    "device": ("harness.devices.base", "DEVICES", ["sim", "file", "block", "qemu", "femu"]),
-    "tracer": ("harness.capture.base", "TRACERS", ["auto", "bcc", "bpftrace"]),
-    "wear reader": ("harness.wear.base", "READERS",
+    "trace format": ("kvwear.workloads.loaders.base", "LOADERS", ["aiperf", "mooncake", "qwen-bailian", "weka"]),
+    "policy": ("kvwear.policies.base", "POLICIES", ["lru", "fifo", "lru-k", "marconi", "gandalf", "belady"]),
+    "device": ("kvwear.harness.devices.base", "DEVICES", ["sim", "file", "block", "qemu", "femu"]),
+    "tracer": ("kvwear.harness.capture.base", "TRACERS", ["auto", "bcc", "bpftrace"]),
+    "wear reader": ("kvwear.harness.wear.base", "READERS",
                     ["nvme-smart-json", "smartctl", "femu-vendor", "ocp-c0", "intel-ca", "fdp", "psutil"]),
 }
 

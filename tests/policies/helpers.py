@@ -6,9 +6,9 @@ from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
-from policies.sim import Simulator
-from policies.tree import Obj, Segment, State
-from workloads.schema import REQUESTS
+from kvwear.policies.sim import Simulator
+from kvwear.policies.tree import Obj, Segment, State
+from kvwear.workloads.schema import REQUESTS
 
 
 def requests_table(rows: Sequence[tuple[float, list[int]]], block_tokens: int = 16,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policies._estimators import (
+from kvwear.policies._estimators import (
     BranchPredictor,
     FlopModel,
     SlidingExpFit,
@@ -121,7 +121,7 @@ def test_merit_score() -> None:
 
 @given(st.lists(st.tuples(st.sampled_from("sdp"), st.integers(0, 20), st.integers(0, 50)), max_size=300))
 def test_lazy_heap_matches_a_dict(ops: list[tuple[str, int, int]]) -> None:
-    from policies._estimators import LazyMinHeap
+    from kvwear.policies._estimators import LazyMinHeap
 
     h, ref = LazyMinHeap(), {}
     for op, item, key in ops:
@@ -146,7 +146,7 @@ def test_lazy_heap_matches_a_dict(ops: list[tuple[str, int, int]]) -> None:
 
 
 def test_reuse_histogram() -> None:
-    from policies._estimators import ReuseHistogram
+    from kvwear.policies._estimators import ReuseHistogram
 
     h = ReuseHistogram(prior_entries=0.0, prior_reuses=0.0)
     assert h.p_reuse(0.0) == 0.0
@@ -177,7 +177,7 @@ def test_ghost_table_is_a_bounded_ordered_dict(capacity: int) -> None:
     rebuilds and growth: random keys with negative and 64-bit ids, random pops."""
     from collections import OrderedDict
 
-    from policies._history import GhostTable
+    from kvwear.policies._history import GhostTable
 
     rng = random.Random(capacity)
     ref: OrderedDict[tuple[int, int, int], tuple[float, int]] = OrderedDict()

@@ -30,10 +30,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from policies.sim import SimConfig, SimResult, simulate
-from workloads.loaders import load_requests
-from workloads.models import get_profile
-from workloads.synthetic import MultiRoundConfig, generate_multi_round
+from kvwear.policies.config import SimConfig
+from kvwear.policies.sim import SimResult, simulate
+from kvwear.workloads.loaders import load_requests
+from kvwear.workloads.models import get_profile
+from kvwear.workloads.synthetic import MultiRoundConfig, generate_multi_round
 
 GiB = 1 << 30
 KIMI = get_profile("kimi-k3")

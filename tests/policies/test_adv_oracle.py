@@ -16,8 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from policies.sim import SimConfig, simulate
-from workloads.schema import REQUESTS
+from kvwear.policies.config import SimConfig
+from kvwear.policies.sim import simulate
+from kvwear.workloads.schema import REQUESTS
 
 BLOCK = 16
 ONLINE = ["lru", "wa", "marconi:active_params=1e9,attn_flops_per_token=1e6",

@@ -5,12 +5,13 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from policies.base import POLICIES, param_infos, resolve_spec
-from policies.gandalf import GandalfParams
-from policies.sim import SimConfig, Simulator, simulate
-from policies.tree import DRAM, SSD, Obj, Segment
-from workloads.schema import REQUESTS
-from workloads.synthetic import MultiRoundConfig, generate_multi_round
+from kvwear.policies.base import POLICIES, param_infos, resolve_spec
+from kvwear.policies.config import SimConfig
+from kvwear.policies.gandalf import GandalfParams
+from kvwear.policies.sim import Simulator, simulate
+from kvwear.policies.tree import DRAM, SSD, Obj, Segment
+from kvwear.workloads.schema import REQUESTS
+from kvwear.workloads.synthetic import MultiRoundConfig, generate_multi_round
 
 BLOCK = 16
 ADVANCED = ["marconi", "wa", "meritkv", "gandalf", "belady"]

@@ -12,8 +12,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from policies.sim import SimConfig, Simulator, simulate
-from policies.tree import SSD
+from kvwear.policies.config import SimConfig
+from kvwear.policies.sim import Simulator, simulate
+from kvwear.policies.tree import SSD
 from tests.policies.helpers import requests_table, segments
 
 
@@ -209,7 +210,7 @@ def test_marconi_never_keeps_kv_below_a_dropped_state() -> None:
 def test_marconi_takes_flops_from_the_model_profile() -> None:
     """The FLOPs model is the profile's: 2·active params per token plus attention per context
     token (Llama3-70B: 68.5 B and 2.6 M), not one constant for every model."""
-    from workloads.models import get_profile
+    from kvwear.workloads.models import get_profile
 
     for name in ("llama3-70b", "qwen3.5-27b"):
         prof = get_profile(name)

@@ -2,7 +2,7 @@
 
 The first 1,500 Mooncake conversation requests at 16-token chunks (1.3 M chunk accesses, 958 k
 distinct chunks) are written as a libCacheSim oracleGeneral trace and replayed by libCacheSim's C
-simulator and by `policies.flat` at several capacities; hit counts must be identical.
+simulator and by `kvwear.policies.flat` at several capacities; hit counts must be identical.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import libcachesim as lcs
 import numpy as np
 import pytest
 
-from policies.flat import flatten_chunks, next_access, oracle_general, simulate_flat
-from workloads.loaders import load_requests
+from kvwear.policies.flat import flatten_chunks, next_access, oracle_general, simulate_flat
+from kvwear.workloads.loaders import load_requests
 
 LCS = {"lru": lcs.LRU, "fifo": lcs.FIFO, "belady": lcs.Belady}
 

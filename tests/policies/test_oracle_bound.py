@@ -12,12 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from policies import belady
-from policies.base import Policy, RequestInfo
-from policies.belady import BeladyPolicy, hindsight_filter, live_writes, served_reads
-from policies.sim import SimConfig, simulate
-from policies.tree import Obj, Segment, State
-from workloads.schema import REQUESTS
+from kvwear.policies import belady
+from kvwear.policies.base import Policy, RequestInfo
+from kvwear.policies.belady import BeladyPolicy, hindsight_filter, live_writes, served_reads
+from kvwear.policies.config import SimConfig
+from kvwear.policies.sim import simulate
+from kvwear.policies.tree import Obj, Segment, State
+from kvwear.workloads.schema import REQUESTS
 
 BLOCK = 16
 
@@ -218,8 +219,8 @@ def test_gamma_line_dominates_online_points_on_a_small_agentic_workload(model: s
     cliff between γ = 32 0.115 at 35.1 GB and γ = 48 0.161 at 33.0 GB); the second pass, which
     prices each write by the SSD hits its copy served in the first, closes it (γ = 29.78: 0.154
     at 31.6 GB), but not Gandalf γ = 16 (the xfail)."""
-    from workloads.models import get_profile
-    from workloads.synthetic import generate
+    from kvwear.workloads.models import get_profile
+    from kvwear.workloads.synthetic import generate
 
     fb = _frontier_bench()
     table = generate("agentic", sessions=6, seed=3)

@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from policies.base import Policy
-from policies.gandalf import _superseded
-from policies.sim import SimConfig, Simulator, simulate
-from policies.tree import LINEAR, Obj
+from kvwear.policies.base import Policy
+from kvwear.policies.config import SimConfig
+from kvwear.policies.gandalf import _superseded
+from kvwear.policies.sim import Simulator, simulate
+from kvwear.policies.tree import LINEAR, Obj
 from tests.policies.helpers import requests_table
 
 BLOCK = 16

@@ -11,10 +11,11 @@ import pyarrow as pa
 import pytest
 
 from kvwear.errors import KvwearError
-from policies.base import POLICIES, Policy, PolicyParams, PolicySpecError, resolve_spec
-from policies.lru import LruPolicy
-from policies.sim import SimConfig, Simulator, next_use, simulate
-from policies.tree import DRAM, SSD, Segment
+from kvwear.policies.base import POLICIES, Policy, PolicyParams, PolicySpecError, resolve_spec
+from kvwear.policies.config import SimConfig
+from kvwear.policies.lru import LruPolicy
+from kvwear.policies.sim import Simulator, next_use, simulate
+from kvwear.policies.tree import DRAM, SSD, Segment
 from tests.policies.helpers import requests_table, segments
 
 
@@ -151,7 +152,7 @@ def test_state_sits_after_the_last_full_block() -> None:
 
 
 def test_streamed_batches_equal_whole_table(mooncake_path) -> None:
-    from workloads.loaders import load_requests
+    from kvwear.workloads.loaders import load_requests
 
     table = load_requests(mooncake_path).table.slice(0, 600)
     c = SimConfig(dram_bytes=20 * 10**9, ssd_bytes=200 * 10**9, kv_bytes_per_token=27_648,
@@ -199,7 +200,7 @@ class _OracleLru(LruPolicy):
 
 
 def test_oracle_next_access_is_the_truth() -> None:
-    from workloads.synthetic import MultiRoundConfig, generate_multi_round
+    from kvwear.workloads.synthetic import MultiRoundConfig, generate_multi_round
 
     if "test-oracle-lru" not in POLICIES:
         POLICIES.add("test-oracle-lru", _OracleLru)
@@ -300,7 +301,7 @@ def test_prices_are_checked(field: str, value: float) -> None:
 
 def test_ids_beyond_the_hashed_tokens_are_ignored() -> None:
     # AIPerf/Qwen rows may list more ids than their input has blocks (hashed_tokens =
-    # min(input, B·ids)): the extra ids cover nothing, as in workloads.blocks (was: an error)
+    # min(input, B·ids)): the extra ids cover nothing, as in kvwear.workloads.blocks (was: an error)
     table = requests_table([(0.0, [1, 2, 3, 4]), (1.0, [1, 2, 3, 4])])
     hashed = pa.array([32, 40], pa.int64())  # blocks 1, 2; then 1, 2 and 8 tokens of 3
     table = table.set_column(table.schema.get_field_index("hashed_tokens"), "hashed_tokens", hashed)
@@ -314,7 +315,7 @@ def test_ids_beyond_the_hashed_tokens_are_ignored() -> None:
 
 
 def test_policy_params_come_from_the_generic_argument() -> None:
-    from policies.lru_k import LruKParams
+    from kvwear.policies.lru_k import LruKParams
 
     assert POLICIES.get("lru-k").Params is LruKParams
     assert POLICIES.get("lru").Params is PolicyParams

@@ -4,10 +4,11 @@ on a synthetic multi-round chat workload and on the Mooncake conversation trace.
 
 from __future__ import annotations
 
-from policies.sim import SimConfig, simulate
-from workloads.loaders import load_requests
-from workloads.models import get_profile
-from workloads.synthetic import MultiRoundConfig, generate_multi_round
+from kvwear.policies.config import SimConfig
+from kvwear.policies.sim import simulate
+from kvwear.workloads.loaders import load_requests
+from kvwear.workloads.models import get_profile
+from kvwear.workloads.synthetic import MultiRoundConfig, generate_multi_round
 
 
 def kimi(dram: float, ssd: float) -> SimConfig:

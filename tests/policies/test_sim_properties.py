@@ -15,8 +15,9 @@ import pyarrow.compute as pc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from policies.sim import SimConfig, Simulator
-from policies.tree import DRAM, HBM, SSD
+from kvwear.policies.config import SimConfig
+from kvwear.policies.sim import Simulator
+from kvwear.policies.tree import DRAM, HBM, SSD
 from tests.policies.helpers import block_residency, objects, requests_table
 
 SIMPLE = ["lru", "write-through", "fifo", "type-aware", "lru-k", "lru-k:k=1", "dynamo",

@@ -7,12 +7,12 @@ import json
 
 from typer.testing import CliRunner
 
-from harness.cli import app
+from kvwear.harness.cli.main import app
+from kvwear.policies.metrics import SIM_REQUESTS, SIM_SUMMARY
+from kvwear.policies.schema import SSD_OPS
 from kvwear.tables import read_table, table_kind
-from policies.metrics import SIM_REQUESTS, SIM_SUMMARY
-from policies.schema import SSD_OPS
-from workloads.schema import REQUESTS
-from workloads.synthetic import MultiRoundConfig, generate_multi_round
+from kvwear.workloads.schema import REQUESTS
+from kvwear.workloads.synthetic import MultiRoundConfig, generate_multi_round
 
 runner = CliRunner()
 
@@ -58,8 +58,8 @@ def test_list_policies() -> None:
 
 
 def test_bad_inputs_are_clear(tmp_path) -> None:
-    from harness.cli import main  # noqa: F401  (errors are KvwearError, shown by main())
     from kvwear.errors import KvwearError
+    from kvwear.harness.cli.main import main  # noqa: F401  (errors are KvwearError, shown by main())
 
     r = runner.invoke(app, ["simulate", "-t", "x", "-p", "lru-k:kk=3", "-o", str(tmp_path)])
     assert isinstance(r.exception, KvwearError) and "valid: k" in str(r.exception)

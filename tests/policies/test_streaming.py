@@ -14,12 +14,13 @@ import pytest
 
 import kvwear.tables
 from kvwear.errors import KvwearError
+from kvwear.policies.config import SimConfig
+from kvwear.policies.sim import _batches, next_use, simulate
 from kvwear.tables import iter_table_batches, write_table
-from policies.sim import SimConfig, _batches, next_use, simulate
-from workloads.loaders import load_requests
-from workloads.models import get_profile
-from workloads.nextuse import iter_with_next_use, write_next_use
-from workloads.schema import REQUESTS, list_parts
+from kvwear.workloads.loaders import load_requests
+from kvwear.workloads.models import get_profile
+from kvwear.workloads.nextuse import iter_with_next_use, write_next_use
+from kvwear.workloads.schema import REQUESTS, list_parts
 
 
 @pytest.fixture(params=["weka", "mooncake"])
@@ -56,7 +57,7 @@ def test_bucketed_next_use_pass_writes_the_same_file(requests_file: Path, tmp_pa
     """External memory (hash-partitioned keys, one backward pass per bucket, spilled and zipped
     back): byte-identical to the one-bucket pass and equal to the in-memory pre-pass; the spill
     folder beside the output is gone afterwards."""
-    from workloads.nextuse import _accesses, buckets_for
+    from kvwear.workloads.nextuse import _accesses, buckets_for
 
     n = _accesses(pq.ParquetFile(requests_file).metadata)
     assert buckets_for(n) == 1                         # the shared traces take one bucket
@@ -79,7 +80,7 @@ def test_a_failed_bucketed_pass_leaves_nothing(requests_file: Path, tmp_path: Pa
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """A pass that fails in the final zip (here: its reads of the requests run out after the
     buckets were spilled) leaves neither the output nor the spill behind."""
-    import workloads.nextuse as nextuse
+    import kvwear.workloads.nextuse as nextuse
 
     n_groups = pq.ParquetFile(requests_file).metadata.num_row_groups
     n = nextuse._accesses(pq.ParquetFile(requests_file).metadata)
@@ -108,7 +109,7 @@ def test_the_zip_pass_reads_its_spills_unmapped(requests_file: Path, tmp_path: P
     stream keeps every page read resident until it closes, so peak RSS grew with the whole spill
     (belady 1.50-1.58x from the 1x to the 4x corpus). /proc/self/maps is read at each row group of
     the zip."""
-    import workloads.nextuse as nextuse
+    import kvwear.workloads.nextuse as nextuse
 
     n_groups = pq.ParquetFile(requests_file).metadata.num_row_groups
     n = nextuse._accesses(pq.ParquetFile(requests_file).metadata)
@@ -135,7 +136,7 @@ def test_future_refs_count_every_later_access() -> None:
     """Brute force on a small table with a key repeated inside one row: the count of later
     accesses (later rows, or later in the same row), in memory and from the backward pass's
     slices (`_resolve` with a map, one row per slice)."""
-    from workloads.nextuse import _resolve
+    from kvwear.workloads.nextuse import _resolve
 
     ids = [[1, 2, 3], [1, 2], [4, 1, 4], [2, 9], [1]]
     t = REQUESTS.conform(pa.Table.from_pylist([
@@ -179,7 +180,7 @@ def test_streamed_simulation_is_identical(requests_file: Path, tmp_path: Path, p
                     state_bytes=prof.state_bytes)
     whole = simulate(pq.read_table(requests_file), cfg, policy)
     if policy.startswith("belady"):
-        from policies.belady import BeladyParams, BeladyPolicy
+        from kvwear.policies.belady import BeladyParams, BeladyPolicy
 
         assert BeladyPolicy.streams_future(BeladyParams())
         assert write_next_use(requests_file, tmp_path / "nu.parquet", 16)
@@ -199,18 +200,18 @@ def test_per_request_records_stream_to_their_file_in_chunks(requests_file: Path,
     """`simulate_policy` streams per_request.parquet chunk by chunk (here 97 rows a chunk) and
     keeps none of it; the file equals the in-memory path's table (one chunk), and its columns add
     up to the summary's totals."""
-    import policies.metrics
-    from harness.simulate import parquet_source, simulate_policy
+    import kvwear.policies.metrics
+    from kvwear.harness.pipeline.simulate import parquet_source, simulate_policy
+    from kvwear.policies.metrics import SIM_REQUESTS
+    from kvwear.policies.schema import SSD_OPS
     from kvwear.tables import read_table
-    from policies.metrics import SIM_REQUESTS
-    from policies.schema import SSD_OPS
 
     prof = get_profile("kimi-k3")
     cfg = SimConfig(dram_bytes=16 * 10**9, ssd_bytes=128 * 10**9, kv_bytes_per_token=prof.kv_bytes_per_token,
                     state_bytes=prof.state_bytes)
     whole = simulate(pq.read_table(requests_file), cfg, policy)
     assert whole.requests.num_rows == pq.ParquetFile(requests_file).metadata.num_rows > 2 * 97
-    monkeypatch.setattr(policies.metrics, "REQUEST_CHUNK", 97)
+    monkeypatch.setattr(kvwear.policies.metrics, "REQUEST_CHUNK", 97)
     out = simulate_policy(parquet_source(requests_file), cfg, policy, tmp_path / "p")
     per_request = tmp_path / "p" / "per_request.parquet"
     assert pq.ParquetFile(per_request).metadata.num_row_groups == -(-whole.requests.num_rows // 97)
@@ -237,9 +238,9 @@ def test_cli_oracle_on_parquet_streams_and_matches_the_in_memory_path(requests_f
 
     from typer.testing import CliRunner
 
-    from harness.cli import app
+    from kvwear.harness.cli.main import app
+    from kvwear.policies.schema import SSD_OPS
     from kvwear.tables import read_table
-    from policies.schema import SSD_OPS
 
     raw = tmp_path / "raw.parquet"
     write_table(REQUESTS, pq.read_table(requests_file), raw)  # the same rows, one more file
@@ -265,10 +266,10 @@ def test_cli_oracle_on_parquet_streams_and_matches_the_in_memory_path(requests_f
 def test_run_oracle_stage_streams_and_matches_simulate(tmp_path: Path, weka_dir: Path) -> None:
     """`kvwear run`'s simulate stage gives the oracle its next-use column from the workload's
     Parquet (and removes the file); the ssd_ops equal an in-memory `simulate` of that table."""
-    from harness.config import config_from_mapping
-    from harness.run import run, sim_config
+    from kvwear.harness.pipeline.config import config_from_mapping
+    from kvwear.harness.pipeline.run import run, sim_config
+    from kvwear.policies.schema import SSD_OPS
     from kvwear.tables import read_table
-    from policies.schema import SSD_OPS
 
     cfg = config_from_mapping({"name": "t", "model": "kimi-k3", "policies": ["belady:mode=min"],
                                "workload": {"trace": str(weka_dir)}, "tiers": {"dram": "16GB", "ssd": "128GB"}})
@@ -284,10 +285,10 @@ def test_run_oracle_stage_streams_and_matches_simulate(tmp_path: Path, weka_dir:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs: needs root")
 def test_the_next_use_pass_is_refused_where_its_files_do_not_fit(tmp_path: Path, weka_dir: Path) -> None:
-    """The free-space guard (harness.devices.fio.check_host_room) before the oracle's next-use
+    """The free-space guard (kvwear.harness.devices.fio.check_host_room) before the oracle's next-use
     file and spill are written: on a 1 MiB tmpfs the simulation is refused with the numbers, and
     leaves no file."""
-    from harness.simulate import parquet_source, simulate_policy
+    from kvwear.harness.pipeline.simulate import parquet_source, simulate_policy
     from tests.harness.test_host_room import tmpfs
 
     requests = write_table(REQUESTS, load_requests(weka_dir).table, tmp_path / "r.parquet")
@@ -310,12 +311,12 @@ def test_oracle_on_a_raw_trace_streams_its_future(tmp_path: Path, weka_dir: Path
     Parquet lives as long as the source."""
     import gc
 
-    from harness.simulate import open_source, simulate_policy
+    from kvwear.harness.pipeline.simulate import open_source, simulate_policy
+    from kvwear.policies.metrics import SIM_SUMMARY
+    from kvwear.policies.schema import SSD_OPS
+    from kvwear.policies.sim import Simulator
     from kvwear.tables import read_table
-    from policies.metrics import SIM_SUMMARY
-    from policies.schema import SSD_OPS
-    from policies.sim import Simulator
-    from workloads.loaders import convert_trace
+    from kvwear.workloads.loaders import convert_trace
 
     converted = tmp_path / "weka.parquet"
     convert_trace(weka_dir, converted)

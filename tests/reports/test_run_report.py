@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from kvwear.errors import KvwearError
-from reports.figures import pareto_mask
-from reports.run_report import build_run_report, device_notes, placement_section
+from kvwear.reports.figures import pareto_mask
+from kvwear.reports.run_report import build_run_report, device_notes, placement_section
 from tests.reports.chromium import CHROMIUM, image_status
 
 GIB = 2**30
@@ -114,7 +114,7 @@ def test_lifetime_figures_pick_the_named_waf(tmp_path: Path) -> None:
     import pytest
 
     from kvwear.errors import KvwearError
-    from reports.sweep_report import lifetime_col
+    from kvwear.reports.sweep_report import lifetime_col
 
     df = pd.DataFrame({"device": ["sim", "sim"], "lifetime_days_waf1": [3.0, 4.0],
                        "lifetime_days_uniform": [1.0, 1.5], "lifetime_days_workload": [2.0, 3.0],
@@ -136,7 +136,7 @@ def test_lifetime_figures_pick_the_named_waf(tmp_path: Path) -> None:
 def test_placement_section_says_why_a_drive_took_no_handles() -> None:
     """A block: drive that failed the FDP gate: the note names the gate's reason; a device that
     never carries handles keeps the generic note."""
-    from harness.estimate import DeviceBytes, PlanBytes, placement_result
+    from kvwear.harness.estimate.estimator import DeviceBytes, PlanBytes, placement_result
 
     plan = PlanBytes(object_write_bytes=12, aligned_write_bytes=12, trim_bytes=0, placement="kind",
                      write_bytes_by_handle=(8, 4))
@@ -156,7 +156,7 @@ def test_placement_section_says_why_a_drive_took_no_handles() -> None:
 def test_sweep_lifetime_figure_with_a_panel_that_never_wrote(tmp_path: Path) -> None:
     """A grid cell where no point wrote to the SSD has only unbounded (inf) lifetimes: the figure
     says so in that panel instead of failing on an empty log axis (issue #12's small sweep example)."""
-    from reports.sweep_report import fig_lifetime_vs_miss
+    from kvwear.reports.sweep_report import fig_lifetime_vs_miss
 
     inf = float("inf")
     df = pd.DataFrame({"axis_trace": [""] * 4, "axis_model": ["kimi-k3"] * 4,
@@ -176,7 +176,7 @@ def test_sweep_model_figure_draws_unbounded_lifetimes_without_warnings(tmp_path:
     lifetimes is drawn too."""
     import warnings
 
-    from reports.sweep_report import fig_models
+    from kvwear.reports.sweep_report import fig_models
 
     inf = float("inf")
     rows = [{"axis_trace": "t", "axis_model": m, "axis_dram_bytes": 1e9, "axis_ssd_bytes": 2e9,

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workloads.blocks import convert_block_size, prefix_keys
-from workloads.loaders import load_requests
-from workloads.schema import REQUESTS
+from kvwear.workloads.blocks import convert_block_size, prefix_keys
+from kvwear.workloads.loaders import load_requests
+from kvwear.workloads.schema import REQUESTS
 
 
 def table(lists: list[list[int]], block: int, hashed: list[int] | None = None, ns: list[int] | None = None

@@ -13,17 +13,17 @@ import pyarrow as pa
 import pytest
 
 from kvwear.errors import KvwearError
-from reports.characterization import FIGURES, plot_characterization
-from workloads.characterize import (
+from kvwear.reports.characterization import FIGURES, plot_characterization
+from kvwear.workloads.characterize import (
     analyze,
     capacity_needed,
-    characterize,
     fit_exponential,
     flatten,
     lru_curve,
 )
-from workloads.models import get_profile
-from workloads.schema import REQUESTS
+from kvwear.workloads.characterize_stream import characterize
+from kvwear.workloads.models import get_profile
+from kvwear.workloads.schema import REQUESTS
 
 DENSE = get_profile("llama3-70b")
 HYBRID = get_profile("kimi-k3")
@@ -346,7 +346,7 @@ def test_hybrid_state_count_equals_brute_force() -> None:
 
 
 def test_mooncake_trace_loads_completely_and_ideal_hit_ratio_matches_raw(mooncake_path: Path) -> None:
-    from workloads.loaders import load_requests
+    from kvwear.workloads.loaders import load_requests
 
     lines = [json.loads(x) for x in mooncake_path.read_text().splitlines() if x.strip()]
     loaded = load_requests(mooncake_path)
@@ -412,8 +412,8 @@ def test_characterize_writes_tables_json_and_figures(tmp_path: Path) -> None:
 def _run_cli(args: list[str]) -> Any:
     from typer.testing import CliRunner
 
-    import harness.commands.characterize  # noqa: F401  (registers the command)
-    from harness.cli import app
+    import kvwear.harness.cli.characterize  # noqa: F401  (registers the command)
+    from kvwear.harness.cli.main import app
 
     return CliRunner().invoke(app, args, catch_exceptions=False)
 
@@ -456,7 +456,7 @@ def test_cli_refuses_a_parquet_table_of_another_kind(tmp_path: Path) -> None:
 def test_trace_a_generator_reuse_means_are_recovered_per_category() -> None:
     """The Trace-A-like generator draws exponential inter-turn gaps with a mean per category: the
     same-session fit recovers each mean (within 4 standard errors) and the KS test accepts it."""
-    from workloads.synthetic import TRACE_A_REUSE_MEAN_S, generate
+    from kvwear.workloads.synthetic import TRACE_A_REUSE_MEAN_S, generate
 
     res = analyze(generate("trace-a", seed=1), DENSE)
     assert res.reuse_fit_sample == "same-session"

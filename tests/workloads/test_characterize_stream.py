@@ -1,6 +1,6 @@
 """The streamed characterization writes exactly what the in-memory analysis computes.
 
-`workloads.characterize.analyze` (per-access arrays) is the reference; every table the streamed
+`kvwear.workloads.characterize.analyze` (per-access arrays) is the reference; every table the streamed
 engine writes and its summary.json must equal it, value for value, on the shared traces, a
 synthetic trace with sessions and categories, and a table mixing block sizes and namespaces —
 with tiny batches, tiny initial capacities and sweep chunks, so that table growth, rehashing, LRU
@@ -21,12 +21,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from kvwear.errors import KvwearError
+from kvwear.workloads import characterize_stream as cs
+from kvwear.workloads.characterize import TABLES, analyze, weighted_stats
+from kvwear.workloads.loaders import load_requests
+from kvwear.workloads.models import get_profile
+from kvwear.workloads.schema import REQUESTS
 from tests.workloads.test_characterize import make_table
-from workloads import characterize_stream as cs
-from workloads.characterize import TABLES, analyze, weighted_stats
-from workloads.loaders import load_requests
-from workloads.models import get_profile
-from workloads.schema import REQUESTS
 
 
 def _sorted(table: pa.Table) -> pa.Table:
@@ -88,7 +88,7 @@ def test_mooncake_hybrid_stream_equals_memory(tmp_path: Path, mooncake_path: Pat
 
 
 def test_sessions_categories_and_mixed_block_sizes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from workloads.synthetic import generate
+    from kvwear.workloads.synthetic import generate
 
     assert_stream_equals_memory(generate("trace-a", seed=3), "llama3-70b", tmp_path / "a", 64, monkeypatch)
     rng = np.random.default_rng(5)
@@ -107,7 +107,7 @@ def test_hash_partitions_are_exact(tmp_path: Path, weka_dir: Path, mooncake_path
     """P > 1 passes, each holding one hash partition's blocks, combine into the same numbers:
     hits, deepest hits and reuse-point states, triples, lifespans, counts, live series (from
     spilled events, weighted by block size in the mixed table)."""
-    from workloads.synthetic import generate
+    from kvwear.workloads.synthetic import generate
 
     weka = load_requests(weka_dir).table
     summary = assert_stream_equals_memory(weka, "kimi-k3", tmp_path / "w", 211, monkeypatch, partitions=3)
@@ -167,8 +167,8 @@ def test_bad_partitions_and_one_shot_batches_are_refused(tmp_path: Path) -> None
 def test_cli_memory_budget(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    import harness.commands.characterize  # noqa: F401  (registers the command)
-    from harness.cli import app
+    import kvwear.harness.cli.characterize  # noqa: F401  (registers the command)
+    from kvwear.harness.cli.main import app
     from kvwear.tables import write_table
 
     rows = [{"t": float(i), "ids": [i % 7, 100 + i]} for i in range(300)]

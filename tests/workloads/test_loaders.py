@@ -14,7 +14,7 @@ import pytest
 
 from kvwear.errors import InputError, UnknownNameError
 from kvwear.tables import read_table, table_kind
-from workloads.loaders import (
+from kvwear.workloads.loaders import (
     KEYS_DERIVED,
     KEYS_VERIFIED,
     LOADERS,
@@ -24,7 +24,7 @@ from workloads.loaders import (
     detect_format,
     load_requests,
 )
-from workloads.schema import REQUESTS
+from kvwear.workloads.schema import REQUESTS
 
 
 def write_lines(path: Path, rows: list[dict | str]) -> Path:
@@ -417,7 +417,7 @@ def test_convert_failure_leaves_no_file(tmp_path: Path) -> None:
 
 def test_long_lines_and_many_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # a line longer than Arrow's block and chunks cut mid-file must not change the result
-    from workloads.loaders import jsonl
+    from kvwear.workloads.loaders import jsonl
 
     monkeypatch.setattr(jsonl, "CHUNK_BYTES", 4096)
     rows = [{"timestamp": i, "input_length": 512 * n, "output_length": 1, "hash_ids": list(range(n))}
@@ -433,7 +433,7 @@ def test_stream_requests_reads_back_what_load_requests_loads(tmp_path: Path, wek
                                                              mooncake_path: Path) -> None:
     """Streamed raw traces (bounded batches from a temporary Parquet) hold exactly the loaded rows,
     can be read more than once, and leave nothing behind."""
-    from workloads.loaders import stream_requests
+    from kvwear.workloads.loaders import stream_requests
 
     for path, block_tokens in ((weka_dir, None), (mooncake_path, 64)):
         ref = REQUESTS.conform(load_requests(path, block_tokens=block_tokens).table)

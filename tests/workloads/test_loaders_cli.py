@@ -12,10 +12,10 @@ import numpy as np
 import pyarrow as pa
 from typer.testing import CliRunner
 
-from harness.cli import app
+from kvwear.harness.cli.main import app
 from kvwear.tables import read_table
-from workloads.loaders import load_requests
-from workloads.schema import REQUESTS
+from kvwear.workloads.loaders import load_requests
+from kvwear.workloads.schema import REQUESTS
 
 runner = CliRunner()
 
@@ -98,8 +98,8 @@ def test_inspect_counts_distinct_blocks_exactly_in_partitions(tmp_path: Path, we
     stream that cannot be read again is refused instead of answered wrong."""
     import pytest
 
-    from harness.commands.trace_io import trace_summary
     from kvwear.errors import KvwearError
+    from kvwear.harness.cli.trace_io import trace_summary
 
     for trace in (weka_dir, mooncake_path):
         table = load_requests(trace).table

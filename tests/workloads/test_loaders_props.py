@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from kvwear.errors import InputError
 from kvwear.tables import read_table
-from workloads.loaders import LOADERS, convert_trace, load_requests
-from workloads.schema import REQUESTS
+from kvwear.workloads.loaders import LOADERS, convert_trace, load_requests
+from kvwear.workloads.schema import REQUESTS
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from harness.cli import app
 from kvwear.errors import InputError, UnknownNameError
-from workloads.models import (
+from kvwear.harness.cli.main import app
+from kvwear.workloads.models import (
     MIB,
     PROFILES,
     ModelProfile,

@@ -12,9 +12,9 @@ import pytest
 
 from kvwear import tables
 from kvwear.tables import read_table, write_table
-from workloads.loaders import load_requests
-from workloads.loaders.pipeline import sort_file_by_arrival
-from workloads.schema import REQUESTS
+from kvwear.workloads.loaders import load_requests
+from kvwear.workloads.loaders.pipeline import sort_file_by_arrival
+from kvwear.workloads.schema import REQUESTS
 
 
 @pytest.mark.parametrize("trace", ["weka", "mooncake"])

@@ -13,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from harness.cli import app
 from kvwear.errors import UnknownNameError
+from kvwear.harness.cli.main import app
 from kvwear.tables import read_table
-from workloads.schema import REQUESTS
-from workloads.synthetic import (
+from kvwear.workloads.schema import REQUESTS
+from kvwear.workloads.synthetic import (
     GENERATORS,
     AgenticConfig,
     ApiConfig,

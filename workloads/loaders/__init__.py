@@ -7,9 +7,9 @@ batches, as often as needed). Formats: mooncake, qwen-bailian, weka (file or dir
 This package must not import policies, harness or reports.
 """
 
-from workloads.loaders.base import LOADERS, SkipLog, TraceLoader
-from workloads.loaders.chain import ChainChecker, ChainViolation
-from workloads.loaders.pipeline import (
+from kvwear.workloads.loaders.base import LOADERS, SkipLog, TraceLoader
+from kvwear.workloads.loaders.chain import ChainChecker, ChainViolation
+from kvwear.workloads.loaders.pipeline import (
     KEYS_DERIVED,
     KEYS_VERIFIED,
     ConvertResult,

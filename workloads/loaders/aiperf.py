@@ -27,8 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from workloads.loaders.base import LOADERS, const_str, requests_batch
-from workloads.loaders.jsonl import JsonField, JsonlLoader, sniff_first_object
+from kvwear.workloads.loaders.base import LOADERS, const_str, requests_batch
+from kvwear.workloads.loaders.jsonl import JsonField, JsonlLoader, sniff_first_object
 
 AIPERF_BLOCK_TOKENS = 512
 

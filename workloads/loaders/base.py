@@ -1,9 +1,9 @@
 """The trace-loader interface, its registry, and helpers every loader shares.
 
 A loader turns one trace format into record batches of the `requests` table
-(`workloads.schema.REQUESTS`), streaming: it never holds the whole trace as text or as Python
+(`kvwear.workloads.schema.REQUESTS`), streaming: it never holds the whole trace as text or as Python
 objects. It must not sort across batches, check prefix chaining or write files; that is the job
-of `workloads.loaders.pipeline`, which drives every loader the same way.
+of `kvwear.workloads.loaders.pipeline`, which drives every loader the same way.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from kvwear.errors import InputError
 from kvwear.registry import Registry
-from workloads.schema import REQUESTS
+from kvwear.workloads.schema import REQUESTS
 
 #: Called with the number of input bytes consumed since the previous call (progress bars).
 ProgressFn = Callable[[int], None]
@@ -77,7 +77,7 @@ class TraceLoader(ABC):
 #: per-file state such as the next request id).
 #: Adding a format = its module + one line in this list.
 LOADERS: Registry[type[TraceLoader]] = Registry("trace format", modules=[
-    f"workloads.loaders.{m}" for m in ("aiperf", "mooncake", "qwen", "weka")])
+    f"kvwear.workloads.loaders.{m}" for m in ("aiperf", "mooncake", "qwen", "weka")])
 
 
 # ----------------------------------------------------------------------------------------------

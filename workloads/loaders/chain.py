@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from workloads.schema import list_parts
+from kvwear.workloads.schema import list_parts
 
 _ROOT = np.iinfo(np.int64).min  # predecessor of a first block
 _UNSET = np.iinfo(np.int64).min + 1

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from kvwear.errors import InputError
-from workloads.loaders.base import ProgressFn, SkipLog, TraceLoader
+from kvwear.workloads.loaders.base import ProgressFn, SkipLog, TraceLoader
 
 # a whitespace-only line: the first one (match) or a later one (search; the literal "\n" first
 # keeps the scan at memchr speed)

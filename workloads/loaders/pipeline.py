@@ -4,7 +4,7 @@ or streaming back in bounded batches (`stream_requests`).
 
 Keys per format: where a format promises prefix chaining (`TraceLoader.chained`: Mooncake,
 Weka, AIPerf) the source ids are kept and the promise is verified as rows stream by; if it is
-broken, the pass is restarted with keys derived from the whole prefix (`workloads.blocks.
+broken, the pass is restarted with keys derived from the whole prefix (`kvwear.workloads.blocks.
 prefix_keys`) for every row, so one table never mixes the two kinds. Formats without the promise
 (Qwen-Bailian) always get derived keys. Rows are sorted by `arrival_s`, stably (file order breaks
 ties). A converted trace already in arrival order streams straight to Parquet; one that is not
@@ -30,10 +30,10 @@ import pyarrow.parquet as pq
 from kvwear import tables
 from kvwear.errors import InputError
 from kvwear.tables import TableWriter, iter_table_batches
-from workloads.blocks import convert_block_size, prefix_keys
-from workloads.loaders.base import LOADERS, ProgressFn, SkipLog, TraceLoader, make_list
-from workloads.loaders.chain import ChainChecker, ChainViolation
-from workloads.schema import REQUESTS, list_parts
+from kvwear.workloads.blocks import convert_block_size, prefix_keys
+from kvwear.workloads.loaders.base import LOADERS, ProgressFn, SkipLog, TraceLoader, make_list
+from kvwear.workloads.loaders.chain import ChainChecker, ChainViolation
+from kvwear.workloads.schema import REQUESTS, list_parts
 
 SNIFF_BYTES = 64 << 10
 DEFAULT_BATCH_ROWS = 65536

@@ -24,8 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kvwear.errors import InputError
-from workloads.loaders.base import LOADERS, requests_batch
-from workloads.loaders.jsonl import Check, JsonField, JsonlLoader, sniff_first_object
+from kvwear.workloads.loaders.base import LOADERS, requests_batch
+from kvwear.workloads.loaders.jsonl import Check, JsonField, JsonlLoader, sniff_first_object
 
 QWEN_BLOCK_TOKENS = 16
 

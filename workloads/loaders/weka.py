@@ -37,8 +37,8 @@ import numpy as np
 import pyarrow as pa
 
 from kvwear.errors import InputError
-from workloads.loaders.base import LOADERS, ProgressFn, SkipLog, TraceLoader, make_list, requests_batch
-from workloads.loaders.jsonl import _type_name
+from kvwear.workloads.loaders.base import LOADERS, ProgressFn, SkipLog, TraceLoader, make_list, requests_batch
+from kvwear.workloads.loaders.jsonl import _type_name
 
 
 class _Bad(Exception):

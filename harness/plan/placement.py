@@ -14,7 +14,7 @@ Modes (`[replay] placement`, flag `--placement`):
   total variation distance, always recorded), and below `kind_min_separation` every write stays on
   handle 0 (`kind_fallback`). Default 0: never. Why not the 0.5 this rule once had: its reason was
   that a second handle costs the drive an open reclaim unit, but an FDP drive's handles each hold
-  an open unit whether the host writes to them or not (emulator.ftl `open_every_handle`), so the
+  an open unit whether the host writes to them or not (kvwear.emulator.ftl `open_every_handle`), so the
   cost comes with the drive's FDP configuration, not with `kind`; and the TVD did not predict the
   outcome (measured on bench/placement.py's plans: under FEMU's background GC `kind` lowered LRU's
   WAF at TVD 0.39 and raised Gandalf's at 0.70; under on-demand GC it never raised a WAF by more
@@ -49,13 +49,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from harness.schema import BLOCK_OPS
 from kvwear.errors import InputError, KvwearError
+from kvwear.harness.plan.schema import BLOCK_OPS
 
 Placement = Literal["none", "kind", "lifetime"]
 PLACEMENTS: tuple[str, ...] = ("none", "kind", "lifetime")
 KIND_HANDLES = {"full": 0, "linear": 1}
-MAX_HANDLES = 8          # the embedded FTL's reclaim unit handles (emulator.ftl.MAX_RUH)
+MAX_HANDLES = 8          # the embedded FTL's reclaim unit handles (kvwear.emulator.ftl.MAX_RUH)
 
 
 @dataclass(frozen=True)

@@ -260,7 +260,7 @@ class Stage(Generic[R]):
 
 
 def _git_revision() -> str | None:
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     if not (repo / ".git").exists() or shutil.which("git") is None:
         return None
     try:

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 from kvwear.errors import InputError
+from kvwear.policies.config import SimConfig
 from kvwear.units import parse_duration, parse_size
-from policies.sim import SimConfig
 
 CONFIG_VERSION = 1
 
@@ -46,7 +46,7 @@ class TierConfig:
     hbm_bytes: int = 0
     dram_bytes: int = 32 * 10**9
     # 0: the device's usable capacity when the device's size is fixed (a block device, an existing
-    # file or image, femu's devsz_mb), else DEFAULT_SSD_BYTES (harness.run.size_tiers)
+    # file or image, femu's devsz_mb), else DEFAULT_SSD_BYTES (kvwear.harness.pipeline.sizing.size_tiers)
     ssd_bytes: int = 0
 
 
@@ -56,7 +56,7 @@ _SIM_DEFAULTS: dict[str, float] = {f.name: f.default for f in fields(SimConfig)
 
 @dataclass(frozen=True)
 class SimulatorConfig:
-    """The simulator's speeds and prices (policies.sim.SimConfig, whose defaults these are): what
+    """The simulator's speeds and prices (kvwear.policies.config.SimConfig, whose defaults these are): what
     a load costs in time and what a miss and a written byte cost in dollars. `kvwear simulate`
     takes the same settings as flags."""
 
@@ -70,7 +70,7 @@ class SimulatorConfig:
 
 @dataclass(frozen=True)
 class ReplaySettings:
-    """How SSD operations become block I/O (see harness.plan.ReplayConfig for each field)."""
+    """How SSD operations become block I/O (see kvwear.harness.plan.planner.ReplayConfig for each field)."""
 
     # extent (first fit) keeps every object where the policy put it until the policy evicts it, so
     # the plan writes exactly the simulation's bytes; log and slab add the relocation writes of
@@ -82,7 +82,7 @@ class ReplaySettings:
     time_mode: str = "afap"               # afap (as fast as possible) | original | compressed
     time_compression: float = 1.0
     log_full: str = "relocate"            # log layout, head reaches a live object: relocate | evict | error
-    placement: str = "none"               # FDP placement handles: none | kind | lifetime (harness.placement)
+    placement: str = "none"               # FDP placement handles: none | kind | lifetime (harness.plan.placement)
     placement_handles: int = 4            # lifetime: residency buckets, one handle each
     placement_kind_min_separation: float = 0.0  # kind: one handle below this TVD of the kinds' lifetimes (0: never)
 
@@ -90,9 +90,9 @@ class ReplaySettings:
 @dataclass(frozen=True)
 class DeviceConfig:
     """`kind`: sim | file | block | qemu | femu. `capacity_bytes` 0 = the SSD tier × sample fraction
-    + 5% (femu: devsz_mb), rounded up to the alignment (harness.run.device_capacity). `fit`: scale
+    + 5% (femu: devsz_mb), rounded up to the alignment (kvwear.harness.pipeline.sizing.device_capacity). `fit`: scale
     the workload to the device (sample sessions, both tiers by the same factor) instead of
-    refusing an SSD tier larger than it (harness.run.size_tiers)."""
+    refusing an SSD tier larger than it (kvwear.harness.pipeline.sizing.size_tiers)."""
 
     kind: str = "sim"
     target: str = ""

@@ -13,7 +13,7 @@ The locks are held by open file descriptions: they are released when the last pr
 them ends, whatever the signal. `inherited_fds()` lists them so that children (fio, tracers) are
 started holding them too: a resumed run is refused while a child of the previous one still runs.
 This module takes and releases locks; it must not decide whether a device is safe to write
-(harness.devices.safety does).
+(kvwear.harness.devices.safety does).
 """
 
 from __future__ import annotations

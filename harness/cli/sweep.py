@@ -9,10 +9,10 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from harness.commands import EXIT_ACCOUNTING_FAULT, app
+from kvwear.harness.cli.apps import EXIT_ACCOUNTING_FAULT, app
 
 if TYPE_CHECKING:
-    from harness.sweep import SweepProgress
+    from kvwear.harness.pipeline.sweep import SweepProgress
 
 console = Console(stderr=True)
 
@@ -38,9 +38,9 @@ def sweep_cmd(
     no_report: bool = typer.Option(False, "--no-report", help="Skip the sweep report."),
 ) -> None:
     """Run every point of a sweep that is not in the results store yet, then report."""
-    # Imported here: harness.sweep pulls in pandas and Dask's client, a second of start-up that
+    # Imported here: kvwear.harness.pipeline.sweep pulls in pandas and Dask's client, a second of start-up that
     # every other command would pay.
-    from harness.sweep import ResultsStore, load_sweep, run_sweep
+    from kvwear.harness.pipeline.sweep import ResultsStore, load_sweep, run_sweep
 
     plan = load_sweep(config)
     console.print(f"{len(plan.points)} points; store: {out}")
@@ -59,10 +59,10 @@ def sweep_cmd(
     if final.failed:
         console.print(f"failed points are recorded in {out / 'errors'}; rerun with --retry-failed")
     if not no_report:
-        from reports.sweep_report import build_sweep_report
+        from kvwear.reports.sweep_report import build_sweep_report
 
         console.print(f"report: {build_sweep_report(out).html}")
-    from harness.run import accounting_faults
+    from kvwear.harness.pipeline.run import accounting_faults
 
     rows = ResultsStore(out).read()
     faults = accounting_faults(rows.to_dict("records")) if len(rows) else []

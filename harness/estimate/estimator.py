@@ -10,7 +10,7 @@ Formulas (DESIGN.md, "Lifetime estimator and cross-validation"):
 - Four WAFs side by side: 1 (Gandalf's assumption); the uniform-random reference
   WAF ≈ α / (α + W₀(−α·e^(−α))) (`analytical_waf`, α = effective physical / logical space), which
   describes none of the plans kvwear replays and stays a labelled reference; the workload model
-  (harness.waf_model: GC over the plan's page death distances, the estimator's prediction); and
+  (kvwear.harness.estimate.waf_model: GC over the plan's page death distances, the estimator's prediction); and
   the measured one.
 - P/E cycles consumed per day = NAND bytes per day ÷ raw NAND capacity (`pe_cycles_per_day`), so
   a drive rated in P/E cycles (3,000 for TLC by default, `TLC_PE_CYCLES`) gets a lifetime too
@@ -26,7 +26,7 @@ that cap, the cap is the prediction (`ftl_predicted_waf`). With the fixture geom
 
 `estimate_policy` assembles one policy's checks and results row from typed records of what the
 simulation, the plan and the device counted (`PlanBytes`, `DeviceBytes`, read from the stage
-files by harness.run).
+files by kvwear.harness.pipeline.run).
 
 Must not: run devices or read files; it is pure arithmetic over numbers the caller measured.
 """
@@ -42,13 +42,13 @@ from typing import Any, Literal
 import numpy as np
 from scipy.special import lambertw
 
-from emulator.ftl import FtlConfig
-from harness.waf_model import WafPrediction
-from harness.wear.base import NVME_DATA_UNIT_BYTES
-from harness.wear.femu import CounterSource
-from harness.wear.snapshot import duw_bytes_bounds
+from kvwear.emulator.ftl import FtlConfig
 from kvwear.errors import KvwearError
-from policies.metrics import SimSummary
+from kvwear.harness.estimate.waf_model import WafPrediction
+from kvwear.harness.wear.base import NVME_DATA_UNIT_BYTES
+from kvwear.harness.wear.femu import CounterSource
+from kvwear.harness.wear.snapshot import duw_bytes_bounds
+from kvwear.policies.metrics import SimSummary
 
 SECONDS_PER_DAY = 86_400.0
 DAYS_PER_YEAR = 365.0
@@ -245,7 +245,7 @@ class FdpBytes:
 class FdpStatsBytes:
     """An emulated FDP drive's statistics log (22h) around the replay: host and media bytes, and
     the media bytes stock QEMU's reclaim-unit accounting must count for this plan
-    (harness.devices.qemu.stock_qemu_fdp_media_bytes; None on FEMU, which has an FTL)."""
+    (kvwear.harness.devices.qemu.stock_qemu_fdp_media_bytes; None on FEMU, which has an FTL)."""
 
     host_bytes_delta: int
     media_bytes_delta: int
@@ -266,7 +266,7 @@ class DeviceBytes:
     trim_bytes_superseded: int = 0             # … of which rewritten later in their segment, not issued
     smart_duw_delta: int | None = None         # SMART read inside an emulated drive's guest
     smart_host_bytes: int | None = None
-    # FEMU's own host page count (harness.devices.qemu.femu_deltas) and where it was read
+    # FEMU's own host page count (kvwear.harness.devices.qemu.femu_deltas) and where it was read
     femu_host_bytes: int | None = None
     femu_counter_source: str | None = None
     fdp: FdpBytes | None = None
@@ -278,7 +278,7 @@ class DeviceBytes:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any], kind: str) -> DeviceBytes:
-        """From result.json (harness.run.device_stage); `kind` names the device where no tool does."""
+        """From result.json (kvwear.harness.pipeline.run.device_stage); `kind` names the device where no tool does."""
         extra = d.get("extra") or {}
         cap = d.get("capture") or {}
         fdp = extra.get("fdp")
@@ -330,7 +330,7 @@ class EstimateInputs:
     duration_s: float                # the seconds the trace stands for
     waf_uniform: float
     waf_uniform_source: str
-    prediction: WafPrediction | None   # the workload model (harness.waf_model); None: geometry unknown
+    prediction: WafPrediction | None   # the workload model (kvwear.harness.estimate.waf_model); None: geometry unknown
     waf_emulator: float | None       # the embedded FTL configured as the device (its twin), if any
     preconditioned: bool             # the drive was written (fill or steady state) before the plan
     layout: str
@@ -340,7 +340,7 @@ class EstimateInputs:
 
 @dataclass(frozen=True)
 class Estimate:
-    """One policy's checks (crossval.json rows) and results row (harness.schema.RESULTS)."""
+    """One policy's checks (crossval.json rows) and results row (kvwear.harness.estimate.schema.RESULTS)."""
 
     checks: tuple[dict[str, Any], ...]
     row: dict[str, Any]
@@ -397,7 +397,7 @@ def placement_result(plan: PlanBytes, device: DeviceBytes, measured_waf: float |
         # a device that did not play the handles measured the WAF without placement
         "waf_no_placement": device.no_placement_waf if device.no_placement_waf is not None
         else (None if carried else measured_waf),
-        # why a device that plays handles elsewhere could not here (harness.devices.fdp_host's gate)
+        # why a device that plays handles elsewhere could not here (kvwear.harness.devices.fdp_host's gate)
         "placement_unavailable": device.placement_unavailable if used else None,
     }
     checks = []
@@ -406,7 +406,7 @@ def placement_result(plan: PlanBytes, device: DeviceBytes, measured_waf: float |
             checks.append(Check.of(f"host bytes, handle {h}", want, got, f"{fdp.measured_by} fdp", 0.0,
                                    kind="accounting"))
     # an emulated FDP drive's own statistics log (22h): its host bytes are the plan's; stock QEMU's
-    # media bytes follow from the plan exactly (harness.devices.qemu.stock_qemu_fdp_media_bytes)
+    # media bytes follow from the plan exactly (kvwear.harness.devices.qemu.stock_qemu_fdp_media_bytes)
     stats = device.fdp_stats
     if fdp is not None and stats is not None:
         checks.append(Check.of("host bytes", sum(fdp.plan_write_bytes_by_handle), stats.host_bytes_delta,
@@ -451,7 +451,7 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
                                HOST_BYTES_REL_TOL, kind="accounting"))
     if plan.trim_bytes and not device.trims_skipped:
         # The plan's trims reached the backend: what it issued, or, deferring them, what it read
-        # from the plan (harness.deferred_trims: of those, the units rewritten later in their
+        # from the plan (kvwear.harness.deferred_trims: of those, the units rewritten later in their
         # segment are not issued); eBPF then checks the issued bytes.
         issued = device.trim_bytes
         planned = device.trim_bytes_planned if device.trim_bytes_planned is not None else issued
@@ -495,7 +495,7 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
             checks.append(Check.of("WAF (workload model)", prediction.waf, measured_waf, device.tool, WAF_REL_TOL,
                                    kind="model"))
             notes["WAF (workload model)"] = notes["lifetime days (workload model)"] = (
-                f"{prediction.model} (harness.waf_model) on {prediction.p_eff_pages * 4096 / 2**20:,.0f} MiB "
+                f"{prediction.model} (the workload WAF model) on {prediction.p_eff_pages * 4096 / 2**20:,.0f} MiB "
                 f"of GC space; {prediction.regime} GC"
                 + ("; the model plays the plan on an empty drive, this one was preconditioned first"
                    if inp.preconditioned else ""))

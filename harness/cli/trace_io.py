@@ -1,6 +1,6 @@
 """`kvwear trace convert` and `kvwear trace inspect`: trace files in, REQUESTS Parquet out.
 
-Commands only parse options, call `workloads.loaders` / `workloads.blocks`, and print (rich
+Commands only parse options, call `kvwear.workloads.loaders` / `kvwear.workloads.blocks`, and print (rich
 tables, or JSON with `--json`). They must not parse trace formats themselves.
 """
 
@@ -27,13 +27,13 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from harness.commands import trace_app
 from kvwear.errors import KvwearError
+from kvwear.harness.cli.apps import trace_app
 from kvwear.tables import iter_table_batches
 from kvwear.units import check_budget, format_bytes, parse_size
-from workloads.blocks import convert_block_size, splitmix64
-from workloads.loaders import LOADERS, convert_trace, stream_requests
-from workloads.schema import REQUESTS, list_parts
+from kvwear.workloads.blocks import convert_block_size, splitmix64
+from kvwear.workloads.loaders import LOADERS, convert_trace, stream_requests
+from kvwear.workloads.schema import REQUESTS, list_parts
 
 #: Inputs at least this large get a progress bar during conversion.
 PROGRESS_MIN_BYTES = 16 << 20

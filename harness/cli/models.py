@@ -1,6 +1,6 @@
 """`kvwear models list` and `kvwear models show`: model profiles and the arithmetic behind them.
 
-Reads profiles from workloads.models (built-ins, HF config.json, TOML) and prints them; it must
+Reads profiles from kvwear.workloads.models (built-ins, HF config.json, TOML) and prints them; it must
 not compute any size itself (the numbers come from ModelProfile).
 """
 
@@ -12,8 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from harness.commands import models_app
-from workloads.models import MIB, PROFILES, ModelProfile, explain, load_profile, resolve_profile
+from kvwear.harness.cli.apps import models_app
+from kvwear.workloads.models import MIB, PROFILES, ModelProfile, explain, load_profile, resolve_profile
 
 
 @models_app.command("list")

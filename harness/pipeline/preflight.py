@@ -7,21 +7,21 @@ by the sample fraction) holds at least one object, the tracer is a known one, an
 replays, the device: the backend is known, its options parse, and its own static checks pass
 (`Backend.preflight`: a `sim` device's options build an FTL, a `file:` target passes
 `check_file_target` and its folder is writable, a `block:` device passes the safety guard and is
-writable, and no other kvwear holds the device, harness.exclusive). The backends check again when
+writable, and no other kvwear holds the device, kvwear.exclusive). The backends check again when
 they open the device (the state can change while a run simulates).
 This module only inspects; it must not write anything.
 """
 
 from __future__ import annotations
 
-from harness.config import RunConfig
 from kvwear.errors import KvwearError
+from kvwear.harness.pipeline.config import RunConfig
 
 
 def preflight(cfg: RunConfig, *, replay: bool) -> None:
     """Raise a KvwearError naming the setting for the first check `cfg` fails."""
-    from policies.base import resolve_spec
-    from workloads.models import resolve_profile
+    from kvwear.policies.base import resolve_spec
+    from kvwear.workloads.models import resolve_profile
 
     labels = [resolve_spec(s).label for s in cfg.policies]
     if len(set(labels)) != len(labels):
@@ -36,7 +36,7 @@ def preflight(cfg: RunConfig, *, replay: bool) -> None:
             f"tiers.ssd: {ssd:,} bytes (the tier × sample_fraction {cfg.workload.sample_fraction:g}) is smaller "
             f"than one object of {profile.name} ({smallest:,} bytes): nothing could be written to the SSD")
     if cfg.capture.tracer != "none":
-        from harness.capture import TRACERS
+        from kvwear.harness.capture import TRACERS
 
         TRACERS.get(cfg.capture.tracer)
     if replay:
@@ -46,16 +46,16 @@ def preflight(cfg: RunConfig, *, replay: bool) -> None:
 def _check_workload(cfg: RunConfig) -> None:
     w = cfg.workload
     if w.trace:
-        from workloads.loaders.pipeline import resolve_format
+        from kvwear.workloads.loaders.pipeline import resolve_format
 
         resolve_format(w.trace, w.format or None)
         return
-    from workloads.synthetic import GENERATORS
+    from kvwear.workloads.synthetic import GENERATORS
 
     GENERATORS.get(w.generator).configure({"seed": w.seed, **dict(w.params)}, "workload.params")
 
 
 def _check_device(cfg: RunConfig) -> None:
-    from harness.run import device_backend, device_capacity, device_spec
+    from kvwear.harness.pipeline.sizing import device_backend, device_capacity, device_spec
 
     device_backend(cfg).preflight(device_spec(cfg, device_capacity(cfg)))

@@ -2,9 +2,9 @@
 
 This module only parses options, reads the input (a `requests` Parquet table or a raw trace via
 the loaders), streams it in arrival order and bounded batches through
-`workloads.characterize_stream` (as many passes as its memory budget needs),
-has `reports.characterization` draw the figures and prints a
-summary; the analyses live in `workloads.characterize` and must not move here.
+`kvwear.workloads.characterize_stream` (as many passes as its memory budget needs),
+has `kvwear.reports.characterization` draw the figures and prints a
+summary; the analyses live in `kvwear.workloads.characterize` and must not move here.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from harness.commands import trace_app
-from harness.commands.trace_io import parquet_batches
 from kvwear.errors import KvwearError
+from kvwear.harness.cli.apps import trace_app
+from kvwear.harness.cli.trace_io import parquet_batches
 from kvwear.tables import table_kind
 from kvwear.units import format_bytes, parse_size
-from workloads.schema import REQUESTS
+from kvwear.workloads.schema import REQUESTS
 
 _HELP = "\n\n".join([
     "Characterize a KV-cache trace as in *KVCache Cache in the Wild* (ATC'25).",
@@ -70,7 +70,7 @@ def _requests(path: Path, fmt: str | None, block_tokens: int | None,
         with tempfile.TemporaryDirectory(prefix=".kvwear-sorted-", dir=out_dir) as tmp:
             how, src = "requests table", path
             if arrival.size > 1 and bool((arrival[1:] < arrival[:-1]).any()):
-                from workloads.loaders.pipeline import sort_file_by_arrival
+                from kvwear.workloads.loaders.pipeline import sort_file_by_arrival
 
                 src = Path(tmp) / "requests.parquet"
                 shutil.copyfile(path, src)
@@ -79,7 +79,7 @@ def _requests(path: Path, fmt: str | None, block_tokens: int | None,
             del arrival
             yield lambda: _named_block_errors(parquet_batches(src, block_tokens), block_tokens), how
         return
-    from workloads.loaders import stream_requests
+    from kvwear.workloads.loaders import stream_requests
 
     try:
         streamed = stream_requests(path, fmt, block_tokens=block_tokens, tmp_dir=out_dir)
@@ -133,10 +133,10 @@ def characterize_cmd(
         help="bound of the per-block state (e.g. 512MiB); more distinct blocks take more passes",
     ),
 ) -> None:
+    from kvwear.reports.characterization import plot_characterization
     from kvwear.units import check_budget
-    from reports.characterization import plot_characterization
-    from workloads.characterize_stream import characterize_batches
-    from workloads.models import resolve_profile
+    from kvwear.workloads.characterize_stream import characterize_batches
+    from kvwear.workloads.models import resolve_profile
 
     try:
         budget = parse_size(memory_budget)

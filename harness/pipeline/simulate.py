@@ -9,9 +9,9 @@ Files in the policy's folder (each written atomically):
     summary.json           {"version": SUMMARY_JSON_VERSION, "config": SimConfig, "summary": SimSummary}
 
 Requests stream from their source by record batch: nothing here holds the whole requests table
-(a policy that needs it, `Policy.needs_table`, gathers it inside policies.sim). An oracle that
+(a policy that needs it, `Policy.needs_table`, gathers it inside kvwear.policies.sim). An oracle that
 can stream its future (`Policy.streams_future`) reads it from a next-use column written in one
-backward pass over the requests Parquet (workloads.nextuse) when the whole trace is simulated
+backward pass over the requests Parquet (kvwear.workloads.nextuse) when the whole trace is simulated
 (a raw trace's: its temporary conversion; with --max-requests it takes the in-memory pre-pass).
 
 Must not: hold policy logic (policies/), parse command-line flags or draw progress bars.
@@ -29,15 +29,16 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.config import DEFAULT_SSD_BYTES, RunConfig
 from kvwear.errors import KvwearError
+from kvwear.harness.pipeline.config import DEFAULT_SSD_BYTES, RunConfig
+from kvwear.policies.base import POLICIES, PolicySpec, resolve_spec
+from kvwear.policies.config import SimConfig
+from kvwear.policies.metrics import SIM_REQUESTS, SIM_SUMMARY, SIM_TIMELINE, SimSummary
+from kvwear.policies.schema import SSD_OPS
+from kvwear.policies.sim import simulate
 from kvwear.tables import TableWriter, atomic_write, iter_table_batches, read_table, table_kind, write_table
-from policies.base import POLICIES, PolicySpec, resolve_spec
-from policies.metrics import SIM_REQUESTS, SIM_SUMMARY, SIM_TIMELINE, SimSummary
-from policies.schema import SSD_OPS
-from policies.sim import SimConfig, simulate
-from workloads.models import ModelProfile
-from workloads.schema import REQUESTS
+from kvwear.workloads.models import ModelProfile
+from kvwear.workloads.schema import REQUESTS
 
 # summary.json: version 1 is {"version", "config", "summary"} (the run's stage used to write the
 # bare summary, `kvwear simulate` the same object without "version")
@@ -73,12 +74,12 @@ def parquet_source(path: Path) -> RequestSource:
 
 def open_source(path: Path, fmt: str | None = None, max_requests: int | None = None) -> RequestSource:
     """A requests Parquet or a raw trace in any format the loaders know (converted once into a
-    temporary requests Parquet: workloads.loaders.stream_requests), streamed, cut to its first
+    temporary requests Parquet: kvwear.workloads.loaders.stream_requests), streamed, cut to its first
     `max_requests` requests when given."""
     if fmt is None and path.is_file() and path.suffix == ".parquet":
         src = parquet_source(path)
     else:
-        from workloads.loaders import stream_requests
+        from kvwear.workloads.loaders import stream_requests
 
         try:  # streamed into a temporary Parquet, removed once `res` (the source's owner) is gone
             res = stream_requests(path, fmt)
@@ -141,8 +142,8 @@ def simulate_policy(source: RequestSource, config: SimConfig, spec: str | Policy
     out_dir.mkdir(parents=True, exist_ok=True)
     future: contextlib.AbstractContextManager[Path | None]
     if source.parquet is not None and POLICIES.get(ps.name).streams_future(ps.params):
-        from harness.devices.fio import check_host_room
-        from workloads.nextuse import next_use_file, spill_bytes
+        from kvwear.harness.devices.fio import check_host_room
+        from kvwear.workloads.nextuse import next_use_file, spill_bytes
 
         nu_path = out_dir / ".next_use.parquet"
         check_host_room(nu_path, spill_bytes(source.parquet), what="file and its spill", sparse=False,
@@ -154,7 +155,7 @@ def simulate_policy(source: RequestSource, config: SimConfig, spec: str | Policy
     with (future as nu, TableWriter(SSD_OPS, out_dir / "ssd_ops.parquet") as ops_out,
           TableWriter(SIM_REQUESTS, out_dir / "per_request.parquet") as req_out):
         if nu is not None and source.parquet is not None:
-            from workloads.nextuse import iter_with_next_use
+            from kvwear.workloads.nextuse import iter_with_next_use
 
             batches = iter_with_next_use(source.parquet, nu)
         else:

@@ -1,6 +1,6 @@
-"""The `kvwear` command line: imports the command modules onto the apps of `harness.commands`.
+"""The `kvwear` command line: imports the command modules onto the apps of `kvwear.harness.cli.apps`.
 
-Each command lives in its own module under `harness/commands/` and registers itself on the
+Each command lives in its own module in this package (`harness/cli/`) and registers itself on the
 apps defined in that package; this module imports them (the dependency goes one way: cli →
 command modules → the apps) and holds the console-script entry point. To add a command
 module, append its name to `COMMAND_MODULES`.
@@ -12,19 +12,19 @@ import importlib
 
 import typer
 
-from harness.commands import EXIT_ACCOUNTING_FAULT, EXIT_BAD_INPUT, app
+from kvwear.harness.cli.apps import EXIT_ACCOUNTING_FAULT, EXIT_BAD_INPUT, app
 
 __all__ = ["EXIT_ACCOUNTING_FAULT", "EXIT_BAD_INPUT", "app", "main"]
 
 
 COMMAND_MODULES: list[str] = [
-    "harness.commands.characterize",
-    "harness.commands.trace_io",
-    "harness.commands.models",
-    "harness.commands.generate",
-    "harness.commands.simulate",
-    "harness.commands.run",
-    "harness.commands.sweep",
+    "kvwear.harness.cli.characterize",
+    "kvwear.harness.cli.trace_io",
+    "kvwear.harness.cli.models",
+    "kvwear.harness.cli.generate",
+    "kvwear.harness.cli.simulate",
+    "kvwear.harness.cli.run",
+    "kvwear.harness.cli.sweep",
 ]
 
 for _name in COMMAND_MODULES:
@@ -70,5 +70,5 @@ def _fail(message: str) -> None:
     raise SystemExit(EXIT_BAD_INPUT)
 
 
-if __name__ == "__main__":       # `python -m harness.cli`
+if __name__ == "__main__":       # `python -m kvwear.harness.cli.main`
     main()

@@ -1,6 +1,6 @@
 """The apps of the `kvwear` command line (the root app and its `trace` and `models` groups).
 
-Each module of this package registers its commands on these apps; `harness.cli` imports the
+Each module of this package registers its commands on these apps; `kvwear.harness.cli.main` imports the
 modules. Must not: import the command modules (they import this package).
 """
 

@@ -1,4 +1,4 @@
-"""`kvwear trace generate KIND`: write a synthetic `requests` table (workloads.synthetic).
+"""`kvwear trace generate KIND`: write a synthetic `requests` table (kvwear.workloads.synthetic).
 
 One sub-command per generator kind (multi-round, agentic, api, trace-a). Their options are made
 from the kind's frozen config dataclass, so every config field is on the command line with the
@@ -17,10 +17,10 @@ from typing import Any
 import pyarrow.compute as pc
 import typer
 
-from harness.commands import trace_app
+from kvwear.harness.cli.apps import trace_app
 from kvwear.tables import write_table
-from workloads.schema import REQUESTS
-from workloads.synthetic import GENERATORS, CategoryMap, Generator, format_category_map
+from kvwear.workloads.schema import REQUESTS
+from kvwear.workloads.synthetic import GENERATORS, CategoryMap, Generator, format_category_map
 
 _EXAMPLES: dict[str, list[str]] = {
     "multi-round": [

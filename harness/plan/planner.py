@@ -60,8 +60,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from harness.schema import BLOCK_OPS
 from kvwear.errors import InputError, KvwearError
+from kvwear.harness.plan.schema import BLOCK_OPS
 
 Layout = Literal["log", "slab", "extent"]
 TimeMode = Literal["original", "compressed", "afap"]
@@ -1112,7 +1112,7 @@ def _checked_batches(ssd_ops: SsdOps, config: ReplayConfig, source: str, batch_r
 
 def plan_block_ops(ssd_ops: SsdOps, config: ReplayConfig, *, source: str = "ssd_ops",
                    batch_rows: int = PLAN_BATCH_ROWS) -> BlockPlan:
-    """Place `ssd_ops` (policies.schema.SSD_OPS rows, in time order) on the device; see the module
+    """Place `ssd_ops` (kvwear.policies.schema.SSD_OPS rows, in time order) on the device; see the module
     docstring for layouts, rounding and time. Errors name the ssd_ops row (`source`:row) and field.
     The whole plan in memory: `stream_block_ops` hands it on in chunks instead."""
     chunks: list[pa.Table] = []

@@ -1,12 +1,12 @@
 """`kvwear run`: the whole pipeline for one config, stage by stage, into a run directory.
 
-Stages (harness.rundir.Stage: each writes its files atomically, then a stage marker; `resume`
+Stages (kvwear.harness.pipeline.rundir.Stage: each writes its files atomically, then a stage marker; `resume`
 skips marked stages and reads their records back), with the typed record each hands on:
   workload                 generate or load the requests (sampled if asked) → workload/requests.parquet
                            (Workload: the file; later stages stream it)
   characterize             the KVCache-in-the-Wild analyses of those requests → workload/characterization/
                            (for the report: skipped when the run makes none)
-  simulate/LABEL           tiered-cache simulation under one policy (harness.simulate, the function
+  simulate/LABEL           tiered-cache simulation under one policy (kvwear.harness.pipeline.simulate, the function
                            `kvwear simulate` calls) → policies/LABEL/ (SimOutput)
   plan/LABEL               ssd_ops → block_ops on the device's capacity (harness.plan) → plan/LABEL/ (Plan)
   device/LABEL             play the plan on the device (wear snapshots, eBPF capture) → device/LABEL/
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import os
 import time
@@ -40,10 +39,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from emulator.ftl import OP_WRITE, FtlConfig
-from harness.config import DEFAULT_SSD_BYTES, RunConfig
-from harness.devices.base import Backend, DeviceSpec, ReplayResult, backend, open_device
-from harness.estimate import (
+from kvwear.emulator.ftl import OP_WRITE
+from kvwear.errors import InputError, KvwearError
+from kvwear.harness.devices.base import ReplayResult, open_device
+from kvwear.harness.estimate.estimator import (
     TLC_PE_CYCLES,
     DeviceBytes,
     EstimateInputs,
@@ -56,20 +55,31 @@ from harness.estimate import (
     tbw_from_dwpd,
     tbw_from_pe_cycles,
 )
-from harness.placement import PlacementConfig, PlacementStats, assign_placement
-from harness.plan import PlanCounts, ReplayConfig, plan_block_ops, stream_block_ops
-from harness.rundir import RunDir, Stage, build_manifest, input_sha256, write_json
-from harness.schema import BLOCK_OPS, RESULTS, WEAR
-from harness.simulate import SimOutput, parquet_source, read_output, sim_config, simulate_policy
-from harness.waf_model import PAGE_BYTES, DeathCounter, DeathSummary, WafPrediction, workload_waf
-from harness.wear.snapshot import delta as wear_delta
-from harness.wear.snapshot import snapshot, wear_rows, wear_table
-from kvwear.errors import InputError, KvwearError
+from kvwear.harness.estimate.schema import RESULTS
+from kvwear.harness.estimate.waf_model import PAGE_BYTES, DeathCounter, DeathSummary, WafPrediction, workload_waf
+from kvwear.harness.pipeline.config import RunConfig
+from kvwear.harness.pipeline.rundir import RunDir, Stage, build_manifest, input_sha256, write_json
+from kvwear.harness.pipeline.simulate import SimOutput, parquet_source, read_output, sim_config, simulate_policy
+from kvwear.harness.pipeline.sizing import (
+    TierSizing,
+    device_backend,
+    device_capacity,
+    device_ftl_config,
+    device_spec,
+    placement_config,
+    size_tiers,
+    wear_readers,
+)
+from kvwear.harness.plan.placement import PlacementConfig, PlacementStats, assign_placement
+from kvwear.harness.plan.planner import PlanCounts, ReplayConfig, plan_block_ops, stream_block_ops
+from kvwear.harness.plan.schema import BLOCK_OPS
+from kvwear.harness.wear.schema import WEAR
+from kvwear.harness.wear.snapshot import delta as wear_delta
+from kvwear.harness.wear.snapshot import snapshot, wear_rows, wear_table
 from kvwear.tables import TableWriter, atomic_write, iter_table_batches, read_table, write_table
-from kvwear.units import format_bytes
-from workloads.blocks import splitmix64
-from workloads.models import ModelProfile, resolve_profile
-from workloads.schema import REQUESTS, list_parts
+from kvwear.workloads.models import ModelProfile, resolve_profile
+from kvwear.workloads.sampling import check_fraction, sample_groups, sampled_batches
+from kvwear.workloads.schema import REQUESTS
 
 # Stage progress: (stage name, units done, units total or None). The CLI draws bars from it.
 Progress = Callable[[str, int, int | None], None]
@@ -98,101 +108,6 @@ class RunOutcome:
 
 # -- workload -----------------------------------------------------------------------------------
 
-# Prefix groups (sampling a trace without sessions): the first block position where no single id
-# is shared by more than GROUP_SHARED_SHARE of requests, searched over the first GROUP_MAX_DEPTH.
-GROUP_SHARED_SHARE = 0.05
-GROUP_MAX_DEPTH = 8
-
-
-def sample_groups(table: pa.Table, fraction: float, seed: int) -> pa.Table:
-    """Keep whole sessions (or whole root-prefix groups when a row has no session) with
-    probability `fraction`; the choice depends only on the group and the seed (stable hashes,
-    not Python's per-process string hash). The in-memory form of what the workload stage does
-    in batches (`_sampled_batches`)."""
-    _check_fraction(fraction)
-    if fraction >= 1.0:
-        return table
-    lengths, heads = _head_ids(table.column("hash_ids"))
-    block = _group_block(lengths, heads, _group_depth(lengths, heads))
-    return table.filter(pa.array(_keep_mask(table, block, fraction, seed)))
-
-
-def _check_fraction(fraction: float) -> None:
-    if not 0.0 < fraction <= 1.0:
-        raise KvwearError(f"workload.sample_fraction must be in (0, 1], got {fraction}")
-
-
-def _head_ids(ids: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-    """Per request, its number of block ids and its first GROUP_MAX_DEPTH ids (-1 past its end):
-    all the prefix grouping reads, 72 bytes a request however long the request is."""
-    offsets, values = list_parts(ids)
-    lengths = np.diff(offsets)
-    heads = np.full((len(lengths), GROUP_MAX_DEPTH), -1, dtype=np.int64)
-    for d in range(GROUP_MAX_DEPTH):
-        has = lengths > d
-        heads[has, d] = values[offsets[:-1][has] + d]
-    return lengths, heads
-
-
-def _group_depth(lengths: np.ndarray, heads: np.ndarray) -> int:
-    """The block position that names a request's prefix group when the trace has no sessions: the
-    first where no single id is shared by more than GROUP_SHARED_SHARE of all requests (position 0
-    is a system prompt in Mooncake, common to every request). Requests of one conversation share
-    that block, so they stay together."""
-    depth = 0
-    for d in range(GROUP_MAX_DEPTH):
-        has = lengths > d
-        if not has.any():
-            break
-        top = np.unique(heads[has, d], return_counts=True)[1].max()
-        depth = d
-        if top <= GROUP_SHARED_SHARE * len(lengths):
-            break
-    return depth
-
-
-def _group_block(lengths: np.ndarray, heads: np.ndarray, depth: int) -> np.ndarray:
-    """Per request, its block at `depth` clipped to its length (a request without blocks: one group)."""
-    pos = np.minimum(depth, np.maximum(lengths - 1, 0))
-    out = np.full(len(lengths), np.iinfo(np.int64).max, dtype=np.int64)
-    nz = lengths > 0
-    out[nz] = heads[nz, pos[nz]]
-    return out.astype(np.uint64)
-
-
-def _keep_mask(rows: pa.Table | pa.RecordBatch, group_block: np.ndarray, fraction: float, seed: int) -> np.ndarray:
-    """Which of `rows` a sample keeps: a stable hash of the session (or of the prefix group's
-    block and namespace, for a row without a session) below `fraction`."""
-    sess = pc.dictionary_encode(rows.column("session_id"))
-    if isinstance(sess, pa.ChunkedArray):
-        sess = sess.combine_chunks()
-    names = sess.dictionary.to_pylist()
-    name_keys = np.array([int.from_bytes(hashlib.blake2b(f"{seed}/{n}".encode(), digest_size=8).digest(), "little")
-                          for n in names], dtype=np.uint64)
-    idx = sess.indices.to_numpy(zero_copy_only=False)
-    has_session = ~np.asarray(pc.is_null(sess.indices).to_numpy(zero_copy_only=False))
-    ns = rows.column("hash_ns").to_numpy().astype(np.uint64)
-    prefix_keys = splitmix64(splitmix64(group_block ^ np.uint64(seed & 0xFFFFFFFF)) ^ ns)
-    keys = np.where(has_session, name_keys[np.where(has_session, idx, 0).astype(np.int64)] if names else 0,
-                    prefix_keys)
-    return np.asarray((keys >> np.uint64(11)).astype(np.float64) / float(1 << 53) < fraction)
-
-
-def _sampled_batches(path: Path, fraction: float, seed: int) -> Iterator[pa.RecordBatch]:
-    """`sample_groups` over a requests Parquet in bounded batches: one pass reads the first ids of
-    every request (`_head_ids`, for the prefix groups' depth over the whole trace), a second
-    yields each batch's kept rows."""
-    parts = [_head_ids(b.column(0)) for b in iter_table_batches(REQUESTS, path, columns=["hash_ids"])]
-    lengths = np.concatenate([p[0] for p in parts] or [np.zeros(0, np.int64)])
-    heads = np.concatenate([p[1] for p in parts] or [np.zeros((0, GROUP_MAX_DEPTH), np.int64)])
-    del parts
-    block = _group_block(lengths, heads, _group_depth(lengths, heads))
-    start = 0
-    for batch in iter_table_batches(REQUESTS, path):
-        keep = _keep_mask(batch, block[start:start + batch.num_rows], fraction, seed)
-        start += batch.num_rows
-        yield batch.filter(pa.array(keep))
-
 
 @dataclass(frozen=True)
 class Workload:
@@ -207,20 +122,20 @@ def _write_workload(cfg: RunConfig, path: Path) -> int:
     """Write the (sampled) requests to `path`; returns its rows (never 0: an empty workload is
     refused, no file left). A trace streams (memory bounded by batches, issue #16): `convert_trace`
     straight to `path` when nothing is sampled, else a temporary conversion beside it read back
-    through `_sampled_batches`. A generator's table is built in memory (its size is the
+    through `sampled_batches`. A generator's table is built in memory (its size is the
     generator's parameters) and sampled with `sample_groups`."""
     w = cfg.workload
-    _check_fraction(w.sample_fraction)
+    check_fraction(w.sample_fraction)
     empty = KvwearError("the workload has no requests (after sampling)")
     if not w.trace:
-        from workloads.synthetic import generate
+        from kvwear.workloads.synthetic import generate
 
         table = sample_groups(generate(w.generator, **{"seed": w.seed, **dict(w.params)}), w.sample_fraction, w.seed)
         if table.num_rows == 0:
             raise empty
         write_table(REQUESTS, table, path)
         return table.num_rows
-    from workloads.loaders import convert_trace, stream_requests
+    from kvwear.workloads.loaders import convert_trace, stream_requests
 
     if w.sample_fraction >= 1.0:
         rows = convert_trace(w.trace, path, w.format or None).rows
@@ -229,7 +144,7 @@ def _write_workload(cfg: RunConfig, path: Path) -> int:
             raise empty
         return rows
     with stream_requests(w.trace, w.format or None, tmp_dir=path.parent) as src, TableWriter(REQUESTS, path) as out:
-        for batch in _sampled_batches(src.result.path, w.sample_fraction, w.seed):
+        for batch in sampled_batches(src.result.path, w.sample_fraction, w.seed):
             out.write(batch)
         if out.rows == 0:
             raise empty                  # the writer removes its partial file
@@ -261,13 +176,13 @@ def workload_stage(cfg: RunConfig, rd: RunDir) -> Workload:
 
 def characterize_stage(rd: RunDir, workload: Workload, profile: ModelProfile) -> None:
     """The workload's characterization (ideal hit ratio, reuse times, lifespans, capacity needed)
-    for the report; workloads.characterize does the analyses, streamed over the run's requests
-    table in bounded batches (workloads.characterize_stream), which is in arrival order."""
+    for the report; kvwear.workloads.characterize does the analyses, streamed over the run's requests
+    table in bounded batches (kvwear.workloads.characterize_stream), which is in arrival order."""
     folder = rd.stage_dir("workload") / "characterization"
 
     def compute() -> tuple[None, Mapping[str, Any]]:
-        from reports.characterization import plot_characterization
-        from workloads.characterize_stream import characterize_batches
+        from kvwear.reports.characterization import plot_characterization
+        from kvwear.workloads.characterize_stream import characterize_batches
 
         arrival = pq.read_table(workload.path, columns=["arrival_s"]).column(0).to_numpy()
         if arrival.size > 1 and bool((arrival[1:] < arrival[:-1]).any()):
@@ -285,14 +200,14 @@ def characterize_stage(rd: RunDir, workload: Workload, profile: ModelProfile) ->
 # -- per policy ---------------------------------------------------------------------------------
 
 def policy_label(spec: str) -> str:
-    from policies.base import resolve_spec
+    from kvwear.policies.base import resolve_spec
 
     return resolve_spec(spec).label
 
 
 def simulate_stage(cfg: RunConfig, rd: RunDir, spec: str, label: str, workload: Workload,
                    profile: ModelProfile, progress: Progress) -> SimOutput:
-    """The policy's simulation (harness.simulate, as `kvwear simulate`) into policies/LABEL/,
+    """The policy's simulation (kvwear.harness.pipeline.simulate, as `kvwear simulate`) into policies/LABEL/,
     streaming the workload's Parquet."""
     d = rd.stage_dir("policies", label)
     stage = f"simulate/{label}"
@@ -308,109 +223,6 @@ def simulate_stage(cfg: RunConfig, rd: RunDir, spec: str, label: str, workload: 
         return out, {"ssd_ops": out.ssd_ops_rows}
 
     return Stage(stage, compute, lambda: read_output(d, label), outputs=(d,), after=("workload",)).run(rd)
-
-
-# The room a plan gets beyond the (scaled) SSD tier, for the 4 KiB rounding of each object: a
-# device sized from the tier is tier × this; a tier sized from a device is device ÷ this.
-CAPACITY_HEADROOM = 1.05
-
-
-def device_capacity(cfg: RunConfig) -> int:
-    """The exposed capacity the plan is laid out on: the configured one, the whole device where the
-    backend fixes it (`FixedCapacity.whole`: FEMU's devsz_mb, on femu or sim with geometry=femu),
-    else the (scaled) SSD tier plus 5% for the 4 KiB rounding of objects, rounded up to the
-    alignment. Call it on a config `size_tiers` resolved."""
-    a = cfg.replay.align_bytes
-    if not cfg.device.capacity_bytes:
-        fixed = device_backend(cfg).fixed_capacity(device_spec(cfg, None))
-        if fixed is not None and fixed.whole:
-            return fixed.exposed_bytes
-    ssd = cfg.tiers.ssd_bytes or DEFAULT_SSD_BYTES
-    cap = cfg.device.capacity_bytes or int(ssd * cfg.workload.sample_fraction * CAPACITY_HEADROOM)
-    return max(a, -(-cap // a) * a)
-
-
-def device_backend(cfg: RunConfig) -> type[Backend]:
-    """The configured device's backend (its capabilities and hooks; unknown kinds list the valid ones)."""
-    return backend(cfg.device.kind)
-
-
-def fixed_device_bytes(cfg: RunConfig) -> int | None:
-    """The size of a device the run cannot size itself (`Backend.fixed_capacity`: a block device,
-    a femu drive's devsz_mb, the sim FTL with FEMU geometry and devsz_mb), or None (sim, and the
-    backing files of file: and qemu, which the run creates or grows to the capacity it needs).
-    The options are parsed first: a mistyped one is refused before the device is looked at."""
-    b = device_backend(cfg)
-    spec = device_spec(cfg, None)
-    b.params(spec)
-    fixed = b.fixed_capacity(spec)
-    return None if fixed is None else fixed.exposed_bytes
-
-
-@dataclass(frozen=True)
-class TierSizing:
-    """How `size_tiers` chose the SSD tier and the sample fraction, for the summary and the manifest."""
-
-    ssd_bytes: int
-    dram_bytes: int
-    sample_fraction: float
-    device_bytes: int | None       # the fixed device's usable bytes, None when the run sizes the device
-    source: str                    # config | default | device | fit
-    note: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-def size_tiers(cfg: RunConfig) -> tuple[RunConfig, TierSizing]:
-    """Resolve the SSD tier against the device. With a device of fixed size: no SSD tier
-    (`tiers.ssd_bytes` 0) → the device's usable bytes ÷ CAPACITY_HEADROOM (÷ the sample fraction:
-    the tier is the full-size one); a tier whose plan (tier × fraction × headroom) does not fit →
-    an error naming the flags that fix it, or with `device.fit` the workload is scaled instead:
-    the sample fraction becomes the share that fits and both tiers scale by it (DESIGN's scaling).
-    Without a fixed device, 0 means DEFAULT_SSD_BYTES. Returns the resolved config."""
-    w, t, d = cfg.workload, cfg.tiers, cfg.device
-    size = fixed_device_bytes(cfg)
-    f = w.sample_fraction
-    fmt = format_bytes
-    if size is None:
-        ssd = t.ssd_bytes or DEFAULT_SSD_BYTES
-        src = "config" if t.ssd_bytes else "default"
-        out = dataclasses.replace(cfg, tiers=dataclasses.replace(t, ssd_bytes=ssd))
-        return out, TierSizing(ssd, t.dram_bytes, f, None, src,
-                               f"SSD tier {fmt(ssd, False)} ({'configured' if t.ssd_bytes else 'the default'})")
-    a = cfg.replay.align_bytes
-    if d.capacity_bytes and d.capacity_bytes > size:
-        raise KvwearError(f"--capacity {d.capacity_bytes} bytes is larger than {d.target or d.kind}'s "
-                          f"{size} bytes; give --capacity {size} or less")
-    usable = (d.capacity_bytes or size) // a * a
-    fits = int(usable / CAPACITY_HEADROOM)              # the scaled tier the device holds
-    dev = d.target or d.kind
-    if not t.ssd_bytes:
-        ssd = int(fits / f)
-        note = (f"SSD tier {fmt(ssd, False)}: {dev}'s usable {fmt(usable, False)} ÷ {CAPACITY_HEADROOM} "
-                f"(headroom for 4 KiB rounding)" + (f" ÷ sample fraction {f:g}" if f < 1 else ""))
-        out = dataclasses.replace(cfg, tiers=dataclasses.replace(t, ssd_bytes=ssd),
-                                  device=dataclasses.replace(d, capacity_bytes=usable))
-        return out, TierSizing(ssd, t.dram_bytes, f, usable, "device", note)
-    need = int(t.ssd_bytes * f * CAPACITY_HEADROOM)
-    if need <= usable:
-        return cfg, TierSizing(t.ssd_bytes, t.dram_bytes, f, usable, "config",
-                               f"SSD tier {fmt(t.ssd_bytes, False)} (configured) on {dev}'s {fmt(usable, False)}")
-    if not d.fit:
-        raise KvwearError(
-            f"--ssd {fmt(t.ssd_bytes, False)} does not fit {dev}: its plan needs {need:,} bytes "
-            f"(tier × sample fraction {f:g} × {CAPACITY_HEADROOM} for 4 KiB rounding), the device has "
-            f"{usable:,}; give --ssd {int(fits / f) // 10**6}MB or less, leave --ssd out (the tier becomes "
-            "the device's capacity), or pass --fit-device to scale the workload to the device")
-    scale = fits / (t.ssd_bytes * f)
-    f2 = f * scale
-    note = (f"--fit-device: the workload is scaled to {dev}'s usable {fmt(usable, False)}: sample fraction "
-            f"{f2:.4g} (sessions sampled), DRAM {fmt(t.dram_bytes, False)} and SSD {fmt(t.ssd_bytes, False)} "
-            f"tiers scaled by it to {fmt(int(t.dram_bytes * f2), False)} and {fmt(int(t.ssd_bytes * f2), False)}")
-    out = dataclasses.replace(cfg, workload=dataclasses.replace(w, sample_fraction=f2),
-                              device=dataclasses.replace(d, capacity_bytes=usable))
-    return out, TierSizing(t.ssd_bytes, t.dram_bytes, f2, usable, "fit", note)
 
 
 @dataclass(frozen=True)
@@ -438,14 +250,14 @@ PLAN_COLUMNS = ["t_s", "op", "obj_id", "obj_kind", "bytes"]
 
 
 def plan_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, capacity: int) -> Plan:
-    """Lay the policy's ssd_ops out as block_ops on the device's capacity (harness.plan), then the
+    """Lay the policy's ssd_ops out as block_ops on the device's capacity (kvwear.harness.plan.planner), then the
     placement post-pass; plan.json holds the plan's accounting. The planner reads ssd_ops.parquet
     in record batches (its state is the live objects', bounded by the device). Without placement
     the block_ops rows stream to their Parquet chunk by chunk (`stream_block_ops`) and the death
     summary reads them back in batches; the placement modes that look at a write's future take the
     whole plan: `lifetime` ranks each write by it, and `kind`, whose handles need only each row's
     kind, records the kinds' separation over those same lifetime buckets."""
-    from policies.schema import SSD_OPS
+    from kvwear.policies.schema import SSD_OPS
 
     label = sim.label
     d = rd.stage_dir("plan", label)
@@ -456,7 +268,7 @@ def plan_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, capacity: int) -> Pla
 
         r = cfg.replay
         rc = replay_config(cfg, capacity)
-        placement = _placement(cfg)
+        placement = placement_config(cfg)
         path = d / "block_ops.parquet"
         try:
             if placement.mode == "none":
@@ -507,9 +319,9 @@ def _merged_stats(chunks: list[PlacementStats], config: PlacementConfig) -> Plac
 
 
 def plan_death_summary(block_ops: pa.Table | Path, capacity: int) -> DeathSummary:
-    """The plan's page death distances (harness.waf_model), in 4 KiB pages of the device; a
+    """The plan's page death distances (kvwear.harness.estimate.waf_model), in 4 KiB pages of the device; a
     block_ops Parquet is read in batches, twice (its written pages first: the summary's grid)."""
-    from harness.devices.sim import plan_batches, plan_to_requests
+    from kvwear.harness.devices.sim import plan_batches, plan_to_requests
 
     cols = ["op", "offset_bytes", "length_bytes"]
 
@@ -526,15 +338,6 @@ def plan_death_summary(block_ops: pa.Table | Path, capacity: int) -> DeathSummar
     return acc.summary()
 
 
-def device_spec(cfg: RunConfig, capacity: int | None) -> DeviceSpec:
-    """The backend's spec: the configured options plus the confirmations given as flags (capacity
-    None: the device's own size, for the hooks asked before the run has sized it)."""
-    confirm = {k: v for k, v in (("confirm_serial", cfg.device.confirm_serial),
-                                 ("confirm_overwrite", cfg.device.confirm_overwrite)) if v}
-    return DeviceSpec(kind=cfg.device.kind, target=cfg.device.target, capacity_bytes=capacity,
-                      options={**_placement_device_options(cfg), **dict(cfg.device.options), **confirm})
-
-
 @contextmanager
 def _capture(cfg: RunConfig, device_path: str, out_dir: Path) -> Iterator[dict[str, Any]]:
     """eBPF capture around the replay when configured; yields a dict filled on exit."""
@@ -543,7 +346,7 @@ def _capture(cfg: RunConfig, device_path: str, out_dir: Path) -> Iterator[dict[s
     if cfg.capture.tracer == "none" or not device_backend(cfg).capabilities.block_tracer:
         yield info
         return
-    from harness.capture import kernel_dev_t, open_tracer
+    from kvwear.harness.capture import kernel_dev_t, open_tracer
 
     name = Path(os.path.realpath(device_path)).name
     if Path(f"/sys/class/block/{name}/partition").exists():
@@ -646,20 +449,6 @@ def _replay_on_device(cfg: RunConfig, d: Path, plan: Plan, label: str, capacity:
     return res
 
 
-def _placement(cfg: RunConfig) -> PlacementConfig:
-    return PlacementConfig(cfg.replay.placement, cfg.replay.placement_handles,  # type: ignore[arg-type]
-                           cfg.replay.placement_kind_min_separation)
-
-
-def _placement_device_options(cfg: RunConfig) -> dict[str, Any]:
-    """A backend with a handle-count option (the embedded FTL's `ruh`) gets as many handles as the
-    placement uses (unless the options name it); the others size their handles from the plan
-    (qemu/femu) or cannot carry them (fio 3.33's iolog has none)."""
-    n = _placement(cfg).handles
-    opt = device_backend(cfg).capabilities.handle_count_option
-    return {opt: n} if opt and n > 1 else {}
-
-
 def placement_gains(rows: list[dict[str, Any]], reference: str = "lru") -> list[dict[str, Any]]:
     """Each row plus its lifetime gain over `reference` without placement, split as host-write gain
     (reference host bytes ÷ this policy's) × WAF gain (reference WAF without placement ÷ this
@@ -682,27 +471,12 @@ def _write_parquet(table: pa.Table, path: Path) -> None:
         pq.write_table(table, tmp)
 
 
-def wear_readers(cfg: RunConfig) -> list[str]:
-    """Wear readers to snapshot around a replay: the configured ones, else the backend's defaults
-    (a block device: psutil's disk counters plus the NVMe logs when it is an NVMe namespace)."""
-    if cfg.capture.wear_readers:
-        return list(cfg.capture.wear_readers)
-    return list(device_backend(cfg).default_wear_readers(device_spec(cfg, None)))
-
-
 # -- estimate -----------------------------------------------------------------------------------
-
-
-
-def device_ftl_config(cfg: RunConfig, capacity: int) -> FtlConfig | None:
-    """The FTL geometry of the device when kvwear knows it (`Backend.ftl_config`: `sim`, and `femu`
-    from its -device parameters); None for files, block devices and stock QEMU."""
-    return device_backend(cfg).ftl_config(device_spec(cfg, capacity))
 
 
 def uniform_waf(cfg: RunConfig, capacity: int) -> tuple[float, str]:
     """The uniform-random reference WAF for the device's geometry (1 where none is known)."""
-    from harness.estimate import ftl_predicted_waf
+    from kvwear.harness.estimate.estimator import ftl_predicted_waf
 
     ftl = device_ftl_config(cfg, capacity)
     if ftl is None:
@@ -713,7 +487,7 @@ def uniform_waf(cfg: RunConfig, capacity: int) -> tuple[float, str]:
 
 
 def plan_workload_waf(cfg: RunConfig, plan: Plan, capacity: int) -> WafPrediction | None:
-    """The workload model (harness.waf_model) over the plan's death summary, for the device's
+    """The workload model (kvwear.harness.estimate.waf_model) over the plan's death summary, for the device's
     geometry; None where the geometry is unknown."""
     ftl = device_ftl_config(cfg, capacity)
     return None if ftl is None else workload_waf(plan.death_summary, ftl)
@@ -729,10 +503,9 @@ def emulator_waf(cfg: RunConfig, rd: RunDir, label: str) -> float | None:
     return b.twin_waf(device_spec(cfg, None), plan)
 
 
-
 def estimate_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, plan: Plan, device: DeviceBytes,
                    capacity: int) -> PolicyOutcome:
-    """The estimator (harness.estimate.estimate_policy) on what the policy's stages counted, with
+    """The estimator (kvwear.harness.estimate.estimator.estimate_policy) on what the policy's stages counted, with
     the device's models (uniform WAF, workload model, FTL twin); writes crossval.json, which also
     keeps the results row, so a resumed run does not run the models (the twin's replay) again."""
     label = sim.label
@@ -767,10 +540,10 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, plan: Plan, devic
 def run(cfg: RunConfig, out: str | Path, *, resume: bool = False, replay: bool = True,
         report: bool = True, progress: Progress = _no_progress) -> RunOutcome:
     """Run every stage of `cfg` into `out` (see the module docstring): the tiers resolved against
-    the device, the static checks (harness.preflight), then the stages, holding the run directory's
-    lock (harness.exclusive)."""
-    from harness.exclusive import locked
-    from harness.preflight import preflight
+    the device, the static checks (kvwear.harness.pipeline.preflight), then the stages, holding the run directory's
+    lock (kvwear.exclusive)."""
+    from kvwear.exclusive import locked
+    from kvwear.harness.pipeline.preflight import preflight
 
     cfg, sizing = size_tiers(cfg)      # the stored config.toml holds the resolved tiers
     preflight(cfg, replay=replay)
@@ -790,7 +563,7 @@ def _run_stages(cfg: RunConfig, sizing: TierSizing, rd: RunDir, *, resume: bool,
         characterize_stage(rd, workload, profile)
         progress("characterize", 1, 1)
     capacity = device_capacity(cfg)
-    _placement(cfg)                     # a bad placement setting fails before any simulation
+    placement_config(cfg)                     # a bad placement setting fails before any simulation
     labels = [policy_label(s) for s in cfg.policies]
     if len(set(labels)) != len(labels):
         raise KvwearError(f"two policies resolve to the same label: {labels}")
@@ -817,7 +590,7 @@ def _run_stages(cfg: RunConfig, sizing: TierSizing, rd: RunDir, *, resume: bool,
     rd.mark_done("results")
     html = None
     if report:
-        from reports.run_report import build_run_report
+        from kvwear.reports.run_report import build_run_report
 
         html = build_run_report(rd.root).html
         rd.mark_done("report")
@@ -829,7 +602,7 @@ def results_table(rows: list[dict[str, Any]]) -> pa.Table:
     device columns); a column RESULTS does not declare is a harness bug, refused by name."""
     extra = sorted({k for r in rows for k in r} - set(RESULTS.schema.names))
     if extra:
-        raise KvwearError(f"results rows hold columns harness.schema.RESULTS lacks: {', '.join(extra)}")
+        raise KvwearError(f"results rows hold columns kvwear.harness.estimate.schema.RESULTS lacks: {', '.join(extra)}")
     return RESULTS.conform(pa.Table.from_pylist(rows, schema=RESULTS.schema))
 
 

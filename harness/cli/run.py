@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from harness.commands import EXIT_ACCOUNTING_FAULT, app
-from harness.config import RunConfig, load_config, with_overrides
+from kvwear.harness.cli.apps import EXIT_ACCOUNTING_FAULT, app
+from kvwear.harness.pipeline.config import RunConfig, load_config, with_overrides
 from kvwear.kv import parse_kv
 from kvwear.units import format_bytes
 
@@ -103,7 +103,7 @@ def run_cmd(
 ) -> None:
     """Simulate each policy, replay its SSD traffic on a device, measure wear, project lifetime,
     cross-check the projection, and write a report."""
-    from harness.run import run
+    from kvwear.harness.pipeline.run import run
 
     cfg = load_config(config) if config else RunConfig()
     ov: dict[str, Any] = {}
@@ -153,7 +153,7 @@ def run_cmd(
     console.print(f"run directory: {outcome.run_dir}")
     if outcome.report_html:
         console.print(f"report: {outcome.report_html}")
-    from harness.run import accounting_faults
+    from kvwear.harness.pipeline.run import accounting_faults
 
     faults = accounting_faults(outcome.results.to_pylist())
     if faults:
@@ -201,10 +201,10 @@ def report_cmd(run_dir: Path = typer.Argument(..., help="A run directory (or a s
                                             "measured.")) -> None:
     """Rebuild the report of a finished run or sweep from its files."""
     if (run_dir / "sweep.json").exists():
-        from reports.sweep_report import build_sweep_report
+        from kvwear.reports.sweep_report import build_sweep_report
 
         console.print(f"report: {build_sweep_report(run_dir, waf).html}")
         return
-    from reports.run_report import build_run_report
+    from kvwear.reports.run_report import build_run_report
 
     console.print(f"report: {build_run_report(run_dir, waf=waf).html}")

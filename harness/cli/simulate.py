@@ -1,7 +1,7 @@
 """`kvwear simulate`: run a trace through the tiered KV cache under one or more policies.
 
 This module only parses options (as a run config's [tiers] and [simulator] settings), calls
-`harness.simulate.simulate_policy` per policy — the function `kvwear run` and sweeps call, which
+`kvwear.harness.pipeline.simulate.simulate_policy` per policy — the function `kvwear run` and sweeps call, which
 reads the input and writes each policy's tables under OUTDIR/<policy label>/ — and prints a
 results table. The simulation itself lives in `policies/` and must not move here.
 """
@@ -23,8 +23,9 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from harness.commands import app
-from harness.config import (
+from kvwear.errors import KvwearError
+from kvwear.harness.cli.apps import app
+from kvwear.harness.pipeline.config import (
     DEFAULT_SSD_BYTES,
     RunConfig,
     SimulatorConfig,
@@ -32,13 +33,12 @@ from harness.config import (
     WorkloadConfig,
     config_from_mapping,
 )
-from kvwear.errors import KvwearError
 from kvwear.units import format_bytes, parse_duration, parse_size
 
 if TYPE_CHECKING:
-    from harness.simulate import RequestSource, SimOutput
-    from policies.base import PolicySpec
-    from policies.sim import SimConfig
+    from kvwear.harness.pipeline.simulate import RequestSource, SimOutput
+    from kvwear.policies.base import PolicySpec
+    from kvwear.policies.config import SimConfig
 
 
 def _fmt(n: float) -> str:
@@ -63,7 +63,7 @@ _HELP = "\n\n".join([
 
 
 def _list_policies(console: Console) -> None:
-    from policies.base import POLICIES, param_infos
+    from kvwear.policies.base import POLICIES, param_infos
 
     t = Table(title="Placement policies (spec: name:param=value,...)")
     for col in ("policy", "what it does", "parameter", "default", "sweep", "meaning"):
@@ -124,9 +124,9 @@ def simulate_cmd(
                                   help="SSD wear price: drive price / TBW in TB"),
     list_policies: bool = typer.Option(False, "--list-policies", help="list policies and exit"),
 ) -> None:
-    from harness.simulate import open_source, sim_config
-    from policies.base import resolve_spec
-    from workloads.models import resolve_profile
+    from kvwear.harness.pipeline.simulate import open_source, sim_config
+    from kvwear.policies.base import resolve_spec
+    from kvwear.workloads.models import resolve_profile
 
     console = Console(width=max(Console().width, 150))
     if list_policies:
@@ -171,7 +171,7 @@ def simulate_cmd(
 
 def _run_all(console: Console, specs: list[PolicySpec], source: RequestSource, config: SimConfig,
              out_dir: Path) -> list[SimOutput]:
-    from harness.simulate import simulate_policy
+    from kvwear.harness.pipeline.simulate import simulate_policy
 
     results = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

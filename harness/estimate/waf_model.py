@@ -78,9 +78,9 @@ from typing import Any, Literal
 import numba
 import numpy as np
 
-from emulator.ftl import OP_WRITE, FtlConfig
-from harness.plan import slot_hash
+from kvwear.emulator.ftl import OP_WRITE, FtlConfig
 from kvwear.errors import KvwearError
+from kvwear.harness.plan.planner import slot_hash
 
 SUMMARY_VERSION = 1
 PAGE_BYTES = 4096                    # the summary's page: the plan's 4 KiB alignment unit
@@ -381,7 +381,7 @@ def _checked(op_codes: np.ndarray, first_page: np.ndarray, npages: np.ndarray,
 
 def death_summary(op_codes: np.ndarray, first_page: np.ndarray, npages: np.ndarray,
                   exposed_pages: int, bands: int = BANDS) -> DeathSummary:
-    """Summarise page requests (emulator.ftl op codes, first 4 KiB page, page count, in plan order)."""
+    """Summarise page requests (kvwear.emulator.ftl op codes, first 4 KiB page, page count, in plan order)."""
     ops, first, n = _checked(op_codes, first_page, npages, exposed_pages)
     acc = DeathCounter(int(n[ops == OP_WRITE].sum()), exposed_pages, bands)
     acc.feed(ops, first, n)

@@ -1,7 +1,7 @@
 """Sweeps: grids of traces × models × capacities × policies × hyperparameters, run on a local
 process pool or a Dask distributed cluster, with a results store that makes them resumable.
 
-A sweep file is TOML: a `[base]` table is a run config (harness.config), a `[grid]` table names
+A sweep file is TOML: a `[base]` table is a run config (kvwear.harness.pipeline.config), a `[grid]` table names
 the axes, e.g.
 
     [base]
@@ -26,7 +26,7 @@ On the local pool, workers die with the sweep (PR_SET_PDEATHSIG), and a worker t
 failed attempt of its point: retried once in a rebuilt pool, then recorded in errors/ (the sweep
 goes on). Grids are sized before they are expanded (MAX_SWEEP_POINTS), and their policies, models
 and traces resolved when the sweep is planned. This module plans and schedules; the work of one point is
-`harness.run.run_point` (which holds the point folder's lock: a point is never run twice at once).
+`kvwear.harness.pipeline.run.run_point` (which holds the point folder's lock: a point is never run twice at once).
 """
 
 from __future__ import annotations
@@ -49,11 +49,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.config import DEFAULT_SSD_BYTES, RunConfig, config_from_mapping, read_toml
-from harness.devices.base import backend
-from harness.rundir import write_json
 from kvwear.children import set_pdeathsig
 from kvwear.errors import InputError, KvwearError
+from kvwear.harness.devices.base import backend
+from kvwear.harness.pipeline.config import DEFAULT_SSD_BYTES, RunConfig, config_from_mapping, read_toml
+from kvwear.harness.pipeline.rundir import write_json
 from kvwear.kv import parse_kv
 from kvwear.tables import atomic_write
 
@@ -180,7 +180,7 @@ def plan_sweep(data: Mapping[str, Any], source: str = "<sweep>") -> SweepPlan:
         ssd = base.tiers.ssd_bytes or (0 if drive.capabilities.fixed_size else DEFAULT_SSD_BYTES)
         caps = [{"dram": d, "ssd": s} for d, s in itertools.product(
             axis("dram", [base.tiers.dram_bytes]), axis("ssd", [ssd]))]
-    from policies.base import resolve_spec
+    from kvwear.policies.base import resolve_spec
 
     try:
         policies = [p for spec in axis("policies", list(base.policies)) for p in expand_policy(str(spec))]
@@ -188,8 +188,8 @@ def plan_sweep(data: Mapping[str, Any], source: str = "<sweep>") -> SweepPlan:
             resolve_spec(pol)
     except (ValueError, KvwearError) as exc:
         raise InputError(source, None, "grid.policies", str(exc)) from None
-    from workloads.loaders.pipeline import resolve_format
-    from workloads.models import resolve_profile
+    from kvwear.workloads.loaders.pipeline import resolve_format
+    from kvwear.workloads.models import resolve_profile
 
     for name, values, check in (("models", models, resolve_profile),
                                 ("traces", [t for t in traces if t], lambda t: resolve_format(t, None))):
@@ -276,7 +276,7 @@ class ResultsStore:
 
 def execute_point(point: SweepPoint, store_root: str, replay: bool) -> tuple[str, bool, str]:
     """Run one point and store its row or its error. Runs on a worker; never raises."""
-    from harness.run import run_point  # imported here: workers import the pipeline lazily
+    from kvwear.harness.pipeline.run import run_point  # imported here: workers import the pipeline lazily
 
     store = ResultsStore(store_root)
     try:
