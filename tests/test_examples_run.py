@@ -31,6 +31,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from kvwear.harness.estimate.estimator import Estimate, PlanRecord
 from tests.conftest import shared_dir
 from tests.test_examples import EXAMPLES
 from tests.workloads.test_models import MY_K3_TOML, QWEN3_NEXT
@@ -211,16 +212,17 @@ def test_run_examples(tmp_path: Path) -> None:
     # recorded in plan.json); the handles written are the ones that decision names, and the byte
     # checks (per handle too) hold
     for label in ("lru", "gandalf"):
-        placement = json.loads((work / f"runs/fdp/plan/{label}/plan.json").read_text())["placement"]
+        placement = PlanRecord.load(work / f"runs/fdp/plan/{label}/plan.json").placement
         handles = pq.read_table(work / f"runs/fdp/plan/{label}/block_ops.parquet", columns=["placement_handle"])
         used = set(handles.column(0).to_pylist())
-        assert placement["mode"] == "kind" and 0 <= placement["kind_separation"] <= 1
-        assert used == ({0} if placement["kind_fallback"] else {0, 1}), (label, placement)
-        assert [b > 0 for b in placement["write_bytes_by_handle"]] == [h in used for h in range(len(
-            placement["write_bytes_by_handle"]))]
-        checks = json.loads((work / f"runs/fdp/estimate/{label}/crossval.json").read_text())["checks"]
-        acc = [c for c in checks if c["kind"] == "accounting"]
-        assert acc and all(c["passed"] for c in acc), acc
+        assert placement.mode == "kind" and placement.kind_separation is not None
+        assert 0 <= placement.kind_separation <= 1
+        assert used == ({0} if placement.kind_fallback else {0, 1}), (label, placement)
+        assert [b > 0 for b in placement.write_bytes_by_handle] == [h in used for h in range(len(
+            placement.write_bytes_by_handle))]
+        checks = Estimate.load(work / f"runs/fdp/estimate/{label}/crossval.json").checks
+        acc = [c for c in checks if c.kind == "accounting"]
+        assert acc and all(c.passed for c in acc), acc
 
 
 def _free_port(preferred: int) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kvwear.harness.cli.apps import EXIT_ACCOUNTING_FAULT, app
+from kvwear.harness.estimate.schema import ResultsRow
 from kvwear.harness.pipeline.config import RunConfig, load_config, with_overrides
 from kvwear.kv import parse_kv
 from kvwear.units import format_bytes
@@ -147,7 +149,7 @@ def run_cmd(
         outcome = run(cfg, out, resume=resume, replay=not no_replay, report=not no_report, progress=progress)
     for line in outcome.reruns:
         console.print(f"resume: {line}")
-    _summary(outcome.results.to_pylist(), time.monotonic() - t0)
+    _summary(outcome.rows, time.monotonic() - t0)
     if outcome.tiers is not None:
         console.print(f"tiers: {outcome.tiers.note}")
     console.print(f"run directory: {outcome.run_dir}")
@@ -155,14 +157,14 @@ def run_cmd(
         console.print(f"report: {outcome.report_html}")
     from kvwear.harness.pipeline.run import accounting_faults
 
-    faults = accounting_faults(outcome.results.to_pylist())
+    faults = accounting_faults(outcome.rows)
     if faults:
         typer.secho(f"kvwear: error: byte accounting failed ({'; '.join(faults)}): I/O was lost or added on the "
                     f"way; see the report's cross-validation", err=True, fg=typer.colors.RED)
         raise typer.Exit(EXIT_ACCOUNTING_FAULT)
 
 
-def _summary(rows: list[dict[str, Any]], wall_s: float) -> None:
+def _summary(rows: Sequence[ResultsRow], wall_s: float) -> None:
     t = Table(title=f"kvwear run — {len(rows)} policies in {wall_s:.1f} s",
               caption="checks within tolerance — bytes: the same bytes counted at two points (a failure is a "
                       "fault); models: the workload WAF model's predictions against the measurement (a failure is "
@@ -177,27 +179,26 @@ def _summary(rows: list[dict[str, Any]], wall_s: float) -> None:
             return "—"
         return "∞" if days == float("inf") else f"{days / 365:.2f} y"
 
-    def tally(r: dict[str, Any], kind: str) -> str:
-        total = r.get(f"{kind}_checks_total") or 0     # --no-replay rows measure nothing to check
-        return f"{r[f'{kind}_checks_passed']}/{total}" if total else "—"
+    def tally(passed: int | None, total: int | None) -> str:
+        return f"{passed or 0}/{total}" if total else "—"     # --no-replay rows measure nothing to check
+
+    def f2(x: float | None) -> str:
+        return "—" if x is None else f"{x:.2f}"
 
     for r in rows:
-        t.add_row(r["policy"], f"{r['miss_ratio_tokens']:.4f}", format_bytes(r["ssd_write_bytes"]),
-                  f"{r.get('linear_share_of_ssd_write_bytes', 0):.0%}",
-                  "—" if r.get("waf_uniform") is None else f"{r['waf_uniform']:.2f}",
-                  "—" if r.get("waf_workload") is None else f"{r['waf_workload']:.2f}",
-                  "—" if r.get("waf_measured") is None else f"{r['waf_measured']:.2f}",
-                  years(r.get("lifetime_days_waf1")), years(r.get("lifetime_days_workload")),
-                  years(r.get("lifetime_days_measured")),
-                  tally(r, "accounting"), tally(r, "model"))
+        t.add_row(r.policy, f"{r.miss_ratio_tokens or 0:.4f}", format_bytes(r.ssd_write_bytes or 0),
+                  f"{r.linear_share_of_ssd_write_bytes or 0:.0%}", f2(r.waf_uniform), f2(r.waf_workload),
+                  f2(r.waf_measured), years(r.lifetime_days_waf1), years(r.lifetime_days_workload),
+                  years(r.lifetime_days_measured), tally(r.accounting_checks_passed, r.accounting_checks_total),
+                  tally(r.model_checks_passed, r.model_checks_total))
     Console(width=max(Console().width, 160)).print(t)
 
 
 @app.command("report", epilog="Examples:\n\n  kvwear report runs/demo\n\n  kvwear report runs/demo --waf uniform")
 def report_cmd(run_dir: Path = typer.Argument(..., help="A run directory (or a sweep directory)."),
                waf: str = typer.Option("auto", "--waf",
-                                       help="WAF of the lifetime-vs-miss figures: auto (the workload model on "
-                                            "sim, measured on a real device), waf1, uniform, workload, "
+                                       help="WAF of the lifetime-vs-miss figures: auto (the device's measured "
+                                            "WAF, else the workload model's), waf1, uniform, workload, "
                                             "measured.")) -> None:
     """Rebuild the report of a finished run or sweep from its files."""
     if (run_dir / "sweep.json").exists():

@@ -65,7 +65,7 @@ def sweep_cmd(
     from kvwear.harness.pipeline.run import accounting_faults
 
     rows = ResultsStore(out).read()
-    faults = accounting_faults(rows.to_dict("records")) if len(rows) else []
+    faults = accounting_faults([{str(k): v for k, v in r.items()} for r in rows.to_dict("records")])
     if faults:
         typer.secho(f"kvwear: error: byte accounting failed at {len(faults)} point(s) ({'; '.join(faults[:5])}): "
                     "I/O was lost or added on the way", err=True, fg=typer.colors.RED)

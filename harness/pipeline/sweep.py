@@ -281,7 +281,7 @@ def execute_point(point: SweepPoint, store_root: str, replay: bool) -> tuple[str
     store = ResultsStore(store_root)
     try:
         row = run_point(point.config, Path(store_root) / "points" / point.key, replay=replay)
-        store.write_result(point.key, {**{f"axis_{k}": v for k, v in point.axes.items()}, **row})
+        store.write_result(point.key, {**{f"axis_{k}": v for k, v in point.axes.items()}, **row.as_dict()})
         return point.key, True, ""
     except Exception as exc:  # a failing point is recorded and does not stop the sweep
         msg = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}"

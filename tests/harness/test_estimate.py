@@ -11,15 +11,16 @@ import pytest
 
 from kvwear.emulator.ftl import Ftl, FtlConfig
 from kvwear.errors import KvwearError
+from kvwear.harness.devices.measurement import HostCount
 from kvwear.harness.estimate.estimator import (
+    DUW_NOTE,
     HOST_BYTES_REL_TOL,
     LIFETIME_REL_TOL,
     SMART_HOST_BYTES_REL_TOL,
     WAF_REL_TOL,
     Check,
-    DeviceBytes,
     analytical_waf,
-    femu_host_check,
+    counter_check,
     ftl_alpha,
     ftl_predicted_waf,
     host_bytes_per_day,
@@ -28,7 +29,7 @@ from kvwear.harness.estimate.estimator import (
     tbw_from_pe_cycles,
     waf_from_counters,
 )
-from kvwear.harness.wear.femu import CounterSource
+from kvwear.harness.wear.base import NVME_DATA_UNIT_BYTES
 
 FEMU = dict(devsz_mb=192, pgs_per_blk=256, blks_per_pl=64, pls_per_lun=1, luns_per_ch=2, nchs=2,
             gc_thres_pcent=75, gc_thres_pcent_high=95)
@@ -130,17 +131,17 @@ def test_pe_cycles_per_day_and_rated_lifetime() -> None:
         pe_cycles_per_day(1e12, 2.0, 0)
 
 
-def test_femu_host_pages_are_checked_against_the_plan() -> None:
-    """FEMU's own host page count is one more point of the byte accounting (numbers of the FEMU
-    HEAD run in tests/harness/fixtures/femu-head-fdp): the SMART vendor count is checked, the FDP
-    log's is left to the per-handle checks."""
-    def device(host: int, source: str) -> DeviceBytes:
-        return DeviceBytes.from_json({"write_bytes": 502_530_048, "tool": "fio-3.33", "extra": {
-            "femu_host_bytes_delta": host, "femu_counter_source": source}}, "femu")
-
-    ok = femu_host_check(502_530_048, device(502_530_048, "smart-vendor-bytes"))
-    assert ok is not None and ok.passed and ok.source == "femu smart-vendor-bytes"
-    lost = femu_host_check(502_530_048, device(502_530_048 - 8 * 2**20, "smart-vendor-bytes"))
-    assert lost is not None and not lost.passed
-    assert femu_host_check(502_530_048, device(502_530_048, CounterSource.FDP_STATS_LOG_22H)) is None
-    assert femu_host_check(502_530_048, DeviceBytes.from_json({"write_bytes": 1}, "qemu")) is None
+def test_a_drives_own_host_counts_are_checked_against_the_plan() -> None:
+    """A drive's own counter of the host bytes is one more point of the byte accounting, checked by
+    its unit, whoever counted (numbers of the FEMU HEAD run in tests/harness/fixtures/femu-head-fdp):
+    a page counter within the host-bytes tolerance, NVMe Data Units Written within its rounding."""
+    plan = 502_530_048
+    ok = counter_check(plan, HostCount("femu smart-vendor-bytes", plan, unit_bytes=4096))
+    assert ok.passed and ok.source == "femu smart-vendor-bytes" and ok.kind == "accounting" and ok.note == ""
+    assert not counter_check(plan, HostCount("femu smart-vendor-bytes", plan - 8 * 2**20, unit_bytes=4096)).passed
+    units = -(-plan // NVME_DATA_UNIT_BYTES)                     # the counter rounds up
+    duw = counter_check(plan, HostCount("smart-duw (guest)", units * NVME_DATA_UNIT_BYTES, NVME_DATA_UNIT_BYTES))
+    assert duw.passed and duw.note == DUW_NOTE
+    off = counter_check(plan, HostCount("smart-duw (guest)", (units + 40) * NVME_DATA_UNIT_BYTES,
+                                        NVME_DATA_UNIT_BYTES))
+    assert not off.passed

@@ -6,7 +6,6 @@ land on the handle each write asked for (FDP statistics, reclaim unit handle sta
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -31,7 +30,9 @@ from kvwear.emulator.guest import (
 )
 from kvwear.errors import KvwearError
 from kvwear.harness.devices.base import DeviceSpec, open_device
+from kvwear.harness.devices.measurement import DeviceMeasurement
 from kvwear.harness.devices.qemu import QEMU_BINARY_ENV, GuestDevice, stock_qemu_fdp_media_bytes
+from kvwear.harness.estimate.estimator import Estimate, PlanRecord
 from kvwear.harness.plan.placement import plan_write_bytes_by_handle
 from kvwear.harness.plan.schema import BLOCK_OPS
 from kvwear.harness.wear.base import NVME_DATA_UNIT_BYTES
@@ -258,15 +259,15 @@ def test_kvwear_run_with_placement_on_a_qemu_without_fdp(guest_image: GuestImage
     res = CliRunner().invoke(app, [*args, "-o", str(out), "--device-option", "drop_handles=true",
                                    "--device-option", "player=kvwear-dw"])
     assert res.exit_code == 0, res.output + repr(res.exception)
-    plan = json.loads((out / "plan" / "lru" / "plan.json").read_text())
-    device = json.loads((out / "device" / "lru" / "result.json").read_text())
-    assert plan["placement"]["mode"] == "kind" and plan["placement"]["write_bytes_by_handle"][1] > 0
-    assert device["tool"] == "kvwear-dw 1" and device["extra"]["placement_dropped"]
-    assert device["write_bytes"] == plan["aligned_write_bytes"]
-    checks = json.loads((out / "estimate" / "lru" / "crossval.json").read_text())["checks"]
-    host = [c for c in checks if c["quantity"] == "host bytes" and c["source"] == "kvwear-dw 1"]
-    smart = [c for c in checks if c["source"] == "smart-duw (guest)"]
-    assert host and host[0]["passed"] and smart and smart[0]["passed"]
+    plan = PlanRecord.load(out / "plan" / "lru" / "plan.json")
+    device = DeviceMeasurement.load(out / "device" / "lru" / "result.json").replay
+    assert plan.placement.mode == "kind" and plan.placement.write_bytes_by_handle[1] > 0
+    assert device.tool == "kvwear-dw 1" and device.placement_unavailable and device.handles is None
+    assert device.write_bytes == plan.counts.aligned_write_bytes
+    checks = Estimate.load(out / "estimate" / "lru" / "crossval.json").checks
+    host = [c for c in checks if c.name == "host bytes" and c.source == "kvwear-dw 1"]
+    smart = [c for c in checks if c.source == "smart-duw (guest)"]
+    assert host and host[0].passed and smart and smart[0].passed
 
 
 @pytest.mark.guest
@@ -286,20 +287,20 @@ def test_kvwear_run_with_placement_on_an_fdp_qemu(guest_image: GuestImage, tmp_p
                                    "system_prompt_tokens=256", "--model", "qwen3-next-80b-a3b", "--dram", "200MB",
                                    "--ssd", "300MB", "-o", str(out), "--device-option", f"qemu_binary={FDP_QEMU}"])
     assert res.exit_code == 0, res.output + repr(res.exception)
-    plan = json.loads((out / "plan" / "lru" / "plan.json").read_text())
-    device = json.loads((out / "device" / "lru" / "result.json").read_text())
-    e = device["extra"]
-    want = plan["placement"]["write_bytes_by_handle"]
-    assert device["tool"] == "kvwear-dw 1" and not e["placement_dropped"] and len(want) == 2 and min(want) > 0
-    assert e["fdp"]["host_bytes_by_handle"] == want and e["fdp_stats"]["host_bytes_delta"] == sum(want)
-    assert e["fdp_stats"]["media_bytes_delta"] == e["fdp_stats"]["media_bytes_expected"] > sum(want)
+    plan = PlanRecord.load(out / "plan" / "lru" / "plan.json")
+    device = DeviceMeasurement.load(out / "device" / "lru" / "result.json").replay
+    want = plan.placement.write_bytes_by_handle
+    assert device.tool == "kvwear-dw 1" and device.placement_unavailable is None and len(want) == 2 and min(want) > 0
+    assert device.handles is not None and device.fdp_log is not None
+    assert device.handles.host_bytes == want and device.fdp_log.host_bytes == sum(want)
+    assert device.fdp_log.media_bytes == device.fdp_log.media_bytes_expected > sum(want)
     # each handle's pages landed in its own reclaim units: its open unit (96 MiB, started full) has
     # what its bytes leave after filling whole units (a unit filled to its end is replaced at once)
     ru = 96 * MiB // 512
-    assert [(s["ruamw_blocks_before"], s["ruamw_blocks_after"]) for s in e["fdp_ruh_status"]] == \
+    assert [(s["ruamw_blocks_before"], s["ruamw_blocks_after"]) for s in device.details["fdp_ruh_status"]] == \
         [(ru, ru - (b // 512) % ru) for b in want]
-    checks = json.loads((out / "estimate" / "lru" / "crossval.json").read_text())["checks"]
-    acc = {(c["quantity"], c["source"]): c["passed"] for c in checks if c.get("kind", "accounting") == "accounting"}
+    checks = Estimate.load(out / "estimate" / "lru" / "crossval.json").checks
+    acc = {(c.name, c.source): c.passed for c in checks if c.kind == "accounting"}
     assert {("host bytes, handle 0", "kvwear-dw fdp"), ("host bytes, handle 1", "kvwear-dw fdp"),
-            ("host bytes", "fdp-stats-log-22h"), ("media bytes", "fdp-stats-log-22h (stock QEMU)")} <= set(acc)
+            ("host bytes", "fdp-stats-log-22h"), ("media bytes", "fdp-stats-log-22h (no FTL)")} <= set(acc)
     assert all(acc.values()), acc
