@@ -447,6 +447,12 @@ def resolve_profile(name_or_path: str | Path) -> ModelProfile:
     p = Path(text)
     if p.is_file():
         return load_profile(p)
+    # a path (a folder in it, or a profile file's suffix) that is not there is a missing file, not
+    # an unknown built-in name
+    if p.suffix.lower() in (".json", ".toml") or "/" in text or p.exists():
+        what = "is a directory, not a config.json or .toml profile" if p.is_dir() else "file not found"
+        raise InputError(text, None, None, f"{what} (a model is a built-in profile name or a config.json / "
+                         f".toml path; built-ins: {', '.join(PROFILES.names())})")
     return PROFILES.get(text)
 
 
