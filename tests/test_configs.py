@@ -41,7 +41,7 @@ def kvwear(work: Path, *args: str) -> dict:
 
 def test_every_config_is_known() -> None:
     assert {c.stem for c in CONFIGS} == {"demo", "mooncake-chat", "agentic-claude-code", "nvme-lab",
-                                         "femu-validation", "gandalf-fig7"}
+                                         "femu-validation", "gandalf-fig7", "sweep-quick"}
 
 
 @pytest.mark.slow

@@ -36,10 +36,10 @@ def _scalar(v: str) -> Any:
 
   kvwear run -o runs/demo                       # the embedded default: synthetic workload, sim FTL
 
-  kvwear run cfg.toml -o runs/x --resume        # continue an interrupted run
+  kvwear run configs/mooncake-chat.toml -o runs/mooncake --resume        # continue an interrupted run
 
-  kvwear run --trace ../shared/traces/mooncake/conversation_trace.jsonl --model qwen3.5-27b \\
-      --dram 64GB --ssd 1TB --sample-fraction 0.05 --policy lru --policy gandalf:gamma=8 -o runs/mc
+  kvwear run --trace samples/traces/mooncake/conversation_trace.head200.jsonl --model qwen3.5-27b \\
+      --dram 8GB --ssd 64GB --sample-fraction 0.5 --policy lru --policy gandalf:gamma=8 -o runs/mc
 
   kvwear run --device block:/dev/loop7 --tracer auto --policy lru --dram 1GB \\
       --param sessions=2 --param turns=3 -o runs/loop

@@ -19,9 +19,9 @@ console = Console(stderr=True)
 
 @app.command("sweep", epilog="""Examples:
 
-  kvwear sweep sweep.toml -o sweeps/fig7 --jobs 2
+  kvwear sweep configs/sweep-quick.toml -o sweeps/quick --jobs 2
 
-  kvwear sweep sweep.toml -o sweeps/fig7 --scheduler tcp://127.0.0.1:8786   # on a Dask cluster
+  kvwear sweep configs/sweep-quick.toml -o sweeps/quick --scheduler tcp://127.0.0.1:8786   # on a Dask cluster
 
       (here a scheduler on this host: dask scheduler --port 8786, and dask worker tcp://127.0.0.1:8786)
 
