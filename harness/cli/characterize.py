@@ -42,9 +42,12 @@ _HELP = "\n\n".join([
     "hit_ratio_by_category, live_blocks).",
     "Examples:\n\n"
     "kvwear trace characterize out/demo/workload/requests.parquet --model kimi-k3 -o out/characterization\n\n"
-    "kvwear trace characterize samples/traces/mooncake/conversation_trace.head200.jsonl --format mooncake -m llama3-70b -o out/mc\n\n"
-    "kvwear trace characterize samples/traces/mooncake/conversation_trace.head200.jsonl -m qwen3.5-27b --block-tokens 16 -o out/mc16\n\n"
-    "kvwear trace characterize samples/traces/mooncake/conversation_trace.head200.jsonl -m llama3-70b --memory-budget 256MiB -o out/mc256",
+    "kvwear trace characterize samples/traces/mooncake/conversation_trace.head200.jsonl "
+    "--format mooncake -m llama3-70b -o out/mc\n\n"
+    "kvwear trace characterize samples/traces/mooncake/conversation_trace.head200.jsonl "
+    "-m qwen3.5-27b --block-tokens 16 -o out/mc16\n\n"
+    "kvwear trace characterize samples/traces/mooncake/conversation_trace.head200.jsonl "
+    "-m llama3-70b --memory-budget 256MiB -o out/mc256",
     "Memory: the per-block state stays within --memory-budget (default 1GiB); a trace with more distinct "
     "blocks is read once more per hash partition of the blocks (exact), and its LRU curve becomes a "
     "SHARDS estimate (summary.json's lru_sampling_rate < 1).",

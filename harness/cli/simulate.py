@@ -54,7 +54,8 @@ _HELP = "\n\n".join([
     "summary.parquet and summary.json (the files of `kvwear run`'s RUN/policies/LABEL/), and prints "
     "one results row per policy. The defaults are a run config's (its \\[tiers] and \\[simulator] tables).",
     "Examples:\n\n"
-    "kvwear simulate --trace samples/traces/mooncake/conversation_trace.head200.jsonl --model kimi-k3 --dram 100GB --ssd 1TB "
+    "kvwear simulate --trace samples/traces/mooncake/conversation_trace.head200.jsonl "
+    "--model kimi-k3 --dram 100GB --ssd 1TB "
     "--policy lru --policy lru-k:k=3 -o out/sim\n\n"
     "kvwear simulate --trace out/demo/workload/requests.parquet --model qwen3.5-27b --dram 64GiB --ssd 2TB "
     "--hbm 40GB --policy write-through --policy hotprefix:theta=4 -o out/sim2\n\n"
