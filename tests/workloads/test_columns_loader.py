@@ -11,6 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvwear.errors import InputError, KvwearError, UnknownNameError
 from kvwear.workloads.loaders import load_requests
@@ -129,3 +131,53 @@ def test_unknown_format_lists_columns(tmp_path: Path) -> None:
     p.write_text("t,n,b\n0,4,1\n")
     with pytest.raises(UnknownNameError, match="columns"):
         load_requests(p, "colums:arrival=t")
+
+
+@pytest.mark.parametrize("kind", ["csv", "parquet"])
+@settings(max_examples=150, deadline=None)
+@given(blob=st.binary(max_size=400))
+def test_random_bytes_are_input_errors(kind: str, blob: bytes) -> None:
+    """Any bytes as a CSV or Parquet file: rows, or one InputError naming the file (a broken header
+    or footer is the file's error, raised with skip_bad too); never another exception."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d) / f"in.{kind}"
+        src.write_bytes(blob)
+        for skip in (False, True):
+            try:
+                res = load_requests(src, "columns:arrival=t,input_tokens=n,hash_ids=b", skip_bad=skip)
+            except InputError as exc:
+                assert exc.path == str(src)
+            else:
+                assert res.table.num_rows >= 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(cells=st.lists(st.tuples(st.text(max_size=6), st.text(max_size=6), st.text(max_size=8)), max_size=8))
+def test_random_csv_cells_are_rows_or_skips(cells: list[tuple[str, str, str]]) -> None:
+    """A CSV with a good header and arbitrary cells: under skip_bad every data line is a row or a
+    counted skip; without it, rows or one InputError naming a line and a column."""
+    import csv
+    import io
+    import tempfile
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["t", "n", "b"])
+    rows = [c for c in cells if all("\n" not in x and "\r" not in x for x in c)]
+    w.writerows(rows)
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d) / "in.csv"
+        src.write_text(buf.getvalue())
+        spec = "columns:arrival=t,input_tokens=n,hash_ids=b"
+        try:
+            res = load_requests(src, spec, skip_bad=True)
+        except InputError as exc:          # the CSV reader refusing the file as a whole
+            assert exc.path == str(src) and exc.line is None
+            return
+        assert res.table.num_rows + res.skipped_lines == len(rows)
+        try:
+            load_requests(src, spec)
+        except InputError as exc:
+            assert exc.path == str(src) and exc.line is not None and exc.field in ("t", "n", "b")
