@@ -26,6 +26,7 @@ system-deps: system-packages setup
 # embedded FTL emulator; the report is $(OUT)/report/report.html. Rerunning resumes.
 demo: setup
 	$(BIN)/kvwear run -o $(OUT) --resume
+	@echo "kvwear is installed in $(VENV): 'source $(VENV)/bin/activate' puts it on your PATH"
 
 test: system-deps
 	$(BIN)/ruff check .

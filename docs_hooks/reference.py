@@ -34,6 +34,7 @@ PAGES = {
     "reference/config.md": "Run and sweep config",
     "reference/policies.md": "Policies",
     "reference/devices.md": "Devices",
+    "reference/models.md": "Model profiles",
     "reference/tables.md": "Output tables",
 }
 
@@ -297,6 +298,31 @@ def devices_page() -> str:
     return "\n".join(out) + "\n"
 
 
+# -- model profiles -------------------------------------------------------------------------------
+
+def models_page() -> str:
+    from kvwear.workloads import models as m
+
+    out = ["# Model profiles", "", GENERATED_NOTE,
+           "A model is a built-in profile name, an HF `config.json` or a small TOML file (`--model`, "
+           "`model = …`); `kvwear models list` and `kvwear models show NAME` print what follows. Sizes are "
+           "computed from the architecture's numbers, never stored: every profile explains its arithmetic.", "",
+           "| profile | family | full-attention layers | KV bytes/token | state bytes/checkpoint "
+           "| state ÷ 16-token chunk |",
+           "|---|---|---|---|---|---|"]
+    for name in m.PROFILES.names():
+        p = m.PROFILES.get(name)
+        state = f"{p.state_bytes:,} ({p.state_bytes / m.MIB:.1f} MiB)" if p.is_hybrid else "—"
+        ratio = f"{p.state_chunk_ratio(16):.1f}" if p.is_hybrid else "—"
+        out.append(f"| `{name}` | {p.family} | {p.full_attn_layers} of {p.total_layers} | {p.kv_bytes_per_token:,} | "
+                   f"{state} | {ratio} |")
+    out += ["", "## Formulas", "", "From `kvwear.workloads.models`:", "", "```text", inspect.getdoc(m) or "", "```", ""]
+    for name in m.PROFILES.names():
+        p = m.PROFILES.get(name)
+        out += [f"## `{name}`", "", "```text", *m.explain(p, 16), "```", ""]
+    return "\n".join(out) + "\n"
+
+
 # -- tables ---------------------------------------------------------------------------------------
 
 def table_specs() -> list[tuple[str, str, Any]]:
@@ -356,6 +382,7 @@ def tables_page() -> str:
 
 BUILDERS = {"reference/cli.md": cli_page, "reference/config.md": config_page,
             "reference/policies.md": policies_page, "reference/devices.md": devices_page,
+            "reference/models.md": models_page,
             "reference/tables.md": tables_page}
 
 
