@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kvwear.errors import KvwearError
-from kvwear.harness.cli.apps import trace_app
+from kvwear.harness.cli.apps import echo_json, trace_app
 from kvwear.harness.cli.trace_io import parquet_batches
 from kvwear.tables import table_kind
 from kvwear.units import format_bytes, parse_size
@@ -135,6 +135,7 @@ def characterize_cmd(
         "1GiB", "--memory-budget", metavar="SIZE",
         help="bound of the per-block state (e.g. 512MiB); more distinct blocks take more passes",
     ),
+    as_json: bool = typer.Option(False, "--json", help="print summary.json and the files written as JSON on stdout"),
 ) -> None:
     from kvwear.reports.characterization import plot_characterization
     from kvwear.units import check_budget
@@ -150,6 +151,13 @@ def characterize_cmd(
     with _requests(input_path, fmt, block_tokens, out_dir) as (batches, how):
         res, written = characterize_batches(batches, profile, out_dir, memory_budget_bytes=budget)
     written += plot_characterization(out_dir)
+    if as_json:
+        import json
+
+        echo_json({"version": 1, "input": str(input_path), "read_as": how,
+                   "summary": json.loads((out_dir / "summary.json").read_text()),
+                   "files": [str(p) for p in written]})
+        return
 
     console = Console()
     t = Table(title=f"Characterization of {input_path.name} ({how}), model {res.model}")

@@ -31,6 +31,15 @@ def test_version(argv: list[str]) -> None:
     assert p.stdout.strip() == f"kvwear {version('kvwear')}"
 
 
+def test_characterize_json(tmp_path: Path) -> None:
+    p = kvwear("trace", "characterize", str(REPO / "samples/traces/mooncake/conversation_trace.head200.jsonl"),
+               "-m", "qwen2-7b", "-o", "ch", "--json", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    doc = json.loads(p.stdout)
+    assert doc["summary"] == json.loads((tmp_path / "ch" / "summary.json").read_text())
+    assert doc["summary"]["requests"] == 200 and all((tmp_path / f).exists() for f in doc["files"])
+
+
 def test_models_show_missing_file() -> None:
     for name in ("my-model.toml", "./Some-Model/config.json"):
         p = kvwear("models", "show", name)
