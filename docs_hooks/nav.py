@@ -59,6 +59,9 @@ def build_nav() -> list[Any]:
     nav: list[Any] = [{"Home": "index.md"}]
     if (DOCS / "getting-started.md").exists():
         nav.append({"Getting started": "getting-started.md"})
+    # any other page at the top of docs/, by title
+    others = [p for p in DOCS.glob("*.md") if p.name not in ("index.md", "getting-started.md")]
+    nav += [{title(p): p.name} for p in sorted(others, key=title)]
     nav.append({"Guides": section("guides", GUIDE_ORDER)})
     nav.append({"Reference": [{t: uri} for uri, t in PAGES.items()]})
     nav.append({"Design": section("design", DESIGN_FIRST)})
