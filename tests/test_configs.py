@@ -1,6 +1,7 @@
 """Every shipped config in configs/ runs, in a scratch directory that holds only the repository's
-samples/ and configs/ (no ../shared): the demo, the Mooncake-like chat and the agentic workload
-through `kvwear run` (the agentic one with the scale-down its header documents), the Gandalf
+samples/ and configs/ (no ../shared): the Mooncake-like chat and the agentic workload through
+`kvwear run` (the agentic one with the scale-down its header documents), the demo's config equal
+to the default run's (which tests/test_examples_run.py runs), the Gandalf
 Figure-7 sweep scaled down as its header says, the NVMe and FEMU configs parsed and preflighted
 (the FEMU one run when $KVWEAR_FEMU_BINARY names a built FEMU; the NVMe one never writes a drive
 by itself), and each sample trace loads in its format. The model profiles in configs/models/
@@ -44,9 +45,24 @@ def test_every_config_is_known() -> None:
                                          "femu-validation", "gandalf-fig7", "sweep-quick"}
 
 
+def test_demo_config_is_the_default_run() -> None:
+    """configs/demo.toml writes out `kvwear run`'s defaults (the run the examples test makes with
+    `kvwear run -o runs/demo`): the same config but its name."""
+    from dataclasses import replace
+
+    from kvwear.harness.pipeline.config import RunConfig
+    from kvwear.harness.pipeline.sizing import size_tiers
+    from kvwear.workloads.synthetic import GENERATORS
+
+    demo, default = (size_tiers(c)[0] for c in (load_config(REPO / "configs" / "demo.toml"), RunConfig()))
+    gen = GENERATORS.get("multi-round")
+    # the generator's options written out are its defaults; the SSD tier written out is the default one
+    assert gen.configure(dict(demo.workload.params)) == gen.configure(dict(default.workload.params))
+    assert replace(demo, name="run", workload=default.workload) == default
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "extra"), [
-    ("demo", []),
     ("mooncake-chat", []),
     ("agentic-claude-code", ["--param", "sessions=4"]),     # the scale-down its header documents
 ])
