@@ -221,4 +221,5 @@ def test_femu_example(tmp_path: Path) -> None:
     if not binary.is_file():
         pytest.skip(f"{FEMU_EXAMPLE!r} needs the user's FEMU build, and {binary} does not exist")
     work = fresh_clone(tmp_path)
-    run_example(FEMU_EXAMPLE.replace("~", str(Path.home())), work)
+    # as a shell would expand them: ~ and $HOME
+    run_example(os.path.expandvars(FEMU_EXAMPLE.replace("~", str(Path.home()))), work)

@@ -50,8 +50,10 @@ def _scalar(v: str) -> Any:
   kvwear run --placement kind --policy lru --policy gandalf -o runs/fdp
       (FDP handles by object kind: device WAF with and without placement, side by side)
 
-  kvwear run --device femu --femu-binary ~/femu/build/qemu-system-x86_64 \
-      --device-option femu.devsz_mb=192 --device-option precondition=fill --no-trim -o runs/femu
+  kvwear run --device femu --femu-binary ~/femu/build-femu/qemu-system-x86_64 \
+      --device-option "qemu_args=-L $HOME/femu/pc-bios" --device-option femu.devsz_mb=192 \
+      --device-option precondition=fill --policy lru --param sessions=2 --param turns=3 -o runs/femu
+      (your FEMU build and its firmware folder; about five minutes under TCG)
 
 Exit status: 0 when every byte-accounting check holds (model checks that fail are findings, not
 errors); 2 for bad input or a refused device (one line: kvwear: error: ...); 3 when a
