@@ -107,13 +107,16 @@ def test_nvme_config_parses_and_preflights(tmp_path: Path, monkeypatch: pytest.M
     assert params.precondition == "steady"           # type: ignore[attr-defined]
     # the SSD tier comes from the drive's size at run time; here a 1 TB drive's (960 GB ÷ 1.05)
     preflight(with_overrides(cfg, {"tiers.ssd": "914GB"}), replay=False)   # workload, model, policies, tracer
+
+
+def test_nvme_config_run() -> None:
     pytest.skip("the NVMe config is never run on a drive by the tests: it erases the namespace "
-                "(docs/guides/nvme.md runs it by hand, with --confirm-serial)")
+                "(docs/guides/nvme.md runs it by hand, with --confirm-serial); the loop-device path it "
+                "takes runs in tests/harness/test_run_block.py")
 
 
-def test_femu_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    work = scratch(tmp_path)
-    monkeypatch.chdir(work)
+def test_femu_config_parses_and_preflights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(scratch(tmp_path))
     cfg = load_config("configs/femu-validation.toml")
     assert cfg.device.kind == "femu" and cfg.device.options["femu.devsz_mb"] == 192
     from kvwear.harness.devices.base import DEVICES
@@ -124,12 +127,19 @@ def test_femu_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sized, _ = size_tiers(cfg)                 # the tier from FEMU's devsz_mb, as the run sizes it
     assert 0 < sized.tiers.ssd_bytes < 192 << 20
     preflight(sized, replay=False)
+
+
+def test_femu_config_run(tmp_path: Path) -> None:
+    work = scratch(tmp_path)
     binary = os.environ.get("KVWEAR_FEMU_BINARY", "")
     if not binary or not Path(binary).is_file():
-        pytest.skip("FEMU is the user's own build and $KVWEAR_FEMU_BINARY names none here: the FEMU config "
-                    "parsed and preflighted, its run skipped")
-    preflight(with_overrides(sized, {"device.options": {**cfg.device.options, "femu_binary": binary}}), replay=True)
-    doc = kvwear(work, "run", "configs/femu-validation.toml", "--femu-binary", binary, "-o", "runs/femu")
+        pytest.skip("FEMU is the user's own build and $KVWEAR_FEMU_BINARY names none here: the run is "
+                    "skipped (test_femu_config_parses_and_preflights checks the config)")
+    extra = []
+    bios = Path(binary).resolve().parent.parent / "pc-bios"     # a FEMU checkout: build-femu/ beside pc-bios/
+    if bios.is_dir():
+        extra = ["--device-option", f"qemu_args=-L {bios}"]
+    doc = kvwear(work, "run", "configs/femu-validation.toml", "--femu-binary", binary, *extra, "-o", "runs/femu")
     assert doc["accounting_faults"] == []
 
 
