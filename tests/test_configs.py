@@ -129,6 +129,7 @@ def test_femu_config_parses_and_preflights(tmp_path: Path, monkeypatch: pytest.M
     preflight(sized, replay=False)
 
 
+@pytest.mark.slow
 def test_femu_config_run(tmp_path: Path) -> None:
     work = scratch(tmp_path)
     binary = os.environ.get("KVWEAR_FEMU_BINARY", "")
