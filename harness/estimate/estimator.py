@@ -1,6 +1,6 @@
 """The lifetime estimator and the predicted-vs-measured cross-validation record.
 
-Formulas (DESIGN.md, "Lifetime estimator and cross-validation"):
+Formulas (docs/design/lifetime-and-waf.md):
 - Endurance budget TBW = capacity × DWPD × 365 × warranty years (`tbw_from_dwpd`), or
   capacity × rated P/E cycles / (WAF·WLF) (`tbw_from_pe_cycles`).
 - Projected lifetime = TBW / (host bytes per day × WAF); host bytes per day = the SSD bytes the
