@@ -105,7 +105,8 @@ def _best_per_family(df: pd.DataFrame, lt: str) -> pd.DataFrame:
     out = []
     for _, g in d.groupby(keys, sort=True):
         ok = g[g["miss_ratio_tokens"] <= g["miss_ratio_tokens"].min() + 0.02]
-        out.append(ok.loc[ok[lt].idxmax()])
+        if ok[lt].notna().any():          # a family without that lifetime has no best point
+            out.append(ok.loc[ok[lt].idxmax()])
     return pd.DataFrame(out)
 
 

@@ -428,8 +428,10 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
     life_uniform = projected_lifetime_days(tbw, per_day, inp.waf_uniform)
     life_workload = projected_lifetime_days(tbw, per_day, waf_workload) if waf_workload is not None else None
     measured_per_day = host_bytes_per_day(dev_bytes / f, duration)
-    life_measured = (projected_lifetime_days(tbw, measured_per_day, measured_waf)
-                     if measured_waf is not None else None)
+    # nothing written: the drive lasts for ever, whatever its WAF (which it cannot measure then)
+    life_measured = (math.inf if measured_per_day == 0
+                     else projected_lifetime_days(tbw, measured_per_day, measured_waf) if measured_waf is not None
+                     else None)
     waf_none = placement_row["waf_no_placement"]
     placement_row["lifetime_days_no_placement"] = (
         projected_lifetime_days(tbw, measured_per_day, waf_none) if waf_none is not None else None)
