@@ -51,6 +51,7 @@ from kvwear.emulator.ftl import (
     OP_WRITE,
     Ftl,
     FtlConfig,
+    FtlCounters,
     FtlHandleCounters,
     GcHandles,
     Victim,
@@ -67,6 +68,7 @@ from kvwear.harness.devices.base import (
     ReplayResult,
     option,
 )
+from kvwear.harness.devices.deferred_trims import PlanSegment
 from kvwear.harness.plan.placement import plan_handles, plan_write_bytes_by_handle
 from kvwear.harness.plan.schema import BLOCK_OPS
 from kvwear.harness.wear.identify import DeviceIdentity
@@ -359,10 +361,34 @@ def fdp_summary(hc: FtlHandleCounters, plan_write_bytes_by_handle: list[int]) ->
     }
 
 
-def twin_waf(ftl_cfg: FtlConfig, plan: pa.Table, *, fill_first: bool) -> float:
-    """The WAF the embedded FTL of `ftl_cfg` measures playing `plan` on an empty drive, after one
-    sequential fill of 128 KiB writes (a guest's precondition=fill) when `fill_first`."""
-    codes, first, npages = plan_to_requests(plan, ftl_cfg.page_bytes, ftl_cfg.exposed_bytes)
+def segment_requests(segments: list[PlanSegment], page_bytes: int, capacity_bytes: int
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The requests a deferred-trim replay issues, in its order: per segment, its reads and writes
+    (one request per row), then its trims, one request per (offset, length) range."""
+    parts = []
+    for seg in segments:
+        if seg.ops.num_rows:
+            parts.append(plan_to_requests(seg.ops, page_bytes, capacity_bytes))
+        if seg.trim_offsets.size:
+            first = seg.trim_offsets // page_bytes
+            last = (seg.trim_offsets + seg.trim_lengths + page_bytes - 1) // page_bytes
+            parts.append((np.full(first.size, OP_TRIM, np.int8), first, last - first))
+    if not parts:
+        return np.zeros(0, np.int8), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return (np.concatenate([c for c, _, _ in parts]).astype(np.int8), np.concatenate([f for _, f, _ in parts]),
+            np.concatenate([n for _, _, n in parts]))
+
+
+def twin_waf(ftl_cfg: FtlConfig, plan: pa.Table, *, fill_first: bool,
+             trim_segments: list[PlanSegment] | None = None) -> FtlCounters:
+    """The counters the embedded FTL of `ftl_cfg` measures playing `plan` on an empty drive, after
+    one sequential fill of 128 KiB writes (a guest's precondition=fill) when `fill_first`: one
+    request per plan row, in plan order, or in a deferred-trim replay's order when `trim_segments`
+    are given (each segment's reads and writes, then its trims)."""
+    if trim_segments is None:
+        codes, first, npages = plan_to_requests(plan, ftl_cfg.page_bytes, ftl_cfg.exposed_bytes)
+    else:
+        codes, first, npages = segment_requests(trim_segments, ftl_cfg.page_bytes, ftl_cfg.exposed_bytes)
     ftl = Ftl(ftl_cfg)
     if fill_first:
         n = ftl_cfg.exposed_bytes // ftl_cfg.page_bytes
@@ -372,7 +398,7 @@ def twin_waf(ftl_cfg: FtlConfig, plan: pa.Table, *, fill_first: bool) -> float:
                       np.minimum(per_io, n - starts).astype(np.int64))
     before = ftl.counters()
     ftl.apply_ops(codes, first, npages)
-    return float(ftl.counters().minus(before).waf)
+    return ftl.counters().minus(before)
 
 
 class Sim(Backend):
