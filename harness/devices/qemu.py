@@ -82,6 +82,8 @@ import pyarrow.compute as pc
 from kvwear.emulator.guest import (
     FDP_QEMU_SCRIPT,
     GUEST_DEVICE,
+    GUEST_DW_MAX_IO_BYTES,
+    GUEST_MAX_IO_BYTES,
     Accel,
     CacheMode,
     DriveConfig,
@@ -671,9 +673,10 @@ class Femu(Backend):
     def twin_counters(cls, spec: DeviceSpec, plan: pa.Table, fio_version: str | None = None) -> FtlCounters:
         """FEMU's geometry and GC thresholds in the embedded FTL (its line mode is FEMU's line GC),
         playing the requests FEMU receives, as the guest issues them: after the same sequential
-        fill when the drive preconditions; one NVMe command per plan row (measured: kvwear's 896 KiB
-        rows reach FEMU whole); trims dropped when skipped, and in a deferred-trim replay's order
-        when the guest defers them (`fio_version`: the guest's fio, by default the guest image's)."""
+        fill when the drive preconditions; each read or write row as the guest's commands (whole up
+        to GUEST_MAX_IO_BYTES, kvwear-dw's GUEST_DW_MAX_IO_BYTES); trims dropped when skipped, and
+        in a deferred-trim replay's order when the guest defers them, one command per range
+        (`fio_version`: the guest's fio, by default the guest image's)."""
         from kvwear.harness.devices.sim import twin_waf
 
         p = GuestParams.of(spec)
@@ -692,7 +695,8 @@ class Femu(Backend):
                 segments, _ = guest_trim_segments(plan, p, cap - cap % BLOCK_BYTES)
             elif p.skip_trims and (use_dw or not fiolib.fio_replays_trim(fio_version or "")):
                 plan = plan.filter(pc.not_equal(ops, "trim"))
-        return twin_waf(cls.ftl_config(spec), plan, fill_first=p.precondition == "fill", trim_segments=segments)
+        return twin_waf(cls.ftl_config(spec), plan, fill_first=p.precondition == "fill", trim_segments=segments,
+                        max_request_bytes=GUEST_DW_MAX_IO_BYTES if use_dw else GUEST_MAX_IO_BYTES)
 
     @classmethod
     def preflight(cls, spec: DeviceSpec) -> None:

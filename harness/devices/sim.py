@@ -379,16 +379,35 @@ def segment_requests(segments: list[PlanSegment], page_bytes: int, capacity_byte
             np.concatenate([n for _, _, n in parts]))
 
 
+def split_requests(codes: np.ndarray, first: np.ndarray, npages: np.ndarray, max_pages: int
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Reads and writes longer than `max_pages` cut into consecutive requests of `max_pages` (the
+    last one shorter), as a block layer splits an I/O at its largest command; trims stay whole."""
+    if max_pages < 1:
+        raise KvwearError(f"split_requests: max_pages must be ≥ 1, got {max_pages}")
+    k = np.where(codes == OP_TRIM, 1, np.maximum(-(-npages // max_pages), 1))
+    if not (k > 1).any():
+        return codes, first, npages
+    row = np.repeat(np.arange(codes.size), k)
+    j = np.arange(row.size) - np.repeat(np.cumsum(k) - k, k)       # piece number inside its row
+    step = np.where(codes == OP_TRIM, 0, max_pages)[row]
+    return codes[row], first[row] + j * step, np.where(step > 0, np.minimum(step, npages[row] - j * step),
+                                                       npages[row])
+
+
 def twin_waf(ftl_cfg: FtlConfig, plan: pa.Table, *, fill_first: bool,
-             trim_segments: list[PlanSegment] | None = None) -> FtlCounters:
+             trim_segments: list[PlanSegment] | None = None, max_request_bytes: int | None = None) -> FtlCounters:
     """The counters the embedded FTL of `ftl_cfg` measures playing `plan` on an empty drive, after
     one sequential fill of 128 KiB writes (a guest's precondition=fill) when `fill_first`: one
     request per plan row, in plan order, or in a deferred-trim replay's order when `trim_segments`
-    are given (each segment's reads and writes, then its trims)."""
+    are given (each segment's reads and writes, then its trims); reads and writes longer than
+    `max_request_bytes` become several requests (`split_requests`)."""
     if trim_segments is None:
         codes, first, npages = plan_to_requests(plan, ftl_cfg.page_bytes, ftl_cfg.exposed_bytes)
     else:
         codes, first, npages = segment_requests(trim_segments, ftl_cfg.page_bytes, ftl_cfg.exposed_bytes)
+    if max_request_bytes is not None:
+        codes, first, npages = split_requests(codes, first, npages, max_request_bytes // ftl_cfg.page_bytes)
     ftl = Ftl(ftl_cfg)
     if fill_first:
         n = ftl_cfg.exposed_bytes // ftl_cfg.page_bytes
