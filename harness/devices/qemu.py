@@ -683,6 +683,9 @@ class Femu(Backend):
         ops = plan.column("op").cast(pa.string())
         placed = bool(plan_handles(plan)[pc.equal(ops, "write").to_numpy(zero_copy_only=False)].max(initial=0) > 0)
         use_dw = p.player == "kvwear-dw" or (placed and not p.drop_handles)
+        size = femu_geometry(spec).exposed_bytes
+        cap = size if spec.capacity_bytes is None else int(spec.capacity_bytes)
+        cap -= cap % BLOCK_BYTES               # the guest's capacity, as GuestDevice sets it
         segments = None
         if bool(pc.any(pc.equal(ops, "trim")).as_py()):
             # as replay plays them: kvwear-dw in order unless skipped; fio in its iolog when it can,
@@ -690,12 +693,11 @@ class Femu(Backend):
             if fio_version is None and not use_dw:
                 fio_version = _fio_version_from_stamp(find_guest(Path(p.guest_dir) if p.guest_dir else None).stamp)
             if defers_trims(plan, p, fio_version or "", use_dw):
-                size = femu_geometry(spec).exposed_bytes
-                cap = size if spec.capacity_bytes is None else int(spec.capacity_bytes)
-                segments, _ = guest_trim_segments(plan, p, cap - cap % BLOCK_BYTES)
+                segments, _ = guest_trim_segments(plan, p, cap)
             elif p.skip_trims and (use_dw or not fiolib.fio_replays_trim(fio_version or "")):
                 plan = plan.filter(pc.not_equal(ops, "trim"))
-        return twin_waf(cls.ftl_config(spec), plan, fill_first=p.precondition == "fill", trim_segments=segments,
+        return twin_waf(cls.ftl_config(spec), plan, fill_bytes=cap if p.precondition == "fill" else 0,
+                        trim_segments=segments,
                         max_request_bytes=GUEST_DW_MAX_IO_BYTES if use_dw else GUEST_MAX_IO_BYTES)
 
     @classmethod

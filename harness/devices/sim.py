@@ -395,10 +395,10 @@ def split_requests(codes: np.ndarray, first: np.ndarray, npages: np.ndarray, max
                                                        npages[row])
 
 
-def twin_waf(ftl_cfg: FtlConfig, plan: pa.Table, *, fill_first: bool,
+def twin_waf(ftl_cfg: FtlConfig, plan: pa.Table, *, fill_bytes: int = 0,
              trim_segments: list[PlanSegment] | None = None, max_request_bytes: int | None = None) -> FtlCounters:
     """The counters the embedded FTL of `ftl_cfg` measures playing `plan` on an empty drive, after
-    one sequential fill of 128 KiB writes (a guest's precondition=fill) when `fill_first`: one
+    one sequential fill of [0, fill_bytes) in 128 KiB writes (a guest's precondition=fill): one
     request per plan row, in plan order, or in a deferred-trim replay's order when `trim_segments`
     are given (each segment's reads and writes, then its trims); reads and writes longer than
     `max_request_bytes` become several requests (`split_requests`)."""
@@ -409,8 +409,8 @@ def twin_waf(ftl_cfg: FtlConfig, plan: pa.Table, *, fill_first: bool,
     if max_request_bytes is not None:
         codes, first, npages = split_requests(codes, first, npages, max_request_bytes // ftl_cfg.page_bytes)
     ftl = Ftl(ftl_cfg)
-    if fill_first:
-        n = ftl_cfg.exposed_bytes // ftl_cfg.page_bytes
+    if fill_bytes:
+        n = -(-fill_bytes // ftl_cfg.page_bytes)
         per_io = (128 << 10) // ftl_cfg.page_bytes
         starts = np.arange(0, n, per_io, dtype=np.int64)
         ftl.apply_ops(np.full(starts.size, OP_WRITE, dtype=np.int8), starts,
