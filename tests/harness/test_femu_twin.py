@@ -5,20 +5,24 @@ block_ops plan kvwear replayed on FEMU, the run's config.toml, the device result
 log before and after (its vendor bytes: host and GC-relocated pages). The twin is configured from
 the recorded config as the run configured it (kvwear.harness.devices.qemu.Femu) and plays the plan
 as the guest played it; it must reproduce FEMU's host and GC page counts exactly, so WAF too.
-These tests read only the fixtures: no FEMU, no guest.
+These tests read only the fixtures: no FEMU, no guest; the last one boots FEMU when a binary is
+configured ($KVWEAR_FEMU_BINARY) and skips otherwise.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from typer.testing import CliRunner
 
 from kvwear.emulator.ftl import OP_READ, OP_TRIM, OP_WRITE, Ftl, FtlConfig
-from kvwear.harness.devices.qemu import Femu
+from kvwear.harness.cli.main import app
+from kvwear.harness.devices.qemu import FEMU_BINARY_ENV, Femu
 from kvwear.harness.devices.sim import plan_to_requests
 from kvwear.harness.pipeline.config import load_config
 from kvwear.harness.pipeline.sizing import device_spec
@@ -239,3 +243,34 @@ def test_twin_kernel_equals_femus_algorithm_on_random_requests(seed: int) -> Non
     assert sorted(ref.maptbl) == np.flatnonzero(ftl._l2p >= 0).tolist()
     assert [ftl._l2p[lpn] // cfg.pages_per_line for lpn in sorted(ref.maptbl)] == \
         [ref.maptbl[lpn][0] for lpn in sorted(ref.maptbl)]
+
+
+@pytest.mark.guest
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get(FEMU_BINARY_ENV),
+                    reason=f"no FEMU binary configured (${FEMU_BINARY_ENV}): FEMU is the user's own build, "
+                           "outside the repository")
+def test_twin_matches_a_live_femu_run(tmp_path: Path) -> None:
+    """Boots FEMU (the binary $KVWEAR_FEMU_BINARY names; extra QEMU arguments, such as "-L
+    <FEMU>/pc-bios", from $KVWEAR_FEMU_QEMU_ARGS) on the fixtures' 52-line drive and a small LRU log
+    plan (about 640 k host pages, WAF about 5: minutes under TCG): the run's twin counts FEMU's GC
+    pages exactly."""
+    from kvwear.emulator.guest import build_guest
+
+    build_guest()
+    out = tmp_path / "run"
+    args = ["run", "-o", str(out), "--device", "femu", "--policy", "lru", "--model", "qwen2-7b",
+            "--param", "sessions=1", "--param", "turns=10", "--dram", "100MB", "--layout", "log", "--no-trim",
+            "--no-report", "--device-option", "femu.devsz_mb=192", "--device-option", "femu.pgs_per_blk=256",
+            "--device-option", "femu.blks_per_pl=52", "--device-option", "femu.luns_per_ch=2",
+            "--device-option", "femu.nchs=2"]
+    if os.environ.get("KVWEAR_FEMU_QEMU_ARGS"):
+        args += ["--device-option", f"qemu_args={os.environ['KVWEAR_FEMU_QEMU_ARGS']}"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    device = json.loads((out / "device" / "lru" / "result.json").read_text())
+    femu_host, femu_gc = device["extra"]["femu_host_pages_delta"], device["extra"]["femu_gc_pages_delta"]
+    assert femu_gc > femu_host
+    twin = Femu.twin_counters(device_spec(load_config(out / "config.toml"), None),
+                              pq.read_table(out / "plan" / "lru" / "block_ops.parquet"), fio_version=device["tool"])
+    assert (twin.host_pages, twin.gc_pages) == (femu_host, femu_gc)
