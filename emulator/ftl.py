@@ -34,8 +34,10 @@ Two GC trigger modes:
 Victim selection: `greedy` (fewest valid pages; block mode O(1) through per-valid-count buckets,
 line mode FEMU's heap, O(log lines) per invalidation),
 `cost-benefit` (max age·(1−u)/(2u), age in line closes — a logical clock), `fifo` (oldest closed
-line). Lines with every page valid are never victims (FEMU keeps them off its victim queue). GC
-copies go to the host write pointer (FEMU's single write pointer) unless `separate_gc_line`.
+line); line mode scans their candidates in FEMU's heap-slot order, so ties fall as in FEMU (whose
+cost-benefit age is wall-clock time, which no replay reproduces). Lines with every page valid are
+never victims (FEMU keeps them off its victim queue). GC copies go to the host write pointer
+(FEMU's single write pointer) unless `separate_gc_line`.
 
 Flexible Data Placement (NVMe TP4146): `ruh` reclaim unit handles (1–8; a reclaim unit is one
 line). Each write request carries a placement handle; each handle has its own host write frontier
