@@ -30,7 +30,7 @@ from kvwear.harness.wear.femu import parse_femu_counters
 
 FIXTURES = Path(__file__).parent / "fixtures" / "femu-head-gc"
 CASES = ("lru-52-lines", "gandalf4-52-lines", "lru-60-lines", "lru-52-lines-big-rows", "lru-52-lines-trim",
-         "lru-52-lines-fill")
+         "lru-52-lines-fill", "lru-52-lines-15-sessions")
 
 
 def _femu_pages(d: Path) -> tuple[int, int]:
