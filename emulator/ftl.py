@@ -3,10 +3,25 @@
 What it models: a NAND device of `lines` erase units ("lines"), each `blocks_per_line` blocks of
 `pages_per_block` pages. A line is what GC reclaims and erases as one unit: one block on every
 LUN in FEMU's black-box FTL (`FtlConfig.femu`), a single block in the plain block-level mode
-(`FtlConfig.block_level`, `blocks_per_line = 1`). Host writes fill the current line page by page
-(FEMU stripes a line's pages across channels/LUNs; the order inside a line does not change which
-pages are valid, so only the line's valid count is tracked). Logical pages map to physical pages
-(l2p) and back (p2l).
+(`FtlConfig.block_level`, `blocks_per_line = 1`). Host writes fill the current line page by page;
+a physical page is numbered by its line and its write offset in the line. Logical pages map to
+physical pages (l2p) and back (p2l).
+
+Line mode is a twin of FEMU's black-box FTL (bbssd, MoatLab/FEMU 99ce4fb2, `hw/femu/bbssd/
+ftl-line-gc.c`, `ftl-datapath.c`, `ftl.c`, `lib/pqueue.c`), and reproduces its GC decisions:
+- where a page lands: FEMU's write pointer stripes a line's pages over its blocks, channel first,
+  then LUN, then the page in the block, so write offset k is on channel k mod `channels`, LUN
+  (k div `channels`) mod LUNs per channel, page k div `blocks_per_line` of that block;
+- the copy order: do_gc cleans the victim block by block (channel by channel, LUN by LUN inside
+  it, each block's pages in order), so runs of pages written together are copied interleaved with
+  pages written before and after them, and reach their next line in that order
+  (`FtlConfig.gc_copy_order`);
+- the victim: FEMU's priority queue on valid pages, its binary heap reproduced slot for slot (the
+  kernel comment), so that among lines of equal valid count FEMU's choice is the twin's;
+- when GC runs: forced and background exactly where FEMU's request handler runs them (below).
+What it does not model: FEMU's timing (latencies, which do not move GC here), its FDP FTL (a
+different FTL: the handles below are kvwear's own model), and planes (FEMU's line is one block per
+LUN and assumes one plane: `FtlConfig.femu` refuses `pls_per_lun` ≠ 1).
 
 Two GC trigger modes:
 - `line` (FEMU): before each write *request*, forced GC (victim rule ignored) runs while free lines
@@ -16,10 +31,13 @@ Two GC trigger modes:
   advances its write pointer right after programming), so free-line counts match FEMU's.
 - `block`: on demand, before each host page: GC while free lines ≤ `reserve_lines`.
 
-Victim selection: `greedy` (fewest valid pages; O(1) through per-valid-count buckets),
+Victim selection: `greedy` (fewest valid pages; block mode O(1) through per-valid-count buckets,
+line mode FEMU's heap, O(log lines) per invalidation),
 `cost-benefit` (max age·(1−u)/(2u), age in line closes — a logical clock), `fifo` (oldest closed
-line). Lines with every page valid are never victims (FEMU keeps them off its victim queue). GC
-copies go to the host write pointer (FEMU's single write pointer) unless `separate_gc_line`.
+line); line mode scans their candidates in FEMU's heap-slot order, so ties fall as in FEMU (whose
+cost-benefit age is wall-clock time, which no replay reproduces). Lines with every page valid are
+never victims (FEMU keeps them off its victim queue). GC copies go to the host write pointer
+(FEMU's single write pointer) unless `separate_gc_line`.
 
 Flexible Data Placement (NVMe TP4146): `ruh` reclaim unit handles (1–8; a reclaim unit is one
 line). Each write request carries a placement handle; each handle has its own host write frontier
@@ -78,10 +96,10 @@ OP_TRIM = 2
 _FREE_HEAD, _FREE_TAIL, _FREE_CNT = 0, 1, 2
 _HOST_PAGES, _GC_PAGES, _LINE_ERASES, _CLOSE_SEQ = 3, 4, 5, 6
 _READ_PAGES, _UNMAPPED_READS, _TRIM_PAGES, _GC_RUNS, _FORCED_GC_RUNS = 7, 8, 9, 10, 11
-_ERR_REQ = 12
+_ERR_REQ, _HEAP_SIZE = 12, 13
 # write frontiers follow: frontier f holds (open line, write offset) at _FRONT + 2f, _FRONT + 2f + 1.
 # Frontiers 0 … ruh−1 are the handles' host frontiers, then the GC frontier(s) of separate_gc_line.
-_FRONT = 13
+_FRONT = 14
 
 # params slots
 _P_PPL, _P_LINES, _P_NLPN, _P_MODE, _P_BG, _P_HIGH, _P_MININV, _P_VICTIM, _P_RESERVE = range(9)
@@ -122,6 +140,7 @@ class FtlConfig:
     honor_trim: bool = True            # FEMU's bbssd ignored DSM in older releases: set False
     interval_host_pages: int = 0       # per-interval counters every N host pages (0: none)
     description: str = ""
+    channels: int = 1                  # line mode: FEMU nchs, the write pointer stripes channels first
     femu_params: dict[str, int] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -132,6 +151,9 @@ class FtlConfig:
             raise KvwearError(f"FtlConfig.gc_mode must be 'line' or 'block', got {self.gc_mode!r}")
         if self.victim not in VICTIMS:
             raise KvwearError(f"FtlConfig.victim {self.victim!r}; valid: {', '.join(VICTIMS)}")
+        if self.channels < 1 or self.blocks_per_line % self.channels:
+            raise KvwearError(f"FtlConfig.channels {self.channels} does not divide the line's "
+                              f"{self.blocks_per_line} blocks")
         if not 1 <= self.ruh <= MAX_RUH:
             raise KvwearError(f"FtlConfig.ruh (reclaim unit handles) must be 1–{MAX_RUH}, got {self.ruh}")
         if self.gc_handles not in GC_HANDLES:
@@ -170,6 +192,19 @@ class FtlConfig:
     def blocks(self) -> int:
         return self.lines * self.blocks_per_line
 
+    def gc_copy_order(self) -> np.ndarray:
+        """The write offsets of a victim's pages in the order GC copies them. Line mode: FEMU's
+        do_gc, block by block (channel outer, LUN inner, clean_one_block's pages in order): block
+        (channel c, LUN u) holds the offsets k with k mod blocks_per_line = u·channels + c, its
+        page p at k = p·blocks_per_line + u·channels + c. Block mode: write order."""
+        ppl = self.pages_per_line
+        if self.gc_mode != "line":
+            return np.arange(ppl, dtype=np.int64)
+        nb = self.blocks_per_line
+        ch, lun, pg = np.meshgrid(np.arange(self.channels), np.arange(nb // self.channels),
+                                  np.arange(self.pages_per_block), indexing="ij")
+        return (pg * nb + lun * self.channels + ch).ravel().astype(np.int64)
+
     @classmethod
     def femu(
         cls,
@@ -194,11 +229,16 @@ class FtlConfig:
     ) -> FtlConfig:
         """FEMU's black-box SSD from its `-device femu,...` parameters.
 
-        A line is one block on every plane of every LUN (nchs·luns_per_ch·pls_per_lun blocks); there
-        are `blks_per_pl` lines. Thresholds are computed as FEMU does, in C doubles truncated to int:
+        A line is one block on every LUN (nchs·luns_per_ch blocks; FEMU has one plane); there are
+        `blks_per_pl` lines. Thresholds are computed as FEMU does, in C doubles truncated to int:
         lines·(1 − pcent/100)."""
+        if pls_per_lun != 1:
+            # FEMU's line is one block per LUN on plane 0 (ftl-geom.c: "TODO: to fix under
+            # multiplanes"); with more planes its line ids run past a plane's blocks
+            raise KvwearError(f"FEMU's black-box FTL assumes one plane per LUN; pls_per_lun={pls_per_lun} "
+                              "has no FEMU behaviour to reproduce")
         page_bytes = secsz * secs_per_pg
-        blocks_per_line = nchs * luns_per_ch * pls_per_lun
+        blocks_per_line = nchs * luns_per_ch
         lines = blks_per_pl
         exposed = devsz_mb * 2**20
         if exposed % page_bytes:
@@ -215,6 +255,7 @@ class FtlConfig:
             gc_thres_lines=int((1 - gc_thres_pcent / 100.0) * lines),
             gc_thres_lines_high=int((1 - gc_thres_pcent_high / 100.0) * lines),
             min_invalid_pages=ppl // 8,
+            channels=nchs,
             separate_gc_line=separate_gc_line,
             ruh=ruh,
             gc_handles=gc_handles,
@@ -222,7 +263,7 @@ class FtlConfig:
             honor_trim=honor_trim,
             interval_host_pages=interval_host_pages,
             description=(
-                f"femu devsz_mb={devsz_mb} {nchs}ch×{luns_per_ch}lun×{pls_per_lun}pl, {lines} lines of "
+                f"femu devsz_mb={devsz_mb} {nchs}ch×{luns_per_ch}lun, {lines} lines of "
                 f"{ppl} pages, gc {gc_thres_pcent}/{gc_thres_pcent_high}%"
             ),
             femu_params=dict(
@@ -395,12 +436,86 @@ class FtlIntervals:
 
 # Why one flat kernel: a numba call that is not inlined marshals every array argument and
 # adjusts its reference count, ~100 ns for a dozen arrays — 20× the cost of programming a page.
-# So the per-page paths (host write, GC copy, invalidation) are written inline; only rare events
-# (closing a line, one GC run, picking a victim) are calls.
+# So the per-page paths (host write, trim, GC copy, invalidation) are written inline (numba's
+# inline="always" helpers measured 2–24× slower there, block mode, random 4 KiB and sequential
+# 64-page writes); only rare events (closing a line, one GC run, picking or removing a victim)
+# are calls.
 #
 # `lhandle[line]` is the handle whose frontier opened the line (ruh: the shared GC frontier);
 # `hs` holds the per-handle counters: host pages [0, ruh), media pages [ruh+1, 2·ruh+2) and line
 # erases [2·ruh+2, 3·ruh+3), each with one slot per handle plus the shared GC slot.
+#
+# Victim bookkeeping. Block mode: closed lines sit in per-valid-count buckets (doubly linked
+# lists `head`/`nxt`/`prv`, newest first), so greedy takes the head of the lowest bucket in O(1).
+# Line mode: FEMU's victim priority queue, the binary min-heap on valid pages of its pqueue
+# library, reproduced operation for operation so that ties between equally valid lines fall as
+# they fall in FEMU: `hq[1 … size−1]` the heap (slot 0 unused, size in sc[_HEAP_SIZE] counted as
+# pqueue counts it, from 1), `hpos[line]` a line's slot (0: not queued). FEMU queues a line when
+# it closes with an invalid page, or at the first invalidation of a line that closed full; every
+# invalidation of a queued line re-sifts it (pqueue_change_priority). Sifting compares strictly
+# (a line moves past another only with strictly fewer / more valid pages), as pqueue's
+# `cmppri(next, curr) = next > curr` does.
+
+
+@numba.njit(cache=True)
+def _heap_up(i, hq, hpos, vpc):
+    """pqueue's bubble_up: move slot i's line rootwards past every parent with more valid pages."""
+    moving = hq[i]
+    mp = vpc[moving]
+    while i > 1:
+        par = hq[i >> 1]
+        if vpc[par] <= mp:
+            break
+        hq[i] = par
+        hpos[par] = i
+        i >>= 1
+    hq[i] = moving
+    hpos[moving] = i
+
+
+@numba.njit(cache=True)
+def _heap_down(i, hq, hpos, vpc, size):
+    """pqueue's percolate_down: the left child unless the right has fewer valid pages (a tie goes
+    left); move down while that child has fewer valid pages than the moving line."""
+    moving = hq[i]
+    mp = vpc[moving]
+    while True:
+        c = 2 * i
+        if c >= size:
+            break
+        if c + 1 < size and vpc[hq[c]] > vpc[hq[c + 1]]:
+            c += 1
+        if mp <= vpc[hq[c]]:
+            break
+        hq[i] = hq[c]
+        hpos[hq[i]] = i
+        i = c
+    hq[i] = moving
+    hpos[moving] = i
+
+
+@numba.njit(cache=True)
+def _heap_insert(line, sc, hq, hpos, vpc):
+    """pqueue_insert: append at the last slot and bubble up."""
+    i = sc[_HEAP_SIZE]
+    sc[_HEAP_SIZE] = i + 1
+    hq[i] = line
+    _heap_up(i, hq, hpos, vpc)
+
+
+@numba.njit(cache=True)
+def _heap_remove(line, sc, hq, hpos, vpc):
+    """pqueue_remove (pqueue_pop is the same for the root): the last slot's line takes the removed
+    line's slot and moves up if the removed line had more valid pages than it, else down."""
+    posn = hpos[line]
+    size = sc[_HEAP_SIZE] - 1
+    sc[_HEAP_SIZE] = size
+    hq[posn] = hq[size]
+    if vpc[line] > vpc[hq[posn]]:
+        _heap_up(posn, hq, hpos, vpc)
+    else:
+        _heap_down(posn, hq, hpos, vpc, size)
+    hpos[line] = 0          # FEMU's select_victim_line: victim_line->pos = 0
 
 
 @numba.njit(cache=True)
@@ -414,20 +529,26 @@ def _frontier_handle(f, pr):
 
 
 @numba.njit(cache=True)
-def _close_line(line, li, sc, vpc, lstate, head, nxt, prv, close_seq, free_ring, lhandle, n_lines):
-    """The line at pointer slot `li` is full: close it (into its valid-count bucket; FEMU: the full
-    list if all valid, else the victim queue) and take the next free line right away, as FEMU's
-    write-pointer advance does (-1 when none is left)."""
+def _close_line(line, li, sc, vpc, lstate, head, nxt, prv, hq, hpos, close_seq, free_ring, lhandle, pr):
+    """The line at pointer slot `li` is full: close it and take the next free line right away, as
+    FEMU's write-pointer advance does (-1 when none is left). Block mode: into its valid-count
+    bucket. Line mode (FEMU): onto the victim heap if a page is already invalid, else onto the full
+    list (no structure here: a closed line off the heap)."""
+    n_lines = pr[_P_LINES]
     lstate[line] = _CLOSED
     close_seq[line] = sc[_CLOSE_SEQ]
     sc[_CLOSE_SEQ] += 1
     v = vpc[line]
-    h = head[v]
-    nxt[line] = h
-    prv[line] = -1
-    if h >= 0:
-        prv[h] = line
-    head[v] = line
+    if pr[_P_MODE] == 0:
+        if v < pr[_P_PPL]:
+            _heap_insert(line, sc, hq, hpos, vpc)
+    else:
+        h = head[v]
+        nxt[line] = h
+        prv[line] = -1
+        if h >= 0:
+            prv[h] = line
+        head[v] = line
     sc[li + 1] = 0
     if sc[_FREE_CNT] == 0:
         sc[li] = -1
@@ -456,36 +577,51 @@ def _open_line(li, sc, lstate, free_ring, lhandle, tag, n_lines):
 
 
 @numba.njit(cache=True)
-def _select_victim(sc, vpc, lstate, head, close_seq, pr):
+def _select_victim(sc, vpc, lstate, head, hq, close_seq, pr):
+    """The victim GC would take (-1: none), left where it is. Greedy: fewest valid pages (line
+    mode: the heap's root, FEMU's pqueue_peek). FIFO: the earliest closed line. Cost-benefit: the
+    largest age·(1−u)/(2u). Line mode scans FIFO and cost-benefit candidates in heap-slot order as
+    FEMU does (so ties fall as there); block mode scans lines by number."""
     ppl = pr[_P_PPL]
     policy = pr[_P_VICTIM]
+    line_mode = pr[_P_MODE] == 0
+    size = sc[_HEAP_SIZE]
     if policy == 0:
+        if line_mode:
+            return hq[1] if size > 1 else -1
         for v in range(ppl):  # a fully valid line (bucket ppl) is never a victim
             if head[v] >= 0:
                 return head[v]
         return -1
+    n = size - 1 if line_mode else pr[_P_LINES]
     best = -1
-    n_lines = pr[_P_LINES]
     if policy == 2:  # fifo: oldest close
         best_seq = np.int64(1) << 62
-        for line in range(n_lines):
-            if lstate[line] == _CLOSED and vpc[line] < ppl and close_seq[line] < best_seq:
+        for i in range(n):
+            line = hq[i + 1] if line_mode else i
+            if not line_mode and (lstate[line] != _CLOSED or vpc[line] >= ppl):
+                continue
+            if close_seq[line] < best_seq:
                 best_seq = close_seq[line]
                 best = line
         return best
-    # cost-benefit: maximise age·(ppl−v)/(2v), age in line closes (a logical clock)
+    # cost-benefit: maximise age·(ppl−v)/(2v), age in line closes (a logical clock; FEMU's is
+    # nanoseconds of wall time, which no replay reproduces). An empty line always wins: the first
+    # one by number in block mode, the last in heap order in line mode (FEMU's loop re-takes every
+    # empty line it meets).
     now = sc[_CLOSE_SEQ]
     b_age = 0
     b_inv = 0
     b_val = 1
-    for line in range(n_lines):
-        if lstate[line] != _CLOSED or vpc[line] >= ppl:
+    for i in range(n):
+        line = hq[i + 1] if line_mode else i
+        if not line_mode and (lstate[line] != _CLOSED or vpc[line] >= ppl):
             continue
         val = vpc[line]
         inv = ppl - val
         age = now - close_seq[line]
         if val == 0:
-            if best < 0 or b_val != 0:
+            if line_mode or best < 0 or b_val != 0:
                 best = line
                 b_age = age
                 b_inv = inv
@@ -503,26 +639,31 @@ def _select_victim(sc, vpc, lstate, head, close_seq, pr):
 
 
 @numba.njit(cache=True)
-def _gc(force, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring, line_erases, lhandle, hs,
-        pr):
-    """One GC run: relocate the victim's valid pages, erase it. 1 done, 0 no victim, -1 no space."""
+def _gc(force, sc, l2p, p2l, vpc, lstate, head, nxt, prv, hq, hpos, gcord, close_seq, free_ring, line_erases,
+        lhandle, hs, pr):
+    """One GC run: relocate the victim's valid pages, erase it. 1 done, 0 no victim, -1 no space.
+    Pages are copied in `gcord` order of their write offsets: line mode, FEMU's do_gc order (block
+    by block: channel, then LUN, then page in the block); block mode, write order."""
     ppl = pr[_P_PPL]
     n_lines = pr[_P_LINES]
     ruh = pr[_P_RUH]
-    victim = _select_victim(sc, vpc, lstate, head, close_seq, pr)
+    victim = _select_victim(sc, vpc, lstate, head, hq, close_seq, pr)
     if victim < 0:
         return 0
     if not force and ppl - vpc[victim] < pr[_P_MININV]:
         return 0
-    v = vpc[victim]
-    p = prv[victim]
-    n = nxt[victim]
-    if p >= 0:
-        nxt[p] = n
+    if pr[_P_MODE] == 0:
+        _heap_remove(victim, sc, hq, hpos, vpc)
     else:
-        head[v] = n
-    if n >= 0:
-        prv[n] = p
+        v = vpc[victim]
+        p = prv[victim]
+        n = nxt[victim]
+        if p >= 0:
+            nxt[p] = n
+        else:
+            head[v] = n
+        if n >= 0:
+            prv[n] = p
     lstate[victim] = _VICTIM
     vh = lhandle[victim]
     # the destination frontier: per-handle GC keeps the victim's handle, shared GC has one frontier
@@ -534,7 +675,8 @@ def _gc(force, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring, 
     line = sc[li]
     woff = sc[li + 1]
     copied = 0
-    for off in range(ppl):
+    for j in range(ppl):
+        off = gcord[j]
         lpn = p2l[base + off]
         if lpn < 0:
             continue
@@ -545,7 +687,7 @@ def _gc(force, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring, 
                 return -1
             line = sc[li]
             woff = 0
-        # the old copy is in the victim (not in a bucket): plain decrement
+        # the old copy is in the victim (in no bucket, off the heap): plain decrement
         p2l[base + off] = -1
         vpc[victim] -= 1
         ppn = line * ppl + woff
@@ -555,7 +697,7 @@ def _gc(force, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring, 
         woff += 1
         copied += 1
         if woff == ppl:
-            _close_line(line, li, sc, vpc, lstate, head, nxt, prv, close_seq, free_ring, lhandle, n_lines)
+            _close_line(line, li, sc, vpc, lstate, head, nxt, prv, hq, hpos, close_seq, free_ring, lhandle, pr)
             line = sc[li]
             woff = 0
     sc[li] = line
@@ -577,47 +719,56 @@ def _gc(force, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring, 
 
 
 @numba.njit(cache=True)
-def _run(ops, starts, npages, handles, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring,
-         line_erases, lhandle, hs, pr):
+def _run(ops, starts, npages, handles, sc, l2p, p2l, vpc, lstate, head, nxt, prv, hq, hpos, gcord, close_seq,
+         free_ring, line_erases, lhandle, hs, pr):
     """Play requests in order (`handles`: each request's placement handle). Returns -1 when done,
     else the index of the request that found no free line to write to (the device is out of space:
     GC could not reclaim anything)."""
     line_mode = pr[_P_MODE] == 0
     ppl = pr[_P_PPL]
-    n_lines = pr[_P_LINES]
     high = pr[_P_HIGH]
     bg = pr[_P_BG]
     reserve = pr[_P_RESERVE]
     do_trim = pr[_P_TRIM] == 1
     ruh = pr[_P_RUH]
+    n_lines = pr[_P_LINES]
     for r in range(ops.shape[0]):
         op = ops[r]
         s = starts[r]
         n = npages[r]
-        if op == 0:
-            if line_mode:
+        if op == 1:
+            for lpn in range(s, s + n):
+                if l2p[lpn] >= 0:
+                    sc[_READ_PAGES] += 1
+                else:
+                    sc[_UNMAPPED_READS] += 1
+        elif op == 0 or do_trim:
+            # writes and trims share the page loop, so a page stops being valid in one place
+            write = op == 0
+            if write and line_mode:
+                # FEMU's ssd_write: forced GC before the request's first page
                 while sc[_FREE_CNT] <= high:
-                    if _gc(True, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring,
-                           line_erases, lhandle, hs, pr) != 1:
+                    if _gc(True, sc, l2p, p2l, vpc, lstate, head, nxt, prv, hq, hpos, gcord, close_seq,
+                           free_ring, line_erases, lhandle, hs, pr) != 1:
                         break
             # hot scalars live in locals; sc is synced around the calls that use them
-            hd = handles[r]
+            hd = handles[r] if write else 0
             li = _FRONT + 2 * hd
             line = sc[li]
             off = sc[li + 1]
             fc = sc[_FREE_CNT]
             for lpn in range(s, s + n):
-                if not line_mode and fc <= reserve:
+                if write and not line_mode and fc <= reserve:
                     sc[li] = line
                     sc[li + 1] = off
                     while sc[_FREE_CNT] <= reserve:
-                        if _gc(True, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring,
-                               line_erases, lhandle, hs, pr) != 1:
+                        if _gc(True, sc, l2p, p2l, vpc, lstate, head, nxt, prv, hq, hpos, gcord, close_seq,
+                               free_ring, line_erases, lhandle, hs, pr) != 1:
                             break
                     line = sc[li]
                     off = sc[li + 1]
                     fc = sc[_FREE_CNT]
-                if line < 0:
+                if write and line < 0:
                     if not _open_line(li, sc, lstate, free_ring, lhandle, hd, n_lines):
                         sc[_HOST_PAGES] += lpn - s
                         hs[hd] += lpn - s
@@ -629,81 +780,75 @@ def _run(ops, starts, npages, handles, sc, l2p, p2l, vpc, lstate, head, nxt, prv
                     fc = sc[_FREE_CNT]
                 old = l2p[lpn]
                 if old >= 0:
-                    # invalidate the old copy; a closed line moves down one valid-count bucket
+                    # the old copy stops being valid (FEMU's mark_page_invalid): an open line only
+                    # counts; a closed one moves down one valid-count bucket (block mode) or is
+                    # re-sifted in the victim heap, joining it if it closed full (line mode: a
+                    # key that falls only bubbles up, as pqueue_change_priority moves it)
                     ol = old // ppl
                     p2l[old] = -1
                     v = vpc[ol]
-                    if lstate[ol] == _CLOSED:
-                        p = prv[ol]
-                        nx = nxt[ol]
-                        if p >= 0:
-                            nxt[p] = nx
-                        else:
-                            head[v] = nx
-                        if nx >= 0:
-                            prv[nx] = p
-                        h = head[v - 1]
-                        nxt[ol] = h
-                        prv[ol] = -1
-                        if h >= 0:
-                            prv[h] = ol
-                        head[v - 1] = ol
                     vpc[ol] = v - 1
+                    if lstate[ol] == _CLOSED:
+                        if line_mode:
+                            i = hpos[ol]
+                            if i == 0:
+                                i = sc[_HEAP_SIZE]
+                                sc[_HEAP_SIZE] = i + 1
+                            while i > 1:
+                                par = hq[i >> 1]
+                                if vpc[par] < v:
+                                    break
+                                hq[i] = par
+                                hpos[par] = i
+                                i >>= 1
+                            hq[i] = ol
+                            hpos[ol] = i
+                        else:
+                            p = prv[ol]
+                            nx = nxt[ol]
+                            if p >= 0:
+                                nxt[p] = nx
+                            else:
+                                head[v] = nx
+                            if nx >= 0:
+                                prv[nx] = p
+                            h = head[v - 1]
+                            nxt[ol] = h
+                            prv[ol] = -1
+                            if h >= 0:
+                                prv[h] = ol
+                            head[v - 1] = ol
+                if not write:
+                    if old >= 0:
+                        l2p[lpn] = -1
+                        sc[_TRIM_PAGES] += 1
+                    continue
                 ppn = line * ppl + off
                 p2l[ppn] = lpn
                 l2p[lpn] = ppn
                 vpc[line] += 1
                 off += 1
                 if off == ppl:
-                    _close_line(line, li, sc, vpc, lstate, head, nxt, prv, close_seq, free_ring, lhandle,
-                                n_lines)
+                    _close_line(line, li, sc, vpc, lstate, head, nxt, prv, hq, hpos, close_seq, free_ring,
+                                lhandle, pr)
                     line = sc[li]
                     off = 0
                     fc = sc[_FREE_CNT]
-            sc[li] = line
-            sc[li + 1] = off
-            sc[_HOST_PAGES] += n
-            hs[hd] += n
-            hs[ruh + 1 + hd] += n
-        elif op == 1:
-            for lpn in range(s, s + n):
-                if l2p[lpn] >= 0:
-                    sc[_READ_PAGES] += 1
-                else:
-                    sc[_UNMAPPED_READS] += 1
-        elif do_trim:
-            for lpn in range(s, s + n):
-                old = l2p[lpn]
-                if old < 0:
-                    continue
-                l2p[lpn] = -1
-                sc[_TRIM_PAGES] += 1
-                ol = old // ppl
-                p2l[old] = -1
-                v = vpc[ol]
-                if lstate[ol] == _CLOSED:
-                    p = prv[ol]
-                    nx = nxt[ol]
-                    if p >= 0:
-                        nxt[p] = nx
-                    else:
-                        head[v] = nx
-                    if nx >= 0:
-                        prv[nx] = p
-                    h = head[v - 1]
-                    nxt[ol] = h
-                    prv[ol] = -1
-                    if h >= 0:
-                        prv[h] = ol
-                    head[v - 1] = ol
-                vpc[ol] = v - 1
-        # background GC: one run after each request (FEMU's ftl_thread)
+            if write:
+                sc[li] = line
+                sc[li + 1] = off
+                sc[_HOST_PAGES] += n
+                hs[hd] += n
+                hs[ruh + 1 + hd] += n
+        # background GC: one run after each request of any kind (FEMU's bb_ftl_process_req)
         if line_mode and sc[_FREE_CNT] <= bg and _gc(
-                False, sc, l2p, p2l, vpc, lstate, head, nxt, prv, close_seq, free_ring, line_erases,
-                lhandle, hs, pr) < 0:
+                False, sc, l2p, p2l, vpc, lstate, head, nxt, prv, hq, hpos, gcord, close_seq, free_ring,
+                line_erases, lhandle, hs, pr) < 0:
             sc[_ERR_REQ] = r
             return r
     return -1
+
+
 # ----------------------------------------------------------------------------------------------
 
 
@@ -723,6 +868,10 @@ class Ftl:
         self._head = np.full(ppl + 1, -1, dtype=np.int64)
         self._nxt = np.full(c.lines, -1, dtype=np.int64)
         self._prv = np.full(c.lines, -1, dtype=np.int64)
+        # line mode: FEMU's victim heap (kernel comment) and its GC copy order
+        self._hq = np.zeros(c.lines + 1, dtype=np.int64)
+        self._hpos = np.zeros(c.lines, dtype=np.int64)
+        self._gcord = c.gc_copy_order()
         self._close_seq = np.zeros(c.lines, dtype=np.int64)
         self._line_erases = np.zeros(c.lines, dtype=np.int64)
         # free lines as a FIFO ring (FEMU: take the head of the free list, append freed lines)
@@ -732,6 +881,7 @@ class Ftl:
         sc[_FREE_HEAD], sc[_FREE_TAIL], sc[_FREE_CNT] = 0, c.lines, c.lines
         sc[_FRONT::2] = -1                 # every frontier starts without a line
         sc[_ERR_REQ] = -1
+        sc[_HEAP_SIZE] = 1                 # pqueue counts its unused slot 0
         self._lhandle = np.zeros(c.lines, dtype=np.int64)
         self._hs = np.zeros(3 * (c.ruh + 1), dtype=np.int64)
         self._sc = sc
@@ -839,8 +989,8 @@ class Ftl:
 
     def _run(self, ops: np.ndarray, starts: np.ndarray, n: np.ndarray, hd: np.ndarray) -> None:
         r = _run(ops, starts, n, hd, self._sc, self._l2p, self._p2l, self._vpc, self._lstate, self._head,
-                 self._nxt, self._prv, self._close_seq, self._free_ring, self._line_erases, self._lhandle,
-                 self._hs, self._pr)
+                 self._nxt, self._prv, self._hq, self._hpos, self._gcord, self._close_seq, self._free_ring,
+                 self._line_erases, self._lhandle, self._hs, self._pr)
         if r >= 0:
             c = self.counters()
             raise KvwearError(
@@ -910,3 +1060,18 @@ class Ftl:
                                minlength=self.config.lines)
         if not np.array_equal(per_line, self._vpc):
             raise AssertionError("per-line valid counts are wrong")
+        if self.config.gc_mode == "line":
+            self._check_heap()
+
+    def _check_heap(self) -> None:
+        """Line mode: the victim heap holds exactly the closed lines with an invalid page, each at
+        the slot `hpos` names, and no line has fewer valid pages than its parent."""
+        size = int(self._sc[_HEAP_SIZE])
+        slots = self._hq[1:size]
+        queued = np.flatnonzero((self._lstate == _CLOSED) & (self._vpc < self.config.pages_per_line))
+        if not np.array_equal(np.sort(slots), queued):
+            raise AssertionError("the victim heap does not hold exactly the closed lines with an invalid page")
+        if not np.array_equal(self._hpos[slots], np.arange(1, size)) or (self._hpos > 0).sum() != size - 1:
+            raise AssertionError("victim heap positions disagree with its slots")
+        if size > 2 and np.any(self._vpc[slots[1:]] < self._vpc[self._hq[np.arange(2, size) >> 1]]):
+            raise AssertionError("the victim heap is out of order")

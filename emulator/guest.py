@@ -66,6 +66,12 @@ BUILD_SCRIPT = REPO / "scripts" / "build-guest.sh"
 DW_SOURCE = Path(__file__).with_name("kvwear_dw.c")     # the directive-write tool (/bin/kvwear-dw)
 GUEST_DEVICE = "/dev/nvme0n1"          # the drive under test, seen from inside the guest
 JOB_DIR = "job"                        # where the appended archive lands in the guest
+# The largest NVMe command the guest sends for one read or write of the plan: its Linux 6.1 block
+# layer splits fio's I/O at max_sectors_kb (1,280 KiB, the kernel's default under FEMU's 4 MiB
+# MDTS; measured on FEMU: a 3.5 MiB row arrives as 1,280 + 1,280 + 1,024 KiB commands, an 896 KiB
+# row whole); kvwear-dw maps its buffer page by page, so at most max_segments pages (127: 508 KiB).
+GUEST_MAX_IO_BYTES = 1280 << 10
+GUEST_DW_MAX_IO_BYTES = 127 << 12
 SUBSYS_ID = "kvwear-subsys"            # the NVMe subsystem an FDP drive's controller joins
 
 Accel = Literal["tcg", "kvm", "auto"]

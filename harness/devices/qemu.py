@@ -82,6 +82,8 @@ import pyarrow.compute as pc
 from kvwear.emulator.guest import (
     FDP_QEMU_SCRIPT,
     GUEST_DEVICE,
+    GUEST_DW_MAX_IO_BYTES,
+    GUEST_MAX_IO_BYTES,
     Accel,
     CacheMode,
     DriveConfig,
@@ -150,7 +152,7 @@ from kvwear.harness.wear.nvme_smart import parse_smart_log_binary, parse_smart_l
 from kvwear.harness.wear.snapshot import delta
 
 if TYPE_CHECKING:
-    from kvwear.emulator.ftl import FtlConfig
+    from kvwear.emulator.ftl import FtlConfig, FtlCounters
 
 DEFAULT_QEMU_BYTES = 256 * 2**20
 BLOCK_BYTES = 512
@@ -482,7 +484,7 @@ class GuestDevice:
             check_host_room(self.drive_image, need, what="drive image", fix=ROOM_FIX)
         trims = fiolib.plan_lengths(plan, "trim")
         can_trim = fiolib.fio_replays_trim(self.fio_version)
-        deferred = bool(trims.size) and not can_trim and not self.p.skip_trims and not use_dw
+        deferred = defers_trims(plan, self.p, self.fio_version, use_dw)
         logs: dict[str, fiolib.IologStats] = {}      # guest fio output name → the iolog it replayed
         segments: list[PlanSegment] = []
         settings: dict[str, int] = {}
@@ -498,8 +500,7 @@ class GuestDevice:
         elif deferred:
             # The guest's fio drops iolog trims: per segment, fio plays the reads and writes and
             # the guest's blkdiscard then issues the trims (kvwear.harness.devices.deferred_trims).
-            segments, settings = device_segments(plan, capacity_bytes=self._capacity, block_bytes=BLOCK_BYTES,
-                                                 max_ops=self.p.trim_segment_ops, max_bytes=self.p.trim_segment_bytes)
+            segments, settings = guest_trim_segments(plan, self.p, self._capacity)
             files, lines = {}, []
             t_s = plan.column("t_s").to_numpy(zero_copy_only=False)
             for k, seg in enumerate(segments):
@@ -663,6 +664,21 @@ class GuestDevice:
         self._claim.close()
 
 
+def defers_trims(plan: pa.Table, p: GuestParams, fio_version: str, use_dw: bool) -> bool:
+    """Does the guest play `plan`'s trims deferred (fio per segment, then blkdiscard per range)?
+    Yes when it has trims that fio cannot replay (the guest's fio version), that are not skipped
+    and that no kvwear-dw plays in order."""
+    has_trims = bool(fiolib.plan_lengths(plan, "trim").size)
+    return has_trims and not fiolib.fio_replays_trim(fio_version) and not p.skip_trims and not use_dw
+
+
+def guest_trim_segments(plan: pa.Table, p: GuestParams, capacity_bytes: int
+                        ) -> tuple[list[PlanSegment], dict[str, int]]:
+    """The segments of a deferred-trim replay in the guest, and their settings."""
+    return device_segments(plan, capacity_bytes=capacity_bytes, block_bytes=BLOCK_BYTES,
+                           max_ops=p.trim_segment_ops, max_bytes=p.trim_segment_bytes)
+
+
 def femu_geometry(spec: DeviceSpec) -> FemuGeometry:
     """The FEMU drive a `femu` spec describes (option `femu`, or flat `femu.FIELD` keys)."""
     return FemuGeometry.from_options(GuestParams.of(spec).femu, "device.options.femu")
@@ -694,11 +710,38 @@ class Femu(Backend):
 
     @classmethod
     def twin_waf(cls, spec: DeviceSpec, plan: pa.Table) -> float:
-        """FEMU's geometry and GC thresholds in the embedded FTL, after the same sequential fill
-        when the drive preconditions."""
+        return cls.twin_counters(spec, plan).waf
+
+    @classmethod
+    def twin_counters(cls, spec: DeviceSpec, plan: pa.Table, fio_version: str | None = None) -> FtlCounters:
+        """FEMU's geometry and GC thresholds in the embedded FTL (its line mode is FEMU's line GC),
+        playing the requests FEMU receives, as the guest issues them: after the same sequential
+        fill when the drive preconditions; each read or write row as the guest's commands (whole up
+        to GUEST_MAX_IO_BYTES, kvwear-dw's GUEST_DW_MAX_IO_BYTES); trims dropped when skipped, and
+        in a deferred-trim replay's order when the guest defers them, one command per range
+        (`fio_version`: the guest's fio, by default the guest image's)."""
         from kvwear.harness.devices.sim import twin_waf
 
-        return twin_waf(cls.ftl_config(spec), plan, fill_first=GuestParams.of(spec).precondition == "fill")
+        p = GuestParams.of(spec)
+        ops = plan.column("op").cast(pa.string())
+        placed = bool(plan_handles(plan)[pc.equal(ops, "write").to_numpy(zero_copy_only=False)].max(initial=0) > 0)
+        use_dw = p.player == "kvwear-dw" or (placed and not p.drop_handles)
+        size = femu_geometry(spec).exposed_bytes
+        cap = size if spec.capacity_bytes is None else int(spec.capacity_bytes)
+        cap -= cap % BLOCK_BYTES               # the guest's capacity, as GuestDevice sets it
+        segments = None
+        if bool(pc.any(pc.equal(ops, "trim")).as_py()):
+            # as replay plays them: kvwear-dw in order unless skipped; fio in its iolog when it can,
+            # else deferred unless skipped
+            if fio_version is None and not use_dw:
+                fio_version = _fio_version_from_stamp(find_guest(Path(p.guest_dir) if p.guest_dir else None).stamp)
+            if defers_trims(plan, p, fio_version or "", use_dw):
+                segments, _ = guest_trim_segments(plan, p, cap)
+            elif p.skip_trims and (use_dw or not fiolib.fio_replays_trim(fio_version or "")):
+                plan = plan.filter(pc.not_equal(ops, "trim"))
+        return twin_waf(cls.ftl_config(spec), plan, fill_bytes=cap if p.precondition == "fill" else 0,
+                        trim_segments=segments,
+                        max_request_bytes=GUEST_DW_MAX_IO_BYTES if use_dw else GUEST_MAX_IO_BYTES)
 
     @classmethod
     def preflight(cls, spec: DeviceSpec) -> None:

@@ -51,6 +51,7 @@ from kvwear.emulator.ftl import (
     OP_WRITE,
     Ftl,
     FtlConfig,
+    FtlCounters,
     FtlHandleCounters,
     GcHandles,
     Victim,
@@ -66,6 +67,7 @@ from kvwear.harness.devices.base import (
     ReplayProgress,
     option,
 )
+from kvwear.harness.devices.deferred_trims import PlanSegment
 from kvwear.harness.devices.measurement import HandleCount, MediaCount, ReplayResult, TrimCount
 from kvwear.harness.plan.placement import plan_handles, plan_write_bytes_by_handle
 from kvwear.harness.plan.schema import BLOCK_OPS
@@ -368,20 +370,63 @@ def handle_count(hc: FtlHandleCounters, plan_write_bytes_by_handle: list[int]) -
     )
 
 
-def twin_waf(ftl_cfg: FtlConfig, plan: pa.Table, *, fill_first: bool) -> float:
-    """The WAF the embedded FTL of `ftl_cfg` measures playing `plan` on an empty drive, after one
-    sequential fill of 128 KiB writes (a guest's precondition=fill) when `fill_first`."""
-    codes, first, npages = plan_to_requests(plan, ftl_cfg.page_bytes, ftl_cfg.exposed_bytes)
+def segment_requests(segments: list[PlanSegment], page_bytes: int, capacity_bytes: int
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The requests a deferred-trim replay issues, in its order: per segment, its reads and writes
+    (one request per row), then its trims, one request per (offset, length) range."""
+    parts = []
+    for seg in segments:
+        if seg.ops.num_rows:
+            parts.append(plan_to_requests(seg.ops, page_bytes, capacity_bytes))
+        if seg.trim_offsets.size:
+            first = seg.trim_offsets // page_bytes
+            last = (seg.trim_offsets + seg.trim_lengths + page_bytes - 1) // page_bytes
+            parts.append((np.full(first.size, OP_TRIM, np.int8), first, last - first))
+    if not parts:
+        return np.zeros(0, np.int8), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return (np.concatenate([c for c, _, _ in parts]).astype(np.int8), np.concatenate([f for _, f, _ in parts]),
+            np.concatenate([n for _, _, n in parts]))
+
+
+def split_requests(codes: np.ndarray, first: np.ndarray, npages: np.ndarray, max_pages: int
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Reads and writes longer than `max_pages` cut into consecutive requests of `max_pages` (the
+    last one shorter), as a block layer splits an I/O at its largest command; trims stay whole."""
+    if max_pages < 1:
+        raise KvwearError(f"split_requests: max_pages must be ≥ 1, got {max_pages}")
+    k = np.where(codes == OP_TRIM, 1, np.maximum(-(-npages // max_pages), 1))
+    if not (k > 1).any():
+        return codes, first, npages
+    row = np.repeat(np.arange(codes.size), k)
+    j = np.arange(row.size) - np.repeat(np.cumsum(k) - k, k)       # piece number inside its row
+    step = np.where(codes == OP_TRIM, 0, max_pages)[row]
+    return codes[row], first[row] + j * step, np.where(step > 0, np.minimum(step, npages[row] - j * step),
+                                                       npages[row])
+
+
+def twin_waf(ftl_cfg: FtlConfig, plan: pa.Table, *, fill_bytes: int = 0,
+             trim_segments: list[PlanSegment] | None = None, max_request_bytes: int | None = None) -> FtlCounters:
+    """The counters the embedded FTL of `ftl_cfg` measures playing `plan` on an empty drive, after
+    one sequential fill of [0, fill_bytes) in 128 KiB writes (a guest's precondition=fill): one
+    request per plan row, in plan order, or in a deferred-trim replay's order when `trim_segments`
+    are given (each segment's reads and writes, then its trims); reads and writes longer than
+    `max_request_bytes` become several requests (`split_requests`)."""
+    if trim_segments is None:
+        codes, first, npages = plan_to_requests(plan, ftl_cfg.page_bytes, ftl_cfg.exposed_bytes)
+    else:
+        codes, first, npages = segment_requests(trim_segments, ftl_cfg.page_bytes, ftl_cfg.exposed_bytes)
+    if max_request_bytes is not None:
+        codes, first, npages = split_requests(codes, first, npages, max_request_bytes // ftl_cfg.page_bytes)
     ftl = Ftl(ftl_cfg)
-    if fill_first:
-        n = ftl_cfg.exposed_bytes // ftl_cfg.page_bytes
+    if fill_bytes:
+        n = -(-fill_bytes // ftl_cfg.page_bytes)
         per_io = (128 << 10) // ftl_cfg.page_bytes
         starts = np.arange(0, n, per_io, dtype=np.int64)
         ftl.apply_ops(np.full(starts.size, OP_WRITE, dtype=np.int8), starts,
                       np.minimum(per_io, n - starts).astype(np.int64))
     before = ftl.counters()
     ftl.apply_ops(codes, first, npages)
-    return float(ftl.counters().minus(before).waf)
+    return ftl.counters().minus(before)
 
 
 class Sim(Backend):
