@@ -240,6 +240,7 @@ class FtlConfig:
         *,
         page_bytes: int = 4096,
         pages_per_block: int = 64,
+        blocks_per_line: int = 1,
         reserve_lines: int = 2,
         victim: Victim = "greedy",
         separate_gc_line: bool = False,
@@ -249,21 +250,28 @@ class FtlConfig:
         honor_trim: bool = True,
         interval_host_pages: int = 0,
     ) -> FtlConfig:
-        """A plain block-level FTL with over-provisioning ρ = `op_ratio`.
+        """A plain block-level FTL with over-provisioning ρ = `op_ratio`, reclaiming units
+        ("lines") of `blocks_per_line` erase blocks of `pages_per_block` pages (1: single blocks;
+        more: a superblock, one block on each plane of each die, erased together).
 
-        The space GC can use is ⌈exposed·(1+ρ)⌉ rounded up to whole blocks; the GC reserve
-        (`reserve_lines` free blocks) and the open block(s) (one per write frontier: `ruh` host
+        The space GC can use is ⌈exposed·(1+ρ)⌉ rounded up to whole units; the GC reserve
+        (`reserve_lines` free units) and the open unit(s) (one per write frontier: `ruh` host
         frontiers plus GC's own) are added on top, so the analytical model's α = 1 + ρ describes
         this drive (see kvwear.harness.estimate.estimator.effective_alpha)."""
         if op_ratio < 0:
             raise KvwearError(f"op_ratio must be ≥ 0, got {op_ratio}")
+        if blocks_per_line < 1:
+            raise KvwearError(f"blocks_per_line must be ≥ 1, got {blocks_per_line}")
         exposed_pages = -(-exposed_bytes // page_bytes)
-        data_blocks = math.ceil(exposed_pages * (1.0 + op_ratio) / pages_per_block - 1e-9)
+        ppl = pages_per_block * blocks_per_line
+        data_blocks = math.ceil(exposed_pages * (1.0 + op_ratio) / ppl - 1e-9)
         open_lines = _open_lines(ruh, separate_gc_line, gc_handles)
+        unit = (f"{pages_per_block} pages" if blocks_per_line == 1
+                else f"{blocks_per_line} blocks of {pages_per_block} pages")
         return cls(
             page_bytes=page_bytes,
             pages_per_block=pages_per_block,
-            blocks_per_line=1,
+            blocks_per_line=blocks_per_line,
             lines=data_blocks + reserve_lines + open_lines,
             exposed_pages=exposed_pages,
             gc_mode="block",
@@ -275,7 +283,8 @@ class FtlConfig:
             open_every_handle=open_every_handle,
             honor_trim=honor_trim,
             interval_host_pages=interval_host_pages,
-            description=f"block-level ρ={op_ratio:g}, {data_blocks} data blocks of {pages_per_block} pages"
+            description=f"block-level ρ={op_ratio:g}, {data_blocks} data "
+                        f"{'blocks' if blocks_per_line == 1 else 'units'} of {unit}"
                         + (f", {ruh} reclaim unit handles (GC {gc_handles})" if ruh > 1 else ""),
         )
 
