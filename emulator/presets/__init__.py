@@ -100,7 +100,7 @@ class FtlOptions:
     reserve_lines: int | None = None
     page_bytes: int | None = None
     pages_per_block: int | None = None
-    separate_gc_line: bool = False
+    separate_gc_line: bool | None = None
     ruh: int = 1
     gc_handles: GcHandles = "per-handle"
     open_every_handle: bool = True
@@ -122,6 +122,7 @@ class DrivePreset:
     op_ratio: float                    # (physical − user) ÷ user capacity
     gc_mode: GcMode                    # "block": GC on demand, "line": FEMU's forced/background thresholds
     victim: Victim = "greedy"
+    separate_gc_line: bool = False     # GC copies go to an open unit of their own, not the host's
     reserve_units: int = 2             # block GC: collect while free units ≤ this
     gc_thres_pcent: int = 75           # line GC: FEMU's background threshold (% of lines in use)
     gc_thres_pcent_high: int = 95      # line GC: FEMU's forced threshold
@@ -167,9 +168,10 @@ class DrivePreset:
         ppb = o.pages_per_block or self.pages_per_block
         op = self.op_ratio if o.op_ratio is None else o.op_ratio
         victim = o.victim or self.victim
+        sep = self.separate_gc_line if o.separate_gc_line is None else o.separate_gc_line
         ppl = ppb * self.blocks_per_unit
         unit = ppl * page
-        open_n = _open_lines(o.ruh, o.separate_gc_line, o.gc_handles)
+        open_n = _open_lines(o.ruh, sep, o.gc_handles)
         if self.gc_mode == "line":
             devsz_mb = -(-exposed_bytes // 2**20)
             exposed_pages = devsz_mb * 2**20 // page
@@ -183,7 +185,7 @@ class DrivePreset:
                 pls_per_lun=self.planes_per_lun, luns_per_ch=self.luns_per_channel, nchs=self.channels,
                 gc_thres_pcent=self.gc_thres_pcent, gc_thres_pcent_high=self.gc_thres_pcent_high, victim=victim,
                 ruh=o.ruh, gc_handles=o.gc_handles,
-                open_every_handle=o.open_every_handle, separate_gc_line=o.separate_gc_line,
+                open_every_handle=o.open_every_handle, separate_gc_line=sep,
                 honor_trim=o.honor_trim, interval_host_pages=o.interval_host_pages)
             data = lines
             full = (None if self.capacity_bytes is None
@@ -192,13 +194,13 @@ class DrivePreset:
             reserve = self.reserve_units if o.reserve_lines is None else o.reserve_lines
             cfg = FtlConfig.block_level(
                 exposed_bytes, op, page_bytes=page, pages_per_block=ppb, blocks_per_line=self.blocks_per_unit,
-                reserve_lines=reserve, victim=victim, separate_gc_line=o.separate_gc_line, ruh=o.ruh,
+                reserve_lines=reserve, victim=victim, separate_gc_line=sep, ruh=o.ruh,
                 gc_handles=o.gc_handles, open_every_handle=o.open_every_handle, honor_trim=o.honor_trim,
                 interval_host_pages=o.interval_host_pages)
             data = cfg.lines - reserve - open_n
             full = (None if self.capacity_bytes is None
                     else math.ceil(self.capacity_bytes / page * (1.0 + self.op_ratio) / self.unit_pages - 1e-9)
-                    + self.reserve_units + 1)
+                    + self.reserve_units + _open_lines(1, self.separate_gc_line, "per-handle"))
         return cfg, PresetScale(
             preset=self.name, exposed_bytes=cfg.exposed_bytes, unit_bytes=unit, units=cfg.lines, data_units=data,
             op_ratio=op, op_effective=data * ppl / cfg.exposed_pages - 1.0,

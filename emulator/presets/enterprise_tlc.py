@@ -8,8 +8,10 @@
 - OP 14.53 %: 4 TiB of NAND behind 3.84 TB of user capacity, the read-intensive (1 DWPD) class's
   ratio (1024 GiB behind 960 GB in Kingston's table); parity and metadata the drive keeps inside it
   are not public and not subtracted, so this is the OP's upper bound.
-- GC: greedy victim (fewest valid pages), on demand with one free unit in reserve: the firmware's rule
-  is not public; greedy is the textbook policy (kvwear's choice, an option: victim=…).
+- GC: greedy victim (fewest valid pages), on demand with one free unit in reserve, relocated pages
+  written to an open unit of their own, apart from host writes (the practice of separating relocate
+  writes from user writes, e.g. IBM's US 10,579,270 B2). The firmware's rule is not public; these are
+  kvwear's choices, each an option (victim=…, reserve_lines=…, separate_gc_line=false).
 - Rated: 1 DWPD over the 5-year warranty (TBW 7,008 TB at 3.84 TB; PM9D3a datasheet class rating);
   3,000 P/E cycles, the low end of the 3,000–5,000 cited for TLC (vendors do not publish per-drive P/E).
 Sources and links: docs/design/drive-presets.md.
@@ -27,6 +29,7 @@ PRESETS.add("enterprise-tlc", DrivePreset(
     op_ratio=4 * 2**40 / 3_840_000_000_000 - 1.0,
     gc_mode="block",
     victim="greedy",
+    separate_gc_line=True,
     reserve_units=1,
     ratings=DriveRatings(rated_pe_cycles=3000, dwpd=1.0, warranty_years=5.0,
                          dwpd_workload="datasheet rating (JEDEC enterprise workload)",

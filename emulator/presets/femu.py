@@ -2,11 +2,11 @@
 
 FEMU's `-device femu` defaults: 512-byte sectors × 8 = 4 KiB pages, 256 pages per block, 256 blocks
 per plane, 1 plane per LUN, 8 LUNs per channel, 8 channels; a line is one block on every LUN (64
-blocks, 64 MiB), 256 lines = 16 GiB of NAND. FEMU's hw/femu/scripts/run-blackbox.sh exposes 12 GiB of
-it (devsz_mb=12288, "a default 25% overprovisioning ratio" of the NAND), so OP = 16/12 − 1 = 1/3. GC: greedy line victim; background GC after a request
-while free lines ≤ 25 % of lines (gc_thres_pcent=75) for victims with ≥ 1/8 invalid pages, forced
-GC before a write while free lines ≤ 5 % (gc_thres_pcent_high=95). FEMU models no endurance rating.
-Sources: docs/design/drive-presets.md.
+blocks, 64 MiB), 256 lines = 16 GiB of NAND. FEMU's hw/femu/scripts/run-blackbox.sh exposes 12 GiB
+of it (devsz_mb=12288, "a default 25% overprovisioning ratio" of the NAND), so OP = 16/12 − 1 = 1/3.
+GC: greedy line victim; background GC after a request while free lines ≤ 25 % of lines
+(gc_thres_pcent=75) for victims with ≥ 1/8 invalid pages, forced GC before a write while free lines
+≤ 5 % (gc_thres_pcent_high=95). FEMU models no endurance rating. Sources: docs/design/drive-presets.md.
 """
 
 from kvwear.emulator.presets import PRESETS, DrivePreset

@@ -6,7 +6,7 @@
   measurement (docs/design/drive-presets.md).
 - Pages of 4 KiB (the FTL's mapping unit; some QLC drives map 16–64 KiB, which this preset does not model).
 - OP 14.53 %: 8 TiB of NAND behind 7.68 TB, the same binary-to-decimal ratio as enterprise-tlc.
-- GC: greedy, on demand, one free unit in reserve (as enterprise-tlc).
+- GC: greedy, on demand, one free unit in reserve, relocations in a unit of their own (as enterprise-tlc).
 - Rated: 1,600 P/E cycles and 0.9 DWPD for sequential writes (0.2 for random 4 KiB) — Intel's rating
   of the D5-P4320 7.68 TB; a 5-year period assumed (the data-center norm).
 """
@@ -23,6 +23,7 @@ PRESETS.add("qlc", DrivePreset(
     op_ratio=8 * 2**40 / 7_680_000_000_000 - 1.0,
     gc_mode="block",
     victim="greedy",
+    separate_gc_line=True,
     reserve_units=1,
     ratings=DriveRatings(rated_pe_cycles=1600, dwpd=0.9, warranty_years=5.0,
                          dwpd_workload="sequential writes (0.2 DWPD for random 4 KiB)",
