@@ -147,9 +147,12 @@ def run_cmd(
         outcome = run(cfg, out, resume=resume, replay=not no_replay, report=not no_report, progress=progress)
     for line in outcome.reruns:
         console.print(f"resume: {line}")
-    _summary(outcome.results.to_pylist(), time.monotonic() - t0)
+    rows = outcome.results.to_pylist()
+    _summary(rows, time.monotonic() - t0)
     if outcome.tiers is not None:
         console.print(f"tiers: {outcome.tiers.note}")
+    for line in _drive_lines(rows):
+        console.print(line)
     console.print(f"run directory: {outcome.run_dir}")
     if outcome.report_html:
         console.print(f"report: {outcome.report_html}")
@@ -160,6 +163,27 @@ def run_cmd(
         typer.secho(f"kvwear: error: byte accounting failed ({'; '.join(faults)}): I/O was lost or added on the "
                     f"way; see the report's cross-validation", err=True, fg=typer.colors.RED)
         raise typer.Exit(EXIT_ACCOUNTING_FAULT)
+
+
+def _drive_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The drive behind the measured WAFs: its preset and scaling, its preconditioning, and how far
+    each policy's workload got towards its own steady state (from the results' drive columns)."""
+    r0 = next((r for r in rows if r.get("drive_scaling")), None)
+    if r0 is None:
+        return []
+    pre = r0.get("precondition") or "none"
+    if pre != "none":
+        pre += (f" ({r0['precondition_host_bytes'] / 1e9:,.0f} GB written, WAF {r0['precondition_waf']:.2f}, "
+                f"{'steady state reached' if r0.get('precondition_steady') else 'no steady state'}; not in any "
+                "count below)" if r0.get("precondition_host_bytes") and r0.get("precondition_waf") else "")
+    out = [f"drive: {r0['drive_scaling']}", f"preconditioning: {pre}"]
+    for r in rows:
+        if r.get("waf_lifetime_source"):
+            trans = r.get("waf_transient")
+            out.append(f"  {r['policy']}: {r.get('workload_passes')} pass(es), WAF transient "
+                       f"{'—' if trans is None else f'{trans:.2f}'}, lifetime WAF {r['waf_measured']:.2f} = "
+                       f"{r['waf_lifetime_source']}")
+    return out
 
 
 def _summary(rows: list[dict[str, Any]], wall_s: float) -> None:

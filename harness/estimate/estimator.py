@@ -44,6 +44,7 @@ from scipy.special import lambertw
 
 from kvwear.emulator.ftl import FtlConfig
 from kvwear.errors import KvwearError
+from kvwear.harness.estimate.phases import DrivePhases
 from kvwear.harness.estimate.waf_model import WafPrediction
 from kvwear.harness.wear.base import NVME_DATA_UNIT_BYTES
 from kvwear.harness.wear.femu import CounterSource
@@ -275,6 +276,9 @@ class DeviceBytes:
     placement_unavailable: str | None = None   # why a drive that plays handles elsewhere could not here
     capture: CaptureBytes | None = None
     wear: tuple[WearBytes, ...] = ()
+    # the drive and the replay's phases (passes, transient, steady state), where the device reports
+    # them (the sim FTL: kvwear.harness.estimate.phases)
+    phases: DrivePhases | None = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any], kind: str) -> DeviceBytes:
@@ -310,6 +314,7 @@ class DeviceBytes:
             wear=tuple(WearBytes(src, opt_int(w.get("host_bytes")), opt_int(w.get("nand_bytes")),
                                  opt_int(w.get("data_units")))
                        for src, w in sorted((d.get("wear") or {}).items())),
+            phases=DrivePhases.from_result(d),
         )
 
 
@@ -336,6 +341,7 @@ class EstimateInputs:
     layout: str
     raw_nand_bytes: float            # the full-size drive's raw NAND
     pe_rating_cycles: float
+    rating_source: str = ""          # where the TBW budget's and the P/E rating's figures came from
 
 
 @dataclass(frozen=True)
@@ -433,7 +439,12 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
     s, plan, device = inp.summary, inp.plan, inp.device
     f = inp.sample_fraction
     tbw, duration = inp.tbw_bytes, inp.duration_s
+    # A device that played the plan in several passes (until the workload's steady state) counted
+    # each pass: the identities hold per pass, so every count is checked against passes × the plan.
+    phases = device.phases
+    passes = phases.passes if phases is not None else 1
     plan_bytes = plan.aligned_write_bytes
+    played_bytes = plan_bytes * passes
     per_day = host_bytes_per_day(plan_bytes / f, duration)
     prediction = inp.prediction
     waf_workload = prediction.waf if prediction is not None else None
@@ -444,7 +455,10 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
     notes: dict[str, str] = {}
     checks.append(Check.of("ssd_ops write bytes → plan", s.ssd_write_bytes, plan.object_write_bytes,
                            "plan", 0.0, kind="accounting"))
-    checks.append(Check.of("host bytes", plan_bytes, dev_bytes, device.tool, HOST_BYTES_REL_TOL, kind="accounting"))
+    checks.append(Check.of("host bytes", played_bytes, dev_bytes, device.tool, HOST_BYTES_REL_TOL,
+                           kind="accounting"))
+    if passes > 1:
+        notes[f"host bytes|{device.tool}"] = f"{passes} passes of the plan (the workload played until its steady state)"
     cap = device.capture
     if cap is not None:
         checks.append(Check.of("host bytes", plan_bytes, cap.write_bytes, f"ebpf:{cap.tracer}",
@@ -455,7 +469,7 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
         # segment are not issued); eBPF then checks the issued bytes.
         issued = device.trim_bytes
         planned = device.trim_bytes_planned if device.trim_bytes_planned is not None else issued
-        checks.append(Check.of("trim bytes", plan.trim_bytes, planned, device.tool, 0.0, kind="accounting"))
+        checks.append(Check.of("trim bytes", plan.trim_bytes * passes, planned, device.tool, 0.0, kind="accounting"))
         if cap is not None and cap.discard_bytes is not None:
             checks.append(Check.of("trim bytes", issued, cap.discard_bytes, f"ebpf:{cap.tracer}",
                                    HOST_BYTES_REL_TOL, kind="accounting"))
@@ -486,6 +500,13 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
             nand_write_bytes = w.nand_bytes
     placement_row, placement_checks = placement_result(plan, device, measured_waf)
     checks.extend(placement_checks)
+    replay_waf = measured_waf
+    if phases is not None:
+        # the lifetime's WAF: the workload's steady state (kvwear.harness.estimate.phases)
+        measured_waf, waf_source = phases.lifetime_waf(replay_waf)
+        drive = phases.describe()
+        notes["WAF (uniform reference)"] = f"measured: {waf_source}; {drive}"
+        notes["lifetime days (WAF 1)"] = notes["lifetime days (uniform reference WAF)"] = f"measured WAF: {waf_source}"
     # The embedded FTL, configured as the device, on the same plan: its WAF is a prediction too.
     if inp.waf_emulator is not None and measured_waf is not None:
         checks.append(Check.of("WAF (FTL emulator)", inp.waf_emulator, measured_waf, inp.device_kind, WAF_REL_TOL,
@@ -498,17 +519,20 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
                 f"{prediction.model} (the workload WAF model) on {prediction.p_eff_pages * 4096 / 2**20:,.0f} MiB "
                 f"of GC space; {prediction.regime} GC"
                 + ("; the model plays the plan on an empty drive, this one was preconditioned first"
-                   if inp.preconditioned else ""))
+                   if inp.preconditioned else "")
+                + (f"; measured: {phases.lifetime_waf(replay_waf)[1]}, {phases.describe()}" if phases is not None
+                   else ""))
         checks.append(Check.of("WAF (uniform reference)", inp.waf_uniform, measured_waf, device.tool, WAF_REL_TOL,
                                kind="reference"))
-        notes["WAF (uniform reference)"] = notes["lifetime days (uniform reference WAF)"] = (
-            "reference only: uniform random overwrites of the whole exposed space; "
-            f"the {inp.layout} layout's write pattern is not that")
+        ref = ("reference only: uniform random overwrites of the whole exposed space; "
+               f"the {inp.layout} layout's write pattern is not that")
+        notes["WAF (uniform reference)"] = (ref if phases is None else f"{ref}; {notes['WAF (uniform reference)']}")
+        notes["lifetime days (uniform reference WAF)"] = ref
         notes["lifetime days (WAF 1)"] = "reference only: Gandalf's assumption"
     life_waf1 = projected_lifetime_days(tbw, per_day, 1.0)
     life_uniform = projected_lifetime_days(tbw, per_day, inp.waf_uniform)
     life_workload = projected_lifetime_days(tbw, per_day, waf_workload) if waf_workload is not None else None
-    measured_per_day = host_bytes_per_day(dev_bytes / f, duration)
+    measured_per_day = host_bytes_per_day(dev_bytes / passes / f, duration)
     life_measured = (projected_lifetime_days(tbw, measured_per_day, measured_waf)
                      if measured_waf is not None else None)
     waf_none = placement_row["waf_no_placement"]
@@ -553,6 +577,8 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
         "lifetime_days_measured": life_measured,
         **placement_row,
         **pe,
+        **(phases.row(replay_waf) if phases is not None else {}),
+        "rating_source": inp.rating_source,
         # Accounting failures are faults; model failures are findings (Check).
         "accounting_checks_passed": sum(c.passed for c in checks if c.kind == "accounting"),
         "accounting_checks_total": sum(c.kind == "accounting" for c in checks),

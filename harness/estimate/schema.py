@@ -16,9 +16,16 @@ _PE = ("waf1", "uniform", "workload", "measured")
 # One row per policy of a run (kvwear.harness.pipeline.run; sweeps gather the rows of their points). A run without
 # replay fills the simulation's and the projections' columns; the device's stay null. Byte counts
 # are int64, ratios, seconds, dollars and lifetimes float64 (an infinite lifetime: nothing written).
+# Version 2 added the drive and phase columns; a version-1 table reads with them null.
+_V2 = ("drive_preset", "drive_scaling", "precondition", "precondition_host_bytes", "precondition_nand_bytes",
+       "precondition_gc_bytes", "precondition_waf", "precondition_steady", "workload_passes", "workload_rounds",
+       "waf_replay", "waf_transient", "waf_steady", "steady_state_reached", "steady_state_round", "waf_last_window",
+       "waf_lifetime_source", "rating_source")
+
 RESULTS = TableSpec(
     kind="results",
-    version=1,
+    version=2,
+    defaults=tuple((name, None) for name in _V2),
     schema=pa.schema([
         pa.field("policy", pa.string(), nullable=False),
         *_cols(pa.string(), "model", "device"),
@@ -49,6 +56,24 @@ RESULTS = TableSpec(
         pa.field("raw_nand_bytes", pa.float64()),
         pa.field("pe_rating_cycles", pa.int64()),
         *_cols(pa.float64(), *(f"pe_cycles_per_day_{w}" for w in _PE), *(f"lifetime_days_pe_{w}" for w in _PE)),
+        # the drive behind the measured WAF and the replay's phases (kvwear.harness.estimate.phases),
+        # where the device reports them (sim): the preset and how it was scaled to the run's capacity;
+        # what preconditioning (none | fill | steady) wrote, apart from the workload, and whether its
+        # random rounds reached SNIA PTS's steady state; the passes and whole rounds the workload
+        # played; its WAF over the whole replay, in the transient, in the first steady window and in
+        # the last window; which of them waf_measured (the lifetime's WAF) is
+        *_cols(pa.string(), "drive_preset", "drive_scaling", "precondition"),
+        *_cols(pa.int64(), "precondition_host_bytes", "precondition_nand_bytes", "precondition_gc_bytes"),
+        pa.field("precondition_waf", pa.float64()),
+        pa.field("precondition_steady", pa.bool_()),
+        *_cols(pa.int64(), "workload_passes", "workload_rounds"),
+        *_cols(pa.float64(), "waf_replay", "waf_transient", "waf_steady"),
+        pa.field("steady_state_reached", pa.bool_()),
+        pa.field("steady_state_round", pa.int64()),
+        pa.field("waf_last_window", pa.float64()),
+        pa.field("waf_lifetime_source", pa.string()),
+        # where the TBW budget's DWPD and years and the P/E rating came from (config, preset, default)
+        pa.field("rating_source", pa.string()),
         # the cross-validation tally (kvwear.harness.estimate.estimator.Check kinds)
         *_cols(pa.int64(), "accounting_checks_passed", "accounting_checks_total", "model_checks_passed",
                "model_checks_total"),

@@ -39,6 +39,16 @@ def device_capacity(cfg: RunConfig) -> int:
     return max(a, -(-cap // a) * a)
 
 
+def with_run_options(cfg: RunConfig) -> RunConfig:
+    """The config with the device options the main job plays (`Backend.run_options`: the sim
+    backend's drive in service unless the config names a drive), so the stored config.toml and the
+    manifest name the preset and the preconditioning a run measured."""
+    opts = device_backend(cfg).run_options(cfg.device.options)
+    if opts == dict(cfg.device.options):
+        return cfg
+    return dataclasses.replace(cfg, device=dataclasses.replace(cfg.device, options=opts))
+
+
 def device_backend(cfg: RunConfig) -> type[Backend]:
     """The configured device's backend (its capabilities and hooks; unknown kinds list the valid ones)."""
     return backend(cfg.device.kind)
