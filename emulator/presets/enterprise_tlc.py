@@ -19,7 +19,7 @@ Sources and links: docs/design/drive-presets.md.
 
 from kvwear.emulator.presets import PRESETS, DrivePreset, DriveRatings
 
-PRESETS.add("enterprise-tlc", DrivePreset(
+ENTERPRISE_TLC = DrivePreset(
     name="enterprise-tlc",
     summary="3.84 TB data-center TLC (PM9D3a class): 13.08 GB reclaim units, 14.5 % OP, greedy GC, 1 DWPD × 5 y",
     source_drive="Samsung PM9D3a 3.84 TB (MZOL63T8HDLT)",
@@ -34,4 +34,5 @@ PRESETS.add("enterprise-tlc", DrivePreset(
     ratings=DriveRatings(rated_pe_cycles=3000, dwpd=1.0, warranty_years=5.0,
                          dwpd_workload="datasheet rating (JEDEC enterprise workload)",
                          source="Samsung PM9D3a 3.84 TB: 1 DWPD, 5 years; TLC 3,000 P/E"),
-))
+)
+PRESETS.add("enterprise-tlc", ENTERPRISE_TLC)

@@ -11,20 +11,20 @@
   of the D5-P4320 7.68 TB; a 5-year period assumed (the data-center norm).
 """
 
-from kvwear.emulator.presets import PRESETS, DrivePreset, DriveRatings
+from dataclasses import replace
 
-PRESETS.add("qlc", DrivePreset(
+from kvwear.emulator.presets import PRESETS, DriveRatings
+from kvwear.emulator.presets.enterprise_tlc import ENTERPRISE_TLC
+
+# enterprise-tlc's structure (4 KiB pages, greedy GC with its own relocation unit, the same
+# binary-to-decimal OP: 8 TiB / 7.68 TB = 4 TiB / 3.84 TB) with 4/3 of its unit and QLC's ratings
+PRESETS.add("qlc", replace(
+    ENTERPRISE_TLC,
     name="qlc",
     summary="7.68 TB data-center QLC (D5-P4320 class): 17.44 GB reclaim units, 14.5 % OP, 1,600 P/E",
     source_drive="Intel D5-P4320 7.68 TB (ratings); unit derived from enterprise-tlc's",
     capacity_bytes=7_680_000_000_000,
-    page_bytes=4096,
-    pages_per_block=13_079_937_024 // 4096 * 4 // 3,
-    op_ratio=8 * 2**40 / 7_680_000_000_000 - 1.0,
-    gc_mode="block",
-    victim="greedy",
-    separate_gc_line=True,
-    reserve_units=1,
+    pages_per_block=ENTERPRISE_TLC.pages_per_block * 4 // 3,
     ratings=DriveRatings(rated_pe_cycles=1600, dwpd=0.9, warranty_years=5.0,
                          dwpd_workload="sequential writes (0.2 DWPD for random 4 KiB)",
                          source="Intel D5-P4320 7.68 TB: 1,600 P/E, 0.9 DWPD sequential"),
