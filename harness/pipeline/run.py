@@ -10,10 +10,14 @@ skips marked stages and reads their records back), with the typed record each ha
                            `kvwear simulate` calls) → policies/LABEL/ (SimOutput)
   plan/LABEL               ssd_ops → block_ops on the device's capacity (harness.plan) → plan/LABEL/ (Plan)
   device/LABEL             play the plan on the device (wear snapshots, eBPF capture) → device/LABEL/
-                           (estimate.DeviceBytes)
+                           (estimate.DeviceBytes); the sim drive in service preconditions first and
+                           plays the plan until the workload's steady state (kvwear.harness.devices.sim)
   estimate/LABEL           lifetime projections and predicted-vs-measured checks (estimate.estimate_policy)
                            → estimate/LABEL/crossval.json, which keeps the results row
   results, report          results.parquet (schema.RESULTS) and report/
+
+Ratings: the lifetime's DWPD, warranty years and P/E cycles are the config's where it names them,
+else the device's own (`drive_rating`: a sim drive preset's), else 1 DWPD, 5 years, 3,000 P/E.
 
 Scaling: `workload.sample_fraction` f keeps whole sessions (or, without sessions, whole
 root-prefix groups) with probability f and scales the DRAM and SSD tiers by f; lifetime
@@ -672,8 +676,11 @@ def drive_rating(cfg: RunConfig, capacity: int | None) -> DriveRating:
     dwpd, s1 = pick(e.dwpd, r.dwpd if r else None, DEFAULT_DWPD)
     years, s2 = pick(e.warranty_years, r.warranty_years if r else None, DEFAULT_WARRANTY_YEARS)
     pe, s3 = pick(e.rated_pe_cycles, r.rated_pe_cycles if r else None, TLC_PE_CYCLES)
+    by_source: dict[str, list[str]] = {}
+    for text, src in ((f"{dwpd:g} DWPD", s1), (f"{years:g} years", s2), (f"{int(pe):,} P/E cycles", s3)):
+        by_source.setdefault(src, []).append(text)
     return DriveRating(dwpd, years, int(pe), bool(e.rated_pe_cycles),
-                       f"DWPD {dwpd:g} ({s1}), {years:g} years ({s2}), {int(pe):,} P/E cycles ({s3})"
+                       "; ".join(f"{', '.join(t)} ({src})" for src, t in by_source.items())
                        + ("; TBW from the P/E cycles" if e.rated_pe_cycles else ""))
 
 

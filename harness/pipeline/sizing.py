@@ -1,5 +1,7 @@
-"""The device a run plays on, asked of its backend: the backend, its spec, the capacity the plan is
-laid out on, the tiers sized against a device of fixed size, its FTL geometry and wear readers.
+"""The device a run plays on, asked of its backend: the backend, its spec and the options the main
+job plays it with (`with_run_options`: the sim drive in service unless the config names a drive),
+the capacity the plan is laid out on, the tiers sized against a device of fixed size, its FTL
+geometry and wear readers.
 
 The run, its static checks (preflight) and sweeps ask these; they test no backend by name
 (`Backend.capabilities` and its hooks answer). This module reads the config; it must not open a
