@@ -65,18 +65,30 @@ Counters: host pages written, GC-copied pages, line and block erases, WAF = (hos
 erase count per block, host read pages, trimmed pages; per interval of `interval_host_pages`;
 per placement handle (above).
 
+State: `Ftl.copy` gives an independent drive in the same state (a preconditioned drive, played
+again by each policy of a run: kvwear.emulator.precondition); `restart_intervals` starts the
+per-interval counters afresh where a replay begins. Of the page maps only l2p is initialised at
+start-up; p2l (the larger, one entry per physical page) is left untouched until pages are
+programmed, which is the only way the kernel reaches an entry (see `Ftl.__init__`).
+
 This module must not read files, time anything or know about block_ops tables: it takes page
-numbers (numpy arrays). The hot loop is one numba-jitted kernel (`cache=True`).
+numbers (numpy arrays). The hot loop is one numba-jitted kernel (`cache=True`); it prefetches the
+maps' entries of requests (and of GC's victim pages) a few steps ahead (`_prefetch`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 import numba
 import numpy as np
+from llvmlite import binding as _llvm
+from llvmlite import ir as _ir
+from numba import types as _nbtypes
+from numba.core import cgutils as _cgutils
+from numba.extending import intrinsic as _intrinsic
 
 from kvwear.errors import KvwearError
 
@@ -281,6 +293,7 @@ class FtlConfig:
         *,
         page_bytes: int = 4096,
         pages_per_block: int = 64,
+        blocks_per_line: int = 1,
         reserve_lines: int = 2,
         victim: Victim = "greedy",
         separate_gc_line: bool = False,
@@ -290,21 +303,28 @@ class FtlConfig:
         honor_trim: bool = True,
         interval_host_pages: int = 0,
     ) -> FtlConfig:
-        """A plain block-level FTL with over-provisioning ρ = `op_ratio`.
+        """A plain block-level FTL with over-provisioning ρ = `op_ratio`, reclaiming units
+        ("lines") of `blocks_per_line` erase blocks of `pages_per_block` pages (1: single blocks;
+        more: a superblock, one block on each plane of each die, erased together).
 
-        The space GC can use is ⌈exposed·(1+ρ)⌉ rounded up to whole blocks; the GC reserve
-        (`reserve_lines` free blocks) and the open block(s) (one per write frontier: `ruh` host
+        The space GC can use is ⌈exposed·(1+ρ)⌉ rounded up to whole units; the GC reserve
+        (`reserve_lines` free units) and the open unit(s) (one per write frontier: `ruh` host
         frontiers plus GC's own) are added on top, so the analytical model's α = 1 + ρ describes
         this drive (see kvwear.harness.estimate.estimator.effective_alpha)."""
         if op_ratio < 0:
             raise KvwearError(f"op_ratio must be ≥ 0, got {op_ratio}")
+        if blocks_per_line < 1:
+            raise KvwearError(f"blocks_per_line must be ≥ 1, got {blocks_per_line}")
         exposed_pages = -(-exposed_bytes // page_bytes)
-        data_blocks = math.ceil(exposed_pages * (1.0 + op_ratio) / pages_per_block - 1e-9)
+        ppl = pages_per_block * blocks_per_line
+        data_blocks = math.ceil(exposed_pages * (1.0 + op_ratio) / ppl - 1e-9)
         open_lines = _open_lines(ruh, separate_gc_line, gc_handles)
+        unit = (f"{pages_per_block} pages" if blocks_per_line == 1
+                else f"{blocks_per_line} blocks of {pages_per_block} pages")
         return cls(
             page_bytes=page_bytes,
             pages_per_block=pages_per_block,
-            blocks_per_line=1,
+            blocks_per_line=blocks_per_line,
             lines=data_blocks + reserve_lines + open_lines,
             exposed_pages=exposed_pages,
             gc_mode="block",
@@ -316,7 +336,8 @@ class FtlConfig:
             open_every_handle=open_every_handle,
             honor_trim=honor_trim,
             interval_host_pages=interval_host_pages,
-            description=f"block-level ρ={op_ratio:g}, {data_blocks} data blocks of {pages_per_block} pages"
+            description=f"block-level ρ={op_ratio:g}, {data_blocks} data "
+                        f"{'blocks' if blocks_per_line == 1 else 'units'} of {unit}"
                         + (f", {ruh} reclaim unit handles (GC {gc_handles})" if ruh > 1 else ""),
         )
 
@@ -518,6 +539,40 @@ def _heap_remove(line, sc, hq, hpos, vpc):
     hpos[line] = 0          # FEMU's select_victim_line: victim_line->pos = 0
 
 
+# LLVM names the prefetch intrinsic by its pointer type: opaque pointers (LLVM ≥ 15) or i8*.
+_PREFETCH = "llvm.prefetch.p0" if _llvm.llvm_version_info[0] >= 15 else "llvm.prefetch.p0i8"
+
+
+def _prefetch_typer(typingctx, arr, idx):
+    """Hint the CPU to fetch `arr[idx]` for writing (no effect on results). The maps are hundreds
+    of MB and hit at random; fetching the mappings of requests (and of GC's victim pages) a few steps
+    ahead overlaps their cache misses: random 4 KiB writes on a 268.8 GB drive went from 186 to 65 ns
+    a page (interleaved, same counters)."""
+    sig = _nbtypes.void(arr, idx)
+
+    def codegen(context, builder, signature, args):
+        a, i = args
+        aty = signature.args[0]
+        ptr = _cgutils.get_item_pointer(context, builder, aty, context.make_array(aty)(context, builder, a), [i],
+                                        wraparound=False)
+        i8p, i32 = _ir.IntType(8).as_pointer(), _ir.IntType(32)
+        fn = _cgutils.get_or_insert_function(builder.module, _ir.FunctionType(_ir.VoidType(), [i8p, i32, i32, i32]),
+                                            _PREFETCH)
+        # rw = 1 (for writing), locality = 3 (keep in all cache levels), cache type = 1 (data)
+        builder.call(fn, [builder.bitcast(ptr, i8p), _ir.Constant(i32, 1), _ir.Constant(i32, 3), _ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+# numba's intrinsic object (typed by numba, called only from jitted code)
+_prefetch: Any = _intrinsic(_prefetch_typer)
+
+# How many requests (GC: pages) ahead the maps are fetched: far enough to hide a DRAM miss behind
+# the work of the requests in between, near enough that the lines are still cached when used.
+_AHEAD = 16
+
+
 @numba.njit(cache=True)
 def _frontier_handle(f, pr):
     """The handle a frontier writes for: host frontiers and per-handle GC frontiers their handle,
@@ -677,6 +732,10 @@ def _gc(force, sc, l2p, p2l, vpc, lstate, head, nxt, prv, hq, hpos, gcord, close
     copied = 0
     for j in range(ppl):
         off = gcord[j]
+        if j + _AHEAD < ppl:
+            ahead = p2l[base + gcord[j + _AHEAD]]
+            if ahead >= 0:
+                _prefetch(l2p, ahead)
         lpn = p2l[base + off]
         if lpn < 0:
             continue
@@ -732,10 +791,18 @@ def _run(ops, starts, npages, handles, sc, l2p, p2l, vpc, lstate, head, nxt, prv
     do_trim = pr[_P_TRIM] == 1
     ruh = pr[_P_RUH]
     n_lines = pr[_P_LINES]
-    for r in range(ops.shape[0]):
+    nops = ops.shape[0]
+    for r in range(nops):
         op = ops[r]
         s = starts[r]
         n = npages[r]
+        # fetch the mapping of the request _AHEAD on, and the physical page of the one half as far on
+        if r + _AHEAD < nops:
+            _prefetch(l2p, starts[r + _AHEAD])
+        if r + _AHEAD // 2 < nops:
+            ahead = l2p[starts[r + _AHEAD // 2]]
+            if ahead >= 0:
+                _prefetch(p2l, ahead)
         if op == 1:
             for lpn in range(s, s + n):
                 if l2p[lpn] >= 0:
@@ -862,7 +929,12 @@ class Ftl:
         # the drive's memory (8 bytes a page for both), 4.3 GB as int64 for a 1 TB sim drive
         maps = np.dtype(np.int32) if c.raw_pages < 2**31 - 1 else np.dtype(np.int64)
         self._l2p = np.full(c.exposed_pages, -1, dtype=maps)
-        self._p2l = np.full(c.raw_pages, -1, dtype=maps)
+        # p2l is left uninitialised (the larger map, never written until used: its memory is not
+        # touched at start-up): the kernel reads a physical page's entry only once the page has been
+        # programmed (GC scans closed lines, invalidation reads the page a mapping points to), and an
+        # erased line's entries are all -1 again (GC clears what it moves; invalidation the rest).
+        # check_invariants looks only at programmed pages.
+        self._p2l = np.empty(c.raw_pages, dtype=maps)
         self._vpc = np.zeros(c.lines, dtype=np.int64)
         self._lstate = np.zeros(c.lines, dtype=np.int8)
         self._head = np.full(ppl + 1, -1, dtype=np.int64)
@@ -918,7 +990,31 @@ class Ftl:
         self._iv_host: list[int] = []
         self._iv_gc: list[int] = []
         self._iv_erase: list[int] = []
+        self._every = c.interval_host_pages
         self._next_mark = c.interval_host_pages if c.interval_host_pages > 0 else 0
+
+    def copy(self) -> Ftl:
+        """An independent drive in this one's exact state (a preconditioned drive, played again)."""
+        out = Ftl.__new__(Ftl)
+        for k, v in self.__dict__.items():
+            if isinstance(v, np.ndarray):
+                v = v.copy()
+            elif isinstance(v, list):
+                v = list(v)
+            out.__dict__[k] = v
+        return out
+
+    @property
+    def interval_every(self) -> int:
+        """Host pages between counter snapshots (0: none)."""
+        return self._every
+
+    def restart_intervals(self, every: int) -> None:
+        """Take counter snapshots every `every` host pages from now on (0: none), forgetting the
+        earlier ones: a replay's intervals then start where the drive's preconditioning ended."""
+        self._iv_host, self._iv_gc, self._iv_erase = [], [], []
+        self._every = max(0, int(every))
+        self._next_mark = int(self._sc[_HOST_PAGES]) + self._every if self._every else 0
 
     # -- entry points --------------------------------------------------------------------------
 
@@ -965,7 +1061,7 @@ class Ftl:
                 f"request {i}: op {int(ops[i])} pages [{int(starts[i])}, {int(starts[i] + n[i])}) "
                 f"outside the exposed capacity of {self.config.exposed_pages} pages (or bad op code)"
             )
-        every = self.config.interval_host_pages
+        every = self._every
         if every <= 0:
             self._run(ops, starts, n, hd)
             return
@@ -1049,8 +1145,16 @@ class Ftl:
         return int((self._l2p >= 0).sum())
 
     def check_invariants(self) -> None:
-        """Cross-check l2p, p2l and the per-line valid counts (for tests; O(capacity))."""
-        l2p, p2l = self._l2p, self._p2l
+        """Cross-check l2p, p2l and the per-line valid counts (for tests; O(capacity)). Only the
+        physical pages ever programmed are looked at (p2l starts uninitialised: Ftl.__init__)."""
+        l2p = self._l2p
+        ppl = self.config.pages_per_line
+        programmed = np.repeat((self._lstate != _FREE) | (self._line_erases > 0), ppl)
+        for f in range(self.config.open_lines):          # an open line: its pages below the write offset
+            line, off = int(self._sc[_FRONT + 2 * f]), int(self._sc[_FRONT + 2 * f + 1])
+            if line >= 0:
+                programmed[line * ppl + off:(line + 1) * ppl] = False
+        p2l = np.where(programmed, self._p2l, -1)
         mapped = np.flatnonzero(l2p >= 0)
         if not np.array_equal(p2l[l2p[mapped]], mapped):
             raise AssertionError("l2p and p2l disagree")

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
+
+from kvwear.harness.devices.sim import Sim
 
 # CI runs property tests derandomized (the same examples every run, so a submission's verdict does
 # not depend on the draw); locally they draw new examples each run, which is how bugs are found.
@@ -44,3 +48,29 @@ def weka_dir(shared: Path) -> Path:
 @pytest.fixture(scope="session")
 def fixtures_dir(shared: Path) -> Path:
     return shared / "fixtures"
+
+
+# The main job's drive in service (Sim.run_options), kept before the session fixture below swaps it.
+IN_SERVICE = (Sim.RUN_PRESET, Sim.RUN_PRECONDITION)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _bare_sim_drive() -> Iterator[None]:
+    """Runs in tests play the `sim` device as the bare drive (preset tiny-blocks, fresh out of the
+    box, one pass of the plan) that the pipeline's tests were written for: drives of a few GB, where
+    the main job's 13 GB reclaim units do not fit, and byte identities of one pass. Tests of the
+    main job's own drive (preconditioned, played until steady) restore it with `in_service`
+    (tests/harness/test_drive_in_service.py)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Sim, "RUN_PRESET", "tiny-blocks")
+        mp.setattr(Sim, "RUN_PRECONDITION", "none")
+        yield
+
+
+@contextmanager
+def in_service() -> Iterator[None]:
+    """`kvwear run`'s own default sim drive, inside a test (see `_bare_sim_drive`)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Sim, "RUN_PRESET", IN_SERVICE[0])
+        mp.setattr(Sim, "RUN_PRECONDITION", IN_SERVICE[1])
+        yield

@@ -44,6 +44,7 @@ from kvwear.units import parse_size
 
 if TYPE_CHECKING:
     from kvwear.emulator.ftl import FtlConfig
+    from kvwear.emulator.presets import DriveRatings
 
 
 @dataclass(frozen=True)
@@ -308,6 +309,19 @@ class Backend:
     @classmethod
     def twin_waf(cls, spec: DeviceSpec, plan: pa.Table) -> float | None:
         """With `capabilities.ftl_twin`: the WAF the embedded FTL predicts for `plan` on this device."""
+        return None
+
+    @classmethod
+    def run_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        """The options the main job (`kvwear run` and its sweep points) plays the device with, given
+        the ones its config names: the config's, plus the backend's defaults for a run (the drive a
+        run measures by default) where the config names none (kvwear.harness.pipeline.sizing.with_run_options)."""
+        return dict(options)
+
+    @classmethod
+    def ratings(cls, spec: DeviceSpec) -> DriveRatings | None:
+        """The drive's rated endurance where kvwear knows it (a sim preset's), for the lifetime
+        estimate; None: the run's configured ratings (or their defaults) apply."""
         return None
 
     @classmethod

@@ -5,8 +5,10 @@ and I/Os), how it handled the plan's trims (`TrimCount`), the drive's own counts
 has them — its media (NAND) writes and so its WAF (`MediaCount`), other counters of the host bytes
 it received (`HostCount`: SMART Data Units Written read inside a guest, an emulator's page
 counter), the bytes per placement handle (`HandleCount`) and an FDP statistics log's deltas
-(`FdpLogCount`) — and notes for the report. The device stage adds the identity, the eBPF capture's
-counts (`CaptureCount`) and the wear readers' deltas, and writes the whole as `DeviceMeasurement`
+(`FdpLogCount`) — the drive behind the counts and the replay's phases where the backend
+preconditions and plays until steady state (`DrivePhases`) — and notes for the report. The
+device stage adds the identity, the eBPF capture's counts (`CaptureCount`) and the wear readers'
+deltas, and writes the whole as `DeviceMeasurement`
 (device/LABEL/result.json, a versioned record, kvwear.records).
 
 The estimator checks each count against the plan by what the record says about it (its source
@@ -103,6 +105,45 @@ class FdpLogCount:
 
 
 @dataclass(frozen=True)
+class Span:
+    """Host and NAND bytes of a stretch of a replay (or of preconditioning)."""
+
+    host_bytes: int
+    nand_bytes: int
+    rounds: int = 0
+
+    @property
+    def waf(self) -> float | None:
+        return self.nand_bytes / self.host_bytes if self.host_bytes else None
+
+
+@dataclass(frozen=True)
+class DrivePhases:
+    """The drive behind a replay's counts and the phases of the replay, from a backend that
+    preconditions the drive and plays the plan in passes until the workload's own steady state (the
+    sim backend). Every count of the ReplayResult covers all `passes`; preconditioning's bytes are
+    in none of them, only here."""
+
+    preset: str | None                 # the drive preset (None: a geometry given by options)
+    drive_note: str                    # how the preset was scaled to the run's capacity
+    precondition: str                  # none | fill | steady
+    precondition_bytes: Span | None    # everything preconditioning wrote (host, NAND)
+    precondition_gc_bytes: int
+    precondition_steady: bool | None   # steady: whether its random rounds reached PTS's steady state
+    precondition_rounds: int
+    passes: int                        # whole passes of the plan the workload played
+    stopped: str                       # why the replay stopped (steady state, max rounds, one pass)
+    rounds: int                        # whole rounds of the workload
+    round_bytes: int
+    steady_reached: bool
+    steady_round: int | None           # 0-based round closing the first steady window
+    transient: Span
+    steady: Span | None
+    last_window: Span
+    window_rounds: int
+
+
+@dataclass(frozen=True)
 class ReplayResult:
     """What a backend issued for one plan and what the drive counted. Bytes are what the backend
     itself counted (fio's io_bytes, the FTL's host pages × page size), not the plan's numbers."""
@@ -122,6 +163,7 @@ class ReplayResult:
     fdp_log: FdpLogCount | None = None
     no_placement: MediaCount | None = None       # the same plan on the same drive without handles
     placement_unavailable: str | None = None     # why handles the plan carries were not played
+    phases: DrivePhases | None = None            # preconditioning and passes (None: one pass as is)
     notes: tuple[str, ...] = ()                  # for the report, verbatim
     tool_output_path: str | None = None          # raw output kept in the run directory
     # host and NAND bytes per interval (cumulative host_bytes, nand_bytes), where the backend counts them

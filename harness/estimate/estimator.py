@@ -46,6 +46,7 @@ from scipy.special import lambertw
 from kvwear.emulator.ftl import FtlConfig
 from kvwear.errors import KvwearError
 from kvwear.harness.devices.measurement import DeviceMeasurement, HostCount, TrimMode
+from kvwear.harness.estimate.phases import describe, lifetime_waf, phase_fields
 from kvwear.harness.estimate.schema import ResultsRow
 from kvwear.harness.estimate.waf_model import DeathSummary, WafPrediction
 from kvwear.harness.plan.placement import PlacementStats
@@ -264,6 +265,7 @@ class EstimateInputs:
     layout: str
     raw_nand_bytes: float            # the full-size drive's raw NAND
     pe_rating_cycles: float
+    rating_source: str = ""          # where the TBW budget's and the P/E rating's figures came from
 
 
 @dataclass(frozen=True)
@@ -371,7 +373,12 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
     r = device.replay
     f = inp.sample_fraction
     tbw, duration = inp.tbw_bytes, inp.duration_s
+    # A device that played the plan in several passes (until the workload's steady state) counted
+    # each pass: the identities hold per pass, so every count is checked against passes × the plan.
+    phases = r.phases
+    passes = phases.passes if phases is not None else 1
     plan_bytes = plan.aligned_write_bytes
+    played_bytes = plan_bytes * passes
     per_day = host_bytes_per_day(plan_bytes / f, duration)
     prediction = inp.prediction
     waf_workload = prediction.waf if prediction is not None else None
@@ -380,11 +387,13 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
     checks: list[Check] = [
         Check.of("ssd_ops write bytes → plan", s.ssd_write_bytes, plan.object_write_bytes, "plan", 0.0,
                  kind="accounting"),
-        Check.of("host bytes", plan_bytes, dev_bytes, r.tool, HOST_BYTES_REL_TOL, kind="accounting"),
+        Check.of("host bytes", played_bytes, dev_bytes, r.tool, HOST_BYTES_REL_TOL, kind="accounting",
+                 note=f"{passes} passes of the plan (the workload played until its steady state)" if passes > 1
+                 else ""),
     ]
     cap = device.capture
     if cap is not None:
-        checks.append(Check.of("host bytes", plan_bytes, cap.write_bytes, f"ebpf:{cap.tracer}", HOST_BYTES_REL_TOL,
+        checks.append(Check.of("host bytes", played_bytes, cap.write_bytes, f"ebpf:{cap.tracer}", HOST_BYTES_REL_TOL,
                                kind="accounting",
                                note=f"injected fault: {cap.injected_fault}" if cap.injected_fault else ""))
     if plan.trim_bytes and r.trims.mode != TrimMode.SKIPPED:
@@ -392,20 +401,26 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
         # leaves out the units rewritten later in their segment); eBPF then checks the issued bytes.
         superseded = r.trims.superseded_bytes
         checks.append(Check.of(
-            "trim bytes", plan.trim_bytes, r.trims.planned_bytes, r.tool, 0.0, kind="accounting",
+            "trim bytes", plan.trim_bytes * passes, r.trims.planned_bytes, r.tool, 0.0, kind="accounting",
             note=(f"deferred trims (the player cannot replay trims in place): {r.trim_bytes:,} bytes issued, "
                   f"{superseded:,} rewritten later in their segment and not trimmed") if superseded else ""))
         if cap is not None:
             checks.append(Check.of("trim bytes", r.trim_bytes, cap.discard_bytes, f"ebpf:{cap.tracer}",
                                    HOST_BYTES_REL_TOL, kind="accounting"))
-    checks.extend(counter_check(plan_bytes, c) for c in r.host_counts)
+    checks.extend(counter_check(played_bytes, c) for c in r.host_counts)
     for w in device.wear:
         if w.host_bytes is None:
             continue
         unit = NVME_DATA_UNIT_BYTES if w.data_units is not None else 1
-        checks.append(counter_check(plan_bytes, HostCount(f"wear:{w.source}", w.host_bytes, unit)))
+        checks.append(counter_check(played_bytes, HostCount(f"wear:{w.source}", w.host_bytes, unit)))
     placement_row, placement_checks = placement_result(plan, device, measured_waf)
     checks.extend(placement_checks)
+    replay_waf = measured_waf
+    measured_note = ""
+    if phases is not None:
+        # the lifetime's WAF: the workload's steady state (kvwear.harness.estimate.phases)
+        measured_waf, waf_source = lifetime_waf(phases, replay_waf)
+        measured_note = f"measured: {waf_source}; {describe(phases)}"
     # The embedded FTL, configured as the device, on the same plan: its WAF is a prediction too.
     if inp.waf_emulator is not None and measured_waf is not None:
         checks.append(Check.of("WAF (FTL emulator)", inp.waf_emulator, measured_waf, r.tool, WAF_REL_TOL,
@@ -415,9 +430,11 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
         model_note = (f"{prediction.model} (the workload WAF model) on {prediction.p_eff_pages * 4096 / 2**20:,.0f} "
                       f"MiB of GC space; {prediction.regime} GC"
                       + ("; the model plays the plan on an empty drive, this one was preconditioned first"
-                         if inp.preconditioned else ""))
+                         if inp.preconditioned else "")
+                      + (f"; {measured_note}" if measured_note else ""))
     uniform_note = ("reference only: uniform random overwrites of the whole exposed space; "
-                    f"the {inp.layout} layout's write pattern is not that")
+                    f"the {inp.layout} layout's write pattern is not that"
+                    + (f"; {measured_note}" if measured_note else ""))
     if measured_waf is not None:
         if prediction is not None:
             checks.append(Check.of("WAF (workload model)", prediction.waf, measured_waf, r.tool, WAF_REL_TOL,
@@ -427,7 +444,8 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
     life_waf1 = projected_lifetime_days(tbw, per_day, 1.0)
     life_uniform = projected_lifetime_days(tbw, per_day, inp.waf_uniform)
     life_workload = projected_lifetime_days(tbw, per_day, waf_workload) if waf_workload is not None else None
-    measured_per_day = host_bytes_per_day(dev_bytes / f, duration)
+    # the host bytes of one pass: the trace's span stands for one pass of the plan
+    measured_per_day = host_bytes_per_day(dev_bytes / passes / f, duration)
     # nothing written: the drive lasts for ever, whatever its WAF (which it cannot measure then)
     life_measured = (math.inf if measured_per_day == 0
                      else projected_lifetime_days(tbw, measured_per_day, measured_waf) if measured_waf is not None
@@ -471,6 +489,8 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
         lifetime_days_measured=life_measured,
         **placement_row,
         **pe,
+        **(phase_fields(phases, replay_waf) if phases is not None else {}),
+        rating_source=inp.rating_source,
         # Accounting failures are faults; model failures are findings (Check).
         accounting_checks_passed=sum(c.passed for c in checks if c.kind == "accounting"),
         accounting_checks_total=sum(c.kind == "accounting" for c in checks),

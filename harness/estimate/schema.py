@@ -82,6 +82,31 @@ class ResultsRow:
     lifetime_days_pe_uniform: float | None = None
     lifetime_days_pe_workload: float | None = None
     lifetime_days_pe_measured: float | None = None
+    # the drive behind the measured WAF and the replay's phases (kvwear.harness.estimate.phases),
+    # where the device reports them (sim): the preset and how it was scaled to the run's capacity;
+    # what preconditioning (none | fill | steady) wrote, apart from the workload, and whether its
+    # random rounds reached SNIA PTS's steady state; the passes and whole rounds the workload
+    # played; its WAF over the whole replay, in the transient, in the first steady window and in
+    # the last window; which of them waf_measured (the lifetime's WAF) is
+    drive_preset: str | None = None
+    drive_scaling: str | None = None
+    precondition: str | None = None
+    precondition_host_bytes: int | None = None
+    precondition_nand_bytes: int | None = None
+    precondition_gc_bytes: int | None = None
+    precondition_waf: float | None = None
+    precondition_steady: bool | None = None
+    workload_passes: int | None = None
+    workload_rounds: int | None = None
+    waf_replay: float | None = None
+    waf_transient: float | None = None
+    waf_steady: float | None = None
+    steady_state_reached: bool | None = None
+    steady_state_round: int | None = None
+    waf_last_window: float | None = None
+    waf_lifetime_source: str | None = None
+    # where the TBW budget's DWPD and years and the P/E rating came from (config, preset, default)
+    rating_source: str | None = None
     # the cross-validation tally (kvwear.harness.estimate.estimator.Check kinds)
     accounting_checks_passed: int | None = None
     accounting_checks_total: int | None = None
@@ -106,9 +131,16 @@ def _field(name: str, tp: Any) -> pa.Field:
     return pa.field(name, _ARROW[base], nullable=optional)
 
 
+# Version 2 added the drive and phase columns; a version-1 table reads with them null.
+_V2 = ("drive_preset", "drive_scaling", "precondition", "precondition_host_bytes", "precondition_nand_bytes",
+       "precondition_gc_bytes", "precondition_waf", "precondition_steady", "workload_passes", "workload_rounds",
+       "waf_replay", "waf_transient", "waf_steady", "steady_state_reached", "steady_state_round", "waf_last_window",
+       "waf_lifetime_source", "rating_source")
+
 RESULTS = TableSpec(
     kind="results",
-    version=1,
+    version=2,
+    defaults=tuple((name, None) for name in _V2),
     schema=pa.schema([_field(f.name, t) for f, t in zip(
         dataclasses.fields(ResultsRow), typing.get_type_hints(ResultsRow).values(), strict=True)]),
 )

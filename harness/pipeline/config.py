@@ -111,8 +111,11 @@ class CaptureConfig:
 
 @dataclass(frozen=True)
 class EstimateConfig:
-    dwpd: float = 1.0
-    warranty_years: float = 5.0
+    """The drive's ratings for the lifetime: 0 takes the device's own rating (a sim drive preset's:
+    kvwear.harness.pipeline.run.drive_rating), else 1 DWPD over 5 years and TLC's 3,000 P/E cycles."""
+
+    dwpd: float = 0.0
+    warranty_years: float = 0.0
     rated_pe_cycles: int = 0              # >0: TBW from P/E cycles instead of DWPD
     trace_day_fraction: float = 0.0       # 0: derive from the trace's duration
 
@@ -239,8 +242,8 @@ _RANGES: dict[tuple[str, str], tuple[Callable[[Any], bool], str]] = {
     ("simulator", "gpu_usd_per_hour"): (lambda v: v > 0, "> 0"),
     ("simulator", "ssd_usd_per_tb_written"): (lambda v: v >= 0, "≥ 0"),
     ("simulator", "interval_s"): (lambda v: v > 0, "> 0"),
-    ("estimate", "dwpd"): (lambda v: v > 0, "> 0"),
-    ("estimate", "warranty_years"): (lambda v: v > 0, "> 0"),
+    ("estimate", "dwpd"): (lambda v: v >= 0, "≥ 0 (0: the drive's rating, else 1)"),
+    ("estimate", "warranty_years"): (lambda v: v >= 0, "≥ 0 (0: the drive's rating, else 5)"),
     ("estimate", "rated_pe_cycles"): (lambda v: v >= 0, "≥ 0 (0: use dwpd)"),
     ("estimate", "trace_day_fraction"): (lambda v: v >= 0, "≥ 0 (0: the trace's own span)"),
 }

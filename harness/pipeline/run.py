@@ -10,10 +10,14 @@ skips marked stages and reads their records back), with the typed record each ha
                            `kvwear simulate` calls) → policies/LABEL/ (SimOutput)
   plan/LABEL               ssd_ops → block_ops on the device's capacity (harness.plan) → plan/LABEL/ (Plan)
   device/LABEL             play the plan on the device (wear snapshots, eBPF capture) → device/LABEL/
-                           (estimate.DeviceBytes)
+                           (estimate.DeviceBytes); the sim drive in service preconditions first and
+                           plays the plan until the workload's steady state (kvwear.harness.devices.sim)
   estimate/LABEL           lifetime projections and predicted-vs-measured checks (estimate.estimate_policy)
                            → estimate/LABEL/crossval.json, which keeps the results row
   results, report          results.parquet (schema.RESULTS) and report/
+
+Ratings: the lifetime's DWPD, warranty years and P/E cycles are the config's where it names them,
+else the device's own (`drive_rating`: a sim drive preset's), else 1 DWPD, 5 years, 3,000 P/E.
 
 Scaling: `workload.sample_fraction` f keeps whole sessions (or, without sessions, whole
 root-prefix groups) with probability f and scales the DRAM and SSD tiers by f; lifetime
@@ -71,6 +75,7 @@ from kvwear.harness.pipeline.sizing import (
     placement_config,
     size_tiers,
     wear_readers,
+    with_run_options,
 )
 from kvwear.harness.plan.placement import PlacementConfig, PlacementStats, assign_placement
 from kvwear.harness.plan.planner import PlanCounts, ReplayConfig, plan_block_ops, stream_block_ops
@@ -468,10 +473,11 @@ def placement_gains(rows: list[ResultsRow], reference: str = "lru") -> list[Resu
     ref = next((r for r in rows if r.policy == reference), None)
     out = []
     for r in rows:
-        if ref is not None and r.plan_write_bytes and ref.plan_write_bytes and ref.waf_no_placement \
-                and r.waf_measured:
+        # the twin without placement plays the whole replay: compare it with the whole replay's WAF
+        waf = r.waf_replay or r.waf_measured
+        if ref is not None and r.plan_write_bytes and ref.plan_write_bytes and ref.waf_no_placement and waf:
             hg = ref.plan_write_bytes / r.plan_write_bytes
-            wg = ref.waf_no_placement / r.waf_measured
+            wg = ref.waf_no_placement / waf
             r = dataclasses.replace(r, host_write_gain_vs_lru=hg, waf_gain_vs_lru=wg, lifetime_gain_vs_lru=hg * wg)
         out.append(r)
     return out
@@ -528,7 +534,7 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, plan: Plan, devic
         return PolicyOutcome(label, est.row, est.checks)
 
     def compute() -> tuple[PolicyOutcome, Mapping[str, Any]]:
-        tbw, duration = tbw_and_duration(cfg, sim.summary.span_s)
+        tbw, duration = tbw_and_duration(cfg, sim.summary.span_s, capacity)
         waf_uniform, waf_uniform_src = uniform_waf(cfg, capacity)
         raw, rating = pe_rating(cfg, capacity)
         est = estimate_policy(EstimateInputs(
@@ -538,7 +544,8 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, plan: Plan, devic
             waf_uniform_source=waf_uniform_src, prediction=plan_workload_waf(cfg, plan, capacity),
             waf_emulator=emulator_waf(cfg, rd, label),
             preconditioned=device_backend(cfg).preconditioned(device_spec(cfg, capacity)),
-            layout=cfg.replay.layout, raw_nand_bytes=raw, pe_rating_cycles=rating))
+            layout=cfg.replay.layout, raw_nand_bytes=raw, pe_rating_cycles=rating,
+            rating_source=drive_rating(cfg, capacity).source))
         est.dump(path)
         return PolicyOutcome(label, est.row, est.checks), {}
 
@@ -556,7 +563,7 @@ def run(cfg: RunConfig, out: str | Path, *, resume: bool = False, replay: bool =
     from kvwear.exclusive import locked
     from kvwear.harness.pipeline.preflight import preflight
 
-    cfg, sizing = size_tiers(cfg)      # the stored config.toml holds the resolved tiers
+    cfg, sizing = size_tiers(with_run_options(cfg))   # config.toml holds the resolved tiers and drive
     preflight(cfg, replay=replay)
     rd = RunDir(out)
     rd.create()
@@ -635,13 +642,55 @@ def run_point(cfg: RunConfig, out: Path, *, replay: bool) -> ResultsRow:
     return outcome.outcomes[0].row
 
 
-def tbw_and_duration(cfg: RunConfig, span_s: float) -> tuple[float, float]:
-    """The full-size drive's endurance budget (TBW) and the seconds the trace stands for (its
-    span, or `estimate.trace_day_fraction` of a day; 1 s for a trace of one instant)."""
+DEFAULT_DWPD = 1.0
+DEFAULT_WARRANTY_YEARS = 5.0
+
+
+@dataclass(frozen=True)
+class DriveRating:
+    """The ratings a run's lifetime uses and where each came from (`drive_rating`)."""
+
+    dwpd: float
+    warranty_years: float
+    pe_cycles: int
+    tbw_from_pe: bool                  # the config named P/E cycles: TBW from them instead of DWPD
+    source: str
+
+
+def drive_rating(cfg: RunConfig, capacity: int | None) -> DriveRating:
+    """Each rating from the config where it names one (non-zero), else from the device's own rating
+    (`Backend.ratings`: a sim drive preset's datasheet figures), else the defaults (1 DWPD, 5 years,
+    TLC's 3,000 P/E cycles)."""
+    e = cfg.estimate
+    r = device_backend(cfg).ratings(device_spec(cfg, capacity)) if capacity is not None else None
+    rated = f"rated: {r.source}" if r is not None else ""
+
+    def pick(configured: float, own: float | None, default: float) -> tuple[float, str]:
+        if configured:
+            return configured, "config"
+        if own:
+            return own, rated
+        return default, "default"
+
+    dwpd, s1 = pick(e.dwpd, r.dwpd if r else None, DEFAULT_DWPD)
+    years, s2 = pick(e.warranty_years, r.warranty_years if r else None, DEFAULT_WARRANTY_YEARS)
+    pe, s3 = pick(e.rated_pe_cycles, r.rated_pe_cycles if r else None, TLC_PE_CYCLES)
+    by_source: dict[str, list[str]] = {}
+    for text, src in ((f"{dwpd:g} DWPD", s1), (f"{years:g} years", s2), (f"{int(pe):,} P/E cycles", s3)):
+        by_source.setdefault(src, []).append(text)
+    return DriveRating(dwpd, years, int(pe), bool(e.rated_pe_cycles),
+                       "; ".join(f"{', '.join(t)} ({src})" for src, t in by_source.items())
+                       + ("; TBW from the P/E cycles" if e.rated_pe_cycles else ""))
+
+
+def tbw_and_duration(cfg: RunConfig, span_s: float, capacity: int | None = None) -> tuple[float, float]:
+    """The full-size drive's endurance budget (TBW: `drive_rating`'s DWPD × 365 × years × the SSD
+    tier, or the tier × the configured P/E cycles) and the seconds the trace stands for (its span,
+    or `estimate.trace_day_fraction` of a day; 1 s for a trace of one instant)."""
     e = cfg.estimate
     cap = cfg.tiers.ssd_bytes
-    tbw = (tbw_from_pe_cycles(cap, e.rated_pe_cycles) if e.rated_pe_cycles
-           else tbw_from_dwpd(cap, e.dwpd, e.warranty_years))
+    r = drive_rating(cfg, capacity)
+    tbw = tbw_from_pe_cycles(cap, r.pe_cycles) if r.tbw_from_pe else tbw_from_dwpd(cap, r.dwpd, r.warranty_years)
     duration = e.trace_day_fraction * 86_400.0 if e.trace_day_fraction else span_s
     return tbw, duration if duration > 0 else 1.0
 
@@ -651,13 +700,13 @@ def _row_without_device(cfg: RunConfig, label: str, summary: SimSummary) -> Resu
     4 KiB-aligned bytes are not known here; the replay path uses them: they differ only by the
     stated rounding), under WAF 1 and the uniform reference."""
     f = cfg.workload.sample_fraction
-    tbw, duration = tbw_and_duration(cfg, float(summary.span_s))
+    tbw, duration = tbw_and_duration(cfg, float(summary.span_s), device_capacity(cfg))
     per_day = host_bytes_per_day(summary.ssd_write_bytes / f, duration)
     waf_uniform, src = uniform_waf(cfg, device_capacity(cfg))
     return ResultsRow(
         policy=label, model=cfg.model, dram_bytes=cfg.tiers.dram_bytes, ssd_bytes=cfg.tiers.ssd_bytes,
         sample_fraction=f, **sim_fields(summary), tbw_bytes=tbw, host_bytes_per_day=per_day,
-        waf_uniform=waf_uniform, waf_uniform_source=src,
+        waf_uniform=waf_uniform, waf_uniform_source=src, rating_source=drive_rating(cfg, device_capacity(cfg)).source,
         lifetime_days_waf1=projected_lifetime_days(tbw, per_day, 1.0),
         lifetime_days_uniform=projected_lifetime_days(tbw, per_day, waf_uniform),
         **pe_projections(*pe_rating(cfg, device_capacity(cfg)),
@@ -666,7 +715,7 @@ def _row_without_device(cfg: RunConfig, label: str, summary: SimSummary) -> Resu
 
 def pe_rating(cfg: RunConfig, capacity: int) -> tuple[float, float]:
     """The full-size drive's raw NAND (the SSD tier × the device's raw/exposed ratio; 1 where its
-    geometry is unknown) and its P/E rating (`estimate.rated_pe_cycles`, else TLC's 3,000)."""
+    geometry is unknown) and its P/E rating (`drive_rating`: the config's, the drive's, else TLC's 3,000)."""
     ftl = device_ftl_config(cfg, capacity)
     raw = cfg.tiers.ssd_bytes * (ftl.raw_bytes / ftl.exposed_bytes if ftl is not None else 1.0)
-    return raw, cfg.estimate.rated_pe_cycles or TLC_PE_CYCLES
+    return raw, drive_rating(cfg, capacity).pe_cycles

@@ -1,5 +1,7 @@
-"""The device a run plays on, asked of its backend: the backend, its spec, the capacity the plan is
-laid out on, the tiers sized against a device of fixed size, its FTL geometry and wear readers.
+"""The device a run plays on, asked of its backend: the backend, its spec and the options the main
+job plays it with (`with_run_options`: the sim drive in service unless the config names a drive),
+the capacity the plan is laid out on, the tiers sized against a device of fixed size, its FTL
+geometry and wear readers.
 
 The run, its static checks (preflight) and sweeps ask these; they test no backend by name
 (`Backend.capabilities` and its hooks answer). This module reads the config; it must not open a
@@ -37,6 +39,16 @@ def device_capacity(cfg: RunConfig) -> int:
     ssd = cfg.tiers.ssd_bytes or DEFAULT_SSD_BYTES
     cap = cfg.device.capacity_bytes or int(ssd * cfg.workload.sample_fraction * CAPACITY_HEADROOM)
     return max(a, -(-cap // a) * a)
+
+
+def with_run_options(cfg: RunConfig) -> RunConfig:
+    """The config with the device options the main job plays (`Backend.run_options`: the sim
+    backend's drive in service unless the config names a drive), so the stored config.toml and the
+    manifest name the preset and the preconditioning a run measured."""
+    opts = device_backend(cfg).run_options(cfg.device.options)
+    if opts == dict(cfg.device.options):
+        return cfg
+    return dataclasses.replace(cfg, device=dataclasses.replace(cfg.device, options=opts))
 
 
 def device_backend(cfg: RunConfig) -> type[Backend]:

@@ -265,6 +265,9 @@ params = {sessions = 6, turns = 4}
 [base.tiers]
 dram = "1GB"
 ssd = "8GB"
+[base.device]
+# the bare drive (subprocesses do not get tests/conftest.py's): what is under test is the sweep
+options = {preset = "tiny-blocks", precondition = "none"}
 [grid]
 policies = ["lru", "fifo", "type-aware", "lru-k:k=1..5"]
 [sweep]

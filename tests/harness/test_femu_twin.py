@@ -22,11 +22,12 @@ from typer.testing import CliRunner
 
 from kvwear.emulator.ftl import OP_READ, OP_TRIM, OP_WRITE, Ftl, FtlConfig
 from kvwear.harness.cli.main import app
+from kvwear.harness.devices.measurement import DeviceMeasurement
 from kvwear.harness.devices.qemu import FEMU_BINARY_ENV, Femu
 from kvwear.harness.devices.sim import plan_to_requests
 from kvwear.harness.pipeline.config import load_config
 from kvwear.harness.pipeline.sizing import device_spec
-from kvwear.harness.wear.femu import parse_femu_counters
+from kvwear.harness.wear.femu import FEMU_PAGE_BYTES, parse_femu_counters
 
 FIXTURES = Path(__file__).parent / "fixtures" / "femu-head-gc"
 CASES = ("lru-52-lines", "gandalf4-52-lines", "lru-60-lines", "lru-52-lines-big-rows", "lru-52-lines-trim",
@@ -268,9 +269,11 @@ def test_twin_matches_a_live_femu_run(tmp_path: Path) -> None:
         args += ["--device-option", f"qemu_args={os.environ['KVWEAR_FEMU_QEMU_ARGS']}"]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output + repr(res.exception)
-    device = json.loads((out / "device" / "lru" / "result.json").read_text())
-    femu_host, femu_gc = device["extra"]["femu_host_pages_delta"], device["extra"]["femu_gc_pages_delta"]
+    replay = DeviceMeasurement.load(out / "device" / "lru" / "result.json").replay
+    assert replay.media is not None
+    femu_host = replay.media.host_bytes // FEMU_PAGE_BYTES
+    femu_gc = (replay.media.media_bytes - replay.media.host_bytes) // FEMU_PAGE_BYTES
     assert femu_gc > femu_host
     twin = Femu.twin_counters(device_spec(load_config(out / "config.toml"), None),
-                              pq.read_table(out / "plan" / "lru" / "block_ops.parquet"), fio_version=device["tool"])
+                              pq.read_table(out / "plan" / "lru" / "block_ops.parquet"), fio_version=replay.tool)
     assert (twin.host_pages, twin.gc_pages) == (femu_host, femu_gc)
