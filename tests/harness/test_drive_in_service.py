@@ -118,8 +118,10 @@ def test_a_preconditioned_drive_is_reused_identically(tmp_path: Path) -> None:
 def test_timeline_counts_the_workload_per_interval(tmp_path: Path) -> None:
     res = SimDevice(_spec(precondition="fill"), tmp_path / "d").replay(_plan(), tmp_path / "d")
     iv = pq.read_table(res.intervals_path).to_pydict()
-    assert sum(iv["host_bytes"]) <= res.write_bytes                    # per interval, the workload's only
-    assert iv["host_pages"][-1] * U == sum(iv["host_bytes"])
+    # cumulative from the replay's start (preconditioning's bytes in none), ending at its totals
+    assert iv["host_bytes"][-1] == res.write_bytes and iv["nand_bytes"][-1] == res.nand_write_bytes
+    assert (np.diff(iv["host_bytes"]) >= 0).all() and iv["host_bytes"][0] > 0
+    assert iv["host_pages"][-1] * U == iv["host_bytes"][-1]
 
 
 @pytest.mark.parametrize("options,message", [
