@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Literal
 
 from kvwear.children import die_with_parent
 from kvwear.errors import KvwearError
+from kvwear.values import BadValue, read_fields
 
 if TYPE_CHECKING:
     from kvwear.emulator.ftl import FtlConfig
@@ -292,16 +293,10 @@ class FemuGeometry:
     @classmethod
     def from_options(cls, options: Mapping[str, object], source: str = "device.options") -> FemuGeometry:
         """Build from a mapping of field names (unknown names are an error naming them)."""
-        known = {f for f in cls.__dataclass_fields__}
-        bad = sorted(set(options) - known)
-        if bad:
-            raise KvwearError(f"{source}: unknown FEMU geometry setting(s) {', '.join(bad)}; "
-                              f"valid: {', '.join(sorted(known))}")
-        kwargs: dict[str, int] = {}
-        for k, v in options.items():
-            if isinstance(v, bool) or not isinstance(v, int | str) or not str(v).strip().lstrip("+-").isdigit():
-                raise KvwearError(f"{source}.{k}: expected an integer, got {v!r}")
-            kwargs[k] = int(v)
+        try:
+            kwargs = read_fields(cls, options, kind="FEMU geometry setting")
+        except BadValue as exc:
+            raise KvwearError(f"{source}.{exc.field}: {exc.reason}") from None
         return cls(**kwargs)
 
 

@@ -73,11 +73,9 @@ mutate simulator-owned fields of objects.
 from __future__ import annotations
 
 import dataclasses
-import math
-import types
 import typing
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -88,6 +86,7 @@ from kvwear.kv import parse_kv
 from kvwear.policies.config import SimConfig
 from kvwear.policies.tree import DRAM, HBM, SSD, TIER_NAMES, Obj, Segment, State
 from kvwear.registry import Registry
+from kvwear.values import BadValue, read_value
 
 
 class PolicySpecError(KvwearError, ValueError):
@@ -130,38 +129,12 @@ def param_infos(params_cls: type[PolicyParams]) -> list[ParamInfo]:
     return out
 
 
-def _convert(text: str, typ: Any, where: str) -> Any:
-    origin = typing.get_origin(typ)
-    if origin is typing.Literal:
-        choices = typing.get_args(typ)
-        if text not in choices:
-            raise PolicySpecError(f"{where}: {text!r} is not one of {', '.join(map(str, choices))}")
-        return text
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(typ) if a is not type(None)]
-        if text.lower() in ("none", "null", "") and len(args) < len(typing.get_args(typ)):
-            return None
-        typ = args[0]
+def _convert(text: str, typ: Any, where: str, meta: Mapping[str, Any] | None = None) -> Any:
+    """A parameter's text by kvwear.values' rules (the same as config files and device options)."""
     try:
-        if typ is bool:
-            low = text.lower()
-            if low in ("1", "true", "yes", "on"):
-                return True
-            if low in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(text)
-        if typ is int:
-            return int(text)
-        if typ is float:
-            value = float(text)
-            if not math.isfinite(value):          # 'nan', 'inf' parse, but no rule means them
-                raise ValueError(text)
-            return value
-        if typ is str:
-            return text
-    except ValueError:
-        raise PolicySpecError(f"{where}: {text!r} is not a valid {typ.__name__}") from None
-    raise PolicySpecError(f"{where}: unsupported parameter type {typ}")
+        return read_value(text, typ, name=where, meta=meta)
+    except BadValue as exc:
+        raise PolicySpecError(f"{where}: {exc.reason}") from None
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
@@ -178,13 +151,14 @@ def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
 def build_params(params_cls: type[PolicyParams], values: dict[str, str], policy: str) -> PolicyParams:
     """Type-checked params instance from string values; unknown names list the valid ones."""
     hints = _field_types(params_cls)
-    names = [f.name for f in dataclasses.fields(params_cls)]
+    fields = {f.name: f for f in dataclasses.fields(params_cls)}
+    names = list(fields)
     kwargs: dict[str, Any] = {}
     for k, v in values.items():
         if k not in names:
             valid = ", ".join(names) if names else "(none: this policy takes no parameters)"
             raise PolicySpecError(f"policy {policy!r}: unknown parameter {k!r}; valid: {valid}")
-        kwargs[k] = _convert(v, hints[k], f"policy {policy!r} parameter {k!r}")
+        kwargs[k] = _convert(v, hints[k], f"policy {policy!r} parameter {k!r}", fields[k].metadata)
     try:
         p = params_cls(**kwargs)
     except ValueError as exc:

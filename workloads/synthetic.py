@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, get_args, get_origin, get_type_hints
+from typing import Any, get_type_hints
 
 import numpy as np
 import pyarrow as pa
@@ -52,6 +52,7 @@ import pyarrow as pa
 from kvwear.errors import InputError
 from kvwear.kv import parse_kv
 from kvwear.registry import Registry
+from kvwear.values import BadValue, read_value
 from kvwear.workloads.schema import REQUESTS
 
 # --- config helpers ---------------------------------------------------------------------------
@@ -659,34 +660,25 @@ class Generator:
         in errors): unknown names, wrong types ("five", 1.9 for an integer, NaN) and values out
         of range are InputErrors naming the option."""
         hints = get_type_hints(self.config)
-        names = [f.name for f in fields(self.config)]
+        meta = {f.name: f.metadata for f in fields(self.config)}
+        names = list(meta)
         kwargs: dict[str, Any] = {}
         for k, v in params.items():
             if k not in names:
                 raise InputError(where, None, k, f"unknown {self.kind} option; valid: {', '.join(names)}")
-            kwargs[k] = _typed(v, hints[k], where, k)
+            kwargs[k] = _typed(v, hints[k], where, k, meta[k])
         try:
             return self.config(**kwargs)
         except (ValueError, TypeError) as exc:
             raise InputError(where, None, None, f"{self.kind}: {exc}") from None
 
 
-def _typed(v: Any, typ: Any, where: str, name: str) -> Any:
-    """`v` checked against a config field's type (numbers finite, integers integral)."""
-    if v is None and type(None) in get_args(typ):
-        return v
-    base = next((a for a in get_args(typ) if a is not type(None)), typ) if get_origin(typ) is not tuple else tuple
-    if base is int:
-        if isinstance(v, bool) or not isinstance(v, int | float) or not float(v).is_integer():
-            raise InputError(where, None, name, f"expected an integer, got {v!r}")
-        return int(v)
-    if base is float:
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-            raise InputError(where, None, name, f"expected a finite number, got {v!r}")
-        return float(v)
-    if base is str and not isinstance(v, str):
-        raise InputError(where, None, name, f"expected a string, got {v!r}")
-    return v
+def _typed(v: Any, typ: Any, where: str, name: str, meta: Mapping[str, Any] | None = None) -> Any:
+    """`v` read as a config field's type by kvwear.values' rules (numbers finite, integers integral)."""
+    try:
+        return read_value(v, typ, name=name, meta=meta)
+    except BadValue as exc:
+        raise InputError(where, None, name, exc.reason) from None
 
 
 GENERATORS: Registry[Generator] = Registry("synthetic workload")

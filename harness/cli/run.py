@@ -17,21 +17,14 @@ from kvwear.harness.estimate.schema import ResultsRow
 from kvwear.harness.pipeline.config import RunConfig, load_config, with_overrides
 from kvwear.kv import parse_kv
 from kvwear.units import format_bytes
+from kvwear.values import toml_scalar
 
 console = Console(stderr=True)
 
 
 def _kv(items: list[str], flag: str) -> dict[str, Any]:
-    return {k: _scalar(v) for k, v in parse_kv(items, flag, form="KEY=VALUE", error=typer.BadParameter).items()}
-
-
-def _scalar(v: str) -> Any:
-    for conv in (int, float):
-        try:
-            return conv(v)
-        except ValueError:
-            continue
-    return {"true": True, "false": False}.get(v.lower(), v)
+    """KEY=VALUE flags, each VALUE read as `KEY = VALUE` reads in a config file (kvwear.values)."""
+    return {k: toml_scalar(v) for k, v in parse_kv(items, flag, form="KEY=VALUE", error=typer.BadParameter).items()}
 
 
 @app.command("run", epilog="""Examples:

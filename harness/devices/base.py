@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import os
-import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, get_origin, get_type_hints
 
 import pyarrow as pa
 
@@ -40,7 +38,7 @@ from kvwear.harness.devices.measurement import ReplayResult
 from kvwear.harness.devices.safety import FILE_MARKER_XATTR
 from kvwear.harness.wear.identify import DeviceIdentity
 from kvwear.registry import Registry
-from kvwear.units import parse_size
+from kvwear.values import BadValue, bounds, read_value
 
 if TYPE_CHECKING:
     from kvwear.emulator.ftl import FtlConfig
@@ -93,21 +91,6 @@ class DeviceBackend(Protocol):
     def close(self) -> None: ...
 
 
-def option_flag(options: Mapping[str, Any], key: str, default: bool = False) -> bool:
-    """A boolean backend option, which may arrive as text (--device-option k=v, or a TOML string):
-    true/false, yes/no, on/off, 1/0; anything else is an error naming the option."""
-    v = options.get(key, default)
-    if isinstance(v, str):
-        low = v.strip().lower()
-        if low in ("1", "true", "yes", "on"):
-            return True
-        if low in ("0", "false", "no", "off"):
-            return False
-    elif isinstance(v, bool | int):
-        return bool(v)
-    raise KvwearError(f"device option {key}: expected true or false, got {v!r}")
-
-
 class DeviceFactory(Protocol):
     def __call__(self, spec: DeviceSpec, workdir: Path) -> DeviceBackend: ...
 
@@ -122,9 +105,11 @@ Precondition = Literal["none", "fill", "steady"]
 
 
 def option(default: Any = dataclasses.MISSING, *, ge: float | None = None, gt: float | None = None,
-           choices: tuple[str, ...] = (), default_factory: Any = dataclasses.MISSING) -> Any:
-    """A Params field with a lower bound (`ge`/`gt`) or a set of `choices` that `DeviceParams.parse` checks."""
-    meta = {"ge": ge, "gt": gt, "choices": choices}
+           le: float | None = None, lt: float | None = None, choices: tuple[str, ...] = (),
+           default_factory: Any = dataclasses.MISSING) -> Any:
+    """A Params field with bounds (`ge`/`gt`/`le`/`lt`) or a set of `choices` that `DeviceParams.parse`
+    checks (kvwear.values.bounds)."""
+    meta = bounds(ge=ge, gt=gt, le=le, lt=lt, choices=choices)
     if default_factory is not dataclasses.MISSING:
         return field(default_factory=default_factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -144,10 +129,9 @@ class DeviceParams:
 
     @classmethod
     def parse(cls: type[P], options: Mapping[str, Any], where: str) -> P:
-        """The options as this record: each value read by its field's type (bool by `option_flag`'s
-        words; int/float from numbers or their text, a `*_bytes` int also from a size like 64MiB;
-        str from text or a number; a Literal or `choices` from its words; X | None; a mapping field
-        also from flat `name.key` entries) and checked against the field's range. An unknown name
+        """The options as this record: each value read by its field's type and range by
+        kvwear.values' rules (the config file's and every other setting's; a mapping field also
+        from flat `name.key` entries). An unknown name
         is refused with the valid ones; a bad value names the option and what it expects."""
         hints = get_type_hints(cls)
         fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -174,63 +158,11 @@ def _is_mapping(tp: Any) -> bool:
 
 
 def _read_option(where: str, name: str, v: Any, tp: Any, meta: Mapping[str, Any]) -> Any:
-    """One option value as type `tp` (see DeviceParams.parse)."""
-    def fail(expected: str) -> KvwearError:
-        return KvwearError(f"{where}: option {name}: expected {expected}, got {v!r}")
-
-    args = get_args(tp)
-    if get_origin(tp) in (types.UnionType, typing.Union):          # X | None
-        if v is None:
-            return None
-        tp = next(a for a in args if a is not type(None))
-        args = get_args(tp)
-    choices: tuple[str, ...] = tuple(args) if get_origin(tp) is Literal else tuple(meta.get("choices") or ())
-    if choices:
-        if not isinstance(v, str) or v not in choices:
-            raise KvwearError(f"{where}: option {name} must be one of {', '.join(choices)}, got {v!r}")
-        return v
-    out: Any
-    if tp is bool:
-        try:
-            return option_flag({name: v}, name)
-        except KvwearError:
-            raise fail("true or false") from None
-    if _is_mapping(tp):
-        if not isinstance(v, Mapping):
-            raise fail("a table")
-        return dict(v)
-    if tp is str:
-        if isinstance(v, bool) or not isinstance(v, str | int | float):
-            raise fail("text")
-        return str(v)
-    if tp is int:
-        if isinstance(v, bool) or not isinstance(v, int | str):
-            raise fail("an integer")
-        try:
-            out = int(v)
-        except ValueError:
-            if not name.endswith("_bytes"):
-                raise fail("an integer") from None
-            try:
-                out = parse_size(v)
-            except ValueError:
-                raise fail("a size in bytes (4096, 64MiB, 1GB)") from None
-    elif tp is float:
-        if isinstance(v, bool) or not isinstance(v, int | float | str):
-            raise fail("a number")
-        try:
-            out = float(v)
-        except ValueError:
-            raise fail("a number") from None
-        if not math.isfinite(out):
-            raise fail("a finite number")
-    else:                                                           # a Params field of a type not read here
-        raise TypeError(f"{where}: option {name} has type {tp!r}, which DeviceParams.parse cannot read")
-    for key, ok, word in (("ge", lambda b: out >= b, "≥"), ("gt", lambda b: out > b, ">")):
-        bound = meta.get(key)
-        if bound is not None and not ok(bound):
-            raise KvwearError(f"{where}: option {name} must be {word} {bound:g}, got {v!r}")
-    return out
+    """One option value as type `tp`, by kvwear.values' rules (see DeviceParams.parse)."""
+    try:
+        return read_value(v, tp, name=name, meta=meta)
+    except BadValue as exc:
+        raise KvwearError(f"{where}: option {name}: {exc.reason}") from None
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import re
 import tomllib
 from collections.abc import Callable, Mapping
@@ -20,7 +19,7 @@ from typing import Any, get_type_hints
 
 from kvwear.errors import InputError
 from kvwear.policies.config import SimConfig
-from kvwear.units import parse_duration, parse_size
+from kvwear.values import BadValue, read_value
 
 CONFIG_VERSION = 1
 
@@ -164,49 +163,11 @@ def _plain(x: Any) -> Any:
 
 
 def _coerce(path: str, section: str, name: str, typ: Any, value: Any) -> Any:
-    where = f"{section}.{name}" if section else name
+    """One setting read by kvwear.values' rules (sizes for `*_bytes`, durations for `*_s`)."""
     try:
-        if name in _SIZE_FIELDS:
-            return parse_size(value)
-        if name.endswith("_bytes_per_s"):           # a bandwidth: "10GB" per second
-            return float(parse_size(value))
-        if typ is bool:
-            if not isinstance(value, bool):
-                raise ValueError(f"expected true or false, got {value!r}")
-            return value
-        if typ is int:
-            # 16.7 or "1.9" is refused, not truncated; 16.0 is 16
-            if isinstance(value, str):
-                value = float(value) if re.fullmatch(r"\s*[-+]?[0-9.]+[eE][-+]?[0-9]+\s*", value) else int(value)
-            if isinstance(value, bool) or not isinstance(value, int | float) or (
-                    isinstance(value, float) and not value.is_integer()):
-                raise ValueError(f"expected an integer, got {value!r}")
-            return int(value)
-        if typ is float:
-            if isinstance(value, str):
-                value = parse_duration(value) if name.endswith("_s") else float(value)
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ValueError(f"expected a number, got {value!r}")
-            if not math.isfinite(value):
-                raise ValueError(f"expected a finite number, got {value!r}")
-            return float(value)
-        if typ is str:
-            if not isinstance(value, str):
-                raise ValueError(f"expected a string, got {value!r}")
-            return value
-        if str(typ).startswith("tuple"):
-            if isinstance(value, str):
-                value = [value]
-            if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-                raise ValueError(f"expected a list of strings, got {value!r}")
-            return tuple(value)
-        if str(typ).startswith("collections.abc.Mapping") or str(typ).startswith("Mapping"):
-            if not isinstance(value, Mapping):
-                raise ValueError(f"expected a table, got {value!r}")
-            return dict(value)
-    except ValueError as exc:
-        raise InputError(path, None, where, str(exc)) from None
-    raise InputError(path, None, where, f"unsupported type {typ}")
+        return read_value(value, typ, name=name)
+    except BadValue as exc:
+        raise InputError(path, None, f"{section}.{name}" if section else name, exc.reason) from None
 
 
 def _build(cls: type, data: Mapping[str, Any], path: str, section: str) -> Any:

@@ -214,12 +214,3 @@ def test_sim_with_femu_geometry_is_planned_on_devsz() -> None:
     assert source == "uniform random, Lambert W" and waf > 1.0
 
 
-@pytest.mark.parametrize(("value", "expected"), [("false", False), ("TRUE", True), ("off", False), (1, True),
-                                                 (False, False)])
-def test_device_option_flags(value: object, expected: bool) -> None:
-    from kvwear.harness.devices.base import option_flag
-
-    assert option_flag({"x": value}, "x") is expected
-    assert option_flag({}, "x", True) is True
-    with pytest.raises(KvwearError, match="device option x"):
-        option_flag({"x": "maybe"}, "x")
