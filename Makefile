@@ -4,6 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 OUT ?= out/demo
+TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 
 .PHONY: setup system-packages system-deps demo test lint docs bench clean
 
@@ -28,11 +29,13 @@ demo: setup
 	$(BIN)/kvwear run -o $(OUT) --resume
 	@echo "kvwear is installed in $(VENV): 'source $(VENV)/bin/activate' puts it on your PATH"
 
+# Each phase prints its wall time (scripts/phase.sh); the tests run on one worker per core
+# (pytest-xdist) and list the ten slowest.
 test: system-deps
-	$(BIN)/ruff check .
-	$(BIN)/mypy
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
-	$(BIN)/python -m pytest -q
+	bash scripts/phase.sh ruff $(BIN)/ruff check .
+	bash scripts/phase.sh mypy $(BIN)/mypy
+	NO_MKDOCS_2_WARNING=1 bash scripts/phase.sh docs $(BIN)/mkdocs build --strict --quiet
+	bash scripts/phase.sh pytest $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=10
 
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/mypy

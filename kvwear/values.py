@@ -15,7 +15,7 @@ would read in a config file, bare words as text. Then, by the field's type:
   or marked `unit="bytes"`) also a size (4096, 64MiB, 1.5GB); 16.7 is refused, not truncated;
 - `float`: a finite number or text of one; a duration field (named `*_s`) also a duration (250ms,
   10min); a bandwidth (`*_bytes_per_s`) also a size per second;
-- `str`: text; a `Literal[...]` or a field's `choices`: one of them;
+- `str`: text (a number as its text); a `Literal[...]` or a field's `choices`: one of them;
 - `X | None`: None, or the text none / null; `tuple[str, ...]`: an array of text, or one text;
   a mapping: a table;
 - bounds in the field's metadata (`ge`, `gt`, `le`, `lt`): the value inside them.
@@ -100,7 +100,11 @@ def _read_int(v: Any, unit: str | None) -> int:
     if isinstance(v, float) and math.isfinite(v) and v.is_integer():
         return int(v)
     if unit == "bytes" and isinstance(v, str):
-        return parse_size(v)
+        try:
+            return parse_size(v)
+        except ValueError as exc:
+            if "larger than" in str(exc):
+                raise
     raise ValueError("expected a size in bytes (4096, 64MiB, 1GB)" if unit == "bytes" else "expected an integer")
 
 
@@ -108,10 +112,11 @@ def _read_float(v: Any, unit: str | None) -> float:
     if isinstance(v, str):
         with contextlib.suppress(ValueError):      # 'nan' and 'inf' read here, refused below
             v = float(v)
-    if isinstance(v, str) and unit == "s":
-        v = parse_duration(v)
-    elif isinstance(v, str) and unit in ("bytes", "bytes/s"):
-        v = float(parse_size(v))
+    with contextlib.suppress(ValueError):      # not a duration / size: refused below, with the forms
+        if isinstance(v, str) and unit == "s":
+            v = parse_duration(v)
+        elif isinstance(v, str) and unit in ("bytes", "bytes/s"):
+            v = float(parse_size(v))
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise ValueError({"s": "expected a number of seconds or a duration (250ms, 10min)",
                           "bytes/s": "expected bytes per second or a size (10GB)"}.get(unit or "", "expected a number"))
@@ -137,7 +142,7 @@ def read_value(value: Any, tp: Any, *, name: str, meta: Mapping[str, Any] | None
         raise
     except ValueError as exc:
         reason = str(exc)
-        if reason.startswith("expected") and not reason.endswith(")"):
+        if reason.startswith("expected"):
             reason += f", got {value!r}"
         raise BadValue(name, reason) from None
 
@@ -164,6 +169,10 @@ def _read(v: Any, tp: Any, name: str, meta: Mapping[str, Any]) -> Any:
     elif tp is float:
         out = _read_float(v, unit)
     elif tp is str:
+        # a number is its text: command-line values read as TOML makes 12345 a number, and a text
+        # field (a serial number, a label) must still take it
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            return str(v)
         if not isinstance(v, str):
             raise ValueError("expected text")
         return v

@@ -55,6 +55,12 @@ stamp="$(printf '%s\n' "kernel $kpkg=$kver" "$(pkgver busybox-static)" "$(pkgver
   "kvwear-dw $(sha256sum "$dw_src" | cut -c1-16)" \
   "script $(sha256sum "${BASH_SOURCE[0]}" | cut -c1-16)" "compress ${compress[0]}")"
 
+# One build at a time per folder (parallel test workers and runs share ~/.cache/kvwear/guest): the
+# second waits, then finds the image up to date.
+mkdir -p "$out"
+exec 9>"$out/.build.lock"
+command -v flock >/dev/null && flock 9
+
 if [ -f "$out/stamp" ] && [ -f "$out/vmlinuz" ] && [ -f "$out/initrd.img" ] \
    && [ "$(cat "$out/stamp")" = "$stamp" ]; then
   echo "build-guest: up to date in $out"

@@ -51,13 +51,13 @@ def test_a_mistyped_option_is_refused_with_the_valid_ones(
 
 @pytest.mark.parametrize(("device", "option_text", "says"), [
     ("sim", "pages_per_block=abc", "device sim: option pages_per_block: expected an integer, got 'abc'"),
-    ("sim", "pages_per_block=0", "device sim: option pages_per_block must be > 0, got 0"),
-    ("sim", "victim=lifo", "device sim: option victim must be one of greedy, cost-benefit, fifo, got 'lifo'"),
+    ("sim", "pages_per_block=0", "device sim: option pages_per_block: must be > 0, got 0"),
+    ("sim", "victim=lifo", "device sim: option victim: must be one of greedy, cost-benefit, fifo, got 'lifo'"),
     ("sim", "honor_trim=maybe", "device sim: option honor_trim: expected true or false, got 'maybe'"),
-    ("file:{d}/new.img", "precondition=true", "device file: option precondition must be one of none, fill, steady"),
+    ("file:{d}/new.img", "precondition=true", "device file: option precondition: must be one of none, fill, steady"),
     ("file:{d}/new.img", "trim_segment_bytes=lots", "device file: option trim_segment_bytes: expected a size"),
-    ("qemu", "precondition=steady", "device qemu: option precondition must be one of none, fill, got 'steady'"),
-    ("qemu", "boot_timeout_s=soon", "device qemu: option boot_timeout_s: expected a number, got 'soon'"),
+    ("qemu", "precondition=steady", "device qemu: option precondition: must be one of none, fill, got 'steady'"),
+    ("qemu", "boot_timeout_s=soon", "device qemu: option boot_timeout_s: expected a number of seconds or a duration"),
     ("femu", "femu.nchs=x", "device.options.femu.nchs: expected an integer, got 'x'"),
 ])
 def test_a_bad_value_names_the_option_and_what_it_expects(
@@ -86,7 +86,7 @@ def test_the_parser_reads_each_type_from_text_and_values() -> None:
     assert p == _Opts(depth=8, size_bytes=64 << 20, rate=0.5, label="12", mode="b", on=True,
                       table={"k": 3, "j": "v"})
     assert _Opts.parse({}, "device toy") == _Opts()
-    for bad, says in (({"depth": True}, "depth: expected an integer"), ({"depth": 0}, "depth must be ≥ 1"),
+    for bad, says in (({"depth": True}, "depth: expected an integer"), ({"depth": 0}, "depth: must be ≥ 1"),
                       ({"rate": "inf"}, "rate: expected a finite number"), ({"label": False}, "label: expected text"),
                       ({"table": 3}, "table: expected a table"), ({"nope.k": 1}, "unknown option nope.k")):
         with pytest.raises(KvwearError, match=re.escape(says)):
