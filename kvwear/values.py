@@ -17,7 +17,8 @@ would read in a config file, bare words as text. Then, by the field's type:
   10min); a bandwidth (`*_bytes_per_s`) also a size per second;
 - `str`: text (a number as its text); a `Literal[...]` or a field's `choices`: one of them;
 - `X | None`: None, or the text none / null; `tuple[str, ...]`: an array of text, or one text;
-  a mapping: a table;
+  `tuple[tuple[str, float], ...]` (named numbers, e.g. a share per category): text
+  `name=1.5,other=2`, a table, or an array of pairs, each number read as a float; a mapping: a table;
 - bounds in the field's metadata (`ge`, `gt`, `le`, `lt`): the value inside them.
 
 Errors are `BadValue(field, reason)`: "expected an integer, got '1.5'", "must be ≥ 1, got 0".
@@ -37,6 +38,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal, get_args, get_origin
 
+from kvwear.kv import parse_kv
 from kvwear.units import parse_duration, parse_size
 
 _TRUE = ("1", "true", "yes", "on")
@@ -181,6 +183,8 @@ def _read(v: Any, tp: Any, name: str, meta: Mapping[str, Any]) -> Any:
         if not isinstance(items, list | tuple) or not all(isinstance(x, str) for x in items):
             raise ValueError("expected a list of strings")
         return tuple(items)
+    elif origin is tuple and args and get_args(args[0]) == (str, float):
+        return _read_named_numbers(v)
     elif origin in (Mapping, dict) or tp in (Mapping, dict):
         if not isinstance(v, Mapping):
             raise ValueError("expected a table")
@@ -189,6 +193,25 @@ def _read(v: Any, tp: Any, name: str, meta: Mapping[str, Any]) -> Any:
         raise TypeError(f"{name}: a field of type {tp!r} is not a user setting kvwear.values can read")
     _check_bounds(out, meta)
     return out
+
+
+def _read_named_numbers(v: Any) -> tuple[tuple[str, float], ...]:
+    if isinstance(v, str):
+        try:
+            v = parse_kv(v.split(","), "", form="NAME=NUMBER[,NAME=NUMBER...]")
+        except ValueError as exc:
+            raise ValueError(str(exc).removeprefix(": ")) from None
+    if isinstance(v, Mapping):
+        v = list(v.items())
+    if not isinstance(v, list | tuple) or not all(isinstance(p, list | tuple) and len(p) == 2 for p in v):
+        raise ValueError("expected NAME=NUMBER[,NAME=NUMBER...] or a table of numbers")
+    out = []
+    for name, x in v:
+        try:
+            out.append((str(name), _read_float(x, None)))
+        except ValueError:
+            raise ValueError(f"{name}: expected a number, got {x!r}") from None
+    return tuple(out)
 
 
 def read_fields(cls: type, values: Mapping[str, Any], *, kind: str = "setting") -> dict[str, Any]:

@@ -50,7 +50,6 @@ import numpy as np
 import pyarrow as pa
 
 from kvwear.errors import InputError
-from kvwear.kv import parse_kv
 from kvwear.registry import Registry
 from kvwear.values import BadValue, read_value
 from kvwear.workloads.schema import REQUESTS
@@ -71,18 +70,13 @@ CategoryMap = tuple[tuple[str, float], ...]
 
 
 def parse_category_map(text: str | Mapping[str, float] | CategoryMap) -> CategoryMap:
-    """'text=0.6,file=0.15' (or a mapping, or pairs) → (('text', 0.6), ('file', 0.15))."""
-    if isinstance(text, Mapping):
-        return tuple((str(k), float(v)) for k, v in text.items())
-    if not isinstance(text, str):
-        return tuple((str(k), float(v)) for k, v in text)
-    pairs: list[tuple[str, float]] = []
-    for name, value in parse_kv(text.split(","), f"category map {text!r}", form="NAME=VALUE[,NAME=VALUE...]").items():
-        try:
-            pairs.append((name, float(value)))
-        except ValueError:
-            raise ValueError(f"{name}: not a number: {value!r}") from None
-    return tuple(pairs)
+    """'text=0.6,file=0.15' (or a mapping, or pairs) → (('text', 0.6), ('file', 0.15)), by
+    kvwear.values' rules for named numbers."""
+    try:
+        out: CategoryMap = read_value(text, CategoryMap, name="category map")
+    except BadValue as exc:
+        raise ValueError(f"category map {text!r}: {exc.reason}") from None
+    return out
 
 
 def format_category_map(pairs: CategoryMap) -> str:

@@ -41,7 +41,7 @@ def test_unknown_setting_names_it_and_lists_valid(tmp_path: Path) -> None:
     ("data", "field"),
     [
         ({"tiers": {"dram": "lots"}}, "tiers.dram_bytes"),
-        ({"replay": {"trim_on_evict": 1}}, "replay.trim_on_evict"),
+        ({"replay": {"trim_on_evict": 2}}, "replay.trim_on_evict"),
         ({"policies": [1]}, "policies"),
         ({"version": 9}, "version"),
     ],

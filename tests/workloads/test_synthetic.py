@@ -233,7 +233,7 @@ def test_config_validation() -> None:
         AgenticConfig(subagent_prob=1.5)
     with pytest.raises(ValueError, match="reuse_mean_s: no value for category image"):
         TraceAConfig(reuse_mean_s=parse_category_map("text=1,file=1,search=1"))
-    with pytest.raises(ValueError, match="NAME=VALUE"):
+    with pytest.raises(ValueError, match="NAME=NUMBER"):
         parse_category_map("text:0.5")
     with pytest.raises(UnknownNameError, match="multi-round"):
         generate("chatbot")
