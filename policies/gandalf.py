@@ -51,7 +51,9 @@ SSD victims are the lowest-D SSD objects (the same price, so V is what the paper
   3 % / 30 %, agentic × Qwen3.5-27B 1 % / 10 %, multi-round × Qwen3.5-27B 1 % / 10 %, Weka ×
   Kimi-K3 1 % / 10 %, Weka × Qwen3.5-27B 3 % / 30 %) the worst rise goes from 0.016, 0.048,
   0.040, 0.009, 0.007 to 0.002, 0.007, 0.000, 0.061, 0.014: Weka × Kimi-K3 at 1 % / 10 % breaks
-  (γ = 0 misses 0.184 instead of 0.118).
+  (γ = 0 misses 0.184 instead of 0.118). Pricing V over the same leaf-only victims is worse
+  still: 0.002, 0.114, 0.000, 0.145, 0.164, and Weka × Qwen3.5-27B 1 % / 10 % goes from 0.001
+  to 0.082 (γ = 0 misses 0.540 instead of 0.166).
 
 **Where the γ trade-off holds and where it breaks** (issue #29; γ = 0, 1, 2, 3, 4, 6, 8, 12, 16,
 24, 32, 48, 64; the worst rise of a smaller γ's miss ratio over a larger γ's; the must-show
