@@ -53,7 +53,13 @@ SSD victims are the lowest-D SSD objects (the same price, so V is what the paper
   0.040, 0.009, 0.007 to 0.002, 0.007, 0.000, 0.061, 0.014: Weka × Kimi-K3 at 1 % / 10 % breaks
   (γ = 0 misses 0.184 instead of 0.118). Pricing V over the same leaf-only victims is worse
   still: 0.002, 0.114, 0.000, 0.145, 0.164, and Weka × Qwen3.5-27B 1 % / 10 % goes from 0.001
-  to 0.082 (γ = 0 misses 0.540 instead of 0.166).
+  to 0.082 (γ = 0 misses 0.540 instead of 0.166). Evicting, with an SSD victim, the SSD-only
+  descendants it strands (`evict_with`) comes closest: on those five cases and Weka ×
+  Qwen3.5-27B 1 % / 10 % the worst rise goes from 0.016, 0.048, 0.040, 0.009, 0.007, 0.001 to
+  0.005, 0.003, 0.005, 0.014, 0.002, 0.014 — within the tolerance in four of six, and γ = 0 on
+  Weka × Qwen3.5-27B 1 % / 10 % misses 0.192 instead of 0.166; pricing the victim by its whole
+  stranded subtree (value and bytes) undoes most of it (0.003, 0.025, 0.023, 0.012, 0.006,
+  0.053). Neither is taken: no variant measured is within 0.01 everywhere.
 
 **Where the γ trade-off holds and where it breaks** (issue #29; γ = 0, 1, 2, 3, 4, 6, 8, 12, 16,
 24, 32, 48, 64; the worst rise of a smaller γ's miss ratio over a larger γ's; the must-show
