@@ -25,7 +25,6 @@ from kvwear.policies.config import SimConfig
 from kvwear.policies.metrics import SimSummary
 from kvwear.policies.sim import simulate
 from kvwear.workloads.models import get_profile
-from kvwear.workloads.schema import list_parts
 from kvwear.workloads.synthetic import generate
 
 GAMMAS = (0, 1, 2, 4, 8, 16, 32, 64)
@@ -54,19 +53,11 @@ def _table(kind: str, params: tuple[tuple[str, int], ...], seed: int) -> pa.Tabl
 
 
 def _footprint(table: pa.Table, model: str) -> int:
-    """Every distinct full-attention block once plus one state per distinct request end."""
-    import numpy as np
+    """The bench's footprint rule (`bench/frontier.py`): every distinct full-attention block once
+    plus one state per distinct request end."""
+    from tests.policies.test_oracle_bound import _frontier_bench
 
-    prof = get_profile(model)
-    offs, vals = list_parts(table.column("hash_ids"))
-    lengths = np.diff(offs)
-    ns = np.repeat(np.asarray(table.column("hash_ns").to_numpy(), dtype=np.int64), lengths)
-    btok = np.repeat(np.asarray(table.column("block_tokens").to_numpy(), dtype=np.int64), lengths)
-    keys = np.stack([ns, np.asarray(vals, dtype=np.int64)])
-    _, first = np.unique(keys, axis=1, return_index=True)
-    ends = offs[1:][lengths > 0] - 1
-    n_states = len(np.unique(keys[:, ends], axis=1)[0]) if len(ends) else 0
-    return int(btok[first].sum()) * prof.kv_bytes_per_token + n_states * prof.state_bytes
+    return int(_frontier_bench().footprint_bytes(table, get_profile(model)))
 
 
 def sweep(kind: str, params: dict[str, int], seed: int, model: str, dram_fraction: float,
