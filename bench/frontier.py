@@ -1,24 +1,36 @@
 """Benchmark: every registered policy's (miss ratio, SSD bytes) frontier, and whether the oracle bounds it.
 
-Workloads: the six shared Claude-Code/Weka traces as one workload (one hash namespace per trace)
-and the Mooncake conversation trace (`--quick`: its first 3,000 requests); `--generators` adds
-the four synthetic generators at their default parameters (`--quick`: the api generator's first
-10,000 of its 100,000 requests, `QUICK_ROWS`). Models: Kimi-K3 and Qwen3.5-27B.
-Tiers: DRAM 1 % and SSD 10 % of the workload's KV footprint (every distinct full-attention block
-once, plus one state checkpoint per distinct request end), the same rule for every workload — no
-parameter is set per trace. Prices are `SimConfig`'s defaults.
+Workloads: `--trace PATH` (repeatable: a trace file or a directory of Weka files, any format
+`kvwear trace` reads, a requests Parquet from `kvwear trace generate` included), each one
+workload. Without `--trace`: the six shared Claude-Code/Weka traces as one workload (one hash
+namespace per trace) and the Mooncake conversation trace (`--quick`: its first 3,000 requests);
+`--generators` adds the four synthetic generators at their default parameters (`--quick`: the
+api generator's first 10,000 of its 100,000 requests, `QUICK_ROWS`). Models (`--model`, comma
+list): Kimi-K3 and Qwen3.5-27B. Tiers (`--dram`, `--ssd`: comma lists taken pairwise, each a
+fraction of the workload's KV footprint — `1%` or `0.01` — or a size, `16GB`, `1TB`): by default
+DRAM 1 % and SSD 10 % of the footprint (every distinct full-attention block once, plus one
+state checkpoint per distinct request end), the same rule for every workload — no parameter is
+set per trace. Prices are `SimConfig`'s defaults.
 
-Each policy runs through its sweep range: the hyperparameter in `KNOBS` (or, for a policy
-registered later and not listed, its first numeric parameter with a sweep range), over the points
-listed there or spread over the range. The oracle (`belady`, `oracle_line`) runs two γ families
+Each policy (`--policy`, comma list; default every registered one) runs through its sweep
+range: the hyperparameter in `KNOBS` (or, for a policy registered later and not listed, its
+first numeric parameter with a sweep range), over the points listed there or spread over the
+range. The oracle (`belady`, `oracle_line`) runs two γ families
 — one pass (f_x) and two (`passes=2`: each write priced by the SSD hits its copy served in the
-first pass) — over one grid, each up to its first γ that writes nothing and with its cliffs
-bisected (`REFINE_*`, one rule for every workload), plus its hit-maximizing variant
+first pass) — over one grid, each up to its first γ that writes nothing (past the grid's end in
+×1.5 steps when it still writes there: the line runs to its no-write end on every workload) and
+with its cliffs bisected (`REFINE_*`, one rule for every workload), plus its hit-maximizing variant
 (`dram_copy=first` at γ = 0), a no-write point (`max_write_bytes=0`) and MIN per tier without
 the writes its first pass found dead (`mode=min,passes=2`, the line's miss end);
 `belady:mode=min` is plain MIN per tier, the miss-ratio floor, not part of the line.
 
-Prints, per workload × model: each policy's points and its Pareto frontier; which baseline points
+γ on Gandalf's scale: the oracle and Gandalf price a write alike (γ·p_w·s plus the displaced
+victims' value) but value it differently — the oracle by all the hits its copy will serve (f_x,
+or the hits it served in the first pass), Gandalf by the next hit only (P ≤ 1). An oracle point
+at γ whose SSD bytes are read f̄ times on average (f̄ = SSD bytes read ÷ SSD bytes written) thus
+writes what a Gandalf sure of each next hit (P = 1) would write at γ / f̄: the `γ_G` column.
+
+Prints, per workload × model × tier pair: each policy's points and its Pareto frontier; which baseline points
 Gandalf dominates (some Gandalf point with no more misses and no more SSD bytes, better in one);
 Gandalf's and the oracle's linear-state share of SSD bytes and where their full-attention and
 linear hits were served from; per Gandalf point, the oracle's points nearest it in miss ratio and
@@ -33,8 +45,9 @@ relaxation: same misses, fewer bytes, so it dominates every point by constructio
 two counts are the informative ones). For every point the γ line misses, the oracle's nearest
 points are printed. Each run's "live" column is its SSD bytes after the filter.
 
-Run: .venv/bin/python bench/frontier.py [--quick] [--generators] [--only weka,agentic]
-     [--models kimi-k3,qwen3.5-27b] [--policies lru,gandalf,belady]
+Run: .venv/bin/python bench/frontier.py [--trace PATH]... [--model kimi-k3,qwen3.5-27b]
+     [--dram 1%,3%,100GB] [--ssd 10%,30%,1TB] [--policy lru,gandalf,belady]
+     [--quick] [--generators] [--only weka,agentic]
 """
 
 from __future__ import annotations
@@ -43,7 +56,7 @@ import argparse
 import itertools
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,13 +66,16 @@ import pyarrow as pa
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from kvwear.errors import KvwearError  # noqa: E402
 from kvwear.policies.base import POLICIES, param_infos  # noqa: E402
 from kvwear.policies.belady import live_writes  # noqa: E402
 from kvwear.policies.metrics import SimSummary  # noqa: E402
 from kvwear.policies.sim import SimConfig, simulate  # noqa: E402
+from kvwear.tables import read_table  # noqa: E402
+from kvwear.units import parse_size  # noqa: E402
 from kvwear.workloads.loaders import load_requests  # noqa: E402
 from kvwear.workloads.models import ModelProfile, get_profile  # noqa: E402
-from kvwear.workloads.schema import list_parts  # noqa: E402
+from kvwear.workloads.schema import REQUESTS, list_parts  # noqa: E402
 from kvwear.workloads.synthetic import generate  # noqa: E402
 
 GAMMAS = (0, 1, 2, 4, 8, 16, 32, 64)
@@ -89,6 +105,38 @@ ORACLE_PASSES = (1, 2)
 #: whose miss ratios differ by more than REFINE_MISS, bisect (geometric mean) while the ratio
 #: of the two γ exceeds REFINE_RATIO, at most REFINE_MAX extra points per family
 REFINE_MISS, REFINE_RATIO, REFINE_MAX = 0.02, 1.1, 8
+#: past the grid's last γ a family still writing goes on in ×`BEYOND_STEP` steps to its no-write
+#: end (at most `BEYOND_MAX` more points: a γ the line cannot end at is reported, not hidden)
+BEYOND_STEP, BEYOND_MAX = 1.5, 64
+
+
+def tier_bytes(text: str, footprint: int) -> int:
+    """A tier size: a fraction of the footprint (`1%`, `0.01`) or a size (`16GB`, `1TiB`)."""
+    t = text.strip()
+    try:
+        if t.endswith("%"):
+            frac = float(t[:-1]) / 100
+        else:
+            frac = float(t)
+            if frac >= 1:
+                return parse_size(t)
+    except ValueError:
+        return parse_size(t)
+    if not 0 <= frac <= 1:
+        raise ValueError(f"not a fraction of the footprint: {text!r}")
+    return int(footprint * frac)
+
+
+def tier_pairs(dram: str, ssd: str) -> list[tuple[str, str]]:
+    """`--dram` and `--ssd` comma lists taken pairwise; each must parse (checked on a 1-byte
+    footprint, so a typo fails before the first run)."""
+    d = [x for x in dram.split(",") if x.strip()]
+    s = [x for x in ssd.split(",") if x.strip()]
+    if len(d) != len(s) or not d:
+        raise ValueError(f"--dram and --ssd need as many entries ({len(d)} vs {len(s)})")
+    for x in d + s:
+        tier_bytes(x, 1)
+    return list(zip(d, s, strict=True))
 
 
 def footprint_bytes(table: pa.Table, prof: ModelProfile) -> int:
@@ -158,10 +206,28 @@ def dominates(a: tuple[float, int], b: tuple[float, int], tol: float = 1.0) -> b
     return a[0] <= b[0] * tol + 1e-12 and a[1] <= b[1] * tol
 
 
-def workloads(quick: bool, gens: bool, only: list[str]) -> Iterable[tuple[str, pa.Table]]:
-    """(label, table) per workload, built only when its turn comes; `only`: label prefixes."""
+def trace_table(path: Path) -> pa.Table:
+    """A requests table from `path`: a requests Parquet (`kvwear trace generate`, `kvwear trace
+    convert`; its kind and version checked) or a trace in any format `kvwear trace` reads."""
+    if path.suffix == ".parquet":
+        return read_table(REQUESTS, path)
+    return load_requests(path).table
+
+
+def workloads(quick: bool, gens: bool, only: list[str],
+              traces: Sequence[str] = ()) -> Iterable[tuple[str, pa.Table]]:
+    """(label, table) per workload, built only when its turn comes: each of `traces` (a file or
+    a directory), else the shared traces and (`gens`) the generators; `only`: label prefixes."""
     def wanted(label: str) -> bool:
         return not only or any(label.startswith(o) for o in only)
+
+    if traces:
+        for path in traces:
+            p = Path(path)
+            label = p.name + ("/" if p.is_dir() else "")
+            if wanted(label):
+                yield label, trace_table(p)
+        return
 
     shared = REPO.parent / "shared" / "traces"
     if wanted("weka"):
@@ -199,6 +265,16 @@ class Point:
     def filtered_xy(self) -> tuple[float, int]:
         return (self.s.token_miss_ratio, self.live_write_bytes)
 
+    @property
+    def gamma_g(self) -> float | None:
+        """An oracle point's γ on Gandalf's scale, γ / f̄ (f̄ = SSD bytes read per byte written;
+        module docstring); None for other points and for oracle points that write or read nothing."""
+        if not self.spec.startswith("belady:gamma="):
+            return None
+        gamma = float(self.spec.split(":", 1)[1].split(",")[0].split("=")[1])
+        w, r = self.s.ssd_write_bytes, self.s.ssd_read_bytes
+        return gamma * w / r if w and r else None
+
 
 def run_point(table: pa.Table, cfg: SimConfig, spec: str) -> Point:
     r = simulate(table, cfg, spec)
@@ -220,6 +296,14 @@ def oracle_line(table: pa.Table, cfg: SimConfig) -> list[Point]:
             fam[g] = run_point(table, cfg, gamma_spec(g, n))
             if fam[g].s.ssd_write_bytes == 0:
                 break
+        g = grid[-1]
+        for _ in range(BEYOND_MAX):  # on to the no-write end
+            if fam[max(fam)].s.ssd_write_bytes == 0:
+                break
+            g = float(f"{g * BEYOND_STEP:.4g}")
+            fam[g] = run_point(table, cfg, gamma_spec(g, n))
+        else:
+            print(f"  (the oracle's {n}-pass family still writes at γ = {max(fam):g})")
         top = max(p.s.ssd_write_bytes for p in fam.values()) or 1
         for _ in range(REFINE_MAX):
             gs = sorted(fam)
@@ -297,28 +381,30 @@ def print_linear_share_vs_oracle(gandalf: list[Point], oracle: list[Point]) -> N
               + f"; with linear ≤ {LINEAR_TARGET:.2f}: {len(low)}" + (f" ({show(low[0])})" if low else ""))
 
 
-def run_case(label: str, table: pa.Table, model: str, policies: list[str]) -> dict[str, int]:
+def run_case(label: str, table: pa.Table, model: str, policies: list[str],
+             tiers: tuple[str, str] = ("1%", "10%")) -> dict[str, int]:
     prof = get_profile(model)
     fp = footprint_bytes(table, prof)
-    cfg = SimConfig(dram_bytes=int(fp * 0.01), ssd_bytes=int(fp * 0.10),
+    cfg = SimConfig(dram_bytes=tier_bytes(tiers[0], fp), ssd_bytes=tier_bytes(tiers[1], fp),
                     kv_bytes_per_token=prof.kv_bytes_per_token, state_bytes=prof.state_bytes,
                     record_requests=False, model=model)
     print(f"\n## {label}, {model}: {table.num_rows:,} requests, KV footprint {gib(fp)} GiB → "
-          f"DRAM {gib(cfg.dram_bytes)} GiB, SSD {gib(cfg.ssd_bytes)} GiB")
+          f"DRAM {gib(cfg.dram_bytes)} GiB ({tiers[0]}), SSD {gib(cfg.ssd_bytes)} GiB ({tiers[1]})")
     t0 = time.perf_counter()
     pts: dict[str, list[Point]] = {name: oracle_line(table, cfg) if name == "belady" else
                                    [run_point(table, cfg, spec) for spec in sweep_specs(name)]
                                    for name in policies}
     res = {name: [(p.spec, p.s) for p in v] for name, v in pts.items()}
     print(f"({sum(len(v) for v in res.values())} runs in {time.perf_counter() - t0:.0f} s)")
-    print(f"{'policy point':34s} {'miss':>6s} {'SSD GiB':>9s} {'live':>9s} {'linear':>6s}  frontier")
+    print(f"{'policy point':34s} {'miss':>6s} {'SSD GiB':>9s} {'live':>9s} {'linear':>6s} {'γ_G':>8s}  frontier")
     for runs in pts.values():
         front = {p[2] for p in pareto((p.s.token_miss_ratio, p.s.ssd_write_bytes, p.spec) for p in runs)}
         for p in runs:
             s = p.s
+            gg = p.gamma_g
             print(f"{p.spec:34s} {s.token_miss_ratio:6.3f} {gib(s.ssd_write_bytes):>9s} "
-                  f"{gib(p.live_write_bytes):>9s} {s.linear_share_of_ssd_write_bytes:6.2f}  "
-                  f"{'*' if p.spec in front else ''}")
+                  f"{gib(p.live_write_bytes):>9s} {s.linear_share_of_ssd_write_bytes:6.2f} "
+                  f"{'' if gg is None else f'{gg:.4g}':>8s}  {'*' if p.spec in front else ''}")
     online = [(spec, s) for name, runs in res.items() if name != "belady" for spec, s in runs]
     for name in ("gandalf", "belady"):
         if name in pts:
@@ -346,11 +432,11 @@ def run_case(label: str, table: pa.Table, model: str, policies: list[str]) -> di
         oracle = [p for p in pts["belady"] if p.spec != "belady:mode=min"]
         floor = next(p.s for p in pts["belady"] if p.spec == "belady:mode=min")
         on = [p for name, v in pts.items() if name != "belady" for p in v]
-        for i, (front, bad) in enumerate(oracle_check(on, oracle).items()):
-            counts[front] = len(bad)
+        for i, (which, bad) in enumerate(oracle_check(on, oracle).items()):
+            counts[which] = len(bad)
             beating = ", ".join(f"{p.spec} ({p.s.token_miss_ratio:.3f}, {gib(p.s.ssd_write_bytes)} GiB)"
                                 for p in bad)
-            print(f"Oracle check, {front}: {len(on) - len(bad)} of {len(on)} online points dominated "
+            print(f"Oracle check, {which}: {len(on) - len(bad)} of {len(on)} online points dominated "
                   f"(within 1 %); beating it: {beating or 'none'}")
             if i == 0:
                 for p in bad:
@@ -363,22 +449,37 @@ def run_case(label: str, table: pa.Table, model: str, policies: list[str]) -> di
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--trace", action="append", default=[],
+                    help="a trace file or a directory of Weka files, any supported format (repeatable); "
+                         "default: the shared Weka traces and Mooncake")
     ap.add_argument("--quick", action="store_true",
                     help="Mooncake's first 3,000 requests only, the api generator's first 10,000")
     ap.add_argument("--generators", action="store_true", help="also the four synthetic generators")
-    ap.add_argument("--models", default="kimi-k3,qwen3.5-27b")
-    ap.add_argument("--policies", default="", help="comma-separated policy names (default: every registered one)")
+    ap.add_argument("--model", "--models", dest="models", default="kimi-k3,qwen3.5-27b",
+                    help="comma-separated model profiles")
+    ap.add_argument("--dram", default="1%",
+                    help="comma list: fractions of the KV footprint (1%%, 0.01) or sizes (16GB)")
+    ap.add_argument("--ssd", default="10%", help="comma list, paired with --dram")
+    ap.add_argument("--policy", "--policies", dest="policies", default="",
+                    help="comma-separated policy names (default: every registered one)")
     ap.add_argument("--only", default="", help="comma-separated workload label prefixes (weka, mooncake, agentic, …)")
     args = ap.parse_args()
     policies = [p for p in args.policies.split(",") if p] or POLICIES.names()
     unknown = sorted(set(policies) - set(POLICIES.names()))
     if unknown:
         sys.exit(f"unknown policies {', '.join(unknown)}; valid: {', '.join(POLICIES.names())}")
+    try:
+        tiers = tier_pairs(args.dram, args.ssd)
+        models = [get_profile(m).name for m in args.models.split(",") if m]
+    except (ValueError, KvwearError) as e:
+        sys.exit(f"bench/frontier.py: {e}")
     total: dict[str, int] = {}
-    for label, table in workloads(args.quick, args.generators, [o for o in args.only.split(",") if o]):
-        for model in args.models.split(","):
-            for k, v in run_case(label, table, model, policies).items():
-                total[k] = total.get(k, 0) + v
+    for label, table in workloads(args.quick, args.generators, [o for o in args.only.split(",") if o],
+                                  args.trace):
+        for model in models:
+            for pair in tiers:
+                for k, v in run_case(label, table, model, policies, pair).items():
+                    total[k] = total.get(k, 0) + v
     for k, v in total.items():
         if k != "points":
             print(f"\nOracle check over every case, {k}: {v} of {total['points']} online points beat it")

@@ -1,23 +1,34 @@
-"""Benchmark: kvwear's tiered simulator vs libCacheSim's C LRU, in equivalent chunk accesses/s.
+"""Benchmark: kvwear's tiered simulator vs libCacheSim's C LRU on the same chunk-access stream.
 
 Workload: the Mooncake conversation trace (12,031 requests, 512-token blocks) at the simulator's
-16-token chunk with the Kimi-K3 profile, DRAM 100 GB + SSD 1 TB. Equivalent chunk accesses =
-the 16-token chunks covered by the requests' hashed prefixes (Σ ⌈hashed_tokens/16⌉), whatever the
-granularity each simulator works at. libCacheSim replays the same flattened chunk sequence (one
-access per chunk, `kvwear.policies.flat.flatten_chunks`) through its C LRU from an oracleGeneral file;
-only its `process_trace` is timed, not building or writing its input. Each measurement is the
-best of --repeat runs (the machine is shared). Prints the ratio and kvwear's peak memory.
+16-token chunk with the Kimi-K3 profile, DRAM 100 GB + SSD 1 TB (`--dram`, `--ssd`). The work
+is the same on both sides: the stream of equivalent chunk accesses (the 16-token chunks the
+requests' hashed prefixes cover, Σ ⌈hashed_tokens/16⌉) at the same total capacity. libCacheSim
+replays that stream (one access per chunk, `kvwear.policies.flat.flatten_chunks`) through its C
+LRU with room for (DRAM + SSD) / chunk bytes chunks — the bytes kvwear's two tiers hold — from an
+oracleGeneral file built before timing; kvwear simulates the requests through both tiers at
+whatever granularity it works at. Only the simulation is timed on each side (libCacheSim's
+`process_trace`, kvwear's `simulate` on the loaded table), not building inputs.
 
-Run: .venv/bin/python bench/simulator.py [--policies lru,gandalf] [--requests N] [--repeat 3]
+Timing is interleaved, ABAB…: each of `--rounds` rounds (≥ 5) runs every side once, in a fixed
+order, so load from the machine's other tenants falls on all sides alike. Per side it prints min
+and median CPU seconds (this process's, `time.process_time`) and wall seconds, and the ratio of
+each kvwear side's chunk-access rate to libCacheSim's by median CPU time (min in brackets).
+
+Run: .venv/bin/python bench/simulator.py [--policies lru,gandalf] [--requests N] [--rounds 5]
+     [--trace PATH] [--model kimi-k3] [--dram BYTES] [--ssd BYTES]
 """
 
 from __future__ import annotations
 
 import argparse
-import resource
+import gc
+import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,11 +40,32 @@ from kvwear.policies.sim import SimConfig, chunks_of, simulate  # noqa: E402
 from kvwear.workloads.loaders import load_requests  # noqa: E402
 from kvwear.workloads.models import get_profile  # noqa: E402
 
+MIN_ROUNDS = 5
 
-def _rss_mib() -> float:
-    import psutil
 
-    return psutil.Process().memory_info().rss / 2**20
+@dataclass
+class Side:
+    """One contender: a run function (returns a one-line note) and its timings."""
+
+    name: str
+    run: Callable[[], str]
+    cpu_s: list[float] = field(default_factory=list)
+    wall_s: list[float] = field(default_factory=list)
+    note: str = ""
+
+    def time_once(self) -> None:
+        gc.collect()  # garbage of the previous side is not this side's work
+        c0, w0 = time.process_time(), time.perf_counter()
+        self.note = self.run()
+        self.cpu_s.append(time.process_time() - c0)
+        self.wall_s.append(time.perf_counter() - w0)
+
+
+def interleave(sides: list[Side], rounds: int) -> None:
+    """ABAB…: every round times each side once, in order."""
+    for _ in range(rounds):
+        for s in sides:
+            s.time_once()
 
 
 def main() -> None:
@@ -43,62 +75,61 @@ def main() -> None:
     ap.add_argument("--trace", default=str(REPO.parent / "shared/traces/mooncake/conversation_trace.jsonl"))
     ap.add_argument("--policies", default=",".join(default), help="comma-separated policy specs")
     ap.add_argument("--requests", type=int, default=0, help="only the first N requests (0: all)")
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--dram", type=float, default=100e9)
-    ap.add_argument("--ssd", type=float, default=1e12)
+    ap.add_argument("--rounds", type=int, default=MIN_ROUNDS, help=f"interleaved rounds (≥ {MIN_ROUNDS})")
+    ap.add_argument("--model", default="kimi-k3")
+    ap.add_argument("--dram", type=float, default=100e9, help="DRAM bytes")
+    ap.add_argument("--ssd", type=float, default=1e12, help="SSD bytes")
     args = ap.parse_args()
+    if args.rounds < MIN_ROUNDS:
+        sys.exit(f"--rounds must be ≥ {MIN_ROUNDS}, got {args.rounds}")
 
     table = load_requests(args.trace).table
     if args.requests:
         table = table.slice(0, args.requests)
-    prof = get_profile("kimi-k3")
+    prof = get_profile(args.model)
     cfg = SimConfig(dram_bytes=int(args.dram), ssd_bytes=int(args.ssd),
                     kv_bytes_per_token=prof.kv_bytes_per_token, state_bytes=prof.state_bytes,
-                    chunk_tokens=16)
+                    chunk_tokens=16, record_requests=False, model=args.model)
     chunks = int(chunks_of(table.column("hashed_tokens").to_numpy(), 16).sum())
+    capacity = (cfg.dram_bytes + cfg.ssd_bytes) // prof.chunk_bytes(16)
     print(f"trace: {Path(args.trace).name}, {table.num_rows:,} requests, {chunks:,} equivalent "
-          f"16-token chunk accesses; model kimi-k3; DRAM {args.dram / 1e9:g} GB, SSD {args.ssd / 1e12:g} TB")
-
-    rss0 = _rss_mib()
-    rows = []
-    for spec in args.policies.split(","):
-        best = float("inf")
-        res = None
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            res = simulate(table, cfg, spec)
-            best = min(best, time.perf_counter() - t0)
-        assert res is not None
-        rows.append((spec, best, res.summary.token_miss_ratio, res.ssd_ops.num_rows))
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+          f"16-token chunk accesses; model {args.model}; DRAM {args.dram / 1e9:g} GB + SSD "
+          f"{args.ssd / 1e12:g} TB = {capacity:,} chunks; {args.rounds} interleaved rounds")
 
     import libcachesim as lcs
 
     ids = flatten_chunks(table, 16)
-    assert len(ids) == chunks
-    capacity = int(args.dram) // prof.chunk_bytes(16)
+    assert len(ids) == chunks, (len(ids), chunks)
     with tempfile.TemporaryDirectory() as d:
-        path = str(Path(d) / "mooncake.oracleGeneral.bin")
+        path = str(Path(d) / "trace.oracleGeneral.bin")
         oracle_general(ids).tofile(path)
-        lcs_best = float("inf")
-        mr = 0.0
-        for _ in range(args.repeat):
-            reader = lcs.TraceReader(path, lcs.TraceType.ORACLE_GENERAL_TRACE)
-            cache = lcs.LRU(capacity)
-            t0 = time.perf_counter()
-            mr, _ = cache.process_trace(reader)
-            lcs_best = min(lcs_best, time.perf_counter() - t0)
-    lcs_rate = chunks / lcs_best
+        del ids
 
-    print(f"{'simulator':34s} {'seconds':>8s} {'chunk acc/s':>14s} {'vs libCacheSim':>15s}  notes")
-    print(f"{'libCacheSim C LRU (flat chunks)':34s} {lcs_best:8.3f} {lcs_rate:14,.0f} {1.0:14.2f}x  "
-          f"capacity {capacity:,} chunks, miss ratio {mr:.3f}")
-    for spec, secs, miss, nops in rows:
-        rate = chunks / secs
-        print(f"{'kvwear ' + spec:34s} {secs:8.3f} {rate:14,.0f} {rate / lcs_rate:14.2f}x  "
-              f"tiered DRAM+SSD, token miss ratio {miss:.3f}, {nops:,} ssd_ops rows")
-    print(f"kvwear memory: RSS {rss0:,.0f} MiB with the trace loaded; peak RSS {peak:,.0f} MiB "
-          f"after the kvwear runs (before libCacheSim's input is built)")
+        def run_lcs() -> str:
+            reader = lcs.TraceReader(path, lcs.TraceType.ORACLE_GENERAL_TRACE)
+            mr, _ = lcs.LRU(capacity).process_trace(reader)
+            return f"flat LRU of {capacity:,} chunks, chunk miss ratio {mr:.3f}"
+
+        def kvwear_side(spec: str) -> Callable[[], str]:
+            def run() -> str:
+                s = simulate(table, cfg, spec).summary
+                return (f"tiered DRAM+SSD, token miss ratio {s.token_miss_ratio:.3f}, chunk miss "
+                        f"ratio {s.chunk_miss_ratio:.3f}, SSD writes {s.ssd_write_bytes / 1e9:,.1f} GB")
+            return run
+
+        sides = [Side("libCacheSim C LRU", run_lcs)]
+        sides += [Side(f"kvwear {spec}", kvwear_side(spec)) for spec in args.policies.split(",") if spec]
+        interleave(sides, args.rounds)
+
+    ref = sides[0]
+    ref_med, ref_min = statistics.median(ref.cpu_s), min(ref.cpu_s)
+    print(f"{'side':26s} {'CPU s min':>9s} {'median':>8s} {'wall s min':>10s} {'median':>8s} "
+          f"{'chunk acc/s (median CPU)':>24s} {'vs libCacheSim':>15s}  notes")
+    for s in sides:
+        med, lo = statistics.median(s.cpu_s), min(s.cpu_s)
+        ratio = ref_med / med
+        print(f"{s.name:26s} {lo:9.3f} {med:8.3f} {min(s.wall_s):10.3f} {statistics.median(s.wall_s):8.3f} "
+              f"{chunks / med:24,.0f} {ratio:9.2f}x ({ref_min / lo:.2f}x)  {s.note}")
 
 
 if __name__ == "__main__":

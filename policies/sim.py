@@ -104,6 +104,24 @@ CAUSE_PROMOTE = CAUSES.index("promote")
 _POLICY_TIERS = DRAM | SSD
 
 
+class _Visit:
+    """What visiting one request's path produced: its hits (tokens, chunks, by tier, bytes
+    served from DRAM and SSD, the tier of its state), what it sends to the SSD and what it used."""
+
+    __slots__ = ("dram_bytes", "hit_chunks", "hit_tokens", "pending_ssd", "ssd_bytes", "state_tier",
+                 "tok_tier", "used")
+
+    def __init__(self) -> None:
+        self.hit_tokens = 0
+        self.hit_chunks = 0
+        self.tok_tier = [0, 0, 0, 0, 0]  # index by tier bit: 1 hbm, 2 dram, 4 ssd (sparse)
+        self.dram_bytes = 0
+        self.ssd_bytes = 0
+        self.state_tier = -1
+        self.pending_ssd: list[Obj] = []
+        self.used: list[Obj] = []
+
+
 @dataclass(frozen=True)
 class SimResult:
     """Outputs of one simulation: tables and the summary."""
@@ -398,12 +416,44 @@ class Simulator:
     def request(self, seq: int, request_id: int, session: str | None, category: str,
                 turn: int | None, t: float, input_tokens: int, block_tokens: int, ns: int,
                 keys: list[int], hashed_tokens: int, fut: np.ndarray | None = None) -> None:
-        """Simulate one request (keys: its hash ids, root first)."""
+        """Simulate one request (keys: its hash ids, root first), step by step: start the clock
+        and tell the policy; walk the prefix tree to the request's path; find where its state
+        goes and where its hit ends; visit the path (hits, touches, new objects); write what must
+        go to the SSD and bring the tiers within capacity; account the request."""
+        req = self._begin(seq, request_id, session, category, turn, t, input_tokens, hashed_tokens)
+        acc = self.acc
+        before = acc.request_begin()
+        # ids beyond the hashed tokens cover nothing (as in kvwear.workloads.blocks: hashed_tokens
+        # decides; an AIPerf/Qwen row may list more ids than its input has blocks)
+        nk = len(keys)
+        covered = -(-hashed_tokens // block_tokens)
+        if nk > covered:
+            nk = max(covered, 0)
+            keys = keys[:nk]
+        if nk == 0:
+            acc.request_end(req, before, 0, 0, 0, 0, -1, 0, 0, 0, 0)
+            return
+        path = self._walk(request_id, ns, keys, block_tokens, hashed_tokens)
+        state_seg = self._state_segment(path, nk, block_tokens) if self.hybrid else None
+        p, hit_state = self._hit_point(path, fut)
+        v = self._visit(path, p, hit_state, state_seg, fut, block_tokens)
+        self._settle(v.pending_ssd, v.used)
+        k_chunks = block_tokens // self.chunk_tokens
+        hit_tokens = v.hit_tokens if v.hit_tokens <= hashed_tokens else hashed_tokens
+        total_chunks = (nk - 1) * k_chunks + -(-(hashed_tokens - (nk - 1) * block_tokens) // self.chunk_tokens)
+        # a cached full block hit by a request whose copy is partial counts no more than it covers
+        hit_chunks = v.hit_chunks if v.hit_chunks <= total_chunks else total_chunks
+        tt = v.tok_tier
+        acc.request_end(req, before, hit_tokens, tt[HBM], tt[DRAM], tt[SSD], v.state_tier,
+                        v.dram_bytes, v.ssd_bytes, hit_chunks, total_chunks)
+
+    def _begin(self, seq: int, request_id: int, session: str | None, category: str,
+               turn: int | None, t: float, input_tokens: int, hashed_tokens: int) -> RequestInfo:
+        """Advance the clock to the request's arrival, index its session, tell the policy."""
         if t < self.now_s - 1e-9:
             raise KvwearError(
                 f"request {request_id}: arrival_s {t} is before the previous request's "
                 f"{self.now_s}; the requests table must be sorted by arrival_s")
-        cfg = self.config
         self.now_s = t
         self.seq = seq
         si = self._sess_index.get(session)
@@ -413,24 +463,14 @@ class Simulator:
         self._cur_sess = si
         req = RequestInfo(seq, request_id, session, category, turn, t, input_tokens, hashed_tokens)
         self.req = req
-        policy = self.policy
-        policy.begin_request(req)
-        acc = self.acc
-        before = acc.request_begin()
+        self.policy.begin_request(req)
+        return req
+
+    def _walk(self, request_id: int, ns: int, keys: list[int], B: int, hashed_tokens: int) -> list[Segment]:
+        """The request's path of segments, root side first: the existing segments its keys
+        follow (the last one split where the keys leave it), then one new segment for the keys
+        the tree does not have."""
         nk = len(keys)
-        # ids beyond the hashed tokens cover nothing (as in kvwear.workloads.blocks: hashed_tokens
-        # decides; an AIPerf/Qwen row may list more ids than its input has blocks)
-        covered = -(-hashed_tokens // block_tokens)
-        if nk > covered:
-            nk = max(covered, 0)
-            keys = keys[:nk]
-        if nk == 0:
-            acc.request_end(req, before, 0, 0, 0, 0, -1, 0, 0, 0, 0)
-            return
-        S = self.chunk_tokens
-        B = block_tokens
-        kv = cfg.kv_bytes_per_token
-        # ---- walk the tree
         root = self.roots.get(ns)
         if root is None:
             root = self.roots[ns] = Segment(-1, ns, [], 0, B, B, 0, 0, None)
@@ -464,59 +504,67 @@ class Simulator:
                 raise KvwearError(
                     f"request {request_id}: hashed_tokens {hashed_tokens} does not fit {nk} blocks "
                     f"of {B} tokens")
-            bb = B * kv
-            lb = -(-last_tokens // S) * S * kv
-            new = Segment(self._next_oid, ns, keys[i:], i, B, last_tokens, bb, lb, node)
+            kv = self.config.kv_bytes_per_token
+            new = Segment(self._next_oid, ns, keys[i:], i, B, last_tokens, B * kv,
+                          -(-last_tokens // self.chunk_tokens) * self.chunk_tokens * kv, node)
             self._next_oid += nk - i
-            new.created_s = t
+            new.created_s = self.now_s
             node.children[keys[i]] = new
             path.append(new)
-        # ---- the state's position: after the last *full* block (a partial last block's key
-        # never recurs on the next turn's path, so a checkpoint after it could never be hit)
-        state_seg: Segment | None = None
-        if self.hybrid:
-            last = path[-1]
-            if last.last_tokens < B:
-                pos = nk - 1
-                if last.start < pos:
-                    head = self._split(last, pos - last.start, 0)
-                    path.insert(len(path) - 1, head)
-                state_seg = path[-2] if len(path) >= 2 else None
-            else:
-                state_seg = last
-        # ---- hit point
+        return path
+
+    def _state_segment(self, path: list[Segment], nk: int, B: int) -> Segment | None:
+        """The segment the request's state checkpoint ends: after its last *full* block (a
+        partial last block's key never recurs on the next turn's path, so a checkpoint after it
+        could never be hit), splitting the last segment there if needed; None when the request
+        has no full block."""
+        last = path[-1]
+        if last.last_tokens >= B:
+            return last
+        pos = nk - 1
+        if last.start < pos:
+            head = self._split(last, pos - last.start, 0)
+            path.insert(len(path) - 1, head)
+        return path[-2] if len(path) >= 2 else None
+
+    def _hit_point(self, path: list[Segment], fut: np.ndarray | None) -> tuple[int, State | None]:
+        """(p, the state serving the hit): the hit covers path[:p], the longest resident prefix
+        (hybrid models: ending at a resident state). Sets what the policy reads about the hit."""
         r = 0
         npath = len(path)  # a new segment is not resident, so it stops the scan
         while r < npath and path[r].tiers:
             r += 1
         p = r
-        if self.hybrid:
+        hybrid = self.hybrid
+        if hybrid:
             while p > 0:
                 st = path[p - 1].state
                 if st is not None and st.tiers:
                     break
                 p -= 1
-        hit_state = path[p - 1].state if (self.hybrid and p > 0) else None
+        hit_state = path[p - 1].state if (hybrid and p > 0) else None
         # what serves this request, for policies that credit reuse only to the serving objects
         self.hit_state = hit_state
         self.hit_blocks = path[p - 1].start + path[p - 1].n if p else 0
-        if fut is not None and self.hybrid:
+        if fut is not None and hybrid:
             # every state on the path is referenced by this request, whether it serves it or is
             # passed over: its future-refs pointer moves here (only a touch sets next_seq)
             for seg in path:
                 st = seg.state
                 if st is not None:
                     st._fut = (fut, seg.start + seg.n - 1)
-        # ---- visit leaf → root
-        pending_ssd: list[Obj] = []
-        hbm_on = self.capacity_bytes[HBM] > 0
-        used: list[Obj] = []
-        hit_tokens = 0
-        hit_chunks = 0
-        tok_tier = [0, 0, 0, 0, 0]  # index by tier bit: 1 hbm, 2 dram, 4 ssd (sparse)
-        dram_bytes = 0
-        ssd_bytes = 0
-        state_tier = -1
+        return p, hit_state
+
+    def _visit(self, path: list[Segment], p: int, hit_state: State | None, state_seg: Segment | None,
+               fut: np.ndarray | None, B: int) -> _Visit:
+        """Visit the request's objects: its state (placed new, or touched), then the path leaf →
+        root — hits served from their fastest tier up to p, resident segments beyond it touched,
+        missing ones (new, or ghosts coming back) placed where the policy says."""
+        v = _Visit()
+        pending_ssd = v.pending_ssd
+        used = v.used
+        t = self.now_s
+        seq = self.seq
         if state_seg is not None:
             spos = state_seg.start + state_seg.n - 1
             st = state_seg.state
@@ -536,12 +584,15 @@ class Simulator:
             elif st is not hit_state:
                 self._touch(st, fut, spos)
                 used.append(st)
-        k_chunks = B // S
+        k_chunks = B // self.chunk_tokens
+        S = self.chunk_tokens
+        tok_tier = v.tok_tier
+        hit_tokens = hit_chunks = dram_bytes = ssd_bytes = 0
         for j in range(len(path) - 1, -1, -1):
             seg = path[j]
             if j == p - 1 and hit_state is not None:
                 tier, nb = self._hit(hit_state, fut, seg.start + seg.n - 1)
-                state_tier = tier
+                v.state_tier = tier
                 if tier == DRAM:
                     dram_bytes += nb
                 elif tier == SSD:
@@ -574,7 +625,13 @@ class Simulator:
                     seg.next_seq = int(fut[0, seg.start])
                 self._place_new(seg, pending_ssd)
             used.append(seg)
-        # ---- make room, write, evict
+        v.hit_tokens, v.hit_chunks, v.dram_bytes, v.ssd_bytes = hit_tokens, hit_chunks, dram_bytes, ssd_bytes
+        return v
+
+    def _settle(self, pending_ssd: list[Obj], used: list[Obj]) -> None:
+        """Write what this request sends to the SSD (placements, then the policy's promotions),
+        give the GPU what it used (HBM, when configured), bring DRAM within capacity, and bury
+        what left every tier."""
         for obj in pending_ssd:
             if not obj.tiers & SSD:
                 self._ssd_write(obj, CAUSE_INSERT)
@@ -583,7 +640,7 @@ class Simulator:
                 if obj.tiers and not obj.tiers & SSD:
                     self._ssd_write(obj, CAUSE_PROMOTE)
             self._promote.clear()
-        if hbm_on:
+        if self.capacity_bytes[HBM] > 0:
             # the GPU holds everything this request used or computed (MRU order: root last)
             hl = self.hbm_lru
             for obj in used:
@@ -596,13 +653,6 @@ class Simulator:
         # ghosts left on the path (placed nowhere) and evicted objects go away
         self._ghosts.extend(used)
         self._bury()
-        if hit_tokens > hashed_tokens:
-            hit_tokens = hashed_tokens
-        total_chunks = (nk - 1) * k_chunks + -(-(hashed_tokens - (nk - 1) * B) // S)
-        if hit_chunks > total_chunks:  # a cached full block hit by a request whose copy is partial
-            hit_chunks = total_chunks
-        acc.request_end(req, before, hit_tokens, tok_tier[HBM], tok_tier[DRAM], tok_tier[SSD],
-                        state_tier, dram_bytes, ssd_bytes, hit_chunks, total_chunks)
 
     def _touch(self, obj: Obj, fut: np.ndarray | None, pos: int) -> None:
         obj.last_seq = self.seq

@@ -125,7 +125,10 @@ def test_gandalf_gamma_trades_writes_for_misses(request: pytest.FixtureRequest, 
     writes = [s.ssd_write_bytes for s in runs]
     misses = [s.token_miss_ratio for s in runs]
     assert writes == sorted(writes, reverse=True) and writes[0] > writes[-1], writes
-    assert misses[-1] >= misses[0] - 0.005, misses
+    # every larger γ misses no less than every smaller one, within issue #29's 0.01 (comparing
+    # only the ends would pass a collapse at γ = 1…16 that recovers by γ = 64)
+    rises = [(g, h) for i, g in enumerate(misses) for h in misses[i + 1:] if h < g - 0.01]
+    assert not rises, misses
 
 
 def _same_run(a: SimResult, b: SimResult) -> None:

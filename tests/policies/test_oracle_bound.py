@@ -3,6 +3,7 @@ the hindsight dead-write filter never costs a hit (issues 11 and 16)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -236,3 +237,24 @@ def test_gamma_line_dominates_online_points_on_a_small_agentic_workload(model: s
         one_pass = [p for p in oracle if "passes" not in p.spec]
         assert "gandalf:gamma=4" in [p.spec for p in fb.oracle_check(online, one_pass)["γ line"]]
     assert [p.spec for p in fb.oracle_check(online, oracle)["γ line"]] == []
+
+
+def test_frontier_bench_reads_tiers_and_a_requests_parquet(tmp_path: Path) -> None:
+    """bench/frontier.py's options (issue #29): `--dram`/`--ssd` take fractions of the footprint
+    (`1%`, `0.03`) or sizes (`100GB`), paired; a typo fails before any run; `--trace` reads a
+    requests Parquet written by `kvwear trace generate` as well as a trace file."""
+    from kvwear.tables import write_table
+    from kvwear.workloads.schema import REQUESTS
+    from kvwear.workloads.synthetic import generate
+
+    fb = _frontier_bench()
+    assert [fb.tier_bytes(t, 1000) for t in ("1%", "0.03", "100%", "1GB", "2KiB")] == [10, 30, 1000, 10**9, 2048]
+    assert fb.tier_pairs("1%,3%,100GB", "10%,30%,1TB") == [("1%", "10%"), ("3%", "30%"), ("100GB", "1TB")]
+    for dram, ssd in (("1%,3%", "10%"), ("1x", "10%"), ("150%", "10%")):
+        with pytest.raises(ValueError):
+            fb.tier_pairs(dram, ssd)
+    table = generate("multi-round", sessions=3, turns=2, seed=1)
+    path = write_table(REQUESTS, table, tmp_path / "requests.parquet")
+    assert fb.trace_table(path).column("hash_ids").to_pylist() == table.column("hash_ids").to_pylist()
+    (label, got), = fb.workloads(False, False, [], [str(path)])
+    assert label == "requests.parquet" and got.num_rows == table.num_rows
