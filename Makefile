@@ -36,7 +36,7 @@ lint: setup
 	$(BIN)/ruff check . && $(BIN)/mypy
 
 bench: setup
-	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
+	for b in bench/[!_]*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) out
