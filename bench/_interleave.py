@@ -13,8 +13,10 @@ work done, which other tenants do not inflate; wall time is printed beside it, s
 a kernel thread (a loop device's worker) or of a child not yet reaped counts in wall time only.
 
 A side may have untimed `before`/`after` steps (attach a tracer, check a result, delete files):
-they run around the timed call in the same round. An untimed warm-up round runs first (numba
-compiles, the page cache fills) unless `warmup=0`.
+they run around the timed call in the same round. A side that makes a process work which this
+one does not wait for during the call (a tracer's daemon) names a clock of that process's CPU
+seconds (`extra_cpu`, e.g. `proc_cpu_s(pid)`), read before and after the call and added. An
+untimed warm-up round runs first (numba compiles, the page cache fills) unless `warmup=0`.
 
 Must not: time anything but the side's own call, or report a ratio over rounds in which either
 side was missing; it does not judge a ratio (the bench states its target).
@@ -22,6 +24,7 @@ side was missing; it does not judge a ratio (the bench states its target).
 
 from __future__ import annotations
 
+import os
 import resource
 import statistics
 import time
@@ -41,6 +44,7 @@ class Side:
     run: Callable[[], Any]
     before: Callable[[], None] | None = None
     after: Callable[[Any], None] | None = None
+    extra_cpu: Callable[[], float] | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,16 @@ class Interleaved:
         return lines
 
 
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far (/proc/PID/stat), threads included."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
 def _children_cpu_s() -> float:
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
@@ -135,13 +149,15 @@ def interleave(sides: Mapping[str, Side | Callable[[], Any]], rounds: int = MIN_
             s = norm[name]
             if s.before is not None:
                 s.before()
+            x0 = s.extra_cpu() if s.extra_cpu is not None else 0.0
             c0, k0, w0 = time.process_time(), _children_cpu_s(), time.perf_counter()
             out = s.run()
             w1, c1, k1 = time.perf_counter(), time.process_time(), _children_cpu_s()
+            x1 = s.extra_cpu() if s.extra_cpu is not None else 0.0
             if s.after is not None:
                 s.after(out)
             last[name] = out
             if r >= 0:
-                cpu[name].append((c1 - c0) + (k1 - k0))
+                cpu[name].append((c1 - c0) + (k1 - k0) + (x1 - x0))
                 wall[name].append(w1 - w0)
     return Interleaved({k: Times(tuple(cpu[k]), tuple(wall[k])) for k in names}, rounds, last)

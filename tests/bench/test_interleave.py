@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from _interleave import Side, interleave, order
+from _interleave import Side, interleave, order, proc_cpu_s
 
 
 def test_order_rotates_each_round() -> None:
@@ -52,3 +52,24 @@ def test_too_few_rounds_or_sides_refused() -> None:
         interleave({"a": lambda: None, "b": lambda: None}, rounds=3)
     with pytest.raises(ValueError, match="two sides"):
         interleave({"a": lambda: None})
+
+
+def test_extra_cpu_counts_a_process_not_waited_for() -> None:
+    spin = [sys.executable, "-c", "while True: pass"]
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def until_daemon_spent(cpu_s: float) -> None:
+        start = proc_cpu_s(procs[-1].pid)
+        while proc_cpu_s(procs[-1].pid) - start < cpu_s:
+            time.sleep(0.01)
+
+    def stop(_: object) -> None:
+        procs[-1].kill()
+        procs[-1].wait()
+
+    daemon = Side(run=lambda: until_daemon_spent(0.1), before=lambda: procs.append(subprocess.Popen(spin)),
+                  after=stop, extra_cpu=lambda: proc_cpu_s(procs[-1].pid))
+    res = interleave({"daemon": daemon, "alone": lambda: time.sleep(0.1)}, rounds=5, warmup=0)
+    # the daemon's CPU during the call counts (its reaping, in `after`, is not timed)
+    assert res.times["daemon"].stat("cpu", "min") >= 0.1
+    assert res.times["alone"].stat("cpu", "median") < 0.05
