@@ -1,20 +1,32 @@
 """The `bpftrace` block tracer: the fallback when bcc cannot import or compile (needs BTF only).
 
 A bpftrace script on block:block_rq_issue / block_rq_requeue / block_rq_complete, filtered by
-dev_t in the kernel, prints one compact line per event to a file in the work directory:
-`I <t_ns> <sector> <bytes> <rwbs>`, `Q <t_ns> <sector> 0 -`, `C <t_ns> <sector> 0 -`.
-bpftrace's own `Lost N events` lines count dropped samples, and the kernel's per-program
-`recursion_misses` (read from bpftrace's fdinfo before it exits) count skipped probe runs (an
-upper bound: runs for other devices' requests count too).
+dev_t in the kernel, keeps each issued request (issue time, bytes, rwbs) in a map keyed by its
+sector and prints one line per request when it completes, to a file in the work directory:
+`R <issue_ns> <sector> <bytes> <latency_ns> <rwbs>`. One line per request, not one per event:
+bpftrace formats every line in user space (~10 µs each here), which is most of what it costs.
+Other lines: `N …` an issue whose sector was issued again before a completion was seen (no
+latency), `U <t_ns> <sector> <bytes> - <rwbs>` a completion whose issue was not seen (issued
+before the capture started, or its probe skipped: the request as it completes, no latency),
+`Q <t_ns> <sector> 0 - -` a requeue (the request is issued again). Requests still in flight when
+bpftrace exits are in its map dump (`@inflight[<sector>]: (<t_ns>, <bytes>, <rwbs>)`), kept without
+latency. So a request is lost only when both its probes were skipped or its line was dropped.
+
+These are classic tracepoints (bpftrace 0.17 has no raw tracepoints): the kernel skips a probe run
+when another kprobe or tracepoint BPF program is running on that CPU and counts it in the
+program's `recursion_misses` (read from bpftrace's fdinfo before it exits; runs for other devices'
+requests count too). A skipped issue shows as a `U` line, a skipped completion as a request left
+in flight; a request whose two probes were both skipped leaves nothing, so `lost_events` is the
+lines bpftrace reported lost (`Lost N events`) plus ⌊(misses − U lines − in flight) / 2⌋, an upper
+bound. Per-CPU perf buffers are sized from the expected I/O rate (BPFTRACE_PERF_RB_PAGES).
 
 bpftrace reads its per-CPU perf buffers asynchronously and, once interrupted, drains only the
 buffers that still signal readiness, so after a plain SIGINT the last events can be missing from
 its output. `stop` therefore first sets a barrier: it runs on each CPU in turn and makes one
 getpgid() call there, which a fourth probe (filtered by our pid) turns into a line
-`S <t_ns> <cpu> 0 -`; a CPU's buffer is FIFO, so once its `S` line is in the file, every event that
-CPU recorded before is too. Only then is bpftrace interrupted. The file is then parsed by the pure
-`parse_bpftrace_output`, which matches each issue with the next event at the same sector
-(time-ordered: per-CPU buffers interleave lines), and written as BLOCK_TRACE Parquet.
+`S <t_ns> <cpu> 0 - -`; a CPU's buffer is FIFO, so once its `S` line is in the file, every event
+that CPU recorded before is too. Only then is bpftrace interrupted. The file is then parsed by the
+pure `parse_bpftrace_output` and written as BLOCK_TRACE Parquet.
 
 It must not run fio, and it never writes anything but its own output file and Parquet file.
 """
@@ -32,6 +44,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from kvwear.children import die_with_parent
@@ -55,100 +68,111 @@ from kvwear.tables import write_table
 
 SCRIPT = r"""
 tracepoint:block:block_rq_issue /args->dev == $1/ {
-  printf("I %llu %llu %u %s\n", nsecs, args->sector, args->bytes, args->rwbs);
+  $old = @inflight[args->sector];
+  if ($old.0) {
+    printf("N %llu %llu %u - %s\n", $old.0, args->sector, $old.1, $old.2);
+  }
+  @inflight[args->sector] = (nsecs, args->bytes, args->rwbs);
 }
 tracepoint:block:block_rq_requeue /args->dev == $1/ {
-  printf("Q %llu %llu 0 -\n", nsecs, args->sector);
+  delete(@inflight[args->sector]);
+  printf("Q %llu %llu 0 - -\n", nsecs, args->sector);
 }
 tracepoint:block:block_rq_complete /args->dev == $1/ {
-  printf("C %llu %llu 0 -\n", nsecs, args->sector);
+  $v = @inflight[args->sector];
+  if ($v.0) {
+    delete(@inflight[args->sector]);
+    printf("R %llu %llu %u %llu %s\n", $v.0, args->sector, $v.1, nsecs - $v.0, $v.2);
+  } else {
+    printf("U %llu %llu %u - %s\n", nsecs, args->sector, args->nr_sector * 512, args->rwbs);
+  }
 }
 """
 BARRIER_PROBE = r"""
 tracepoint:syscalls:sys_enter_getpgid /pid == $2/ {
-  printf("S %llu %d 0 -\n", nsecs, cpu);
+  printf("S %llu %d 0 - -\n", nsecs, cpu);
 }
 """
+#: bytes one line takes in bpftrace's perf buffer (its printf record: an id and the arguments, 8 B
+#: each, plus the 64-byte rwbs string and the sample header), for sizing the buffers
+LINE_BUFFER_BYTES = 128
+#: the expected requests per second when the caller gives none, and the seconds of them a per-CPU
+#: buffer holds while bpftrace is kept off the CPU (kvwear.harness.capture.bcc's figures)
+DEFAULT_EXPECTED_IOPS = 250_000
+BUFFER_HEADROOM_S = 1.0
 
 _LOST = re.compile(rb"^Lost (\d+) events", re.MULTILINE)
-_EVENT = re.compile(rb"^[IQC] \d+ \d+ \d+ \S+$", re.MULTILINE)
-_MARK = re.compile(rb"^S \d+ (\d+) 0 -$", re.MULTILINE)
+_EVENT = re.compile(rb"^[RNUQ] \d+ \d+ \d+ (?:\d+|-) \S+$", re.MULTILINE)
+_MARK = re.compile(rb"^S \d+ (\d+) 0 - -$", re.MULTILINE)
+_INFLIGHT = re.compile(rb"^@inflight\[(\d+)\]: \((\d+), (\d+), (\S*)\)$", re.MULTILINE)
+
+
+def rb_pages(expected_iops: float, per_cpu_buffer_bytes: int | None = None) -> int:
+    """BPFTRACE_PERF_RB_PAGES: the bytes given, or what `expected_iops` lines fill in
+    BUFFER_HEADROOM_S, in pages (a power of two, as the kernel requires)."""
+    want = per_cpu_buffer_bytes if per_cpu_buffer_bytes is not None else \
+        expected_iops * LINE_BUFFER_BYTES * BUFFER_HEADROOM_S
+    pages = max(1, -(-int(want) // 4096))
+    return 1 << (pages - 1).bit_length()
 
 
 @dataclass(frozen=True)
 class ParsedTrace:
     table: pa.Table                 # BLOCK_TRACE columns, one row per issued request
-    lost_events: int
-    unmatched_completions: int
+    lost_lines: int                 # lines bpftrace reported lost (`Lost N events`)
+    unmatched_completions: int      # `U` lines: completions whose issue was not seen
+    in_flight: int                  # requests still in flight at exit (the map dump)
     requeues: int
 
 
 def parse_bpftrace_output(text: bytes, dev: int, source: str = "bpftrace output") -> ParsedTrace:
-    """Turn the script's lines into one row per issue (pure). An issue's latency is the time to
-    the next event at its sector when that event is a completion; an issue followed by a requeue
-    is dropped (the request is issued again); an issue followed by another issue or by nothing
-    keeps a null latency; a completion not preceded by an issue is counted as unmatched."""
+    """The script's lines → one row per request (pure), in issue-time order: `R` lines with
+    their latency, `N` and `U` lines and the requests in flight at exit without."""
     lost = sum(int(m) for m in _LOST.findall(text))
     lines = _EVENT.findall(text)
+    inflight = _INFLIGHT.findall(text)
     junk = [ln for ln in text.splitlines() if ln.strip() and not _EVENT.match(ln) and not _LOST.match(ln)
-            and not _MARK.match(ln) and not ln.startswith(b"Attaching ")]
+            and not _MARK.match(ln) and not _INFLIGHT.match(ln) and not ln.startswith(b"Attaching ")]
     if junk:
         raise InputError(source, None, None, f"unexpected line {junk[0][:80]!r}")
-    if not lines:
-        empty = BLOCK_TRACE.empty()
-        return ParsedTrace(empty, lost, 0, 0)
-    t = pacsv.read_csv(
-        io.BytesIO(b"\n".join(lines)),
-        read_options=pacsv.ReadOptions(column_names=["kind", "t_ns", "sector", "bytes", "rwbs"]),
-        parse_options=pacsv.ParseOptions(delimiter=" "),
-        convert_options=pacsv.ConvertOptions(column_types={
-            "kind": pa.string(), "t_ns": pa.int64(), "sector": pa.int64(), "bytes": pa.int64(),
-            "rwbs": pa.string()}),
-    )
-    kind = t.column("kind").to_numpy(zero_copy_only=False)
-    ts = t.column("t_ns").to_numpy()
-    sector = t.column("sector").to_numpy()
-    # Order events by (sector, time); on a tie an issue sorts before its own completion.
-    rank = np.select([kind == "I", kind == "Q"], [0, 1], 2)
-    order = np.lexsort((rank, ts, sector))
-    k, s, tt = kind[order], sector[order], ts[order]
-    same_next = np.zeros(len(k), dtype=bool)
-    same_next[:-1] = s[1:] == s[:-1]
-    nxt = np.empty(len(k), dtype=object)
-    nxt[:-1] = k[1:]
-    nxt[-1] = ""
-    nxt[~same_next] = ""
-    is_issue = k == "I"
-    completed = is_issue & (nxt == "C")
-    requeued = is_issue & (nxt == "Q")
-    prev_issue = np.zeros(len(k), dtype=bool)
-    prev_issue[1:] = is_issue[:-1] & same_next[:-1]
-    unmatched = int(((k == "C") & ~prev_issue).sum())
-    keep = is_issue & ~requeued
-    lat = np.zeros(len(k), dtype=np.int64)
-    lat[:-1] = tt[1:] - tt[:-1]
-    rows = order[keep]
-    back = np.argsort(rows, kind="stable")       # back to time/issue order
-    rows = rows[back]
-    lat_k = lat[keep][back]
-    has_lat = completed[keep][back]
-    rwbs = t.column("rwbs").take(pa.array(rows))
+    rows = [b" ".join((b"R", t, s, n, b"-", r or b"-")) for s, t, n, r in inflight]
+    requeues = 0
+    if lines or rows:
+        t = pacsv.read_csv(
+            io.BytesIO(b"\n".join(lines + rows)),
+            read_options=pacsv.ReadOptions(column_names=["kind", "t_ns", "sector", "bytes", "lat", "rwbs"]),
+            parse_options=pacsv.ParseOptions(delimiter=" "),
+            convert_options=pacsv.ConvertOptions(column_types={
+                "kind": pa.string(), "t_ns": pa.int64(), "sector": pa.int64(), "bytes": pa.int64(),
+                "lat": pa.string(), "rwbs": pa.string()}, null_values=["-"], strings_can_be_null=True),
+        )
+        kind = t.column("kind")
+        requeues = int(pc.sum(pc.equal(kind, "Q")).as_py() or 0)
+        t = t.filter(pc.not_equal(kind, "Q"))
+        t = t.take(pc.sort_indices(t, sort_keys=[("t_ns", "ascending"), ("sector", "ascending")]))
+    else:
+        t = None
+    unmatched = sum(1 for ln in lines if ln.startswith(b"U"))
+    if t is None or t.num_rows == 0:
+        return ParsedTrace(BLOCK_TRACE.empty(), lost, unmatched, len(inflight), requeues)
+    lat = pc.cast(t.column("lat"), pa.int64())
     table = pa.table({
-        "t_ns": pa.array(ts[rows]),
-        "dev": pa.array(np.full(len(rows), dev, dtype=np.int64)),
-        "op": classify_rwbs(rwbs),
-        "sector": pa.array(sector[rows]),
-        "bytes": pa.array(t.column("bytes").to_numpy()[rows]),
-        "latency_ns": int64_with_nulls(lat_k, ~has_lat),
+        "t_ns": t.column("t_ns"),
+        "dev": pa.array(np.full(t.num_rows, dev, dtype=np.int64)),
+        "op": classify_rwbs(pc.fill_null(t.column("rwbs"), "")),
+        "sector": t.column("sector"),
+        "bytes": t.column("bytes"),
+        "latency_ns": int64_with_nulls(pc.fill_null(lat, 0).to_numpy(), lat.is_null().to_numpy(zero_copy_only=False)),
     })
-    return ParsedTrace(table, lost, unmatched, int(requeued.sum()))
+    return ParsedTrace(table, lost, unmatched, len(inflight), requeues)
 
 
 class BpftraceTracer:
     name = "bpftrace"
 
-    def __init__(self, *, perf_rb_pages: int = 4096, attach_timeout_s: float = 60.0) -> None:
-        self.perf_rb_pages = perf_rb_pages
+    def __init__(self, *, expected_iops: float = DEFAULT_EXPECTED_IOPS, per_cpu_buffer_bytes: int | None = None,
+                 attach_timeout_s: float = 60.0) -> None:
+        self.perf_rb_pages = rb_pages(expected_iops, per_cpu_buffer_bytes)
         self.attach_timeout_s = attach_timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
         self._out: Path | None = None
@@ -197,6 +221,11 @@ class BpftraceTracer:
         self._kill()
         raise TracerUnavailable(f"bpftrace did not attach its probes: {msg or 'timed out'}")
 
+    @property
+    def pid(self) -> int | None:
+        """The bpftrace process while it runs (its CPU is the capture's cost in user space)."""
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
     def _kill(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
@@ -227,17 +256,22 @@ class BpftraceTracer:
             return False
         start = self._out.stat().st_size     # this barrier's lines can only come after this point
         cpus = sorted(os.sched_getaffinity(0))
-        try:
-            for cpu in cpus:
-                os.sched_setaffinity(0, {cpu})
-                os.getpgid(0)              # the barrier probe prints `S <t> <cpu>` on this CPU
-        finally:
-            os.sched_setaffinity(0, cpus)
+        # A CPU's line is re-sent until it shows: a full buffer drops it (and then reports the
+        # drop, with the next line it can hold: the line re-sent after bpftrace has read it).
         while time.monotonic() < deadline and self._proc.poll() is None:
-            if set(cpus) <= self._marks_after(start):
+            missing = set(cpus) - self._marks_after(start)
+            if not missing:
                 return True
-            time.sleep(0.02)
-        return False
+            try:
+                for cpu in sorted(missing):
+                    os.sched_setaffinity(0, {cpu})
+                    os.getpgid(0)          # the barrier probe prints `S <t> <cpu>` on this CPU
+            finally:
+                os.sched_setaffinity(0, cpus)
+            retry = time.monotonic() + 0.25
+            while time.monotonic() < min(retry, deadline) and not set(cpus) <= self._marks_after(start):
+                time.sleep(0.02)
+        return not (set(cpus) - self._marks_after(start))
 
     def stop(self) -> CaptureResult:
         assert self._proc is not None and self._out is not None and self._parquet is not None
@@ -251,15 +285,19 @@ class BpftraceTracer:
         parsed = parse_bpftrace_output(self._out.read_bytes(), self._dev, str(self._out))
         path = write_table(BLOCK_TRACE, parsed.table, self._parquet)
         nb, nr = totals_by_op(parsed.table.column("op").combine_chunks(), parsed.table.column("bytes").to_numpy())
+        # a request with both probes skipped takes two of the misses the kernel counted; the
+        # misses seen as U lines or as requests left in flight took one each
+        both = max(0, misses - parsed.unmatched_completions - parsed.in_flight) // 2
         return CaptureResult(
             tracer=self.name, parquet_path=path, events=parsed.table.num_rows,
-            lost_events=parsed.lost_events + misses,
+            lost_events=parsed.lost_lines + both,
             bytes_by_op={k: v for k, v in nb.items() if v or nr[k]},
             requests_by_op={k: v for k, v in nr.items() if v},
             unmatched_completions=parsed.unmatched_completions,
             no_completion=parsed.table.column("latency_ns").null_count,
             extra={"requeues": parsed.requeues, "raw_output": str(self._out), "flushed": flushed,
-                   "perf_buffer_lost": parsed.lost_events, "bpf_recursion_misses": misses},
+                   "in_flight_at_stop": parsed.in_flight, "perf_buffer_lost": parsed.lost_lines,
+                   "perf_rb_pages_per_cpu": self.perf_rb_pages, "bpf_recursion_misses": misses},
         )
 
 

@@ -16,9 +16,11 @@ from kvwear.harness.estimate.estimator import (
     LIFETIME_REL_TOL,
     SMART_HOST_BYTES_REL_TOL,
     WAF_REL_TOL,
+    CaptureBytes,
     Check,
     DeviceBytes,
     analytical_waf,
+    capture_check,
     femu_host_check,
     ftl_alpha,
     ftl_predicted_waf,
@@ -144,3 +146,18 @@ def test_femu_host_pages_are_checked_against_the_plan() -> None:
     assert lost is not None and not lost.passed
     assert femu_host_check(502_530_048, device(502_530_048, CounterSource.FDP_STATS_LOG_22H)) is None
     assert femu_host_check(502_530_048, DeviceBytes.from_json({"write_bytes": 1}, "qemu")) is None
+
+
+def test_a_capture_that_lost_events_or_was_not_drained_fails_its_byte_check() -> None:
+    exact = CaptureBytes("bcc", 1_000_000, 0)
+    notes: dict[str, str] = {}
+    assert capture_check("host bytes", 1_000_000, 1_000_000, exact, notes).passed and not notes
+    # within the 1 % tolerance, but events were lost: the counts are incomplete, the check fails
+    lost = CaptureBytes("bpftrace", 999_000, 0, lost_events=3)
+    c = capture_check("host bytes", 1_000_000, 999_000, lost, notes)
+    assert not c.passed and c.rel_error <= c.tolerance and c.kind == "accounting"
+    assert "lost up to 3 events" in notes["host bytes|ebpf:bpftrace"]
+    notes.clear()
+    undrained = CaptureBytes("bpftrace", 1_000_000, 0, drained=False)
+    assert not capture_check("trim bytes", 1_000_000, 1_000_000, undrained, notes).passed
+    assert "flush barrier" in notes["trim bytes|ebpf:bpftrace"]
