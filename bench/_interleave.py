@@ -17,6 +17,8 @@ they run around the timed call in the same round. A side that makes a process wo
 one does not wait for during the call (a tracer's daemon) names a clock of that process's CPU
 seconds (`extra_cpu`, e.g. `proc_cpu_s(pid)`), read before and after the call and added. An
 untimed warm-up round runs first (numba compiles, the page cache fills) unless `warmup=0`.
+A side whose work runs where this process cannot time it alone (a child process that must not
+count its start-up, a guest's fio) times itself and returns `SelfTimed`: its times are used.
 
 Must not: time anything but the side's own call, or report a ratio over rounds in which either
 side was missing; it does not judge a ratio (the bench states its target).
@@ -48,6 +50,15 @@ class Side:
 
 
 @dataclass(frozen=True)
+class SelfTimed:
+    """What a side that timed its own work returns: its CPU and wall seconds, and its result."""
+
+    cpu_s: float
+    wall_s: float
+    value: Any = None
+
+
+@dataclass(frozen=True)
 class Times:
     """One side's per-round times, in seconds."""
 
@@ -76,7 +87,8 @@ class Ratio:
 
 @dataclass(frozen=True)
 class Interleaved:
-    """Every side's times over the same rounds, and each side's last return value."""
+    """Every side's times over the same rounds, and each side's last return value (`SelfTimed`
+    ones as they came)."""
 
     times: Mapping[str, Times]
     rounds: int
@@ -158,6 +170,10 @@ def interleave(sides: Mapping[str, Side | Callable[[], Any]], rounds: int = MIN_
                 s.after(out)
             last[name] = out
             if r >= 0:
-                cpu[name].append((c1 - c0) + (k1 - k0) + (x1 - x0))
-                wall[name].append(w1 - w0)
+                if isinstance(out, SelfTimed):
+                    cpu[name].append(out.cpu_s)
+                    wall[name].append(out.wall_s)
+                else:
+                    cpu[name].append((c1 - c0) + (k1 - k0) + (x1 - x0))
+                    wall[name].append(w1 - w0)
     return Interleaved({k: Times(tuple(cpu[k]), tuple(wall[k])) for k in names}, rounds, last)

@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from _interleave import Side, interleave, order, proc_cpu_s
+from _interleave import SelfTimed, Side, interleave, order, proc_cpu_s
 
 
 def test_order_rotates_each_round() -> None:
@@ -73,3 +73,10 @@ def test_extra_cpu_counts_a_process_not_waited_for() -> None:
     # the daemon's CPU during the call counts (its reaping, in `after`, is not timed)
     assert res.times["daemon"].stat("cpu", "min") >= 0.1
     assert res.times["alone"].stat("cpu", "median") < 0.05
+
+
+def test_a_self_timed_side_reports_its_own_times() -> None:
+    res = interleave({"child": lambda: SelfTimed(cpu_s=1.5, wall_s=2.0, value=7), "other": lambda: None},
+                     rounds=5, warmup=0)
+    assert res.times["child"].cpu_s == (1.5,) * 5 and res.times["child"].wall_s == (2.0,) * 5
+    assert res.last["child"].value == 7
