@@ -1,32 +1,30 @@
 """The `bpftrace` block tracer: the fallback when bcc cannot import or compile (needs BTF only).
 
 A bpftrace script on block:block_rq_issue / block_rq_requeue / block_rq_complete, filtered by
-dev_t in the kernel, keeps each issued request (issue time, bytes, rwbs) in a map keyed by its
-sector and prints one line per request when it completes, to a file in the work directory:
-`R <issue_ns> <sector> <bytes> <latency_ns> <rwbs>`. One line per request, not one per event:
-bpftrace formats every line in user space (~10 µs each here), which is most of what it costs.
-Other lines: `N …` an issue whose sector was issued again before a completion was seen (no
-latency), `U <t_ns> <sector> <bytes> - <rwbs>` a completion whose issue was not seen (issued
-before the capture started, or its probe skipped: the request as it completes, no latency),
-`Q <t_ns> <sector> 0 - -` a requeue (the request is issued again). Requests still in flight when
-bpftrace exits are in its map dump (`@inflight[<sector>]: (<t_ns>, <bytes>, <rwbs>)`), kept without
-latency. So a request is lost only when both its probes were skipped or its line was dropped.
+dev_t in the kernel, prints one compact line per event to a file in the work directory:
+`I <t_ns> <sector> <bytes> <rwbs>`, `Q <t_ns> <sector> 0 -`, `C <t_ns> <sector> <bytes> <rwbs>`.
+Issues and completions are paired afterwards, in user space (`parse_bpftrace_output`), not in a
+bpftrace map: a map's read and delete are not one step, so an issue on one CPU and a completion on
+another at the same sector could both take the same entry (tried: 122 of 3,000 requests counted
+twice with 8 sectors in flight at depth 16).
 
 These are classic tracepoints (bpftrace 0.17 has no raw tracepoints): the kernel skips a probe run
 when another kprobe or tracepoint BPF program is running on that CPU and counts it in the
 program's `recursion_misses` (read from bpftrace's fdinfo before it exits; runs for other devices'
-requests count too). A skipped issue shows as a `U` line, a skipped completion as a request left
-in flight; a request whose two probes were both skipped leaves nothing, so `lost_events` is the
-lines bpftrace reported lost (`Lost N events`) plus ⌊(misses − U lines − in flight) / 2⌋, an upper
-bound. Per-CPU perf buffers are sized from the expected I/O rate (BPFTRACE_PERF_RB_PAGES).
+requests count too). A completion whose issue was not seen (skipped, or issued before the capture
+started) is kept as a row from its own line, without latency; an issue whose completion was not
+seen is kept without latency. A request whose two probes were both skipped leaves nothing, so
+`lost_events` is the lines bpftrace reported lost (`Lost N events`) plus ⌊(misses − completions
+without issue − issues without completion) / 2⌋, an upper bound. Per-CPU perf buffers are sized
+from the expected I/O rate (BPFTRACE_PERF_RB_PAGES).
 
 bpftrace reads its per-CPU perf buffers asynchronously and, once interrupted, drains only the
 buffers that still signal readiness, so after a plain SIGINT the last events can be missing from
 its output. `stop` therefore first sets a barrier: it runs on each CPU in turn and makes one
 getpgid() call there, which a fourth probe (filtered by our pid) turns into a line
-`S <t_ns> <cpu> 0 - -`; a CPU's buffer is FIFO, so once its `S` line is in the file, every event
-that CPU recorded before is too. Only then is bpftrace interrupted. The file is then parsed by the
-pure `parse_bpftrace_output` and written as BLOCK_TRACE Parquet.
+`S <t_ns> <cpu> 0 -`; a CPU's buffer is FIFO, so once its `S` line is in the file, every event that
+CPU recorded before is too. A CPU whose line does not show (its full buffer dropped it) gets it
+again until it does. Only then is bpftrace interrupted.
 
 It must not run fio, and it never writes anything but its own output file and Parquet file.
 """
@@ -44,7 +42,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from kvwear.children import die_with_parent
@@ -68,103 +65,133 @@ from kvwear.tables import write_table
 
 SCRIPT = r"""
 tracepoint:block:block_rq_issue /args->dev == $1/ {
-  $old = @inflight[args->sector];
-  if ($old.0) {
-    printf("N %llu %llu %u - %s\n", $old.0, args->sector, $old.1, $old.2);
-  }
-  @inflight[args->sector] = (nsecs, args->bytes, args->rwbs);
+  printf("I %llu %llu %u %s\n", nsecs, args->sector, args->bytes, args->rwbs);
 }
 tracepoint:block:block_rq_requeue /args->dev == $1/ {
-  delete(@inflight[args->sector]);
-  printf("Q %llu %llu 0 - -\n", nsecs, args->sector);
+  printf("Q %llu %llu 0 -\n", nsecs, args->sector);
 }
 tracepoint:block:block_rq_complete /args->dev == $1/ {
-  $v = @inflight[args->sector];
-  if ($v.0) {
-    delete(@inflight[args->sector]);
-    printf("R %llu %llu %u %llu %s\n", $v.0, args->sector, $v.1, nsecs - $v.0, $v.2);
-  } else {
-    printf("U %llu %llu %u - %s\n", nsecs, args->sector, args->nr_sector * 512, args->rwbs);
-  }
+  printf("C %llu %llu %u %s\n", nsecs, args->sector, args->nr_sector * 512, args->rwbs);
 }
 """
 BARRIER_PROBE = r"""
 tracepoint:syscalls:sys_enter_getpgid /pid == $2/ {
-  printf("S %llu %d 0 - -\n", nsecs, cpu);
+  printf("S %llu %d 0 -\n", nsecs, cpu);
 }
 """
 #: bytes one line takes in bpftrace's perf buffer (its printf record: an id and the arguments, 8 B
 #: each, plus the 64-byte rwbs string and the sample header), for sizing the buffers
 LINE_BUFFER_BYTES = 128
-#: the expected requests per second when the caller gives none, and the seconds of them a per-CPU
-#: buffer holds while bpftrace is kept off the CPU (kvwear.harness.capture.bcc's figures)
+#: the expected requests per second when the caller gives none (two lines each), and the seconds
+#: of them a per-CPU buffer holds while bpftrace is kept off the CPU (kvwear.harness.capture.bcc's)
 DEFAULT_EXPECTED_IOPS = 250_000
 BUFFER_HEADROOM_S = 1.0
 
 _LOST = re.compile(rb"^Lost (\d+) events", re.MULTILINE)
-_EVENT = re.compile(rb"^[RNUQ] \d+ \d+ \d+ (?:\d+|-) \S+$", re.MULTILINE)
-_MARK = re.compile(rb"^S \d+ (\d+) 0 - -$", re.MULTILINE)
-_INFLIGHT = re.compile(rb"^@inflight\[(\d+)\]: \((\d+), (\d+), (\S*)\)$", re.MULTILINE)
+_EVENT = re.compile(rb"^[IQC] \d+ \d+ \d+ \S+$", re.MULTILINE)
+_MARK = re.compile(rb"^S \d+ (\d+) 0 -$", re.MULTILINE)
+_ISSUE, _REQUEUE, _COMPLETE = 0, 1, 2
 
 
 def rb_pages(expected_iops: float, per_cpu_buffer_bytes: int | None = None) -> int:
-    """BPFTRACE_PERF_RB_PAGES: the bytes given, or what `expected_iops` lines fill in
+    """BPFTRACE_PERF_RB_PAGES: the bytes given, or what `expected_iops` requests' two lines fill in
     BUFFER_HEADROOM_S, in pages (a power of two, as the kernel requires)."""
     want = per_cpu_buffer_bytes if per_cpu_buffer_bytes is not None else \
-        expected_iops * LINE_BUFFER_BYTES * BUFFER_HEADROOM_S
+        2 * expected_iops * LINE_BUFFER_BYTES * BUFFER_HEADROOM_S
     pages = max(1, -(-int(want) // 4096))
     return 1 << (pages - 1).bit_length()
 
 
 @dataclass(frozen=True)
 class ParsedTrace:
-    table: pa.Table                 # BLOCK_TRACE columns, one row per issued request
+    table: pa.Table                 # BLOCK_TRACE columns, one row per request
     lost_lines: int                 # lines bpftrace reported lost (`Lost N events`)
-    unmatched_completions: int      # `U` lines: completions whose issue was not seen
-    in_flight: int                  # requests still in flight at exit (the map dump)
+    unmatched_completions: int      # completions whose issue was not seen (kept as rows)
+    no_completion: int              # issues whose completion was not seen (kept as rows)
     requeues: int
 
 
+def _pair(kind: np.ndarray, sector: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Events sorted by (sector, time) → for each event, the completion that closes it (an issue's:
+    the sector's completions close its open issues first in, first out) or -1, and whether it is a
+    row (an issue not requeued, or a completion that found no open issue: it stands for its
+    request). A requeue drops the oldest open issue (it is issued again). Vectorized: per sector,
+    the open issues are a walk reflected at 0, so a close finds none exactly when the unreflected
+    walk reaches a new low; the m-th close that finds one takes the sector's m-th issue."""
+    n = len(kind)
+    step = np.where(kind == _ISSUE, 1, -1)
+    start = np.flatnonzero(np.r_[True, sector[1:] != sector[:-1]])
+    group = np.repeat(np.arange(len(start)), np.diff(np.r_[start, n]))
+    walk = np.cumsum(step)
+    walk = walk - (walk[start] - step[start])[group]               # the walk from 0 in each sector
+    # the lowest point so far within the sector (0 before its first event): groups pushed apart so
+    # one running minimum never carries over from the sector before
+    far = 2 * n + 2
+    low = np.minimum.accumulate(walk - group * far) + group * far
+    low_before = np.minimum(0, np.r_[0, low[:-1]])
+    low_before[start] = 0
+    closes = step < 0
+    unmatched = closes & (walk < low_before)
+    took = closes & ~unmatched
+    issues = kind == _ISSUE
+    issue_index = np.flatnonzero(issues)                           # in (sector, time) order
+    first_issue = np.searchsorted(issue_index, start)              # each sector's first issue among them
+    rank = np.cumsum(took) - 1
+    rank_in_sector = rank - (np.cumsum(took)[start] - took[start])[group]
+    opened = issue_index[first_issue[group[took]] + rank_in_sector[took]]
+    done = np.full(n, -1, np.int64)
+    is_row = issues | (unmatched & (kind == _COMPLETE))   # a requeue with no open issue is nothing
+    closing = np.flatnonzero(took)
+    completes = kind[closing] == _COMPLETE
+    done[opened[completes]] = closing[completes]
+    is_row[opened[~completes]] = False                             # requeued: issued again
+    return done, is_row
+
+
 def parse_bpftrace_output(text: bytes, dev: int, source: str = "bpftrace output") -> ParsedTrace:
-    """The script's lines → one row per request (pure), in issue-time order: `R` lines with
-    their latency, `N` and `U` lines and the requests in flight at exit without."""
+    """Turn the script's lines into one row per request (pure), in time order. Per sector, in
+    time order, a completion closes the oldest open issue (its latency) and a requeue drops it (the
+    request is issued again); a completion with no open issue is a row of its own, without
+    latency; an issue never closed keeps a null latency."""
     lost = sum(int(m) for m in _LOST.findall(text))
     lines = _EVENT.findall(text)
-    inflight = _INFLIGHT.findall(text)
     junk = [ln for ln in text.splitlines() if ln.strip() and not _EVENT.match(ln) and not _LOST.match(ln)
-            and not _MARK.match(ln) and not _INFLIGHT.match(ln) and not ln.startswith(b"Attaching ")]
+            and not _MARK.match(ln) and not ln.startswith(b"Attaching ")]
     if junk:
         raise InputError(source, None, None, f"unexpected line {junk[0][:80]!r}")
-    rows = [b" ".join((b"R", t, s, n, b"-", r or b"-")) for s, t, n, r in inflight]
-    requeues = 0
-    if lines or rows:
-        t = pacsv.read_csv(
-            io.BytesIO(b"\n".join(lines + rows)),
-            read_options=pacsv.ReadOptions(column_names=["kind", "t_ns", "sector", "bytes", "lat", "rwbs"]),
-            parse_options=pacsv.ParseOptions(delimiter=" "),
-            convert_options=pacsv.ConvertOptions(column_types={
-                "kind": pa.string(), "t_ns": pa.int64(), "sector": pa.int64(), "bytes": pa.int64(),
-                "lat": pa.string(), "rwbs": pa.string()}, null_values=["-"], strings_can_be_null=True),
-        )
-        kind = t.column("kind")
-        requeues = int(pc.sum(pc.equal(kind, "Q")).as_py() or 0)
-        t = t.filter(pc.not_equal(kind, "Q"))
-        t = t.take(pc.sort_indices(t, sort_keys=[("t_ns", "ascending"), ("sector", "ascending")]))
-    else:
-        t = None
-    unmatched = sum(1 for ln in lines if ln.startswith(b"U"))
-    if t is None or t.num_rows == 0:
-        return ParsedTrace(BLOCK_TRACE.empty(), lost, unmatched, len(inflight), requeues)
-    lat = pc.cast(t.column("lat"), pa.int64())
+    if not lines:
+        return ParsedTrace(BLOCK_TRACE.empty(), lost, 0, 0, 0)
+    t = pacsv.read_csv(
+        io.BytesIO(b"\n".join(lines)),
+        read_options=pacsv.ReadOptions(column_names=["kind", "t_ns", "sector", "bytes", "rwbs"]),
+        parse_options=pacsv.ParseOptions(delimiter=" "),
+        convert_options=pacsv.ConvertOptions(column_types={
+            "kind": pa.string(), "t_ns": pa.int64(), "sector": pa.int64(), "bytes": pa.int64(),
+            "rwbs": pa.string()}),
+    )
+    kind_s = t.column("kind").to_numpy(zero_copy_only=False)
+    kind = np.select([kind_s == "I", kind_s == "Q"], [_ISSUE, _REQUEUE], _COMPLETE).astype(np.int8)
+    ts = t.column("t_ns").to_numpy()
+    sector = t.column("sector").to_numpy()
+    # by sector, then time; on a tie an issue before a requeue before a completion
+    order = np.lexsort((kind, ts, sector))
+    done, is_row = _pair(kind[order], sector[order])
+    rows = order[is_row]
+    closed = done[is_row]
+    lat = np.where(closed >= 0, ts[order][np.maximum(closed, 0)] - ts[rows], 0)
+    back = np.argsort(ts[rows], kind="stable")      # back to time order
+    rows, lat, closed = rows[back], lat[back], closed[back]
+    is_issue = kind[rows] == _ISSUE
     table = pa.table({
-        "t_ns": t.column("t_ns"),
-        "dev": pa.array(np.full(t.num_rows, dev, dtype=np.int64)),
-        "op": classify_rwbs(pc.fill_null(t.column("rwbs"), "")),
-        "sector": t.column("sector"),
-        "bytes": t.column("bytes"),
-        "latency_ns": int64_with_nulls(pc.fill_null(lat, 0).to_numpy(), lat.is_null().to_numpy(zero_copy_only=False)),
+        "t_ns": pa.array(ts[rows]),
+        "dev": pa.array(np.full(len(rows), dev, dtype=np.int64)),
+        "op": classify_rwbs(t.column("rwbs").take(pa.array(rows))),
+        "sector": pa.array(sector[rows]),
+        "bytes": pa.array(t.column("bytes").to_numpy()[rows]),
+        "latency_ns": int64_with_nulls(lat, closed < 0),
     })
-    return ParsedTrace(table, lost, unmatched, len(inflight), requeues)
+    return ParsedTrace(table, lost, int((~is_issue).sum()), int((is_issue & (closed < 0)).sum()),
+                       int((kind == _REQUEUE).sum()))
 
 
 class BpftraceTracer:
@@ -286,8 +313,8 @@ class BpftraceTracer:
         path = write_table(BLOCK_TRACE, parsed.table, self._parquet)
         nb, nr = totals_by_op(parsed.table.column("op").combine_chunks(), parsed.table.column("bytes").to_numpy())
         # a request with both probes skipped takes two of the misses the kernel counted; the
-        # misses seen as U lines or as requests left in flight took one each
-        both = max(0, misses - parsed.unmatched_completions - parsed.in_flight) // 2
+        # misses seen as a completion without issue or an issue without completion took one each
+        both = max(0, misses - parsed.unmatched_completions - parsed.no_completion) // 2
         return CaptureResult(
             tracer=self.name, parquet_path=path, events=parsed.table.num_rows,
             lost_events=parsed.lost_lines + both,
@@ -296,7 +323,7 @@ class BpftraceTracer:
             unmatched_completions=parsed.unmatched_completions,
             no_completion=parsed.table.column("latency_ns").null_count,
             extra={"requeues": parsed.requeues, "raw_output": str(self._out), "flushed": flushed,
-                   "in_flight_at_stop": parsed.in_flight, "perf_buffer_lost": parsed.lost_lines,
+                   "issues_without_completion": parsed.no_completion, "perf_buffer_lost": parsed.lost_lines,
                    "perf_rb_pages_per_cpu": self.perf_rb_pages, "bpf_recursion_misses": misses},
         )
 
