@@ -106,8 +106,10 @@ class Interleaved:
         also the rate at the median CPU time."""
         head = (f"{'side':<28}{'CPU min':>9}{'median':>9}{'wall min':>10}{'median':>9}"
                 f"{'× ref CPU min/med':>19}{'× ref wall min/med':>20}")
+        label = f"{unit}/CPU s (median)"
+        width = max(22, len(label) + 2)
         if work:
-            head += f"{unit + '/CPU s (median)':>22}"
+            head += f"{label:>{width}}"
         lines = [head]
         for name, t in self.times.items():
             r = self.ratio(name, reference)
@@ -115,7 +117,7 @@ class Interleaved:
                     f"{t.stat('wall', 'min'):>10.3f}{t.stat('wall', 'median'):>9.3f}"
                     f"{r.cpu_min:>11.3f}/{r.cpu_median:<7.3f}{r.wall_min:>12.3f}/{r.wall_median:<7.3f}")
             if work:
-                line += f"{work[name] / t.stat('cpu', 'median'):>22,.0f}"
+                line += f"{work[name] / t.stat('cpu', 'median'):>{width},.0f}"
             lines.append(line)
         lines.append(f"({self.rounds} interleaved rounds, order rotated each round; × ref: "
                      f"{reference}'s time / the side's, > 1 is faster)")
@@ -135,6 +137,12 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK")
 def _children_cpu_s() -> float:
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
+
+
+def cpu_now() -> float:
+    """CPU seconds of this process and of the children it has waited for, so far (the clock
+    `interleave` reads; for a `SelfTimed` side that counts its whole call's CPU)."""
+    return time.process_time() + _children_cpu_s()
 
 
 def order(names: Sequence[str], round_no: int) -> list[str]:
