@@ -9,8 +9,8 @@ copy never shares a block with another — with copy c's top-level `t` shifted b
 session) and its `id` made unique. `--full` is the issue's form: a base of 148 copies (68,524
 requests, 94 M 64-token blocks, 468 MB of JSON: the size of the public corpus), sizes 1/4 to 4,
 DRAM 100 GB and SSD 1 TB — hours on a 2-core machine. The default is sized for minutes on one: a
-base of 2 copies, sizes 1 and 4 (the slope from 1× to 4× is the point), and tiers scaled with the
-base (DRAM 100 GB and SSD 1 TB × 2/148, so they fill as they would at full size).
+base of 1 copy, sizes 1 and 4 (the slope from 1× to 4× is the point), and tiers scaled with the
+base (DRAM 100 GB and SSD 1 TB × 1/148, so they fill as they would at full size).
 `--data DIR` takes pre-generated sizes instead of writing them: DIR/xS/json (the copies, as
 `write_copies` writes them) and optionally DIR/xS/requests.parquet (their `trace convert`), where
 S is the multiple as `%g` prints it (x1, x4, x0.125); a size DIR lacks is generated as usual, and
@@ -27,7 +27,7 @@ at the end (a `--data` folder is only read).
 
 This bench has no peer: it prints no ratio between tools, only each command's growth.
 
-Run: .venv/bin/python bench/scale.py [--full] [--base-copies 2] [--sizes 1,4] [--dram SIZE] [--ssd SIZE]
+Run: .venv/bin/python bench/scale.py [--full] [--base-copies 1] [--sizes 1,4] [--dram SIZE] [--ssd SIZE]
      [--commands convert,inspect,characterize,lru,gandalf,belady,run] [--data DIR]
 """
 
@@ -117,7 +117,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--full", action="store_true",
                     help="the issue's form: --base-copies 148 --sizes 1/4,1/2,1,2,4 --dram 100GB --ssd 1TB")
-    ap.add_argument("--base-copies", type=int, default=None, help="copies of the shared Weka set at 1x (default 2)")
+    ap.add_argument("--base-copies", type=int, default=None, help="copies of the shared Weka set at 1x (default 1)")
     ap.add_argument("--sizes", default=None, help="multiples of the base, whole copies each (default 1,4)")
     ap.add_argument("--commands", default=",".join(COMMANDS), help=f"subset of {','.join(COMMANDS)}")
     ap.add_argument("--gap-s", type=float, default=3600.0, help="start of copy c = c x gap")
@@ -129,7 +129,7 @@ def main() -> None:
                     help="pre-generated sizes: DIR/xS/json and DIR/xS/requests.parquet (read only)")
     args = ap.parse_args()
     if args.base_copies is None:
-        args.base_copies = FULL_BASE_COPIES if args.full else 2
+        args.base_copies = FULL_BASE_COPIES if args.full else 1
     if args.sizes is None:
         args.sizes = "1/4,1/2,1,2,4" if args.full else "1,4"
     # the tiers scale with the base, so a smaller workload fills them as the full one fills 100 GB / 1 TB
