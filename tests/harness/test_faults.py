@@ -8,6 +8,7 @@ writes) exits 3. Loop devices are small
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -220,14 +221,17 @@ def test_a_second_run_on_a_busy_loop_device_is_refused(tmp_path: Path) -> None:
 @needs_root
 @pytest.mark.slow
 def test_sigkill_mid_replay_leaves_no_child_and_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None:
-    tracer = ["--tracer", "bpftrace"] if shutil.which("bpftrace") else []
+    # bcc where it imports (it lost 0 events in every measured run); bpftrace's probes are skipped
+    # under load (9 events lost at load 8 here) and a capture that lost events fails the byte check
+    bcc = importlib.util.find_spec("bcc") is not None
+    tracer = ["--tracer", "bcc"] if bcc else ["--tracer", "bpftrace"] if shutil.which("bpftrace") else []
     with loop_device(tmp_path / "clean.img", "256MiB") as dev:
         rc, err = finish(kvwear("run", "-o", str(tmp_path / "clean"), "--device", f"block:{dev}", *RUN_ARGS, *tracer))
         assert rc == 0, err
     with loop_device(tmp_path / "killed.img", "256MiB") as dev:
         out = tmp_path / "killed"
         proc = kvwear("run", "-o", str(out), "--device", f"block:{dev}", *RUN_ARGS, *tracer)
-        kids = wait_for_children(proc.pid, *(["bpftrace"] if tracer else []))
+        kids = wait_for_children(proc.pid, *(["bpftrace"] if tracer and not bcc else []))
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         assert_all_gone(kids)
