@@ -5,12 +5,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 OUT ?= out/demo
 
-.PHONY: setup system-packages system-deps demo test lint bench clean
+.PHONY: setup system-packages system-deps demo test lint docs bench clean
 
 $(BIN)/kvwear: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,cluster,smart]'
+	$(BIN)/pip install -q -e '.[dev,cluster,smart,docs]'
 	touch $@
 
 setup: $(BIN)/kvwear
@@ -26,10 +26,12 @@ system-deps: system-packages setup
 # embedded FTL emulator; the report is $(OUT)/report/report.html. Rerunning resumes.
 demo: setup
 	$(BIN)/kvwear run -o $(OUT) --resume
+	@echo "kvwear is installed in $(VENV): 'source $(VENV)/bin/activate' puts it on your PATH"
 
 test: system-deps
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	$(BIN)/python -m pytest -q
 
 lint: setup
@@ -39,10 +41,14 @@ lint: setup
 # make bench runs its quick Mooncake x Kimi-K3 case so that the whole target stays <= 20 min.
 FRONTIER_BENCH_ARGS ?= --quick --models kimi-k3 --only mooncake
 
+# The docs site into site/ (the reference pages are generated from the code as it builds).
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 bench: setup
 	for b in bench/[!_]*.py; do \
 	  case $$b in bench/frontier.py) args="$(FRONTIER_BENCH_ARGS)";; *) args="";; esac; \
 	  echo "== $$b $$args"; $(BIN)/python $$b $$args || exit 1; done
 
 clean:
-	rm -rf $(VENV) out
+	rm -rf $(VENV) out site

@@ -28,7 +28,8 @@ import pyarrow as pa
 from _interleave import MIN_ROUNDS, SelfTimed, cpu_now, interleave
 
 from kvwear.emulator.guest import build_guest
-from kvwear.harness.devices.base import DeviceBackend, DeviceSpec, ReplayResult, open_device
+from kvwear.harness.devices.base import DeviceBackend, DeviceSpec, open_device
+from kvwear.harness.devices.measurement import ReplayResult
 from kvwear.harness.devices.qemu import FEMU_BINARY_ENV
 from kvwear.harness.plan.schema import BLOCK_OPS
 
@@ -51,7 +52,7 @@ def plan(kind: str, total_bytes: int, span_bytes: int, seed: int = 1) -> pa.Tabl
 
 
 def mb_s(res: ReplayResult) -> float:
-    return float(res.extra["write_bw_bytes_per_s"]) / 1e6
+    return float(res.details["write_bw_bytes_per_s"]) / 1e6
 
 
 def main() -> None:
@@ -87,7 +88,7 @@ def main() -> None:
             def go() -> SelfTimed:
                 c0 = cpu_now()
                 r = dev.replay(p, work / f"run-{next(runs)}")
-                return SelfTimed(cpu_now() - c0, r.write_bytes / float(r.extra["write_bw_bytes_per_s"]), r)
+                return SelfTimed(cpu_now() - c0, r.write_bytes / float(r.details["write_bw_bytes_per_s"]), r)
             return go
 
         for pname, p in plans.items():
@@ -102,9 +103,9 @@ def main() -> None:
                 r = res.last[f"{dn}, {pname}"].value
                 ratio = res.ratio(f"{dn}, {pname}", f"host file, {pname}")
                 waf = f"{r.waf:.2f}" if r.waf is not None else "—"
-                print(f"{dn} / host file, fio's time: {ratio.text()}; last run: boot {r.extra['boot_s']:.1f} s, "
-                      f"guest {mb_s(r):.1f} MB/s, {r.extra['write_iops']:.0f} IOPS, fio bytes {r.write_bytes}, "
-                      f"SMART DUW delta {r.extra['smart_duw_delta']}, WAF {waf}, accel {r.extra['accel']}")
+                print(f"{dn} / host file, fio's time: {ratio.text()}; last run: boot {r.details['boot_s']:.1f} s, "
+                      f"guest {mb_s(r):.1f} MB/s, {r.details['write_iops']:.0f} IOPS, fio bytes {r.write_bytes}, "
+                      f"SMART DUW delta {r.details['smart']['smart_duw_delta']}, WAF {waf}, accel {r.details['accel']}")
         for d in opened.values():
             d.close()
         print("host peer: fio on a file, direct, libaio, iodepth 1; guest cache=none")

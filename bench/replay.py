@@ -43,9 +43,10 @@ from _interleave import MIN_ROUNDS, Side, interleave, proc_cpu_s
 
 from kvwear.harness.capture import CaptureResult, Tracer, TracerUnavailable, kernel_dev_t, open_tracer
 from kvwear.harness.devices import fio_runner as fiolib
-from kvwear.harness.devices.base import DeviceSpec, ReplayResult
+from kvwear.harness.devices.base import DeviceSpec
 from kvwear.harness.devices.fio import FioDevice, loop_device
 from kvwear.harness.devices.fio_iolog import export_iolog_v3
+from kvwear.harness.devices.measurement import ReplayResult
 from kvwear.harness.plan.schema import BLOCK_OPS
 from kvwear.units import format_bytes, parse_size
 
@@ -178,8 +179,8 @@ def main() -> None:
                 def replay_with_trims() -> None:
                     res = dev.replay(trim_plan, tmpd / f"kv-trim-{next(runs)}")
                     assert res.write_ios == args.trim_ops
-                    trim_info.update(segments=int(res.extra.get("segments", 1)), issued=res.trim_bytes,
-                                     superseded=int(res.extra.get("trim_bytes_superseded", 0)))
+                    trim_info.update(segments=int(res.details.get("segments", 1)), issued=res.trim_bytes,
+                                     superseded=res.trims.superseded_bytes)
 
                 sides["fio writes + randtrim"] = fio_writes_then_trims
                 sides["kvwear, TRIM"] = replay_with_trims

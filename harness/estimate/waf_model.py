@@ -71,7 +71,6 @@ Must not: read files or run an FTL; it takes page requests (numpy arrays) and nu
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -94,7 +93,7 @@ BANDS = 16
 LINE_PAGES = (64, 256, 1024, 4096)      # powers of two (the summary pass shifts by them)
 MODEL_NAME = "fluid log-structured cleaning over page and line death distances"
 
-Regime = Literal["no GC", "block", "line background", "line forced"]
+Regime = Literal["no GC", "on-demand", "line background", "line forced"]   # GC triggers (FtlConfig.gc_mode)
 
 
 @dataclass(frozen=True)
@@ -125,29 +124,19 @@ class DeathSummary:
     line_pages: tuple[int, ...]
     band_line_survival: tuple[tuple[tuple[float, ...], ...], ...]
 
+    def __post_init__(self) -> None:
+        if self.version != SUMMARY_VERSION:
+            raise KvwearError(f"death_summary version {self.version!r}, this kvwear reads {SUMMARY_VERSION}")
+        g = len(self.grid_pages)
+        bands = len(self.band_start_pages)
+        if not (len(self.survival) == len(self.observed) == len(self.hist_pages) == g) \
+                or len(self.band_survival) != bands or any(len(b) != g for b in self.band_survival) \
+                or len(self.band_line_survival) != len(self.line_pages) \
+                or any(len(k) != bands or any(len(b) != g for b in k) for k in self.band_line_survival):
+            raise KvwearError("death_summary grid, survival, observed, hist and bands differ in length")
+
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any], source: str = "plan.json") -> DeathSummary:
-        v = d.get("version")
-        if v != SUMMARY_VERSION:
-            raise KvwearError(f"{source}: death_summary version {v!r}, this kvwear reads {SUMMARY_VERSION}")
-        missing = [k for k in cls.__dataclass_fields__ if k not in d]
-        if missing:
-            raise KvwearError(f"{source}: death_summary lacks field {missing[0]!r}")
-        s = cls(**{k: d[k] for k in cls.__dataclass_fields__})
-        s = cls(**{**s.__dict__, "band_survival": tuple(tuple(b) for b in s.band_survival),
-                   "band_line_survival": tuple(tuple(tuple(b) for b in k) for k in s.band_line_survival),
-                   **{k: tuple(s.__dict__[k]) for k in ("grid_pages", "survival", "observed", "hist_pages",
-                                                         "band_start_pages", "line_pages")}})
-        g = len(s.grid_pages)
-        if not (len(s.survival) == len(s.observed) == len(s.hist_pages) == g) or \
-                len(s.band_survival) != len(s.band_start_pages) or any(len(b) != g for b in s.band_survival) or \
-                len(s.band_line_survival) != len(s.line_pages) or \
-                any(len(k) != len(s.band_start_pages) or any(len(b) != g for b in k) for k in s.band_line_survival):
-            raise KvwearError(f"{source}: death_summary grid, survival, observed, hist and bands differ in length")
-        return s
 
 
 def survival_grid(host_pages: int, per_octave: int = GRID_POINTS_PER_OCTAVE) -> np.ndarray:
@@ -693,7 +682,7 @@ def fluid_waf(summary: DeathSummary, p_bg: float, p_high: float | None = None,
     out = np.zeros(4)
     gc = _fluid(surv, line_surv, band_of, float(step), float(t - step * (n_steps - 1)), float(p_bg),
                 float(p_bg if p_high is None else p_high), float(min_invalid_share), float(line_pages), line_mode, out)
-    regime: Regime = ("line forced" if out[1] > out[0] else "line background") if line_mode else "block"
+    regime: Regime = ("line forced" if out[1] > out[0] else "line background") if line_mode else "on-demand"
     return 1.0 + gc / t, regime
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -20,6 +22,7 @@ from kvwear.harness.estimate.waf_model import (
     survival_grid,
     workload_waf,
 )
+from kvwear.records import decode
 
 CFG = FtlConfig.block_level(64 << 20, 0.28, pages_per_block=64)
 L = CFG.exposed_pages
@@ -44,13 +47,13 @@ def test_summary_counts_deaths_trims_and_survivors() -> None:
         (5, 1, 1, 3, 4)
     assert sum(s.hist_pages) == 2                          # the two deaths: distances 2 and 2
     assert s.hist_pages[s.grid_pages.index(2)] == 2
-    assert DeathSummary.from_dict(s.as_dict()) == s
+    assert decode(DeathSummary, json.loads(json.dumps(s.as_dict())), "t", "") == s
     # a trimmed page written again is not new footprint
     again = death_summary(np.array([OP_WRITE, OP_TRIM, OP_WRITE], np.int8), np.array([0, 0, 0]),
                           np.array([2, 2, 2]), 4)
     assert (again.footprint_pages, again.trimmed_pages, again.survivor_pages) == (2, 2, 2)
     with pytest.raises(KvwearError, match="version"):
-        DeathSummary.from_dict({**s.as_dict(), "version": 99})
+        decode(DeathSummary, {**json.loads(json.dumps(s.as_dict())), "version": 99}, "t", "")
     with pytest.raises(KvwearError, match="outside"):
         death_summary(ops, np.array([0, 1, 7]), np.array([4, 1, 2]), 8)
 
