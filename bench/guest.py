@@ -4,10 +4,15 @@ For each emulated device available (`qemu` always; `femu` when a FEMU binary is 
 --femu-binary or $KVWEAR_FEMU_BINARY) it replays two block plans through the device backend, one
 guest boot each: 128 KiB sequential writes and 4 KiB random writes (fio, direct, libaio, iodepth 1).
 The peer, measured in the same run with the same plans, is the host's fio on a plain file
-(`file:` backend, iodepth 1): the ratio says how much slower the emulated path is. Also prints
-the SMART Data Units Written delta next to fio's bytes, and FEMU's WAF when FEMU runs.
+(`file:` backend, iodepth 1): the ratio says how much slower the emulated path is. Host and
+guests are interleaved (bench/_interleave.py: ≥ 5 rounds after a warm-up, the order rotating);
+the time compared is fio's own (the plan's bytes over the bandwidth fio reports: the guest's boot
+is not in it, and is printed apart); the CPU seconds are the whole call's (for a guest: QEMU's,
+boot included, emulating the guest), so the ratio to read is the wall one. Also prints the SMART
+Data Units Written delta next to fio's bytes, and FEMU's WAF when FEMU runs.
 
-Run: .venv/bin/python bench/guest.py [--seq-mib 32] [--rand-mib 8] [--femu-binary PATH]
+Run: .venv/bin/python bench/guest.py [--seq-mib 32] [--rand-mib 8] [--rounds 5] [--plans seq128k,rand4k]
+     [--femu-binary PATH]
 """
 
 from __future__ import annotations
@@ -15,13 +20,15 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from _interleave import MIN_ROUNDS, SelfTimed, cpu_now, interleave
 
 from kvwear.emulator.guest import build_guest
-from kvwear.harness.devices.base import DeviceSpec, open_device
+from kvwear.harness.devices.base import DeviceBackend, DeviceSpec, open_device
 from kvwear.harness.devices.measurement import ReplayResult
 from kvwear.harness.devices.qemu import FEMU_BINARY_ENV
 from kvwear.harness.plan.schema import BLOCK_OPS
@@ -52,12 +59,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seq-mib", type=int, default=32)
     ap.add_argument("--rand-mib", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=MIN_ROUNDS)
+    ap.add_argument("--plans", default="seq128k,rand4k", help="which plans to play (seq128k, rand4k)")
     ap.add_argument("--femu-binary", default=os.environ.get(FEMU_BINARY_ENV, ""))
     args = ap.parse_args()
     image = build_guest()
     print(f"guest: {image.kernel.parent} ({image.stamp.splitlines()[0]})")
     span = 64 * MiB
-    plans = {"seq128k": plan("seq", args.seq_mib * MiB, span), "rand4k": plan("rand", args.rand_mib * MiB, span)}
+    every = {"seq128k": lambda: plan("seq", args.seq_mib * MiB, span),
+             "rand4k": lambda: plan("rand", args.rand_mib * MiB, span)}
+    unknown = set(args.plans.split(",")) - set(every)
+    if unknown:
+        raise SystemExit(f"--plans: unknown {', '.join(sorted(unknown))} (valid: {', '.join(every)})")
+    plans = {k: make() for k, make in every.items() if k in args.plans.split(",")}
     devices: list[tuple[str, DeviceSpec]] = [("qemu", DeviceSpec("qemu", capacity_bytes=span))]
     if args.femu_binary:
         devices.append(("femu", DeviceSpec("femu", options={"femu_binary": args.femu_binary})))
@@ -67,23 +81,34 @@ def main() -> None:
         work = Path(tmp)
         host = open_device(DeviceSpec("file", target=str(work / "host.img"), capacity_bytes=span,
                                       options={"iodepth": 1}), work / "host")
-        peer = {name: host.replay(p, work / f"host-{name}") for name, p in plans.items()}
-        header = (f"{'device':<6} {'pattern':<8} {'boot s':>7} {'guest MB/s':>10} {'IOPS':>8} {'host MB/s':>9} "
-                  f"{'guest/host':>10} {'fio bytes':>10} {'SMART DUW':>9} {'WAF':>6}")
-        print(header)
-        print("-" * len(header))
-        for dev_name, spec in devices:
-            dev = open_device(spec, work / dev_name)
-            for name, p in plans.items():
-                r = dev.replay(p, work / f"{dev_name}-{name}")
-                ratio = mb_s(r) / mb_s(peer[name])
+        opened = {name: open_device(spec, work / name) for name, spec in devices}
+        runs = iter(range(1 << 30))
+
+        def side(dev: DeviceBackend, p: pa.Table) -> Callable[[], SelfTimed]:
+            def go() -> SelfTimed:
+                c0 = cpu_now()
+                r = dev.replay(p, work / f"run-{next(runs)}")
+                return SelfTimed(cpu_now() - c0, r.write_bytes / float(r.details["write_bw_bytes_per_s"]), r)
+            return go
+
+        for pname, p in plans.items():
+            sides = {f"host file, {pname}": side(host, p)}
+            sides.update({f"{dn}, {pname}": side(d, p) for dn, d in opened.items()})
+            res = interleave(sides, rounds=args.rounds)
+            print(f"\n{pname}: {p.num_rows:,} writes, {p.num_rows and int(p.column('length_bytes')[0].as_py())} "
+                  "bytes each")
+            for line in res.table(f"host file, {pname}", {k: p.num_rows for k in sides}, "writes"):
+                print(line)
+            for dn in opened:
+                r = res.last[f"{dn}, {pname}"].value
+                ratio = res.ratio(f"{dn}, {pname}", f"host file, {pname}")
                 waf = f"{r.waf:.2f}" if r.waf is not None else "—"
-                print(f"{dev_name:<6} {name:<8} {r.details['boot_s']:>7.1f} {mb_s(r):>10.1f} "
-                      f"{r.details['write_iops']:>8.0f} {mb_s(peer[name]):>9.1f} {ratio:>10.4f} "
-                      f"{r.write_bytes:>10} {r.details['smart']['smart_duw_delta']:>9} {waf:>6}")
-            dev.close()
-        print(f"host peer: fio {peer['seq128k'].tool} on a file, direct, libaio, iodepth 1; "
-              f"accel {r.details['accel']}, guest cache=none")
+                print(f"{dn} / host file, fio's time: {ratio.text()}; last run: boot {r.details['boot_s']:.1f} s, "
+                      f"guest {mb_s(r):.1f} MB/s, {r.details['write_iops']:.0f} IOPS, fio bytes {r.write_bytes}, "
+                      f"SMART DUW delta {r.details['smart']['smart_duw_delta']}, WAF {waf}, accel {r.details['accel']}")
+        for d in opened.values():
+            d.close()
+        print("host peer: fio on a file, direct, libaio, iodepth 1; guest cache=none")
 
 
 if __name__ == "__main__":

@@ -11,25 +11,31 @@ time and rate (ssd_ops / s), the policy's write bytes, the relocation write byte
 objects the extent layout split, and the FTL's WAF.
 
 Then the planner's rate on a synthetic stream (300k ops over 20k objects of 256 KiB, 150 kB and
-40 MB) on an unpressured 1 TiB device and on a pressured one (1.05 × its peak live bytes), best of
-`--reps`. `--baseline PATH` times the same unpressured plans with another revision's replay module
-(e.g. `git show main:harness/plan/planner.py > /tmp/plan_main.py`), for a before/after rate.
+40 MB) on an unpressured 1 TiB device and on a pressured one (1.05 × its peak live bytes), per
+layout, the sides interleaved (bench/_interleave.py: ≥ 5 rounds after a warm-up, min and median
+CPU and wall seconds). `--baseline REV_OR_FILE` adds another revision's planner (a git revision,
+whose harness/plan/planner.py is read with `git show`, or a file) on the same plans, checks that
+it plans the same block_ops and accounting, and prints this planner's speed over it.
 
-Run: .venv/bin/python bench/layouts.py [--policy lru] [--sessions 10] [--reps 3] [--baseline FILE]
+Run: .venv/bin/python bench/layouts.py [--policy lru] [--sessions 10] [--rounds 5] [--baseline main]
+     [--no-models]
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pyarrow as pa
+from _interleave import MIN_ROUNDS, interleave
 
 from kvwear.harness.devices.base import DeviceSpec, open_device
 from kvwear.harness.pipeline.config import config_from_mapping
@@ -42,6 +48,7 @@ from kvwear.units import format_bytes
 from kvwear.workloads.models import resolve_profile
 from kvwear.workloads.synthetic import generate
 
+REPO = Path(__file__).resolve().parents[1]
 # (model, DRAM, SSD): tiers a 10-session multi-round workload overflows
 MODELS = (("kimi-k3", "512MB", "3GB"), ("nemotron-h-8b", "64MB", "224MB"), ("qwen2-7b", "256MB", "1GB"))
 
@@ -64,17 +71,6 @@ def synthetic_ops(n: int = 300_000, objects: int = 20_000, seed: int = 0) -> pa.
         "bytes": sizes, "session_id": pa.nulls(n, pa.string()), "cause": np.full(n, "x")}))
 
 
-def best_rate(mod: ModuleType, ops: pa.Table, cap: int, layout: str, reps: int) -> float:
-    cfg = mod.ReplayConfig(capacity_bytes=cap, layout=layout)
-    mod.plan_block_ops(ops, cfg)                       # compile / warm the numba cache
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        mod.plan_block_ops(ops, cfg)
-        best = min(best, time.perf_counter() - t0)
-    return ops.num_rows / best
-
-
 def load_module(path: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location("replay_baseline", path)
     if spec is None or spec.loader is None:
@@ -85,17 +81,48 @@ def load_module(path: str) -> ModuleType:
     return mod
 
 
+def baseline_module(rev_or_file: str, tmp: Path) -> ModuleType:
+    """Another planner: a file, or a git revision's harness/plan/planner.py. Either is loaded
+    from a copy in `tmp`: numba caches a module's kernels beside its source file, keyed by the
+    file's path, so loading the product's own planner.py under another module name would leave
+    cache entries there that the product cannot unpickle."""
+    if Path(rev_or_file).is_file():
+        text = Path(rev_or_file).read_text()
+    else:
+        try:
+            text = subprocess.run(["git", "-C", str(REPO), "show", f"{rev_or_file}:harness/plan/planner.py"],
+                                  capture_output=True, text=True, check=True).stdout
+        except (OSError, subprocess.CalledProcessError) as exc:
+            raise SystemExit(f"--baseline {rev_or_file}: neither a file nor a git revision with "
+                             f"harness/plan/planner.py ({exc})") from None
+    path = tmp / "planner_baseline.py"
+    path.write_text(text)
+    return load_module(str(path))
+
+
+def plan_side(mod: ModuleType, ops: pa.Table, cap: int, layout: str) -> Callable[[], object]:
+    cfg = mod.ReplayConfig(capacity_bytes=cap, layout=layout)
+    return lambda: mod.plan_block_ops(ops, cfg)
+
+
+def same_plan(a: object, b: object) -> bool:
+    """Two BlockPlans with equal block_ops rows and accounting."""
+    return bool(a.table.equals(b.table)) and a.accounting() == b.accounting()  # type: ignore[attr-defined]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--policy", default="lru")
     ap.add_argument("--sessions", type=int, default=10)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--baseline", default="", help="another revision's harness/plan/planner.py to time beside this one")
+    ap.add_argument("--rounds", type=int, default=MIN_ROUNDS)
+    ap.add_argument("--baseline", default="", help="a git revision or a planner.py file to time beside this one")
+    ap.add_argument("--no-models", action="store_true", help="only the planner's rate")
+    ap.add_argument("--synthetic-ops", type=int, default=300_000, help="ssd_ops of the planner-rate stream")
     a = ap.parse_args()
 
     print(f"{'model':<14} {'layout':<7} {'trim':<5} {'ssd_ops':>8} {'plan s':>7} {'ops/s':>10} {'policy writes':>14} "
           f"{'relocated':>12} {'moved':>6} {'split':>6} {'FTL WAF':>8}")
-    for model, dram, ssd in MODELS:
+    for model, dram, ssd in () if a.no_models else MODELS:
         ops, cap = model_ops(model, dram, ssd, a.policy, a.sessions)
         for layout in LAYOUTS:
             for trim in (True, False):
@@ -114,21 +141,33 @@ def main() -> None:
                       f"{plan.split_writes:>6} {res.waf or 0:>8.3f}")
         print(f"{'':<14} device {format_bytes(cap)} = 1.05 × SSD tier {ssd}, DRAM {dram}, policy {a.policy}")
 
-    ops = synthetic_ops()
+    ops = synthetic_ops(a.synthetic_ops, objects=max(1, a.synthetic_ops // 15))
     import kvwear.harness.plan.planner as current
 
     peak = current.plan_block_ops(ops, ReplayConfig(capacity_bytes=1 << 40, layout="extent")).peak_live_bytes
     tight = -(-int(peak * 1.05) // 4096) * 4096
-    base = load_module(a.baseline) if a.baseline else None
-    print(f"\nplanner rate, synthetic {ops.num_rows:,} ssd_ops (best of {a.reps}); pressured device "
-          f"{format_bytes(tight)} = 1.05 × peak live")
-    print(f"{'layout':<7} {'1 TiB ops/s':>13} {'pressured ops/s':>16}" + (f" {'baseline 1 TiB':>15}" if base else ""))
+    tmp = tempfile.TemporaryDirectory()      # the baseline's source stays while numba compiles it
+    base = baseline_module(a.baseline, Path(tmp.name)) if a.baseline else None
+    print(f"\nplanner rate, synthetic {ops.num_rows:,} ssd_ops; pressured device {format_bytes(tight)} = "
+          f"1.05 × peak live{'; baseline ' + a.baseline if base else ''}")
     for layout in LAYOUTS:
-        line = (f"{layout:<7} {best_rate(current, ops, 1 << 40, layout, a.reps):>13,.0f} "
-                f"{best_rate(current, ops, tight, layout, a.reps):>16,.0f}")
+        sides = {f"{layout}, 1 TiB": plan_side(current, ops, 1 << 40, layout),
+                 f"{layout}, pressured": plan_side(current, ops, tight, layout)}
         if base is not None:
-            line += f" {best_rate(base, ops, 1 << 40, layout, a.reps):>15,.0f}"
-        print(line)
+            sides[f"{layout}, 1 TiB, baseline"] = plan_side(base, ops, 1 << 40, layout)
+            sides[f"{layout}, pressured, baseline"] = plan_side(base, ops, tight, layout)
+        res = interleave(sides, rounds=a.rounds)
+        print()
+        for line in res.table(f"{layout}, 1 TiB", {k: ops.num_rows for k in sides}, "ssd_ops"):
+            print(line)
+        if base is not None:
+            for dev in ("1 TiB", "pressured"):
+                same = same_plan(res.last[f"{layout}, {dev}"], res.last[f"{layout}, {dev}, baseline"])
+                r = res.ratio(f"{layout}, {dev}", f"{layout}, {dev}, baseline")
+                print(f"{layout} on {dev}: this planner / baseline: {r.text()}; plans identical: {same}")
+                if not same:
+                    raise SystemExit(f"{layout} on {dev}: this planner plans differently from the baseline")
+    tmp.cleanup()
 
 
 if __name__ == "__main__":

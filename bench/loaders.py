@@ -1,32 +1,39 @@
 """Benchmark: loading a large Mooncake-like JSONL trace, kvwear vs peers, in one run.
 
-Generates a prefix-chained Mooncake-format file (default ~300 MB, `--size-mb`) in a temporary
-directory (deleted afterwards), then runs each reader in its own subprocess so that peak memory
-is honest: the child records its RSS after imports (psutil) and the kernel's high-water mark
-(ru_maxrss) after the work; the increase is the difference. Readers:
+Generates a prefix-chained Mooncake-format file (default ~50 MB, `--size-mb`; `--full`: 300 MB) in
+a temporary directory (deleted afterwards), then runs each reader in its own subprocess so that
+peak memory is honest: the child records its RSS after imports (psutil) and the kernel's
+high-water mark (ru_maxrss) after the work; the increase is the difference. The child times its
+own read (wall and CPU seconds, after its imports and a warm-up read of a small file), and the
+readers are interleaved (bench/_interleave.py: ≥ 5 rounds after a warm-up, the order rotating).
+Readers:
 
   kvwear convert   kvwear.workloads.loaders.convert_trace: validated, streamed to Parquet
   kvwear load      kvwear.workloads.loaders.load_requests: validated, whole table in memory
   pyarrow.json     pyarrow.json.read_json: no validation, no line numbers, whole table
   pandas           pandas.read_json(lines=True): whole DataFrame (skip with --no-pandas)
 
-Prints throughput (MB/s of JSON text), peak RSS increase, and ratios against kvwear convert;
-kvwear convert's memory is also shown relative to its Parquet output.
+Prints min and median CPU and wall seconds per reader, throughput (MB/s of JSON text at the
+median wall time), the median peak RSS increase, and ratios against kvwear convert; kvwear
+convert's memory is also shown relative to its Parquet output.
 
-Usage: python bench/loaders.py [--size-mb 300] [--no-pandas]
+Usage: python bench/loaders.py [--size-mb 50] [--rounds 5] [--no-pandas] [--full]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from _interleave import MIN_ROUNDS, SelfTimed, interleave
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -58,12 +65,12 @@ base = psutil.Process().memory_info().rss
 if resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 > base:
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # peak so far, to be strict
 out = os.path.join(os.path.dirname(src), "out.parquet")
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 rows = read(src, out)
-dt = time.perf_counter() - t0
+dt, cpu = time.perf_counter() - t0, time.process_time() - c0
 out_bytes = os.path.getsize(out) if which == "kvwear-convert" else 0
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({"seconds": dt, "rows": rows, "peak_increase": peak - base, "out_bytes": out_bytes}))
+print(json.dumps({"seconds": dt, "cpu_s": cpu, "rows": rows, "peak_increase": peak - base, "out_bytes": out_bytes}))
 """
 
 
@@ -114,36 +121,50 @@ def run(which: str, src: Path, warm: Path) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size-mb", type=float, default=300.0, help="size of the generated JSONL (MB)")
+    ap.add_argument("--size-mb", type=float, default=50.0, help="size of the generated JSONL (MB)")
+    ap.add_argument("--full", action="store_true", help="a 300 MB file")
+    ap.add_argument("--rounds", type=int, default=MIN_ROUNDS)
     ap.add_argument("--no-pandas", action="store_true", help="skip pandas (slow and memory-hungry)")
     args = ap.parse_args()
+    size_mb = 300.0 if args.full else args.size_mb
+    readers = ["kvwear-convert", "kvwear-load", "pyarrow"] + ([] if args.no_pandas else ["pandas"])
     with tempfile.TemporaryDirectory(prefix="kvwear-bench-") as d:
         src = Path(d) / "trace.jsonl"
         t0 = time.perf_counter()
-        n_rows = generate(src, args.size_mb)
+        n_rows = generate(src, size_mb)
         size = src.stat().st_size
         print(f"generated {n_rows:,} rows, {size / 1e6:.0f} MB of Mooncake-format JSONL "
               f"in {time.perf_counter() - t0:.0f} s")
-        readers = ["kvwear-convert", "kvwear-load", "pyarrow"] + ([] if args.no_pandas else ["pandas"])
         warm = Path(d) / "warm.jsonl"
         with open(src, "rb") as fh:
             warm.write_bytes(b"".join(fh.readline() for _ in range(2000)))
-        results = {w: run(w, src, warm) for w in readers}
+        runs: dict[str, list[dict[str, float]]] = {w: [] for w in readers}
+
+        def side(which: str) -> Callable[[], SelfTimed]:
+            def go() -> SelfTimed:
+                r = run(which, src, warm)
+                runs[which].append(r)
+                return SelfTimed(r["cpu_s"], r["seconds"], r)
+            return go
+
+        res = interleave({w: side(w) for w in readers}, rounds=args.rounds)
+    results = {w: {k: statistics.median(x[k] for x in rs[1:]) for k in rs[0]} for w, rs in runs.items()}
     ref = results["kvwear-convert"]
     parquet = ref["out_bytes"]
     print(f"\nParquet output (kvwear convert): {parquet / 1e6:.1f} MB "
           f"({size / parquet:.1f}x smaller than the JSON text)\n")
-    head = f"{'reader':<16}{'rows':>12}{'MB/s':>9}{'peak RSS +MB':>14}{'RSS/parquet':>13}" \
-           f"{'speed vs kv':>13}{'RSS vs kv':>11}"
+    for line in res.table("kvwear-convert", {w: size / 1e6 for w in readers}, "MB"):
+        print(line)
+    head = f"\n{'reader':<16}{'rows':>12}{'MB/s':>9}{'peak RSS +MB':>14}{'RSS/parquet':>13}{'RSS vs kv':>11}"
     print(head)
     print("-" * len(head))
     for w, r in results.items():
-        mbps = size / 1e6 / r["seconds"]
+        mbps = size / 1e6 / res.times[w].stat("wall", "median")
         print(f"{w:<16}{int(r['rows']):>12,}{mbps:>9.1f}{r['peak_increase'] / 1e6:>14.0f}"
-              f"{r['peak_increase'] / parquet:>13.1f}{ref['seconds'] / r['seconds']:>12.2f}x"
-              f"{r['peak_increase'] / ref['peak_increase']:>10.1f}x")
-    print("\nspeed vs kv > 1: faster than kvwear convert; RSS vs kv > 1: more memory than kvwear convert."
-          "\nkvwear validates every field and names file/line/field on error; pyarrow and pandas do not.")
+              f"{r['peak_increase'] / parquet:>13.1f}{r['peak_increase'] / ref['peak_increase']:>10.1f}x")
+    print("\n× ref > 1: faster than kvwear convert; RSS vs kv > 1: more memory than kvwear convert (medians of "
+          "the timed rounds).\nkvwear validates every field and names file/line/field on error; pyarrow and "
+          "pandas do not.")
 
 
 if __name__ == "__main__":

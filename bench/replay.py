@@ -3,25 +3,27 @@
 On a loop device it creates over a file in a temporary directory (detached and deleted after),
 or on a plain file when not root (then without capture), it measures:
 
-  fio iolog       fio itself replaying the same plan's iolog (exported once, untimed): the peer
-  fio randwrite   fio randwrite job, same op count, block size, ioengine and iodepth, no iolog
-  kvwear replay   the `block`/`file` backend replaying a generated plan of the same shape
-                  (validate → iolog export → fio replay → JSON parse), capture off
-  + bcc           the same replay with the bcc tracer streaming the block trace to Parquet
-  + bpftrace      the same with the bpftrace tracer
-  fio iolog, writes / fio randtrim / kvwear, TRIM
-                  a plan with a trim after every third write: kvwear's replay with TRIM (on fio
-                  3.33: in segments, discards between) against fio replaying the writes plus
-                  fio's randtrim job issuing as many trims of the same size
+  fio iolog replay  fio itself replaying the same plan's iolog (exported once, untimed): the peer
+  fio randwrite     fio's randwrite job, same op count, block size, ioengine and iodepth, no iolog
+  kvwear replay     the `block`/`file` backend replaying the plan (validate → iolog export → fio
+                    replay → JSON parse), capture off
+  kvwear + bcc      the same replay with the bcc tracer streaming the block trace to Parquet
+  kvwear + bpftrace the same with the bpftrace tracer (its daemon's CPU during the replay counts)
+  fio writes + randtrim / kvwear, TRIM
+                    a plan with a trim after every third write: kvwear's replay with TRIM (on fio
+                    3.33: in segments, discards between) against fio replaying the writes, then
+                    fio's randtrim job issuing as many trims of the same size
 
-Every configuration runs `--reps` times, interleaved with rotating order after an untimed warm-up;
-the median wall-clock rate counts (ops / seconds, including fio start-up for kvwear and the fio
-peers), and the best rate is shown beside it (on a shared host the best run is the one least
-disturbed by other work). Prints rates, the ratio
-kvwear / fio iolog replay (target ≥ 0.95), the capture loss 1 − on/off (target ≤ 5%), lost events
-(target 0) at the measured IOPS, and whether capture counted exactly the plan's bytes.
+Every side runs once per round, `--rounds` rounds (≥ 5) after an untimed warm-up, the order
+rotating each round (bench/_interleave.py); min and median of CPU seconds (this process and the
+fio / bpftrace children) and wall seconds per side, ratios as the peer's time / the side's. A
+tracer's attach and final flush are untimed (printed apart as fixed costs). Prints the ratio
+kvwear / fio iolog replay (target ≥ 0.95), replay with capture / without (target ≥ 0.95, i.e.
+≤ 5 % throughput lost), lost events (target 0) and whether capture counted exactly the plan's
+bytes. The loop device's worker thread is a kernel thread: its CPU shows in wall time only.
 
-Run: .venv/bin/python bench/replay.py [--ops 200000] [--reps 3] [--iodepth 16] [--capacity 256MiB]
+Run: .venv/bin/python bench/replay.py [--ops 50000] [--trim-ops 20000] [--rounds 5] [--iodepth 16]
+     [--capacity 256MiB] [--tracers bcc,bpftrace]
 """
 
 from __future__ import annotations
@@ -37,12 +39,14 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from _interleave import MIN_ROUNDS, Side, interleave, proc_cpu_s
 
-from kvwear.harness.capture import TracerUnavailable, kernel_dev_t, open_tracer
+from kvwear.harness.capture import CaptureResult, Tracer, TracerUnavailable, kernel_dev_t, open_tracer
 from kvwear.harness.devices import fio_runner as fiolib
 from kvwear.harness.devices.base import DeviceSpec
 from kvwear.harness.devices.fio import FioDevice, loop_device
 from kvwear.harness.devices.fio_iolog import export_iolog_v3
+from kvwear.harness.devices.measurement import ReplayResult
 from kvwear.harness.plan.schema import BLOCK_OPS
 from kvwear.units import format_bytes, parse_size
 
@@ -74,33 +78,36 @@ def make_trim_plan(ops: int, capacity: int, bs: int, trim_every: int = 3, seed: 
         "obj_kind": np.full(n, "full"), "obj_id": np.arange(n)}))
 
 
-def timed_fio(job: fiolib.FioJob, workdir: Path, stem: str, op: str, expect: int) -> Callable[[int], float]:
-    """One timed fio run of `job` per call (rep i), checked to have issued `expect` I/Os of `op`."""
-    def go(i: int) -> float:
-        t0 = time.perf_counter()
-        r = fiolib.run_jobs([job], workdir / f"{stem}{i}", stem)
-        wall = time.perf_counter() - t0
+def timed_fio(job: fiolib.FioJob, workdir: Path, stem: str, op: str, expect: int) -> Callable[[], None]:
+    """One fio run of `job` per call, checked to have issued `expect` I/Os of `op`."""
+    calls = iter(range(1 << 30))
+
+    def go() -> None:
+        r = fiolib.run_jobs([job], workdir / f"{stem}{next(calls)}", stem)
         issued = getattr(r.summary, op).total_ios
-        assert issued == expect, (stem, issued, expect)
-        return wall
+        assert issued == expect, (stem, op, issued, expect)
     return go
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ops", type=int, default=200_000)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--ops", type=int, default=50_000)
+    ap.add_argument("--rounds", type=int, default=MIN_ROUNDS, help=f"interleaved timed rounds (≥ {MIN_ROUNDS})")
     ap.add_argument("--iodepth", type=int, default=16)
     ap.add_argument("--ioengine", default="libaio")
     ap.add_argument("--bs", default="4KiB")
     ap.add_argument("--capacity", default="256MiB")
+    ap.add_argument("--tracers", default="bcc,bpftrace", help="tracers to time (root only; '' for none)")
+    ap.add_argument("--trim-ops", type=int, default=20_000,
+                    help="writes of the TRIM comparison's plan (a trim after every third; 0: no TRIM comparison)")
     args = ap.parse_args()
     bs, cap = parse_size(args.bs), parse_size(args.capacity)
     root = os.geteuid() == 0
     plan = make_plan(args.ops, cap, bs)
     plan_bytes = args.ops * bs
     print(f"fio {fiolib.fio_version()}, {args.ops} random {format_bytes(bs)} writes over "
-          f"{format_bytes(cap)}, {args.ioengine} iodepth {args.iodepth}, {args.reps} reps (median)")
+          f"{format_bytes(cap)}, {args.ioengine} iodepth {args.iodepth}, {args.rounds} interleaved rounds; "
+          f"load average at the start {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
     with tempfile.TemporaryDirectory(prefix="kvwear-bench-") as tmp:
         tmpd = Path(tmp)
@@ -111,12 +118,7 @@ def main() -> None:
             for _ in range(cap >> 20):
                 fh.write(chunk)
         ctx: contextlib.AbstractContextManager[str]
-        if root:
-            ctx = loop_device(backing, cap)
-        else:
-            with open(backing, "wb") as fh:
-                fh.truncate(cap)
-            ctx = contextlib.nullcontext(str(backing))
+        ctx = loop_device(backing, cap) if root else contextlib.nullcontext(str(backing))
         with ctx as target:
             kind = "block" if root else "file"
             print(f"target: {kind}:{target}" + ("" if root else " (not root: no loop device, no capture)"))
@@ -129,138 +131,116 @@ def main() -> None:
 
             iolog = export_iolog_v3(plan, tmpd / "plan.iolog")
             fio_replay = fiolib.replay_job(iolog.path, target, ioengine=args.ioengine, iodepth=args.iodepth)
+            runs = iter(range(1 << 30))
 
-            lost: dict[str, list[int]] = {}
-            setup: dict[str, list[float]] = {}
-            detail: list[str] = []
-            exact: dict[str, bool] = {}
+            def replay() -> ReplayResult:
+                res = dev.replay(plan, tmpd / f"kv-{next(runs)}")
+                assert res.write_bytes == plan_bytes and res.write_ios == args.ops, res
+                return res
 
-            def run_kvwear(tracer: str | None) -> Callable[[int], float]:
-                def go(i: int) -> float:
-                    work = tmpd / f"kv-{tracer}-{i}"
-                    t = open_tracer(tracer) if tracer else None
-                    if t is not None:
-                        s0 = time.perf_counter()
-                        t.start(kernel_dev_t(target), work / "trace.parquet")
-                        setup.setdefault(tracer or "", []).append(time.perf_counter() - s0)
-                    # Timed: the replay while the probes are live (attach/compile and the final
-                    # Parquet flush are reported apart, as fixed costs).
-                    t0 = time.perf_counter()
-                    res = dev.replay(plan, work)
-                    wall = time.perf_counter() - t0
-                    if t is not None:
-                        s1 = time.perf_counter()
-                        c = t.stop()
-                        setup[tracer or ""][-1] += time.perf_counter() - s1
-                    assert res.write_bytes == plan_bytes and res.write_ios == args.ops
-                    if t is not None:
-                        lost.setdefault(tracer or "", []).append(c.lost_events)
-                        detail.append(
-                            f"{tracer} rep {i}: {c.events} events, lost ≤ {c.lost_events} "
-                            f"{dict((k, v) for k, v in c.extra.items() if 'lost' in k or 'miss' in k)}; "
-                            f"on this device: {c.unmatched_completions} completions without issue, "
-                            f"{c.no_completion} requests without latency")
-                        ok = c.write_bytes == plan_bytes and c.write_requests <= args.ops
-                        exact[tracer or ""] = exact.get(tracer or "", True) and ok
-                    return wall
-                return go
-
-            configs: dict[str, Callable[[int], float]] = {
+            sides: dict[str, Side | Callable[[], object]] = {
                 "fio iolog replay": timed_fio(fio_replay, tmpd, "fioiolog", "write", args.ops),
                 "fio randwrite": timed_fio(plain, tmpd, "plain", "write", args.ops),
-                "kvwear replay": run_kvwear(None)}
-            if root:
-                for name in ("bcc", "bpftrace"):
-                    try:
-                        probe = open_tracer(name)
-                        probe.start(kernel_dev_t(target), tmpd / f"probe-{name}.parquet")
-                        probe.stop()
-                        configs[f"kvwear + {name}"] = run_kvwear(name)
-                    except TracerUnavailable as exc:
-                        print(f"skipping {name}: {exc}")
-            # TRIM on a fio that drops iolog trims: kvwear's segmented replay (fio per segment, then
-            # BLKDISCARD / punched holes) against fio replaying the same plan's writes alone.
-            trim_plan = make_trim_plan(args.ops, cap, bs)
-            can_trim = fiolib.fio_replays_trim(dev.fio_version)
-            writes_log = export_iolog_v3(trim_plan, tmpd / "writes.iolog", include_trims=False)
-            writes_job = fiolib.replay_job(writes_log.path, target, ioengine=args.ioengine, iodepth=args.iodepth)
+                "kvwear replay": replay}
+            captures: dict[str, list[CaptureResult]] = {}
+            setup_s: dict[str, list[float]] = {}
+            for name in [t for t in args.tracers.split(",") if t] if root else []:
+                try:
+                    probe = open_tracer(name)
+                    probe.start(kernel_dev_t(target), tmpd / f"probe-{name}.parquet")
+                    probe.stop()
+                except TracerUnavailable as exc:
+                    print(f"skipping {name}: {exc}")
+                    continue
+                sides[f"kvwear + {name}"] = capture_side(name, target, tmpd, replay, captures, setup_s)
             trim_info: dict[str, int] = {}
+            n_trims = 0
+            if args.trim_ops:
+                # TRIM on a fio that drops iolog trims: kvwear's segmented replay (fio per segment,
+                # then BLKDISCARD / punched holes) against fio replaying the same plan's writes, then
+                # fio's own randtrim job issuing as many trims of the same size.
+                trim_plan = make_trim_plan(args.trim_ops, cap, bs)
+                n_trims = trim_plan.num_rows - args.trim_ops
+                writes_log = export_iolog_v3(trim_plan, tmpd / "writes.iolog", include_trims=False)
+                writes_job = fiolib.replay_job(writes_log.path, target, ioengine=args.ioengine, iodepth=args.iodepth)
+                # number_ios alone stops at size / bs trims (65,536 on 256 MiB of 4 KiB): io_size
+                # lets fio wrap around the device until it has issued them all
+                trim_job = fiolib.FioJob("trims", {
+                    "filename": target, "rw": "randtrim", "bs": bs, "size": cap, "number_ios": n_trims,
+                    "io_size": n_trims * bs, "norandommap": True, "randrepeat": 0, "ioengine": args.ioengine,
+                    "iodepth": args.iodepth})
+                fio_writes = timed_fio(writes_job, tmpd, "writes", "write", args.trim_ops)
+                fio_trims = timed_fio(trim_job, tmpd, "trims", "trim", n_trims)
 
-            n_trims = trim_plan.num_rows - args.ops
-            trim_job = fiolib.FioJob("trims", {
-                "filename": target, "rw": "randtrim", "bs": bs, "size": cap, "number_ios": n_trims,
-                "norandommap": True, "randrepeat": 0, "ioengine": args.ioengine, "iodepth": args.iodepth})
+                def fio_writes_then_trims() -> None:
+                    fio_writes()
+                    fio_trims()
 
-            def run_with_trims(i: int) -> float:
-                t0 = time.perf_counter()
-                res = dev.replay(trim_plan, tmpd / f"kv-trim-{i}")
-                wall = time.perf_counter() - t0
-                assert res.write_ios == args.ops
-                trim_info.update(segments=int(res.details.get("segments", 1)), issued=res.trim_bytes,
-                                 superseded=res.trims.superseded_bytes)
-                return wall
+                def replay_with_trims() -> None:
+                    res = dev.replay(trim_plan, tmpd / f"kv-trim-{next(runs)}")
+                    assert res.write_ios == args.trim_ops
+                    trim_info.update(segments=int(res.details.get("segments", 1)), issued=res.trim_bytes,
+                                     superseded=res.trims.superseded_bytes)
 
-            configs["fio iolog, writes"] = timed_fio(writes_job, tmpd, "writes", "write", args.ops)
-            configs["fio randtrim"] = timed_fio(trim_job, tmpd, "trims", "trim", n_trims)
-            configs["kvwear, TRIM"] = run_with_trims
-            walls: dict[str, list[float]] = {k: [] for k in configs}
-            names = list(configs)
-            for name in names:                     # warm-up, untimed
-                configs[name](-1)
-            lost.clear()
-            detail.clear()
-            for i in range(args.reps):
-                # Rotate the order each rep so no configuration always runs first on a busy host.
-                for name in names[i % len(names):] + names[: i % len(names)]:
-                    walls[name].append(configs[name](i))
+                sides["fio writes + randtrim"] = fio_writes_then_trims
+                sides["kvwear, TRIM"] = replay_with_trims
+            res = interleave(sides, rounds=args.rounds)
+            can_trim = fiolib.fio_replays_trim(dev.fio_version)
 
-    rate = {k: args.ops / statistics.median(v) for k, v in walls.items()}
-    best = {k: args.ops / min(v) for k, v in walls.items()}
-    for line in detail:
-        print("  " + line)
-    print(f"\n{'configuration':<20}{'IOPS median':>12}{'best':>9}{'MB/s':>8}{'vs fio iolog':>14}"
-          f"{'(best)':>8}{'vs replay':>11}{'(best)':>8}{'lost max':>10}")
-    for k in rate:
-        if k in TRIM_CONFIGS:        # other op counts: summarized on the TRIM line below
-            continue
-        lost_s = str(max(lost[k.split(' + ')[1]])) if " + " in k else "-"
-        print(f"{k:<20}{rate[k]:>12,.0f}{best[k]:>9,.0f}{rate[k] * bs / 1e6:>8.1f}"
-              f"{rate[k] / rate['fio iolog replay']:>14.3f}{best[k] / best['fio iolog replay']:>8.3f}"
-              f"{rate[k] / rate['kvwear replay']:>11.3f}{best[k] / best['kvwear replay']:>8.3f}{lost_s:>10}")
-    def paired(a: str, b: str) -> float:
-        """Median over reps of rate(a)/rate(b) within the same rep (neighbours in time, so slow
-        drifts of the host's load cancel)."""
-        return statistics.median(wb / wa for wa, wb in zip(walls[a], walls[b], strict=True))
+    work = {k: float(args.trim_ops + n_trims if k in ("fio writes + randtrim", "kvwear, TRIM") else args.ops)
+            for k in res.times}
+    print()
+    for line in res.table("fio iolog replay", work, "I/Os"):
+        print(line)
+    r = res.ratio("kvwear replay", "fio iolog replay")
+    print(f"\nkvwear replay / fio replaying the same iolog: {r.text()} "
+          f"(target ≥ 0.95 on the wall median: {'PASS' if r.wall_median >= 0.95 else 'FAIL'})")
+    print(f"kvwear replay / the fio randwrite job: {res.ratio('kvwear replay', 'fio randwrite').text()}")
+    for name, caps in captures.items():
+        c = res.ratio(f"kvwear + {name}", "kvwear replay")
+        n_lost = max(x.lost_events for x in caps)
+        exact = all(x.write_bytes == plan_bytes and x.write_requests <= args.ops for x in caps)
+        print(f"capture {name}: replay with capture / without: {c.text()} (target ≥ 0.95 on the wall "
+              f"median: {'PASS' if c.wall_median >= 0.95 else 'FAIL'}); lost events ≤ {n_lost} per run "
+              f"(target 0: {'PASS' if n_lost == 0 else 'FAIL'}); write bytes counted exactly in every run: "
+              f"{exact}; attach + flush (untimed) median {statistics.median(setup_s[name]):.2f} s")
+        for i, x in enumerate(caps):
+            print(f"  {name} run {i}: {x.events} events, lost {x.lost_events} "
+                  f"{ {k: v for k, v in x.extra.items() if 'lost' in k or 'miss' in k} }; "
+                  f"{x.unmatched_completions} completions without issue, {x.no_completion} without latency")
+    if trim_info:
+        t = res.ratio("kvwear, TRIM", "fio writes + randtrim")
+        print(f"TRIM ({n_trims} trims among {args.trim_ops} writes, "
+              f"{'replayed by fio' if can_trim else 'deferred: fio per segment, then discards'}; "
+              f"{trim_info['segments']} segments, {format_bytes(trim_info['issued'])} discarded, "
+              f"{format_bytes(trim_info['superseded'])} left out as rewritten): kvwear's replay against fio "
+              f"replaying the writes then fio's randtrim of as many trims: {t.text()}")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
-    ratio = paired("kvwear replay", "fio iolog replay")
-    ratio_b = best["kvwear replay"] / best["fio iolog replay"]
-    print(f"\nkvwear replay / fio replaying the same iolog: paired median {ratio:.3f}, "
-          f"ratio of medians {rate['kvwear replay'] / rate['fio iolog replay']:.3f}, best {ratio_b:.3f} "
-          f"(target ≥ 0.95 on the paired median: {'PASS' if ratio >= 0.95 else 'FAIL'}); "
-          f"vs the fio randwrite job: {rate['kvwear replay'] / rate['fio randwrite']:.3f}")
-    for name in ("bcc", "bpftrace"):
-        key = f"kvwear + {name}"
-        if key not in rate:
-            continue
-        loss = 1 - paired(key, "kvwear replay")
-        loss_b = 1 - best[key] / best["kvwear replay"]
-        n_lost = max(lost[name])
-        print(f"capture {name}: throughput loss paired median {loss:+.1%}, best {loss_b:+.1%} "
-              f"(target ≤ 5%: {'PASS' if loss <= 0.05 else 'FAIL'}); lost events ≤ {n_lost} per run at "
-              f"{rate[key]:,.0f} IOPS (target 0: {'PASS' if n_lost == 0 else 'FAIL'}); write bytes counted "
-              f"exactly in every run: {exact[name]}; attach+flush {statistics.median(setup[name]):.2f} s")
-    trims = make_trim_plan(args.ops, cap, bs).num_rows - args.ops
-    # The peer does the same work with fio alone: the writes replayed, the same number of trims
-    # issued by fio's own randtrim job (fio 3.33 cannot put them in one iolog).
-    vs_fio = statistics.median((a + b) / c for a, b, c in zip(
-        walls["fio iolog, writes"], walls["fio randtrim"], walls["kvwear, TRIM"], strict=True))
-    print(f"TRIM ({trims} trims among the {args.ops} writes, "
-          f"{'replayed by fio' if can_trim else 'deferred: fio per segment, then discards'}; "
-          f"{trim_info['segments']} segments, {format_bytes(trim_info['issued'])} discarded, "
-          f"{format_bytes(trim_info['superseded'])} left out as rewritten): kvwear's replay runs at "
-          f"{vs_fio:.3f} × the speed of fio replaying the writes plus fio's randtrim of as many trims "
-          f"(paired median; {paired('kvwear, TRIM', 'fio iolog, writes'):.3f} × the writes alone)")
-    print(f"host load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+
+def capture_side(name: str, target: str, tmpd: Path, replay: Callable[[], ReplayResult],
+                 captures: dict[str, list[CaptureResult]], setup_s: dict[str, list[float]]) -> Side:
+    """The replay with tracer `name` live: attaching and the final flush are untimed (reported
+    apart as fixed costs); a tracer daemon's CPU during the replay counts."""
+    state: dict[str, Tracer] = {}
+    runs = iter(range(1 << 30))
+
+    def before() -> None:
+        t0 = time.perf_counter()
+        state["t"] = open_tracer(name)
+        state["t"].start(kernel_dev_t(target), tmpd / f"cap-{name}-{next(runs)}.parquet")
+        setup_s.setdefault(name, []).append(time.perf_counter() - t0)
+
+    def after(_: object) -> None:
+        t0 = time.perf_counter()
+        captures.setdefault(name, []).append(state["t"].stop())
+        setup_s[name][-1] += time.perf_counter() - t0
+
+    def daemon_cpu() -> float:
+        pid = getattr(state.get("t"), "pid", None)
+        return proc_cpu_s(pid) if pid else 0.0
+
+    return Side(run=replay, before=before, after=after, extra_cpu=daemon_cpu)
 
 
 if __name__ == "__main__":

@@ -6,9 +6,11 @@ Claude-Code/Weka traces (`../shared/traces/claude-code-weka/traces`, six session
 is written as fresh JSON files — a Weka directory gives every file its own hash namespace, so a
 copy never shares a block with another — with copy c's top-level `t` shifted by c·`--gap-s`
 (subagent times are relative to their spawn, so shifting the top level shifts the whole
-session) and its `id` made unique. The base's default (148 copies: 68,524 requests, 94 M
-64-token blocks, 468 MB of JSON) is the size of the public corpus the issue measured; smaller
-bases (`--base-copies 8`: 5.1 M blocks) keep the bench to minutes on a 2-core machine.
+session) and its `id` made unique. `--full` is the issue's form: a base of 148 copies (68,524
+requests, 94 M 64-token blocks, 468 MB of JSON: the size of the public corpus), sizes 1/4 to 4,
+DRAM 100 GB and SSD 1 TB — hours on a 2-core machine. The default is sized for minutes on one: a
+base of 1 copy, sizes 1 and 4 (the slope from 1× to 4× is the point), and tiers scaled with the
+base (DRAM 100 GB and SSD 1 TB × 1/148, so they fill as they would at full size).
 `--data DIR` takes pre-generated sizes instead of writing them: DIR/xS/json (the copies, as
 `write_copies` writes them) and optionally DIR/xS/requests.parquet (their `trace convert`), where
 S is the multiple as `%g` prints it (x1, x4, x0.125); a size DIR lacks is generated as usual, and
@@ -16,14 +18,16 @@ a folder holding another number of copies than the size asks is refused.
 
 For every size it runs, each as its own `kvwear` process: `trace convert` (JSON → Parquet),
 `trace inspect`, `trace characterize`, `simulate` with lru, gandalf and belady, and `run` with the
-embedded `sim` device (lru, the default extent layout), at fixed tier capacities (`--dram`, `--ssd`:
-the issue's 100 GB and 1 TB by default, Kimi-K3), and prints wall
+embedded `sim` device (lru, the default extent layout), at fixed tier capacities (`--dram`, `--ssd`;
+Kimi-K3), and prints wall
 seconds and the child's peak RSS (its own `ru_maxrss` from wait4, so one child's peak never
 hides another's), then the growth of each from the 1× to the 4× workload — the slope is the
 point. Generated files and every command's output live in one temporary folder that is deleted
 at the end (a `--data` folder is only read).
 
-Run: .venv/bin/python bench/scale.py [--base-copies 148] [--sizes 1/4,1/2,1,2,4]
+This bench has no peer: it prints no ratio between tools, only each command's growth.
+
+Run: .venv/bin/python bench/scale.py [--full] [--base-copies 1] [--sizes 1,4] [--dram SIZE] [--ssd SIZE]
      [--commands convert,inspect,characterize,lru,gandalf,belady,run] [--data DIR]
 """
 
@@ -46,6 +50,8 @@ import pyarrow.parquet as pq
 
 REPO = Path(__file__).resolve().parents[1]
 WEKA = REPO.parent / "shared/traces/claude-code-weka/traces"
+#: copies of the shared Weka set the size of the public corpus (the issue's 1×)
+FULL_BASE_COPIES = 148
 COMMANDS = ("convert", "inspect", "characterize", "lru", "gandalf", "belady", "run")
 
 
@@ -109,17 +115,27 @@ def measure(argv: list[str], env: dict[str, str]) -> Measured:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--base-copies", type=int, default=148, help="copies of the shared Weka set at 1x")
-    ap.add_argument("--sizes", default="1/4,1/2,1,2,4", help="multiples of the base (whole copies each)")
+    ap.add_argument("--full", action="store_true",
+                    help="the issue's form: --base-copies 148 --sizes 1/4,1/2,1,2,4 --dram 100GB --ssd 1TB")
+    ap.add_argument("--base-copies", type=int, default=None, help="copies of the shared Weka set at 1x (default 1)")
+    ap.add_argument("--sizes", default=None, help="multiples of the base, whole copies each (default 1,4)")
     ap.add_argument("--commands", default=",".join(COMMANDS), help=f"subset of {','.join(COMMANDS)}")
     ap.add_argument("--gap-s", type=float, default=3600.0, help="start of copy c = c x gap")
     ap.add_argument("--model", default="kimi-k3")
-    ap.add_argument("--dram", default="100GB")
-    ap.add_argument("--ssd", default="1TB")
+    ap.add_argument("--dram", default=None, help="DRAM tier (default: 100GB × base / 148)")
+    ap.add_argument("--ssd", default=None, help="SSD tier (default: 1TB × base / 148)")
     ap.add_argument("--tmp", default=None, help="folder for the generated files (default: a temp dir)")
     ap.add_argument("--data", type=Path, default=None,
                     help="pre-generated sizes: DIR/xS/json and DIR/xS/requests.parquet (read only)")
     args = ap.parse_args()
+    if args.base_copies is None:
+        args.base_copies = FULL_BASE_COPIES if args.full else 1
+    if args.sizes is None:
+        args.sizes = "1/4,1/2,1,2,4" if args.full else "1,4"
+    # the tiers scale with the base, so a smaller workload fills them as the full one fills 100 GB / 1 TB
+    scale = args.base_copies / FULL_BASE_COPIES
+    args.dram = args.dram or f"{int(100e9 * scale)}B"
+    args.ssd = args.ssd or f"{int(1e12 * scale)}B"
     commands = [c for c in args.commands.split(",") if c]
     unknown = sorted(set(commands) - set(COMMANDS))
     if unknown:

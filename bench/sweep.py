@@ -1,9 +1,13 @@
 """Sweep throughput: points per minute with 1 and 2 local workers on the same grid, in one run.
 
 The ratio shows how the local process pool scales on this machine. Each point is a real
-`kvwear run` point (synthetic multi-round workload, Kimi-K3, sim device replay).
+`kvwear run` point (synthetic multi-round workload, Kimi-K3, sim device replay). The two sides
+run the whole grid each, interleaved (bench/_interleave.py: ≥ 5 rounds after a warm-up that also
+lets numba compile into its cache, the order rotating); CPU seconds count the pool's workers
+(children this process waits for when the pool closes). `--full` runs the larger grid of
+100-session workloads (8 points), the default 4 points of 20 sessions.
 
-    .venv/bin/python bench/sweep.py [--points-per-policy 3]
+    .venv/bin/python bench/sweep.py [--points-per-policy 2] [--sessions 20] [--rounds 5] [--full]
 """
 
 from __future__ import annotations
@@ -11,16 +15,18 @@ from __future__ import annotations
 import argparse
 import shutil
 import tempfile
-import time
 from pathlib import Path
+from typing import Any
 
-from kvwear.harness.pipeline.sweep import plan_sweep, run_sweep
+from _interleave import MIN_ROUNDS, interleave
+
+from kvwear.harness.pipeline.sweep import SweepProgress, plan_sweep, run_sweep
 
 
-def grid(k_values: int) -> dict:
+def grid(k_values: int, sessions: int, turns: int) -> dict[str, Any]:
     return {
         "base": {"name": "bench", "model": "kimi-k3",
-                 "workload": {"generator": "multi-round", "params": {"sessions": 100, "turns": 10}, "seed": 5},
+                 "workload": {"generator": "multi-round", "params": {"sessions": sessions, "turns": turns}, "seed": 5},
                  "tiers": {"dram": "8GB", "ssd": "64GB"}},
         "grid": {"policies": [f"lru-k:k=1..{k_values}", f"hotprefix:theta=1..{k_values}"]},
         "sweep": {"replay": True},
@@ -29,28 +35,35 @@ def grid(k_values: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--points-per-policy", type=int, default=4)
+    ap.add_argument("--points-per-policy", type=int, default=2)
+    ap.add_argument("--sessions", type=int, default=20)
+    ap.add_argument("--turns", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=MIN_ROUNDS)
+    ap.add_argument("--full", action="store_true", help="4 points per policy of 100 sessions")
     args = ap.parse_args()
-    plan = plan_sweep(grid(args.points_per_policy))
-    # Warm-up (not timed): numba compiles the replayer and FTL kernels into its cache once.
-    warm = Path(tempfile.mkdtemp(prefix="kvwear-bench-sweep-warm-"))
-    try:
-        run_sweep(plan_sweep({**grid(1), "grid": {"policies": ["lru"]}}), warm, jobs=1)
-    finally:
-        shutil.rmtree(warm, ignore_errors=True)
-    rates = {}
-    for jobs in (1, 2):
+    k, sessions = (4, 100) if args.full else (args.points_per_policy, args.sessions)
+    plan = plan_sweep(grid(k, sessions, args.turns))
+
+    def sweep(jobs: int) -> SweepProgress:
         root = Path(tempfile.mkdtemp(prefix=f"kvwear-bench-sweep-{jobs}-"))
         try:
-            t = time.perf_counter()
             prog = run_sweep(plan, root, jobs=jobs)
-            wall = time.perf_counter() - t
-            assert prog.done == len(plan.points), prog
         finally:
             shutil.rmtree(root, ignore_errors=True)
-        rates[jobs] = len(plan.points) / wall * 60.0
-        print(f"jobs={jobs}: {len(plan.points)} points in {wall:6.1f} s = {rates[jobs]:7.1f} points/min")
-    print(f"scaling 2 workers / 1 worker: {rates[2] / rates[1]:.2f}x (ideal 2.00x on 2 free cores)")
+        assert prog.done == len(plan.points), prog
+        return prog
+
+    res = interleave({"jobs=1": lambda: sweep(1), "jobs=2": lambda: sweep(2)}, rounds=args.rounds)
+    n = len(plan.points)
+    print(f"{n} points ({k} per policy; multi-round, {sessions} sessions × {args.turns} turns, kimi-k3, "
+          f"sim device) per sweep")
+    for line in res.table("jobs=1", {j: n for j in res.times}, "points"):
+        print(line)
+    for j, t in res.times.items():
+        print(f"{j}: {n / t.stat('wall', 'median') * 60:7.1f} points/min (median wall), "
+              f"{n / t.stat('wall', 'min') * 60:7.1f} (best)")
+    print(f"scaling 2 workers / 1 worker: {res.ratio('jobs=2', 'jobs=1').text()} (ideal wall 2.00× on 2 free "
+          "cores; CPU ≈ 1× when the work is the same)")
 
 
 if __name__ == "__main__":

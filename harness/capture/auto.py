@@ -15,16 +15,17 @@ class AutoTracer:
     name = "auto"
 
     def __init__(self, order: tuple[str, ...] = ("bcc", "bpftrace"),
-                 tracers: dict[str, Tracer] | None = None) -> None:
+                 tracers: dict[str, Tracer] | None = None, **options: float | int) -> None:
         self.order = order
         self._given = tracers or {}
+        self._options = options             # buffer sizing, handed to the tracer it opens
         self.active: Tracer | None = None
         self.fallback_reason: str | None = None
 
     def start(self, dev: int, out_path: Path) -> None:
         reasons = []
         for name in self.order:
-            tracer = self._given.get(name) or TRACERS.get(name)()
+            tracer = self._given.get(name) or TRACERS.get(name)(**self._options)
             try:
                 tracer.start(dev, out_path)
             except TracerUnavailable as exc:

@@ -69,7 +69,9 @@ class Tracer(Protocol):
         ...
 
 
-TracerFactory = Callable[[], Tracer]
+# A factory takes the buffer-sizing options every tracer accepts: expected_iops (requests per
+# second the per-CPU buffers must absorb) and per_cpu_buffer_bytes (a given size instead).
+TracerFactory = Callable[..., Tracer]
 # Modules that register tracers. Adding a tracer = its module + one line here.
 TRACERS: Registry[TracerFactory] = Registry("tracer", modules=[
     "kvwear.harness.capture.auto", "kvwear.harness.capture.bcc", "kvwear.harness.capture.bpftrace"])
@@ -196,6 +198,13 @@ def require_program(tool: str, program: str) -> str:
     return path
 
 
-def open_tracer(name: str = "auto") -> Tracer:
-    """The tracer registered as `name` (auto, bcc, bpftrace)."""
-    return TRACERS.get(name)()
+def open_tracer(name: str = "auto", *, expected_iops: float | None = None,
+                per_cpu_buffer_bytes: int | None = None) -> Tracer:
+    """The tracer registered as `name` (auto, bcc, bpftrace), its per-CPU buffers sized for
+    `expected_iops` requests per second, or `per_cpu_buffer_bytes` each (None: its default)."""
+    options: dict[str, float | int] = {}
+    if expected_iops is not None:
+        options["expected_iops"] = expected_iops
+    if per_cpu_buffer_bytes is not None:
+        options["per_cpu_buffer_bytes"] = per_cpu_buffer_bytes
+    return TRACERS.get(name)(**options)

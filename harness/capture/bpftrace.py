@@ -2,19 +2,29 @@
 
 A bpftrace script on block:block_rq_issue / block_rq_requeue / block_rq_complete, filtered by
 dev_t in the kernel, prints one compact line per event to a file in the work directory:
-`I <t_ns> <sector> <bytes> <rwbs>`, `Q <t_ns> <sector> 0 -`, `C <t_ns> <sector> 0 -`.
-bpftrace's own `Lost N events` lines count dropped samples, and the kernel's per-program
-`recursion_misses` (read from bpftrace's fdinfo before it exits) count skipped probe runs (an
-upper bound: runs for other devices' requests count too).
+`I <t_ns> <sector> <bytes> <rwbs>`, `Q <t_ns> <sector> 0 -`, `C <t_ns> <sector> <bytes> <rwbs>`.
+Issues and completions are paired afterwards, in user space (`parse_bpftrace_output`), not in a
+bpftrace map: a map's read and delete are not one step, so an issue on one CPU and a completion on
+another at the same sector could both take the same entry (tried: 122 of 3,000 requests counted
+twice with 8 sectors in flight at depth 16).
+
+These are classic tracepoints (bpftrace 0.17 has no raw tracepoints): the kernel skips a probe run
+when another kprobe or tracepoint BPF program is running on that CPU and counts it in the
+program's `recursion_misses` (read from bpftrace's fdinfo before it exits; runs for other devices'
+requests count too). A completion whose issue was not seen (skipped, or issued before the capture
+started) is kept as a row from its own line, without latency; an issue whose completion was not
+seen is kept without latency. A request whose two probes were both skipped leaves nothing, so
+`lost_events` is the lines bpftrace reported lost (`Lost N events`) plus ⌊(misses − completions
+without issue − issues without completion) / 2⌋, an upper bound. Per-CPU perf buffers are sized
+from the expected I/O rate (BPFTRACE_PERF_RB_PAGES).
 
 bpftrace reads its per-CPU perf buffers asynchronously and, once interrupted, drains only the
 buffers that still signal readiness, so after a plain SIGINT the last events can be missing from
 its output. `stop` therefore first sets a barrier: it runs on each CPU in turn and makes one
 getpgid() call there, which a fourth probe (filtered by our pid) turns into a line
 `S <t_ns> <cpu> 0 -`; a CPU's buffer is FIFO, so once its `S` line is in the file, every event that
-CPU recorded before is too. Only then is bpftrace interrupted. The file is then parsed by the pure
-`parse_bpftrace_output`, which matches each issue with the next event at the same sector
-(time-ordered: per-CPU buffers interleave lines), and written as BLOCK_TRACE Parquet.
+CPU recorded before is too. A CPU whose line does not show (its full buffer dropped it) gets it
+again until it does. Only then is bpftrace interrupted.
 
 It must not run fio, and it never writes anything but its own output file and Parquet file.
 """
@@ -61,7 +71,7 @@ tracepoint:block:block_rq_requeue /args->dev == $1/ {
   printf("Q %llu %llu 0 -\n", nsecs, args->sector);
 }
 tracepoint:block:block_rq_complete /args->dev == $1/ {
-  printf("C %llu %llu 0 -\n", nsecs, args->sector);
+  printf("C %llu %llu %u %s\n", nsecs, args->sector, args->nr_sector * 512, args->rwbs);
 }
 """
 BARRIER_PROBE = r"""
@@ -69,25 +79,80 @@ tracepoint:syscalls:sys_enter_getpgid /pid == $2/ {
   printf("S %llu %d 0 -\n", nsecs, cpu);
 }
 """
+#: bytes one line takes in bpftrace's perf buffer (its printf record: an id and the arguments, 8 B
+#: each, plus the 64-byte rwbs string and the sample header), for sizing the buffers
+LINE_BUFFER_BYTES = 128
+#: the expected requests per second when the caller gives none (two lines each), and the seconds
+#: of them a per-CPU buffer holds while bpftrace is kept off the CPU (kvwear.harness.capture.bcc's)
+DEFAULT_EXPECTED_IOPS = 250_000
+BUFFER_HEADROOM_S = 1.0
 
 _LOST = re.compile(rb"^Lost (\d+) events", re.MULTILINE)
 _EVENT = re.compile(rb"^[IQC] \d+ \d+ \d+ \S+$", re.MULTILINE)
 _MARK = re.compile(rb"^S \d+ (\d+) 0 -$", re.MULTILINE)
+_ISSUE, _REQUEUE, _COMPLETE = 0, 1, 2
+
+
+def rb_pages(expected_iops: float, per_cpu_buffer_bytes: int | None = None) -> int:
+    """BPFTRACE_PERF_RB_PAGES: the bytes given, or what `expected_iops` requests' two lines fill in
+    BUFFER_HEADROOM_S, in pages (a power of two, as the kernel requires)."""
+    want = per_cpu_buffer_bytes if per_cpu_buffer_bytes is not None else \
+        2 * expected_iops * LINE_BUFFER_BYTES * BUFFER_HEADROOM_S
+    pages = max(1, -(-int(want) // 4096))
+    return 1 << (pages - 1).bit_length()
 
 
 @dataclass(frozen=True)
 class ParsedTrace:
-    table: pa.Table                 # BLOCK_TRACE columns, one row per issued request
-    lost_events: int
-    unmatched_completions: int
+    table: pa.Table                 # BLOCK_TRACE columns, one row per request
+    lost_lines: int                 # lines bpftrace reported lost (`Lost N events`)
+    unmatched_completions: int      # completions whose issue was not seen (kept as rows)
+    no_completion: int              # issues whose completion was not seen (kept as rows)
     requeues: int
 
 
+def _pair(kind: np.ndarray, sector: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Events sorted by (sector, time) → for each event, the completion that closes it (an issue's:
+    the sector's completions close its open issues first in, first out) or -1, and whether it is a
+    row (an issue not requeued, or a completion that found no open issue: it stands for its
+    request). A requeue drops the oldest open issue (it is issued again). Vectorized: per sector,
+    the open issues are a walk reflected at 0, so a close finds none exactly when the unreflected
+    walk reaches a new low; the m-th close that finds one takes the sector's m-th issue."""
+    n = len(kind)
+    step = np.where(kind == _ISSUE, 1, -1)
+    start = np.flatnonzero(np.r_[True, sector[1:] != sector[:-1]])
+    group = np.repeat(np.arange(len(start)), np.diff(np.r_[start, n]))
+    walk = np.cumsum(step)
+    walk = walk - (walk[start] - step[start])[group]               # the walk from 0 in each sector
+    # the lowest point so far within the sector (0 before its first event): groups pushed apart so
+    # one running minimum never carries over from the sector before
+    far = 2 * n + 2
+    low = np.minimum.accumulate(walk - group * far) + group * far
+    low_before = np.minimum(0, np.r_[0, low[:-1]])
+    low_before[start] = 0
+    closes = step < 0
+    unmatched = closes & (walk < low_before)
+    took = closes & ~unmatched
+    issues = kind == _ISSUE
+    issue_index = np.flatnonzero(issues)                           # in (sector, time) order
+    first_issue = np.searchsorted(issue_index, start)              # each sector's first issue among them
+    rank = np.cumsum(took) - 1
+    rank_in_sector = rank - (np.cumsum(took)[start] - took[start])[group]
+    opened = issue_index[first_issue[group[took]] + rank_in_sector[took]]
+    done = np.full(n, -1, np.int64)
+    is_row = issues | (unmatched & (kind == _COMPLETE))   # a requeue with no open issue is nothing
+    closing = np.flatnonzero(took)
+    completes = kind[closing] == _COMPLETE
+    done[opened[completes]] = closing[completes]
+    is_row[opened[~completes]] = False                             # requeued: issued again
+    return done, is_row
+
+
 def parse_bpftrace_output(text: bytes, dev: int, source: str = "bpftrace output") -> ParsedTrace:
-    """Turn the script's lines into one row per issue (pure). An issue's latency is the time to
-    the next event at its sector when that event is a completion; an issue followed by a requeue
-    is dropped (the request is issued again); an issue followed by another issue or by nothing
-    keeps a null latency; a completion not preceded by an issue is counted as unmatched."""
+    """Turn the script's lines into one row per request (pure), in time order. Per sector, in
+    time order, a completion closes the oldest open issue (its latency) and a requeue drops it (the
+    request is issued again); a completion with no open issue is a row of its own, without
+    latency; an issue never closed keeps a null latency."""
     lost = sum(int(m) for m in _LOST.findall(text))
     lines = _EVENT.findall(text)
     junk = [ln for ln in text.splitlines() if ln.strip() and not _EVENT.match(ln) and not _LOST.match(ln)
@@ -95,8 +160,7 @@ def parse_bpftrace_output(text: bytes, dev: int, source: str = "bpftrace output"
     if junk:
         raise InputError(source, None, None, f"unexpected line {junk[0][:80]!r}")
     if not lines:
-        empty = BLOCK_TRACE.empty()
-        return ParsedTrace(empty, lost, 0, 0)
+        return ParsedTrace(BLOCK_TRACE.empty(), lost, 0, 0, 0)
     t = pacsv.read_csv(
         io.BytesIO(b"\n".join(lines)),
         read_options=pacsv.ReadOptions(column_names=["kind", "t_ns", "sector", "bytes", "rwbs"]),
@@ -105,50 +169,37 @@ def parse_bpftrace_output(text: bytes, dev: int, source: str = "bpftrace output"
             "kind": pa.string(), "t_ns": pa.int64(), "sector": pa.int64(), "bytes": pa.int64(),
             "rwbs": pa.string()}),
     )
-    kind = t.column("kind").to_numpy(zero_copy_only=False)
+    kind_s = t.column("kind").to_numpy(zero_copy_only=False)
+    kind = np.select([kind_s == "I", kind_s == "Q"], [_ISSUE, _REQUEUE], _COMPLETE).astype(np.int8)
     ts = t.column("t_ns").to_numpy()
     sector = t.column("sector").to_numpy()
-    # Order events by (sector, time); on a tie an issue sorts before its own completion.
-    rank = np.select([kind == "I", kind == "Q"], [0, 1], 2)
-    order = np.lexsort((rank, ts, sector))
-    k, s, tt = kind[order], sector[order], ts[order]
-    same_next = np.zeros(len(k), dtype=bool)
-    same_next[:-1] = s[1:] == s[:-1]
-    nxt = np.empty(len(k), dtype=object)
-    nxt[:-1] = k[1:]
-    nxt[-1] = ""
-    nxt[~same_next] = ""
-    is_issue = k == "I"
-    completed = is_issue & (nxt == "C")
-    requeued = is_issue & (nxt == "Q")
-    prev_issue = np.zeros(len(k), dtype=bool)
-    prev_issue[1:] = is_issue[:-1] & same_next[:-1]
-    unmatched = int(((k == "C") & ~prev_issue).sum())
-    keep = is_issue & ~requeued
-    lat = np.zeros(len(k), dtype=np.int64)
-    lat[:-1] = tt[1:] - tt[:-1]
-    rows = order[keep]
-    back = np.argsort(rows, kind="stable")       # back to time/issue order
-    rows = rows[back]
-    lat_k = lat[keep][back]
-    has_lat = completed[keep][back]
-    rwbs = t.column("rwbs").take(pa.array(rows))
+    # by sector, then time; on a tie an issue before a requeue before a completion
+    order = np.lexsort((kind, ts, sector))
+    done, is_row = _pair(kind[order], sector[order])
+    rows = order[is_row]
+    closed = done[is_row]
+    lat = np.where(closed >= 0, ts[order][np.maximum(closed, 0)] - ts[rows], 0)
+    back = np.argsort(ts[rows], kind="stable")      # back to time order
+    rows, lat, closed = rows[back], lat[back], closed[back]
+    is_issue = kind[rows] == _ISSUE
     table = pa.table({
         "t_ns": pa.array(ts[rows]),
         "dev": pa.array(np.full(len(rows), dev, dtype=np.int64)),
-        "op": classify_rwbs(rwbs),
+        "op": classify_rwbs(t.column("rwbs").take(pa.array(rows))),
         "sector": pa.array(sector[rows]),
         "bytes": pa.array(t.column("bytes").to_numpy()[rows]),
-        "latency_ns": int64_with_nulls(lat_k, ~has_lat),
+        "latency_ns": int64_with_nulls(lat, closed < 0),
     })
-    return ParsedTrace(table, lost, unmatched, int(requeued.sum()))
+    return ParsedTrace(table, lost, int((~is_issue).sum()), int((is_issue & (closed < 0)).sum()),
+                       int((kind == _REQUEUE).sum()))
 
 
 class BpftraceTracer:
     name = "bpftrace"
 
-    def __init__(self, *, perf_rb_pages: int = 4096, attach_timeout_s: float = 60.0) -> None:
-        self.perf_rb_pages = perf_rb_pages
+    def __init__(self, *, expected_iops: float = DEFAULT_EXPECTED_IOPS, per_cpu_buffer_bytes: int | None = None,
+                 attach_timeout_s: float = 60.0) -> None:
+        self.perf_rb_pages = rb_pages(expected_iops, per_cpu_buffer_bytes)
         self.attach_timeout_s = attach_timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
         self._out: Path | None = None
@@ -197,6 +248,11 @@ class BpftraceTracer:
         self._kill()
         raise TracerUnavailable(f"bpftrace did not attach its probes: {msg or 'timed out'}")
 
+    @property
+    def pid(self) -> int | None:
+        """The bpftrace process while it runs (its CPU is the capture's cost in user space)."""
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
     def _kill(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
@@ -227,17 +283,22 @@ class BpftraceTracer:
             return False
         start = self._out.stat().st_size     # this barrier's lines can only come after this point
         cpus = sorted(os.sched_getaffinity(0))
-        try:
-            for cpu in cpus:
-                os.sched_setaffinity(0, {cpu})
-                os.getpgid(0)              # the barrier probe prints `S <t> <cpu>` on this CPU
-        finally:
-            os.sched_setaffinity(0, cpus)
+        # A CPU's line is re-sent until it shows: a full buffer drops it (and then reports the
+        # drop, with the next line it can hold: the line re-sent after bpftrace has read it).
         while time.monotonic() < deadline and self._proc.poll() is None:
-            if set(cpus) <= self._marks_after(start):
+            missing = set(cpus) - self._marks_after(start)
+            if not missing:
                 return True
-            time.sleep(0.02)
-        return False
+            try:
+                for cpu in sorted(missing):
+                    os.sched_setaffinity(0, {cpu})
+                    os.getpgid(0)          # the barrier probe prints `S <t> <cpu>` on this CPU
+            finally:
+                os.sched_setaffinity(0, cpus)
+            retry = time.monotonic() + 0.25
+            while time.monotonic() < min(retry, deadline) and not set(cpus) <= self._marks_after(start):
+                time.sleep(0.02)
+        return not (set(cpus) - self._marks_after(start))
 
     def stop(self) -> CaptureResult:
         assert self._proc is not None and self._out is not None and self._parquet is not None
@@ -251,15 +312,19 @@ class BpftraceTracer:
         parsed = parse_bpftrace_output(self._out.read_bytes(), self._dev, str(self._out))
         path = write_table(BLOCK_TRACE, parsed.table, self._parquet)
         nb, nr = totals_by_op(parsed.table.column("op").combine_chunks(), parsed.table.column("bytes").to_numpy())
+        # a request with both probes skipped takes two of the misses the kernel counted; the
+        # misses seen as a completion without issue or an issue without completion took one each
+        both = max(0, misses - parsed.unmatched_completions - parsed.no_completion) // 2
         return CaptureResult(
             tracer=self.name, parquet_path=path, events=parsed.table.num_rows,
-            lost_events=parsed.lost_events + misses,
+            lost_events=parsed.lost_lines + both,
             bytes_by_op={k: v for k, v in nb.items() if v or nr[k]},
             requests_by_op={k: v for k, v in nr.items() if v},
             unmatched_completions=parsed.unmatched_completions,
             no_completion=parsed.table.column("latency_ns").null_count,
             extra={"requeues": parsed.requeues, "raw_output": str(self._out), "flushed": flushed,
-                   "perf_buffer_lost": parsed.lost_events, "bpf_recursion_misses": misses},
+                   "issues_without_completion": parsed.no_completion, "perf_buffer_lost": parsed.lost_lines,
+                   "perf_rb_pages_per_cpu": self.perf_rb_pages, "bpf_recursion_misses": misses},
         )
 
 

@@ -192,7 +192,6 @@ class CaptureCount:
     no_completion: int
     drained: bool                    # the tracer confirmed its last events reached the file
     parquet_path: str
-    injected_fault: str | None = None
 
     @property
     def write_bytes(self) -> int:

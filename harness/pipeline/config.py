@@ -106,6 +106,10 @@ class DeviceConfig:
 class CaptureConfig:
     tracer: str = "none"                  # none | auto | bcc | bpftrace
     wear_readers: tuple[str, ...] = ()    # extra wear readers for real devices
+    # the tracer's per-CPU perf buffers: sized for `expected_iops` requests/s (0: the tracer's
+    # default, 250,000), or `per_cpu_buffer_bytes` when given (0: from the rate)
+    expected_iops: int = 0
+    per_cpu_buffer_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -140,7 +144,8 @@ class RunConfig:
         return dump_toml(self.to_dict())
 
 
-_SIZE_FIELDS = {"hbm_bytes", "dram_bytes", "ssd_bytes", "capacity_bytes", "align_bytes", "max_io_bytes"}
+_SIZE_FIELDS = {"hbm_bytes", "dram_bytes", "ssd_bytes", "capacity_bytes", "align_bytes", "max_io_bytes",
+                "per_cpu_buffer_bytes"}
 _SECTIONS: dict[str, type] = {
     "workload": WorkloadConfig,
     "tiers": TierConfig,

@@ -39,7 +39,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kvwear.emulator.ftl import OP_WRITE
@@ -369,7 +368,9 @@ def _capture(cfg: RunConfig, device_path: str, out_dir: Path) -> Iterator[list[C
         # the block tracepoints report the whole disk's dev_t, never a partition's
         raise KvwearError(f"{device_path} is a partition: eBPF capture needs a whole-disk device "
                           "(or run with --tracer none)")
-    tracer = open_tracer(cfg.capture.tracer)
+    c = cfg.capture
+    tracer = open_tracer(c.tracer, expected_iops=c.expected_iops or None,
+                         per_cpu_buffer_bytes=c.per_cpu_buffer_bytes or None)
     tracer.start(kernel_dev_t(device_path), out_dir / "block_trace.parquet")
     try:
         yield got
@@ -385,28 +386,8 @@ def _capture(cfg: RunConfig, device_path: str, out_dir: Path) -> Iterator[list[C
         no_completion=res.no_completion,
         # bpftrace confirms with its flush barrier that its last events reached the file
         drained=bool(res.extra.get("flushed", True)), parquet_path=str(res.parquet_path))
-    drop = int(os.environ.get(FAULT_DROP_EVENTS_ENV, "0") or 0)
-    if drop:
-        count = _drop_write_events(count, drop)
     got.append(count)
     write_json(out_dir / "capture.json", encode(count))
-
-
-# Test-only fault injection: the capture "loses" this many write events (as a tracer whose ring
-# buffer overflowed would), so that tests can show a failed byte-accounting check is a fault.
-FAULT_DROP_EVENTS_ENV = "KVWEAR_TEST_DROP_TRACE_EVENTS"
-
-
-def _drop_write_events(count: CaptureCount, n: int) -> CaptureCount:
-    """`count` as if the tracer had missed its first `n` write events (their rows stay in the
-    trace file; the counts leave them out), marked as injected."""
-    trace = pq.read_table(count.parquet_path, columns=["op", "bytes"])
-    writes = trace.filter(pc.equal(pc.cast(trace.column("op"), pa.string()), "write")).slice(0, n)
-    lost = int(pc.sum(writes.column("bytes")).as_py() or 0)
-    by_op = {**count.bytes_by_op, "write": count.write_bytes - lost}
-    by_req = {**count.requests_by_op, "write": int(count.requests_by_op.get("write", 0)) - writes.num_rows}
-    return dataclasses.replace(count, bytes_by_op=by_op, requests_by_op=by_req, injected_fault=(
-        f"{writes.num_rows} write events ({lost:,} bytes) dropped ({FAULT_DROP_EVENTS_ENV})"))
 
 
 def device_stage(cfg: RunConfig, rd: RunDir, plan: Plan, capacity: int,

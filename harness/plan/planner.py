@@ -46,14 +46,15 @@ batches twice: its classes come from every write's size. `plan_block_ops` is the
 collecting the whole table.
 
 This module plans only: it must not issue I/O, open devices or know about FTLs. The placement
-loop is one numba kernel per layout; everything around it is vectorized numpy/pyarrow.
+loop is one numba kernel per layout, split into named steps over named records (see the comment
+above the kernels); everything around it is vectorized numpy/pyarrow.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
-from typing import Literal, TypeAlias
+from typing import Literal, NamedTuple, TypeAlias
 
 import numba
 import numpy as np
@@ -165,13 +166,42 @@ class BlockPlan(PlanCounts):
 # kernels: each walks one batch of ops (its state carried from the batch before) and emits extents
 # into `out` (one column per extent: the batch row whose time it takes, the op, offset, length, the
 # object id it belongs to and that object's kind — a relocation's row is the write that caused it,
-# its object and kind the ones moved)
+# its object and kind the ones moved). Each step of a layout (read, release an old copy, clean or
+# compact, grow a structure, place a write) is a function of its own. State is named, not
+# positional: per-item state sits in small structured record arrays (a slab class, a slot, an
+# extent, a hole, a log placement: `classes[c].hw`, `holes[h].nxt`), a kernel's scalars in a
+# one-row record (`st.live_bytes`), its counts and its fault in records read by field name, and a
+# layout's arrays travel between batches as one NamedTuple, unpacked once per batch. The steps take
+# the record arrays themselves, not the NamedTuples, and the hot ones are inlined by numba:
+# numba takes a reference to every array of a struct it hands to a step, per call (measured on
+# bench/layouts.py's stream: steps taking structs planned the slab layout 2.2× slower than the
+# positional kernels they replace; with record arrays they are as fast or faster).
+# A structure that grows (the live-object table, the log's ring, the extent records) grows in the
+# kernel loop before the step that could fill it, so a step returns only `out`.
 
-(_S_EMPTY, _S_REWRITES, _S_READ_MISS, _S_EVICT_MISS, _S_FORCED, _S_FORCED_BYTES, _S_PEAK, _S_WRITES,
- _S_RELOC, _S_RELOC_BYTES, _S_SPLIT, _S_STEPPED, _S_STEPPED_BYTES, _S_EXTENTS) = range(14)
-_N_STATS = 16
+#: ssd_ops codes (the planner's input) and block op codes (BLOCK_OP_NAMES, its output)
+_OP_WRITE, _OP_READ, _OP_EVICT = 0, 1, 2
+_IO_WRITE, _IO_READ, _IO_TRIM = 0, 1, 2
 _LOG_RELOCATE, _LOG_EVICT, _LOG_ERROR = 0, 1, 2
 _OUT_FIELDS = 6
+
+#: what a kernel counts, by name (one record per plan; PlanCounts reads it)
+KERNEL_STATS = np.dtype([(f, np.int64) for f in (
+    "empty_writes", "rewrites", "read_misses", "evict_misses", "forced_evictions", "forced_evict_bytes",
+    "peak_live_bytes", "writes", "relocations", "relocation_bytes", "split_writes", "stepped_over",
+    "stepped_over_bytes", "write_extents")])
+#: why a kernel stopped (code 0: it did not), at which batch row, and what the error message names
+KERNEL_FAULT = np.dtype([(f, np.int64) for f in (
+    "code", "row", "write_bytes", "live_bytes", "obj_id", "head_offset", "short_regions")])
+
+
+class Ops(NamedTuple):
+    """One batch of ssd_ops as a kernel reads it: op code, object id, aligned bytes, kind index."""
+
+    op: np.ndarray
+    obj_id: np.ndarray
+    aligned: np.ndarray
+    kind: np.ndarray
 
 
 @numba.njit(cache=True, inline="always")
@@ -195,11 +225,19 @@ def _emit_span(out, k, row, op, pos, ln, cap, obj, kind):
 
 
 @numba.njit(cache=True, inline="always")
-def _full(info, i, a, live_bytes):
-    info[0] = _ERR_FULL
-    info[1] = i
-    info[2] = a
-    info[3] = live_bytes
+def _full(fault, i, a, live_bytes):
+    f = fault[0]
+    f.code = _ERR_FULL
+    f.row = i
+    f.write_bytes = a
+    f.live_bytes = live_bytes
+
+
+@numba.njit(cache=True, inline="always")
+def _peak(stats, live_bytes):
+    s = stats[0]
+    if live_bytes > s.peak_live_bytes:
+        s.peak_live_bytes = live_bytes
 
 
 @numba.njit(cache=True)
@@ -214,33 +252,26 @@ def _room(out, k, need):
     return bigger
 
 
-@numba.njit(cache=True)
-def _q_push(q_obj, q_cum, qh, qn, v, cum):
-    """Append a placement to the ring, doubling it (unrolled from its head) when full; returns
-    (q_obj, q_cum, qh, qn)."""
-    qsize = q_obj.shape[0]
-    if qn == qsize:
-        idx = (qh + np.arange(qn)) % qsize
-        obj = np.empty(2 * qsize, np.int64)
-        cm = np.empty(2 * qsize, np.int64)
-        obj[:qn] = q_obj[idx]
-        cm[:qn] = q_cum[idx]
-        q_obj, q_cum, qh, qsize = obj, cm, 0, 2 * qsize
-    q_obj[(qh + qn) % qsize] = v
-    q_cum[(qh + qn) % qsize] = cum
-    return q_obj, q_cum, qh, qn + 1
-
-
 # The live objects: what a kernel knows per object is held only while the object is resident on
 # the device (a trace writes hundreds of millions of objects; a drive holds a few million at most).
 # Each live object has a slot, a column of `obj` (its id, kind, aligned length, position — the
 # log's head position, the slab's slot, the extent list's first record — and the slab's class);
 # an open-addressing table `ht` (linear probing, a power of two, at most half full) maps an id to
-# its slot + 1 (0 = empty); a dead object's slot goes on the `free` stack for the next one. `om`
-# holds the slots' high-water mark, the free stack's height and the live count. Every array doubles
-# when full, so the state is sized by the peak of live objects, never by the trace.
-_O_ID, _O_KIND, _O_LEN, _O_POS, _O_CLS = range(5)
-_OBJ_FIELDS = 5
+# its slot + 1 (0 = empty); a dead object's slot goes on the free stack (obj's last row) for the
+# next one. The LIVE_COUNTS record holds the slots' high-water mark, the free stack's height and
+# the live count. Both arrays double when full (before an object is added: `_live_full`,
+# `_live_grow`), so the state is sized by the peak of live objects, never by the trace. The
+# functions take the arrays themselves, not the struct: they run once or more per op, and numba
+# counts a reference to every array of a struct it is handed.
+_O_ID, _O_KIND, _O_LEN, _O_POS, _O_CLS, _O_FREE = range(6)
+_OBJ_FIELDS = 6
+LIVE_COUNTS = np.dtype([("slots", np.int64), ("free", np.int64), ("live", np.int64)])
+
+
+class LiveObjects(NamedTuple):
+    ht: np.ndarray
+    obj: np.ndarray
+    counts: np.ndarray          # one LIVE_COUNTS record
 
 
 @numba.njit(cache=True, inline="always")
@@ -274,37 +305,53 @@ def _ot_put(ht, obj, s):
     ht[h] = s + 1
 
 
+@numba.njit(cache=True, inline="always")
+def _live_full(ht, obj, counts):
+    """Whether one more live object needs a larger table (it would pass half full) or slots."""
+    c = counts[0]
+    return 2 * (c.live + 1) > ht.shape[0] or (c.free == 0 and c.slots == obj.shape[1])
+
+
 @numba.njit(cache=True)
-def _ot_add(ht, obj, free, om, key, kind):
-    """A slot for object `key` (not live): returns (slot, ht, obj, free), grown when full."""
-    if 2 * (om[2] + 1) > ht.shape[0]:
+def _live_grow(ht, obj, counts):
+    """The table with room for one more object: (ht, obj), `ht` twice as large (rehashed) when it
+    would pass half full, `obj` twice as wide when no slot is free."""
+    c = counts[0]
+    if 2 * (c.live + 1) > ht.shape[0]:
         old = ht
         ht = np.zeros(2 * old.shape[0], np.int64)
         for j in range(old.shape[0]):
             if old[j]:
                 _ot_put(ht, obj, old[j] - 1)
-    if om[1] > 0:
-        om[1] -= 1
-        s = free[om[1]]
-    else:
-        if om[0] == obj.shape[1]:
-            bigger = np.zeros((obj.shape[0], 2 * obj.shape[1]), np.int64)
-            bigger[:, :om[0]] = obj[:, :om[0]]
-            obj = bigger
-            free = np.empty(obj.shape[1], np.int64)     # empty: om[1] is 0 here
-        s = om[0]
-        om[0] += 1
-    obj[_O_ID, s] = key
-    obj[_O_KIND, s] = kind
-    _ot_put(ht, obj, s)
-    om[2] += 1
-    return s, ht, obj, free
+    if c.free == 0 and c.slots == obj.shape[1]:
+        bigger = np.zeros((obj.shape[0], 2 * obj.shape[1]), np.int64)
+        bigger[:, :c.slots] = obj[:, :c.slots]
+        obj = bigger
+    return ht, obj
 
 
 @numba.njit(cache=True)
-def _ot_del(ht, obj, free, om, s):
+def _ot_add(ht, obj, counts, key, kind):
+    """A slot for object `key` (not live) in a table with room for it (`_live_full` is false)."""
+    c = counts[0]
+    if c.free > 0:
+        c.free -= 1
+        s = obj[_O_FREE, c.free]
+    else:
+        s = c.slots
+        c.slots += 1
+    obj[_O_ID, s] = key
+    obj[_O_KIND, s] = kind
+    _ot_put(ht, obj, s)
+    c.live += 1
+    return s
+
+
+@numba.njit(cache=True)
+def _ot_del(ht, obj, counts, s):
     """Object in slot s is no longer live: its table entry goes (backward-shift deletion, so no
     tombstones accumulate) and its slot on the free stack."""
+    c = counts[0]
     mask = ht.shape[0] - 1
     i = slot_hash(obj[_O_ID, s], mask)
     while ht[i] != s + 1:
@@ -320,132 +367,176 @@ def _ot_del(ht, obj, free, om, s):
             ht[i] = ht[j]
             i = j
     ht[i] = 0
-    free[om[1]] = s
-    om[1] += 1
-    om[2] -= 1
+    obj[_O_FREE, c.free] = s
+    c.free += 1
+    c.live -= 1
 
 
-def _live_objects() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """An empty live-object table: (ht, obj, free, om)."""
-    return (np.zeros(1 << 10, np.int64), np.zeros((_OBJ_FIELDS, 1 << 9), np.int64),
-            np.empty(1 << 9, np.int64), np.zeros(3, np.int64))
+def _live_objects() -> LiveObjects:
+    """An empty live-object table."""
+    return LiveObjects(np.zeros(1 << 10, np.int64), np.zeros((_OBJ_FIELDS, 1 << 9), np.int64), np.zeros(1, LIVE_COUNTS))
+
+
+# Log layout. The ring holds placements (PLACEMENT records) in head order; a
+# placement is current while its slot's position is that one (a dead object's slot is set to -1,
+# and a later placement of any object in that slot starts further on).
+
+LOG_STATE = np.dtype([("cum", np.int64), ("live_bytes", np.int64), ("qh", np.int64), ("qn", np.int64)])
+
+
+#: a placement on the log: the live-object slot placed, at this cumulative head position
+PLACEMENT = np.dtype([("obj", np.int64), ("cum", np.int64)])
 
 
 @numba.njit(cache=True)
-def _plan_log(ops, ids, alen, kinds, cap, trim, mode, out, stats, info, st, ht, obj, free, om, q_obj, q_cum):
-    """One batch on the log; st = (cum, live_bytes, qh, qn) carried across batches. The ring holds
-    placements (slot, cumulative head position) in head order; a placement is current while its
-    slot's position is that one (a dead object's slot is set to -1, and a later placement of any
-    object in that slot starts further on).
-    Returns (k, out, ht, obj, free, q_obj, q_cum)."""
-    cum = st[0]
-    live_bytes = st[1]
-    qh = st[2]
-    qn = st[3]
+def _ring_grow(ring, st):
+    """The ring (PLACEMENT records) twice as long, unrolled from its head (a write pushes at most
+    one placement more than it pops: the kernel grows the ring before a write that could fill it)."""
+    qsize = ring.shape[0]
+    bigger = np.empty(2 * qsize, PLACEMENT)
+    for j in range(st.qn):
+        bigger[j] = ring[(st.qh + j) % qsize]
+    st.qh = 0
+    return bigger
+
+
+@numba.njit(cache=True, inline="always")
+def _q_push(ring, st, v, cum):
+    """Append a placement to the ring (which has room: `_ring_grow`)."""
+    p = ring[(st.qh + st.qn) % ring.shape[0]]
+    p.obj = v
+    p.cum = cum
+    st.qn += 1
+
+
+@numba.njit(cache=True, inline="always")
+def _log_release(out, k, i, o, key, obj, cap, trim):
+    """A live object's copy dies where it is (rewritten or evicted): trimmed when trimming."""
+    if trim:
+        k = _emit_span(out, k, i, _IO_TRIM, obj[_O_POS, o] % cap, obj[_O_LEN, o], cap, key, obj[_O_KIND, o])
+    return k
+
+
+@numba.njit(cache=True, inline="always")
+def _log_clean(out, k, i, a, cap, trim, mode, stats, fault, st, ht, obj, counts, ring):
+    """Before a write of `a` bytes at the head: every live object whose first byte the head
+    reaches in this lap is cleaned (relocated to the head), evicted or refused (`mode`). Returns
+    (k, out, failed)."""
+    end = st.cum + a
+    while st.qn > 0 and ring[st.qh].cum + cap < end:
+        v = ring[st.qh].obj
+        s = ring[st.qh].cum
+        st.qh = (st.qh + 1) % ring.shape[0]
+        st.qn -= 1
+        if obj[_O_POS, v] != s:
+            continue                    # a dead or superseded placement: its space is free
+        lv = obj[_O_LEN, v]
+        if mode == _LOG_ERROR:
+            f = fault[0]
+            f.code = _ERR_LOG_FULL
+            f.row = i
+            f.obj_id = obj[_O_ID, v]
+            f.head_offset = st.cum % cap
+            f.live_bytes = st.live_bytes
+            f.write_bytes = a
+            return k, out, True
+        if mode == _LOG_EVICT:
+            st.live_bytes -= lv
+            stats[0].forced_evictions += 1
+            stats[0].forced_evict_bytes += lv
+            _ot_del(ht, obj, counts, v)
+            obj[_O_POS, v] = -1
+            continue
+        p = s + cap                     # the live copy in this lap's coordinates (p ≥ cum)
+        if p == st.cum:
+            # nothing free before it: the copy already sits where the cleaner would write it
+            stats[0].stepped_over += 1
+            stats[0].stepped_over_bytes += lv
+        else:
+            out = _room(out, k, 6)      # a read, a trim and a write, each in ≤ 2 spans
+            vid = obj[_O_ID, v]
+            vk = obj[_O_KIND, v]
+            k = _emit_span(out, k, i, _IO_READ, s % cap, lv, cap, vid, vk)
+            tail = max(p, st.cum + lv)  # the part of the old copy the new one does not cover
+            if trim and p + lv > tail:
+                k = _emit_span(out, k, i, _IO_TRIM, tail % cap, p + lv - tail, cap, vid, vk)
+            k = _emit_span(out, k, i, _IO_WRITE, st.cum % cap, lv, cap, vid, vk)
+            stats[0].relocations += 1
+            stats[0].relocation_bytes += lv
+            stats[0].write_extents += 1
+        obj[_O_POS, v] = st.cum
+        _q_push(ring, st, v, st.cum)
+        st.cum += lv
+        end = st.cum + a
+    return k, out, False
+
+
+@numba.njit(cache=True, inline="always")
+def _log_place(out, k, i, o, key, a, kind, cap, stats, st, obj, ring):
+    """Object `key`, live in slot o, written at the head."""
+    obj[_O_KIND, o] = kind
+    out = _room(out, k, 2)
+    k = _emit_span(out, k, i, _IO_WRITE, st.cum % cap, a, cap, key, kind)
+    stats[0].write_extents += 1
+    obj[_O_POS, o] = st.cum
+    obj[_O_LEN, o] = a
+    _q_push(ring, st, o, st.cum)
+    st.cum += a
+    st.live_bytes += a
+    _peak(stats, st.live_bytes)
+    return k, out
+
+
+@numba.njit(cache=True)
+def _plan_log(ops, cap, trim, mode, out, stats, fault, state, live, ring):
+    """One batch on the log (its LOG_STATE record carried across batches). Returns
+    (k, out, live, ring)."""
+    st = state[0]
+    op_code, obj_id, aligned, kinds = ops
+    ht, obj, counts = live
     k = 0
-    for i in range(ops.shape[0]):
-        key = ids[i]
-        a = alen[i]
-        op = ops[i]
+    for i in range(op_code.shape[0]):
+        key = obj_id[i]
+        op = op_code[i]
         o = _ot_find(ht, obj, key)
         out = _room(out, k, 4)                  # an op's own rows: a trim and a write, each in ≤ 2 spans
-        if op == 0:
+        if op == _OP_WRITE:
+            a = aligned[i]
             if a == 0:
-                stats[_S_EMPTY] += 1
+                stats[0].empty_writes += 1
                 continue
-            stats[_S_WRITES] += 1
+            stats[0].writes += 1
             if o >= 0:                          # rewrite: the old copy dies where it is
-                stats[_S_REWRITES] += 1
-                if trim:
-                    k = _emit_span(out, k, i, 2, obj[_O_POS, o] % cap, obj[_O_LEN, o], cap, key, obj[_O_KIND, o])
-                live_bytes -= obj[_O_LEN, o]
+                stats[0].rewrites += 1
+                k = _log_release(out, k, i, o, key, obj, cap, trim)
+                st.live_bytes -= obj[_O_LEN, o]
                 obj[_O_POS, o] = -1             # the slot stays, its old placement is no longer current
-            if mode == _LOG_RELOCATE and live_bytes + a > cap:
-                _full(info, i, a, live_bytes)
+            if mode == _LOG_RELOCATE and st.live_bytes + a > cap:
+                _full(fault, i, a, st.live_bytes)
                 break
-            end = cum + a
-            # live objects whose first byte the head reaches in this lap: clean (relocate), evict or fail
-            failed = False
-            while qn > 0 and q_cum[qh] + cap < end:
-                v = q_obj[qh]
-                s = q_cum[qh]
-                qh = (qh + 1) % q_obj.shape[0]
-                qn -= 1
-                if obj[_O_POS, v] != s:
-                    continue                    # a dead or superseded placement: its space is free
-                lv = obj[_O_LEN, v]
-                if mode == _LOG_ERROR:
-                    info[0] = _ERR_LOG_FULL
-                    info[1] = i
-                    info[2] = obj[_O_ID, v]
-                    info[3] = cum % cap
-                    info[4] = live_bytes
-                    info[5] = a
-                    failed = True
-                    break
-                if mode == _LOG_EVICT:
-                    live_bytes -= lv
-                    stats[_S_FORCED] += 1
-                    stats[_S_FORCED_BYTES] += lv
-                    _ot_del(ht, obj, free, om, v)
-                    obj[_O_POS, v] = -1
-                    continue
-                p = s + cap                     # the live copy in this lap's coordinates (p ≥ cum)
-                if p == cum:
-                    # nothing free before it: the copy already sits where the cleaner would write it
-                    stats[_S_STEPPED] += 1
-                    stats[_S_STEPPED_BYTES] += lv
-                else:
-                    out = _room(out, k, 6)      # a read, a trim and a write, each in ≤ 2 spans
-                    vid = obj[_O_ID, v]
-                    vk = obj[_O_KIND, v]
-                    k = _emit_span(out, k, i, 1, s % cap, lv, cap, vid, vk)
-                    tail = max(p, cum + lv)     # the part of the old copy the new one does not cover
-                    if trim and p + lv > tail:
-                        k = _emit_span(out, k, i, 2, tail % cap, p + lv - tail, cap, vid, vk)
-                    k = _emit_span(out, k, i, 0, cum % cap, lv, cap, vid, vk)
-                    stats[_S_RELOC] += 1
-                    stats[_S_RELOC_BYTES] += lv
-                    stats[_S_EXTENTS] += 1
-                obj[_O_POS, v] = cum
-                q_obj, q_cum, qh, qn = _q_push(q_obj, q_cum, qh, qn, v, cum)
-                cum += lv
-                end = cum + a
+            if st.qn + 1 > ring.shape[0]:
+                ring = _ring_grow(ring, st)
+            k, out, failed = _log_clean(out, k, i, a, cap, trim, mode, stats, fault, st, ht, obj, counts, ring)
             if failed:
                 break
             if o < 0:
-                o, ht, obj, free = _ot_add(ht, obj, free, om, key, kinds[i])
-            obj[_O_KIND, o] = kinds[i]
-            out = _room(out, k, 2)
-            k = _emit_span(out, k, i, 0, cum % cap, a, cap, key, kinds[i])
-            stats[_S_EXTENTS] += 1
-            obj[_O_POS, o] = cum
-            obj[_O_LEN, o] = a
-            q_obj, q_cum, qh, qn = _q_push(q_obj, q_cum, qh, qn, o, cum)
-            cum = end
-            live_bytes += a
-            if live_bytes > stats[_S_PEAK]:
-                stats[_S_PEAK] = live_bytes
-        elif op == 1:
+                if _live_full(ht, obj, counts):
+                    ht, obj = _live_grow(ht, obj, counts)
+                o = _ot_add(ht, obj, counts, key, kinds[i])
+            k, out = _log_place(out, k, i, o, key, a, kinds[i], cap, stats, st, obj, ring)
+        elif op == _OP_READ:
             if o >= 0:
-                k = _emit_span(out, k, i, 1, obj[_O_POS, o] % cap, obj[_O_LEN, o], cap, key, obj[_O_KIND, o])
+                k = _emit_span(out, k, i, _IO_READ, obj[_O_POS, o] % cap, obj[_O_LEN, o], cap, key, obj[_O_KIND, o])
             else:
-                stats[_S_READ_MISS] += 1
+                stats[0].read_misses += 1
+        elif o >= 0:
+            k = _log_release(out, k, i, o, key, obj, cap, trim)
+            st.live_bytes -= obj[_O_LEN, o]
+            _ot_del(ht, obj, counts, o)
+            obj[_O_POS, o] = -1
         else:
-            if o >= 0:
-                if trim:
-                    k = _emit_span(out, k, i, 2, obj[_O_POS, o] % cap, obj[_O_LEN, o], cap, key, obj[_O_KIND, o])
-                live_bytes -= obj[_O_LEN, o]
-                _ot_del(ht, obj, free, om, o)
-                obj[_O_POS, o] = -1
-            else:
-                stats[_S_EVICT_MISS] += 1
-    st[0] = cum
-    st[1] = live_bytes
-    st[2] = qh
-    st[3] = qn
-    return k, out, ht, obj, free, q_obj, q_cum
-
+            stats[0].evict_misses += 1
+    return k, out, LiveObjects(ht, obj, counts), ring
 
 # Slab layout. The device is cut into regions of `region` bytes (slab_bytes); a size class lays its
 # slots out back to back in a logical space of its own, mapped region by region onto the device
@@ -459,20 +550,43 @@ def _plan_log(ops, ids, alen, kinds, cap, trim, mode, out, stats, info, st, ht, 
 # the device's regions: at most one partly used region per class plus the device's tail
 # (capacity mod region) are lost to the layout.
 
+SLAB_STATE = np.dtype([("free_regions", np.int64), ("live_bytes", np.int64), ("region", np.int64),
+                       ("n_reg", np.int64)])
+#: one record per class: its slot size and slot capacity, where its slots and its region table
+#: start (in SLAB_SLOT records and in the region table), its free stack's height, high-water
+#: mark, live slots and regions mapped
+SLAB_CLASS = np.dtype([(f, np.int64) for f in ("size", "slot_cap", "slot_base", "reg_base", "fs_top", "hw",
+                                               "n_live", "n_mapped")])
+#: one record per slot: the live object in it (-1: free), the class's free stack (its entries
+#: stored at the class's slot range) and whether this slot is on it
+SLAB_SLOT = np.dtype([("obj", np.int64), ("fs", np.int64), ("in_stack", np.int64)])
 
-@numba.njit(cache=True)
-def _slab_io(out, k, row, op, s, ln, c, obj, kind, cls_size, region, reg_tab, reg_base):
-    """The I/O for `ln` bytes of slot s of class c, one row per physically contiguous piece;
-    returns (k, out), `out` grown when it had no room for them."""
+
+class Slabs(NamedTuple):
+    """The slab layout's state: its classes and slots (record arrays), the region table (the
+    device region backing each class's n-th region) and the stack of free device regions (the
+    lowest on top); the SLAB_STATE record holds the rest."""
+
+    classes: np.ndarray
+    slots: np.ndarray
+    reg_tab: np.ndarray
+    free_reg: np.ndarray
+
+
+@numba.njit(cache=True, inline="always")
+def _slab_io(out, k, row, op, s, ln, cls, reg_tab, region, obj, kind):
+    """The I/O for `ln` bytes of slot s of class record `cls`, one row per physically contiguous
+    piece; returns (k, out), `out` grown when it had no room for them."""
     out = _room(out, k, ln // region + 2)
-    lo = s * cls_size[c]
+    lo = s * cls.size
+    base = cls.reg_base
     first = -1
     run = 0
     while ln > 0:
         r = lo // region
         within = lo % region
         piece = min(region - within, ln)
-        phys = reg_tab[reg_base[c] + r] * region + within
+        phys = reg_tab[base + r] * region + within
         if first >= 0 and first + run == phys:
             run += piece
         else:
@@ -487,174 +601,197 @@ def _slab_io(out, k, row, op, s, ln, c, obj, kind, cls_size, region, reg_tab, re
     return k, out
 
 
-@numba.njit(cache=True)
-def _slab_shrink(c, hw, slot_obj, slot_base, n_mapped, cls_size, region, reg_tab, reg_base, free_reg, nfree):
-    """Lower class c's hw over free top slots and return the regions above it; returns nfree."""
-    b = slot_base[c]
-    while hw[c] > 0 and slot_obj[b + hw[c] - 1] < 0:
-        hw[c] -= 1
-    need = (hw[c] * cls_size[c] + region - 1) // region
-    while n_mapped[c] > need:
-        n_mapped[c] -= 1
-        free_reg[nfree] = reg_tab[reg_base[c] + n_mapped[c]]
-        nfree += 1
-    return nfree
+@numba.njit(cache=True, inline="always")
+def _slab_shrink(cls, slots, reg_tab, free_reg, st):
+    """Lower a class's hw over free top slots and return the regions above it to the pool."""
+    b = cls.slot_base
+    while cls.hw > 0 and slots[b + cls.hw - 1].obj < 0:
+        cls.hw -= 1
+    need = (cls.hw * cls.size + st.region - 1) // st.region
+    while cls.n_mapped > need:
+        cls.n_mapped -= 1
+        free_reg[st.free_regions] = reg_tab[cls.reg_base + cls.n_mapped]
+        st.free_regions += 1
 
 
-@numba.njit(cache=True)
-def _slab_pop(c, hw, slot_obj, slot_base, fs, fs_top, in_stack):
-    """A free slot of class c below hw, or -1; entries made stale by a lower hw are dropped."""
-    b = slot_base[c]
-    while fs_top[c] > 0:
-        fs_top[c] -= 1
-        s = fs[b + fs_top[c]]
-        in_stack[b + s] = False
-        if s < hw[c] and slot_obj[b + s] < 0:
+@numba.njit(cache=True, inline="always")
+def _slab_pop(cls, slots):
+    """A free slot of a class below its hw, or -1; entries made stale by a lower hw are dropped."""
+    b = cls.slot_base
+    while cls.fs_top > 0:
+        cls.fs_top -= 1
+        s = slots[b + cls.fs_top].fs
+        slots[b + s].in_stack = 0
+        if s < cls.hw and slots[b + s].obj < 0:
             return s
     return -1
 
 
-def _slab_state(cls_size: np.ndarray, slot_cap: np.ndarray, region: int, n_reg: int) -> dict[str, np.ndarray]:
-    """The slab layout's arrays (sized by the classes' slot capacities and the device's regions):
-    class c's slots are slot_base[c] … slot_base[c+1] − 1 of slot_obj (the live-object slot in each,
-    -1 = free), its regions reg_base[c] … of reg_tab; st = (free regions, live bytes)."""
+def _slab_state(cls_size: np.ndarray, slot_cap: np.ndarray, region: int, n_reg: int) -> tuple[Slabs, np.ndarray]:
+    """The slab layout's state, sized by the classes' slot capacities and the device's regions,
+    and its SLAB_STATE record."""
     nc = len(cls_size)
-    slot_base = np.zeros(nc + 1, np.int64)
-    reg_base = np.zeros(nc + 1, np.int64)
-    slot_base[1:] = np.cumsum(slot_cap)
-    reg_base[1:] = np.cumsum((slot_cap * cls_size + region - 1) // region + 1)
-    n_slots = int(slot_base[nc])
-    return {"slot_base": slot_base, "reg_base": reg_base, "slot_obj": np.full(n_slots, -1, np.int64),
-            "in_stack": np.zeros(n_slots, np.bool_), "fs": np.empty(n_slots, np.int64),
-            "fs_top": np.zeros(nc, np.int64), "hw": np.zeros(nc, np.int64), "n_live": np.zeros(nc, np.int64),
-            "n_mapped": np.zeros(nc, np.int64), "reg_tab": np.empty(int(reg_base[nc]), np.int64),
-            "free_reg": np.arange(n_reg - 1, -1, -1, dtype=np.int64),  # a stack: the lowest region on top
-            "st": np.array([n_reg, 0], np.int64)}
+    classes = np.zeros(nc, SLAB_CLASS)
+    classes["size"] = cls_size
+    classes["slot_cap"] = slot_cap
+    classes["slot_base"][1:] = np.cumsum(slot_cap)[:-1]
+    regs = (np.asarray(slot_cap) * np.asarray(cls_size) + region - 1) // region + 1
+    classes["reg_base"][1:] = np.cumsum(regs)[:-1]
+    slots = np.zeros(int(np.sum(slot_cap)), SLAB_SLOT)
+    slots["obj"] = -1
+    slabs = Slabs(classes, slots, np.empty(int(np.sum(regs)), np.int64),
+                  np.arange(n_reg - 1, -1, -1, dtype=np.int64))     # a stack: the lowest region on top
+    st = np.zeros(1, SLAB_STATE)
+    st[0] = (n_reg, 0, region, n_reg)
+    return slabs, st
+
+
+@numba.njit(cache=True, inline="always")
+def _slab_release(out, k, i, o, key, trim, classes, slots, reg_tab, free_reg, st, obj):
+    """Live object o leaves its slot (rewritten or evicted): trimmed when trimming, the slot on its
+    class's free stack, the class shrunk over free top slots (the caller drops it from the table)."""
+    cls = classes[obj[_O_CLS, o]]
+    s = obj[_O_POS, o]
+    if trim:
+        k, out = _slab_io(out, k, i, _IO_TRIM, s, obj[_O_LEN, o], cls, reg_tab, st.region, key, obj[_O_KIND, o])
+    b = cls.slot_base
+    slots[b + s].obj = -1
+    cls.n_live -= 1
+    if not slots[b + s].in_stack:
+        slots[b + cls.fs_top].fs = s
+        cls.fs_top += 1
+        slots[b + s].in_stack = 1
+    _slab_shrink(cls, slots, reg_tab, free_reg, st)
+    st.live_bytes -= obj[_O_LEN, o]
+    return k, out
 
 
 @numba.njit(cache=True)
-def _plan_slab(ops, ids, alen, kinds, cls, cls_size, slot_cap, region, n_reg, trim, out, stats, info,
-               ht, obj, free, om, slot_base, reg_base, slot_obj, in_stack, fs, fs_top, hw, n_live, n_mapped,
-               reg_tab, free_reg, st):
-    """One batch on the slabs (the state in _slab_state's arrays); returns (k, out, ht, obj, free)."""
-    nc = cls_size.shape[0]
-    nfree = st[0]
-    live_bytes = st[1]
+def _slab_compact(out, k, i, d, trim, stats, classes, slots, reg_tab, free_reg, st, obj):
+    """Move class d's top live slots into its free slots (read, trim, write: relocations) until
+    one of its regions is released."""
+    cls = classes[d]
+    bd = cls.slot_base
+    region = st.region
+    before = cls.n_mapped
+    while cls.n_mapped == before:
+        t = cls.hw - 1                  # live: _slab_shrink keeps the top slot live
+        f = _slab_pop(cls, slots)
+        v = slots[bd + t].obj
+        lv = obj[_O_LEN, v]
+        vid = obj[_O_ID, v]
+        vk = obj[_O_KIND, v]
+        k, out = _slab_io(out, k, i, _IO_READ, t, lv, cls, reg_tab, region, vid, vk)
+        if trim:
+            k, out = _slab_io(out, k, i, _IO_TRIM, t, lv, cls, reg_tab, region, vid, vk)
+        k, out = _slab_io(out, k, i, _IO_WRITE, f, lv, cls, reg_tab, region, vid, vk)
+        stats[0].relocations += 1
+        stats[0].relocation_bytes += lv
+        stats[0].write_extents += 1
+        slots[bd + f].obj = v
+        obj[_O_POS, v] = f
+        slots[bd + t].obj = -1
+        _slab_shrink(cls, slots, reg_tab, free_reg, st)
+    return k, out
+
+
+@numba.njit(cache=True)
+def _slab_slot(out, k, i, a, c, trim, stats, fault, classes, slots, reg_tab, free_reg, st, obj):
+    """A slot of class c for a write of `a` bytes: a free one, else a new one at the class's top,
+    mapping regions for it (compacting the class with the most regions beyond what its live slots
+    need while none is free). Returns (slot, k, out); slot -1 with fault.code set when none fits."""
+    cls = classes[c]
+    s = _slab_pop(cls, slots)
+    if s >= 0:
+        return s, k, out
+    s = cls.hw
+    if s >= cls.slot_cap:
+        fault[0].code = _ERR_GROW
+        return -1, k, out
+    region = st.region
+    need = ((s + 1) * cls.size + region - 1) // region - cls.n_mapped
+    while st.free_regions < need:
+        best = -1
+        gain = 0
+        for d in range(classes.shape[0]):
+            g = classes[d].n_mapped - (classes[d].n_live * classes[d].size + region - 1) // region
+            if g > gain:
+                gain = g
+                best = d
+        if best < 0:
+            f = fault[0]
+            f.code = _ERR_SLAB_FULL
+            f.row = i
+            f.write_bytes = a
+            f.live_bytes = st.live_bytes
+            f.short_regions = need - st.free_regions
+            return -1, k, out
+        k, out = _slab_compact(out, k, i, best, trim, stats, classes, slots, reg_tab, free_reg, st, obj)
+    for _ in range(need):
+        st.free_regions -= 1
+        reg_tab[cls.reg_base + cls.n_mapped] = free_reg[st.free_regions]
+        cls.n_mapped += 1
+    cls.hw = s + 1
+    return s, k, out
+
+
+@numba.njit(cache=True)
+def _plan_slab(ops, cls_of, trim, out, stats, fault, slabs, state, live):
+    """One batch on the slabs (its SLAB_STATE record carried across batches); `cls_of` is each
+    op's class. Returns (k, out, live)."""
+    st = state[0]
+    op_code, obj_id, aligned, kinds = ops
+    classes, slots, reg_tab, free_reg = slabs
+    ht, obj, counts = live
+    region = st.region
     k = 0
-    for i in range(ops.shape[0]):
-        key = ids[i]
-        a = alen[i]
-        op = ops[i]
+    for i in range(op_code.shape[0]):
+        key = obj_id[i]
+        a = aligned[i]
+        op = op_code[i]
         o = _ot_find(ht, obj, key)
-        if op == 1:
+        if op == _OP_READ:
             if o >= 0:
-                k, out = _slab_io(out, k, i, 1, obj[_O_POS, o], obj[_O_LEN, o], obj[_O_CLS, o], key,
-                                  obj[_O_KIND, o], cls_size, region, reg_tab, reg_base)
+                k, out = _slab_io(out, k, i, _IO_READ, obj[_O_POS, o], obj[_O_LEN, o], classes[obj[_O_CLS, o]],
+                                  reg_tab, region, key, obj[_O_KIND, o])
             else:
-                stats[_S_READ_MISS] += 1
+                stats[0].read_misses += 1
             continue
-        if op == 0 and a == 0:
-            stats[_S_EMPTY] += 1
+        if op == _OP_WRITE and a == 0:
+            stats[0].empty_writes += 1
             continue
-        if op == 0:
-            stats[_S_WRITES] += 1
+        if op == _OP_WRITE:
+            stats[0].writes += 1
         if o >= 0:
-            if op == 0:
-                stats[_S_REWRITES] += 1
-            c = obj[_O_CLS, o]
-            s = obj[_O_POS, o]
-            if trim:
-                k, out = _slab_io(out, k, i, 2, s, obj[_O_LEN, o], c, key, obj[_O_KIND, o], cls_size, region,
-                                  reg_tab, reg_base)
-            b = slot_base[c]
-            slot_obj[b + s] = -1
-            n_live[c] -= 1
-            if not in_stack[b + s]:
-                fs[b + fs_top[c]] = s
-                fs_top[c] += 1
-                in_stack[b + s] = True
-            nfree = _slab_shrink(c, hw, slot_obj, slot_base, n_mapped, cls_size, region, reg_tab, reg_base,
-                                 free_reg, nfree)
-            live_bytes -= obj[_O_LEN, o]
-            _ot_del(ht, obj, free, om, o)
-        elif op == 2:
-            stats[_S_EVICT_MISS] += 1
+            if op == _OP_WRITE:
+                stats[0].rewrites += 1
+            k, out = _slab_release(out, k, i, o, key, trim, classes, slots, reg_tab, free_reg, st, obj)
+            _ot_del(ht, obj, counts, o)
+        elif op == _OP_EVICT:
+            stats[0].evict_misses += 1
+        if op == _OP_EVICT:
             continue
-        if op == 2:
-            continue
-        if live_bytes + a > n_reg * region:
-            _full(info, i, a, live_bytes)
+        if st.live_bytes + a > st.n_reg * region:
+            _full(fault, i, a, st.live_bytes)
             break
-        c = cls[i]
-        size = cls_size[c]
-        b = slot_base[c]
-        s = _slab_pop(c, hw, slot_obj, slot_base, fs, fs_top, in_stack)
+        c = cls_of[i]
+        s, k, out = _slab_slot(out, k, i, a, c, trim, stats, fault, classes, slots, reg_tab, free_reg, st, obj)
         if s < 0:
-            s = hw[c]
-            if s >= slot_cap[c]:
-                info[0] = _ERR_GROW
-                break
-            need = ((s + 1) * size + region - 1) // region - n_mapped[c]
-            while nfree < need:
-                # compact the class with the most regions beyond what its live slots need
-                best = -1
-                gain = 0
-                for d in range(nc):
-                    g = n_mapped[d] - (n_live[d] * cls_size[d] + region - 1) // region
-                    if g > gain:
-                        gain = g
-                        best = d
-                if best < 0:
-                    info[0] = _ERR_SLAB_FULL
-                    info[1] = i
-                    info[2] = a
-                    info[3] = live_bytes
-                    info[4] = need - nfree
-                    break
-                d = best
-                bd = slot_base[d]
-                before = n_mapped[d]
-                while n_mapped[d] == before:
-                    t = hw[d] - 1               # live: _slab_shrink keeps the top slot live
-                    f = _slab_pop(d, hw, slot_obj, slot_base, fs, fs_top, in_stack)
-                    v = slot_obj[bd + t]
-                    lv = obj[_O_LEN, v]
-                    vid = obj[_O_ID, v]
-                    vk = obj[_O_KIND, v]
-                    k, out = _slab_io(out, k, i, 1, t, lv, d, vid, vk, cls_size, region, reg_tab, reg_base)
-                    if trim:
-                        k, out = _slab_io(out, k, i, 2, t, lv, d, vid, vk, cls_size, region, reg_tab, reg_base)
-                    k, out = _slab_io(out, k, i, 0, f, lv, d, vid, vk, cls_size, region, reg_tab, reg_base)
-                    stats[_S_RELOC] += 1
-                    stats[_S_RELOC_BYTES] += lv
-                    stats[_S_EXTENTS] += 1
-                    slot_obj[bd + f] = v
-                    obj[_O_POS, v] = f
-                    slot_obj[bd + t] = -1
-                    nfree = _slab_shrink(d, hw, slot_obj, slot_base, n_mapped, cls_size, region, reg_tab,
-                                         reg_base, free_reg, nfree)
-            if info[0]:
-                break
-            for _ in range(need):
-                nfree -= 1
-                reg_tab[reg_base[c] + n_mapped[c]] = free_reg[nfree]
-                n_mapped[c] += 1
-            hw[c] = s + 1
-        o, ht, obj, free = _ot_add(ht, obj, free, om, key, kinds[i])
-        slot_obj[b + s] = o
-        n_live[c] += 1
-        k, out = _slab_io(out, k, i, 0, s, a, c, key, kinds[i], cls_size, region, reg_tab, reg_base)
-        stats[_S_EXTENTS] += 1
+            break
+        if _live_full(ht, obj, counts):
+            ht, obj = _live_grow(ht, obj, counts)
+        o = _ot_add(ht, obj, counts, key, kinds[i])
+        cls = classes[c]
+        slots[cls.slot_base + s].obj = o
+        cls.n_live += 1
+        k, out = _slab_io(out, k, i, _IO_WRITE, s, a, cls, reg_tab, region, key, kinds[i])
+        stats[0].write_extents += 1
         obj[_O_POS, o] = s
         obj[_O_LEN, o] = a
         obj[_O_CLS, o] = c
-        live_bytes += a
-        if live_bytes > stats[_S_PEAK]:
-            stats[_S_PEAK] = live_bytes
-    st[0] = nfree
-    st[1] = live_bytes
-    return k, out, ht, obj, free
-
+        st.live_bytes += a
+        _peak(stats, st.live_bytes)
+    return k, out, LiveObjects(ht, obj, counts)
 
 # Extent layout. Holes (free extents) form a doubly linked list in address order. To find the
 # first fit and a freed extent's neighbours without walking that list, the address space is cut
@@ -663,6 +800,26 @@ def _plan_slab(ops, ids, alen, kinds, cls, cls_size, slot_cap, region, n_reg, tr
 # whose max ≥ the size (O(log M)), then a scan of that chunk's few holes. An object that no hole
 # holds whole takes the lowest holes in address order (the last one in part), as a file system
 # spreads a file over free extents: one extent list per object, one block_ops row per extent.
+
+EXTENT_STATE = np.dtype([(f, np.int64) for f in ("head", "e_free", "e_unused", "live_bytes", "m", "cb")])
+#: an extent record: a piece of a live object (its list goes on through nxt), or an unused one
+#: (chained from EXTENT_STATE.e_free)
+EXTENT = np.dtype([("off", np.int64), ("length", np.int64), ("nxt", np.int64)])
+#: a hole record: a free extent in the list in address order (from EXTENT_STATE.head)
+HOLE = np.dtype([("off", np.int64), ("length", np.int64), ("nxt", np.int64), ("prev", np.int64)])
+
+
+class Extents(NamedTuple):
+    """The extent layout's state: extent and hole records (record arrays), the pool of unused hole
+    records (pool[0] = their count, pool[1:] their indices), the first hole starting in each of the
+    m chunks of cb bytes, and the max segment tree over chunks of the longest hole starting in each
+    (m and cb in the EXTENT_STATE record, with the list heads and the live bytes)."""
+
+    ext: np.ndarray
+    holes: np.ndarray
+    pool: np.ndarray
+    chunk_head: np.ndarray
+    seg: np.ndarray
 
 
 @numba.njit(cache=True)
@@ -678,22 +835,23 @@ def _seg_set(seg, m, c, val):
 
 
 @numba.njit(cache=True)
-def _chunk_refresh(c, chunk_head, h_off, h_len, h_next, cb, seg, m):
+def _chunk_refresh(c, holes, chunk_head, seg, st):
+    cb = st.cb
     best = 0
     h = chunk_head[c]
-    while h >= 0 and h_off[h] // cb == c:
-        if h_len[h] > best:
-            best = h_len[h]
-        h = h_next[h]
-    _seg_set(seg, m, c, best)
+    while h >= 0 and holes[h].off // cb == c:
+        if holes[h].length > best:
+            best = holes[h].length
+        h = holes[h].nxt
+    _seg_set(seg, st.m, c, best)
 
 
 @numba.njit(cache=True)
-def _chunk_unhead(h, c, chunk_head, h_off, h_next, cb):
+def _chunk_unhead(h, c, holes, chunk_head, st):
     """Hole h leaves chunk c (removed or moved): its successor in c, if any, heads c."""
     if chunk_head[c] == h:
-        nx = h_next[h]
-        chunk_head[c] = nx if nx >= 0 and h_off[nx] // cb == c else -1
+        nx = holes[h].nxt
+        chunk_head[c] = nx if nx >= 0 and holes[nx].off // st.cb == c else -1
 
 
 @numba.njit(cache=True)
@@ -711,137 +869,145 @@ def _prev_nonempty(seg, m, c):
 
 
 @numba.njit(cache=True)
-def _hole_free(off, ln, head, h_off, h_len, h_next, h_prev, pool, chunk_head, seg, m, cb):
-    """Return [off, off+ln) to the hole list, merging with its neighbours; returns the list head."""
+def _hole_free(off, ln, st, holes, pool, chunk_head, seg):
+    """Return [off, off+ln) to the hole list, merging with its neighbours."""
+    cb = st.cb
     c = off // cb
     p = -1
     h = chunk_head[c]
-    while h >= 0 and h_off[h] // cb == c and h_off[h] < off:
+    while h >= 0 and holes[h].off // cb == c and holes[h].off < off:
         p = h
-        h = h_next[h]
+        h = holes[h].nxt
     if p < 0:
-        cp = _prev_nonempty(seg, m, c)
+        cp = _prev_nonempty(seg, st.m, c)
         if cp >= 0:
             p = chunk_head[cp]
-            while h_next[p] >= 0 and h_off[h_next[p]] // cb == cp:
-                p = h_next[p]
-    nx = h_next[p] if p >= 0 else head
-    if p >= 0 and h_off[p] + h_len[p] == off:
-        h_len[p] += ln
-        if nx >= 0 and off + ln == h_off[nx]:
-            cn = h_off[nx] // cb
-            _chunk_unhead(nx, cn, chunk_head, h_off, h_next, cb)
-            h_len[p] += h_len[nx]
-            nn = h_next[nx]
-            h_next[p] = nn
+            while holes[p].nxt >= 0 and holes[holes[p].nxt].off // cb == cp:
+                p = holes[p].nxt
+    nx = holes[p].nxt if p >= 0 else st.head
+    if p >= 0 and holes[p].off + holes[p].length == off:
+        holes[p].length += ln
+        if nx >= 0 and off + ln == holes[nx].off:
+            cn = holes[nx].off // cb
+            _chunk_unhead(nx, cn, holes, chunk_head, st)
+            holes[p].length += holes[nx].length
+            nn = holes[nx].nxt
+            holes[p].nxt = nn
             if nn >= 0:
-                h_prev[nn] = p
+                holes[nn].prev = p
             pool[0] += 1
             pool[pool[0]] = nx
-            _chunk_refresh(cn, chunk_head, h_off, h_len, h_next, cb, seg, m)
-        _chunk_refresh(h_off[p] // cb, chunk_head, h_off, h_len, h_next, cb, seg, m)
-    elif nx >= 0 and off + ln == h_off[nx]:
-        c_old = h_off[nx] // cb
-        h_off[nx] = off
-        h_len[nx] += ln
+            _chunk_refresh(cn, holes, chunk_head, seg, st)
+        _chunk_refresh(holes[p].off // cb, holes, chunk_head, seg, st)
+    elif nx >= 0 and off + ln == holes[nx].off:
+        c_old = holes[nx].off // cb
+        holes[nx].off = off
+        holes[nx].length += ln
         if c != c_old:
-            _chunk_unhead(nx, c_old, chunk_head, h_off, h_next, cb)
-            _chunk_refresh(c_old, chunk_head, h_off, h_len, h_next, cb, seg, m)
-        if chunk_head[c] < 0 or off < h_off[chunk_head[c]]:
+            _chunk_unhead(nx, c_old, holes, chunk_head, st)
+            _chunk_refresh(c_old, holes, chunk_head, seg, st)
+        if chunk_head[c] < 0 or off < holes[chunk_head[c]].off:
             chunk_head[c] = nx
-        _chunk_refresh(c, chunk_head, h_off, h_len, h_next, cb, seg, m)
+        _chunk_refresh(c, holes, chunk_head, seg, st)
     else:
         n = pool[pool[0]]
         pool[0] -= 1
-        h_off[n] = off
-        h_len[n] = ln
-        h_prev[n] = p
-        h_next[n] = nx
+        holes[n].off = off
+        holes[n].length = ln
+        holes[n].prev = p
+        holes[n].nxt = nx
         if nx >= 0:
-            h_prev[nx] = n
+            holes[nx].prev = n
         if p >= 0:
-            h_next[p] = n
+            holes[p].nxt = n
         else:
-            head = n
-        if chunk_head[c] < 0 or off < h_off[chunk_head[c]]:
+            st.head = n
+        if chunk_head[c] < 0 or off < holes[chunk_head[c]].off:
             chunk_head[c] = n
-        _chunk_refresh(c, chunk_head, h_off, h_len, h_next, cb, seg, m)
-    return head
+        _chunk_refresh(c, holes, chunk_head, seg, st)
 
 
 @numba.njit(cache=True)
-def _hole_take(h, x, head, h_off, h_len, h_next, h_prev, pool, chunk_head, seg, m, cb):
-    """Take the first x bytes of hole h; returns (their offset, the list head)."""
-    c = h_off[h] // cb
-    off = h_off[h]
-    h_off[h] += x
-    h_len[h] -= x
-    if h_len[h] == 0:
-        _chunk_unhead(h, c, chunk_head, h_off, h_next, cb)
-        hp = h_prev[h]
-        hn = h_next[h]
+def _hole_take(h, x, st, holes, pool, chunk_head, seg):
+    """Take the first x bytes of hole h; returns their offset."""
+    cb = st.cb
+    c = holes[h].off // cb
+    off = holes[h].off
+    holes[h].off += x
+    holes[h].length -= x
+    if holes[h].length == 0:
+        _chunk_unhead(h, c, holes, chunk_head, st)
+        hp = holes[h].prev
+        hn = holes[h].nxt
         if hp >= 0:
-            h_next[hp] = hn
+            holes[hp].nxt = hn
         else:
-            head = hn
+            st.head = hn
         if hn >= 0:
-            h_prev[hn] = hp
+            holes[hn].prev = hp
         pool[0] += 1
         pool[pool[0]] = h
     else:
-        c2 = h_off[h] // cb
+        c2 = holes[h].off // cb
         if c2 != c:
             if chunk_head[c] == h:
                 chunk_head[c] = -1
             chunk_head[c2] = h          # h precedes every later hole, so it heads c2
-            _chunk_refresh(c2, chunk_head, h_off, h_len, h_next, cb, seg, m)
-    _chunk_refresh(c, chunk_head, h_off, h_len, h_next, cb, seg, m)
-    return off, head
+            _chunk_refresh(c2, holes, chunk_head, seg, st)
+    _chunk_refresh(c, holes, chunk_head, seg, st)
+    return off
 
 
-def _extent_state(cap: int, units: int) -> dict[str, np.ndarray]:
-    """The extent layout's arrays: extent records E (offset, length, next: an object's list, and
-    the free ones'), holes H (offset, length, next, prev) and their record pool (pool[0] = count of
-    unused records in pool[1:]), the chunks' segment tree and heads; st = (hole list head, first
-    free extent record, live bytes). The records start small and double with the live extents
-    (_extent_grow): never more holes than live extents + 1."""
+def _extent_state(cap: int, units: int) -> tuple[Extents, np.ndarray]:
+    """The extent layout's state and its EXTENT_STATE record. The records start small and double
+    with the live extents (_extent_grow): never more holes than live extents + 1, and before each
+    write at least as many unused extent records as there are holes (its pieces)."""
     m = 1
     while m < min(units, 1 << 18):
         m *= 2
     ne = min(units + 2, 1 << 12)
-    E = np.zeros((3, ne), np.int64)
-    E[2] = np.arange(1, ne + 1)
-    E[2, ne - 1] = -1
+    ext = np.zeros(ne, EXTENT)
+    ext["nxt"] = np.arange(1, ne + 1)
+    ext["nxt"][ne - 1] = -1
     nh = ne + 2
-    H = np.full((4, nh), -1, np.int64)
-    H[0:2] = 0
+    holes = np.zeros(nh, HOLE)
+    holes["nxt"] = holes["prev"] = -1
+    holes["length"][0] = cap                    # one hole: the whole device
     pool = np.empty(nh + 1, np.int64)
     pool[0] = nh - 1
     pool[1:nh] = np.arange(1, nh)
-    H[1, 0] = cap                               # one hole: the whole device
-    seg = np.zeros(2 * m, np.int64)
     chunk_head = np.full(m, -1, np.int64)
     chunk_head[0] = 0
+    seg = np.zeros(2 * m, np.int64)
     _seg_set(seg, m, 0, cap)
-    return {"E": E, "H": H, "pool": pool, "seg": seg, "chunk_head": chunk_head, "m": np.array([m]),
-            "st": np.array([0, 0, 0], np.int64)}
+    st = np.zeros(1, EXTENT_STATE)
+    st[0] = (0, 0, ne, 0, m, (cap + m - 1) // m)
+    return Extents(ext, holes, pool, chunk_head, seg), st
 
 
 @numba.njit(cache=True)
-def _extent_grow(E, H, pool):
-    """Twice the extent records (the new ones free, chained) and holes to match; returns
-    (E, H, pool, first free extent record)."""
-    ne = E.shape[1]
-    E2 = np.zeros((3, 2 * ne), np.int64)
-    E2[:, :ne] = E
+def _extent_grow(ext, holes, pool, st):
+    """Twice the extent records (the new ones chained in front of the unused ones) and holes to
+    match; returns (ext, holes, pool)."""
+    ne = ext.shape[0]
+    ext2 = np.empty(2 * ne, EXTENT)
+    ext2[:ne] = ext
     for j in range(ne, 2 * ne):
-        E2[2, j] = j + 1
-    E2[2, 2 * ne - 1] = -1
-    nh = H.shape[1]
+        ext2[j].off = 0
+        ext2[j].length = 0
+        ext2[j].nxt = j + 1
+    ext2[2 * ne - 1].nxt = st.e_free
+    st.e_free = ne
+    st.e_unused += ne
+    nh = holes.shape[0]
     nh2 = 2 * ne + 2
-    H2 = np.full((4, nh2), -1, np.int64)
-    H2[:, :nh] = H
-    H2[0:2, nh:] = 0
+    holes2 = np.empty(nh2, HOLE)
+    holes2[:nh] = holes
+    for j in range(nh, nh2):
+        holes2[j].off = 0
+        holes2[j].length = 0
+        holes2[j].nxt = -1
+        holes2[j].prev = -1
     pool2 = np.empty(nh2 + 1, np.int64)
     c = pool[0]
     pool2[:c + 1] = pool[:c + 1]
@@ -849,114 +1015,140 @@ def _extent_grow(E, H, pool):
         c += 1
         pool2[c] = j
     pool2[0] = c
-    return E2, H2, pool2, ne
+    return ext2, holes2, pool2
+
+
+@numba.njit(cache=True, inline="always")
+def _extent_release(out, k, i, o, key, trim, st, ext, holes, pool, chunk_head, seg, obj):
+    """Live object o leaves the device (rewritten or evicted): each of its extents trimmed when
+    trimming and returned to the holes, its records to the unused ones (the caller drops it from
+    the table)."""
+    e = obj[_O_POS, o]
+    kd = obj[_O_KIND, o]
+    while e >= 0:
+        if trim:
+            out = _room(out, k, 1)
+            k = _emit(out, k, i, _IO_TRIM, ext[e].off, ext[e].length, key, kd)
+        _hole_free(ext[e].off, ext[e].length, st, holes, pool, chunk_head, seg)
+        nx = ext[e].nxt
+        ext[e].nxt = st.e_free
+        st.e_free = e
+        st.e_unused += 1
+        e = nx
+    st.live_bytes -= obj[_O_LEN, o]
+    return k, out
+
+
+@numba.njit(cache=True, inline="always")
+def _first_fit(r, st, holes, chunk_head, seg):
+    """The hole to take from for the next `r` bytes of a write and how much of it: the lowest hole
+    that holds them whole, else the lowest hole, whole."""
+    m = st.m
+    if seg[1] >= r:
+        j = 1
+        while j < m:
+            j = 2 * j if seg[2 * j] >= r else 2 * j + 1
+        h = chunk_head[j - m]
+        while holes[h].length < r:
+            h = holes[h].nxt
+        return h, r
+    h = st.head
+    return h, holes[h].length
+
+
+@numba.njit(cache=True, inline="always")
+def _extent_write(out, k, i, o, key, a, kind, stats, st, ext, holes, pool, chunk_head, seg, obj):
+    """Object `key`, just made live in slot o, written: first fit, spread over the lowest holes
+    when none holds it whole, one extent record and one block_ops row per piece (the records are
+    there: the kernel grows them first). Returns (k, out)."""
+    r = a
+    last = -1
+    pieces = 0
+    while r > 0:
+        h, x = _first_fit(r, st, holes, chunk_head, seg)
+        off = _hole_take(h, x, st, holes, pool, chunk_head, seg)
+        e = st.e_free
+        st.e_free = ext[e].nxt
+        st.e_unused -= 1
+        ext[e].off = off
+        ext[e].length = x
+        ext[e].nxt = -1
+        if last < 0:
+            obj[_O_POS, o] = e
+        else:
+            ext[last].nxt = e
+        last = e
+        out = _room(out, k, 1)
+        k = _emit(out, k, i, _IO_WRITE, off, x, key, kind)
+        pieces += 1
+        r -= x
+    stats[0].write_extents += pieces
+    if pieces > 1:
+        stats[0].split_writes += 1
+    obj[_O_LEN, o] = a
+    st.live_bytes += a
+    _peak(stats, st.live_bytes)
+    return k, out
+
+
+@numba.njit(cache=True, inline="always")
+def _read_extent_list(out, k, i, o, key, obj, ext):
+    """Read ops for every extent of live object o."""
+    e = obj[_O_POS, o]
+    kd = obj[_O_KIND, o]
+    while e >= 0:
+        out = _room(out, k, 1)
+        k = _emit(out, k, i, _IO_READ, ext[e].off, ext[e].length, key, kd)
+        e = ext[e].nxt
+    return k, out
 
 
 @numba.njit(cache=True)
-def _plan_extent(ops, ids, alen, kinds, cap, trim, m, out, stats, info, ht, obj, free, om, E, H, pool, seg,
-                 chunk_head, st):
-    """One batch on the extents (the state in _extent_state's arrays); returns
-    (k, out, ht, obj, free, E, H, pool)."""
-    e_off, e_len, e_next = E[0], E[1], E[2]
-    h_off, h_len, h_next, h_prev = H[0], H[1], H[2], H[3]
-    cb = (cap + m - 1) // m                     # chunk bytes
-    head = st[0]
-    e_free = st[1]
-    live_bytes = st[2]
+def _plan_extent(ops, cap, trim, out, stats, fault, state, live, extents):
+    """One batch on the extents (its EXTENT_STATE record carried across batches); returns
+    (k, out, live, extents)."""
+    st = state[0]
+    op_code, obj_id, aligned, kinds = ops
+    ht, obj, counts = live
+    ext, holes, pool, chunk_head, seg = extents
     k = 0
-    for i in range(ops.shape[0]):
-        key = ids[i]
-        a = alen[i]
-        op = ops[i]
+    for i in range(op_code.shape[0]):
+        key = obj_id[i]
+        a = aligned[i]
+        op = op_code[i]
         o = _ot_find(ht, obj, key)
-        if op == 1:
+        if op == _OP_READ:
             if o >= 0:
-                e = obj[_O_POS, o]
-                kd = obj[_O_KIND, o]
-                while e >= 0:
-                    out = _room(out, k, 1)
-                    k = _emit(out, k, i, 1, e_off[e], e_len[e], key, kd)
-                    e = e_next[e]
+                k, out = _read_extent_list(out, k, i, o, key, obj, ext)
             else:
-                stats[_S_READ_MISS] += 1
+                stats[0].read_misses += 1
             continue
-        if op == 0:
+        if op == _OP_WRITE:
             if a == 0:
-                stats[_S_EMPTY] += 1
+                stats[0].empty_writes += 1
                 continue
-            stats[_S_WRITES] += 1
+            stats[0].writes += 1
             if o >= 0:
-                stats[_S_REWRITES] += 1
+                stats[0].rewrites += 1
         elif o < 0:
-            stats[_S_EVICT_MISS] += 1
+            stats[0].evict_misses += 1
             continue
         if o >= 0:
-            # trim and free every extent of the old copy
-            e = obj[_O_POS, o]
-            kd = obj[_O_KIND, o]
-            while e >= 0:
-                if trim:
-                    out = _room(out, k, 1)
-                    k = _emit(out, k, i, 2, e_off[e], e_len[e], key, kd)
-                head = _hole_free(e_off[e], e_len[e], head, h_off, h_len, h_next, h_prev, pool, chunk_head,
-                                  seg, m, cb)
-                nx = e_next[e]
-                e_next[e] = e_free
-                e_free = e
-                e = nx
-            live_bytes -= obj[_O_LEN, o]
-            _ot_del(ht, obj, free, om, o)
-        if op != 0:
+            k, out = _extent_release(out, k, i, o, key, trim, st, ext, holes, pool, chunk_head, seg, obj)
+            _ot_del(ht, obj, counts, o)
+        if op != _OP_WRITE:
             continue
-        if live_bytes + a > cap:
-            _full(info, i, a, live_bytes)
+        if st.live_bytes + a > cap:
+            _full(fault, i, a, st.live_bytes)
             break
-        o, ht, obj, free = _ot_add(ht, obj, free, om, key, kinds[i])
-        r = a
-        last = -1
-        pieces = 0
-        while r > 0:
-            if seg[1] >= r:                     # first fit: the lowest hole that holds the rest whole
-                j = 1
-                while j < m:
-                    j = 2 * j if seg[2 * j] >= r else 2 * j + 1
-                h = chunk_head[j - m]
-                while h_len[h] < r:
-                    h = h_next[h]
-                x = r
-            else:                               # none does: the lowest hole, whole
-                h = head
-                x = h_len[h]
-            if e_free < 0:
-                E, H, pool, e_free = _extent_grow(E, H, pool)
-                e_off, e_len, e_next = E[0], E[1], E[2]
-                h_off, h_len, h_next, h_prev = H[0], H[1], H[2], H[3]
-            off, head = _hole_take(h, x, head, h_off, h_len, h_next, h_prev, pool, chunk_head, seg, m, cb)
-            e = e_free
-            e_free = e_next[e]
-            e_off[e] = off
-            e_len[e] = x
-            e_next[e] = -1
-            if last < 0:
-                obj[_O_POS, o] = e
-            else:
-                e_next[last] = e
-            last = e
-            out = _room(out, k, 1)
-            k = _emit(out, k, i, 0, off, x, key, kinds[i])
-            pieces += 1
-            r -= x
-        stats[_S_EXTENTS] += pieces
-        if pieces > 1:
-            stats[_S_SPLIT] += 1
-        obj[_O_LEN, o] = a
-        live_bytes += a
-        if live_bytes > stats[_S_PEAK]:
-            stats[_S_PEAK] = live_bytes
-    st[0] = head
-    st[1] = e_free
-    st[2] = live_bytes
-    return k, out, ht, obj, free, E, H, pool
+        if _live_full(ht, obj, counts):
+            ht, obj = _live_grow(ht, obj, counts)
+        o = _ot_add(ht, obj, counts, key, kinds[i])
+        # a write takes at most one extent record per hole (the last in part)
+        while st.e_unused < holes.shape[0] - pool[0]:
+            ext, holes, pool = _extent_grow(ext, holes, pool, st)
+        k, out = _extent_write(out, k, i, o, key, a, kinds[i], stats, st, ext, holes, pool, chunk_head, seg, obj)
+    return k, out, LiveObjects(ht, obj, counts), Extents(ext, holes, pool, chunk_head, seg)
 # ----------------------------------------------------------------------------------------------
 
 
@@ -1130,13 +1322,12 @@ class _Layout:
         cap = config.capacity_bytes
         al = config.align_bytes
         units = cap // al
-        self.ht, self.obj, self.free, self.om = _live_objects()
+        self.live = _live_objects()
         if config.layout == "log":
             self.mode = {"relocate": _LOG_RELOCATE, "evict": _LOG_EVICT, "error": _LOG_ERROR}[config.log_full]
             qsize = min(units + 4, 1 << 12)      # the kernel doubles its ring when this is short
-            self.q_obj = np.empty(qsize, np.int64)
-            self.q_cum = np.empty(qsize, np.int64)
-            self.st = np.zeros(4, np.int64)
+            self.ring = np.empty(qsize, PLACEMENT)
+            self.state = np.zeros(1, LOG_STATE)
         elif config.layout == "slab":
             # the classes come from every write's aligned size: a pass over the sizes first
             counts: dict[int, int] = {}
@@ -1147,19 +1338,19 @@ class _Layout:
             sizes = np.array(sorted(counts), np.int64)
             written = sizes[sizes > 0]
             self.classes = np.asarray(config.slab_classes_bytes or default_slab_classes(al, written), np.int64)
-            self.region = max(al, config.slab_bytes // al * al)
-            self.n_reg = cap // self.region
-            if self.n_reg == 0:
-                raise KvwearError(f"slab layout: capacity {cap} bytes is smaller than one {self.region}-byte slab")
+            region = max(al, config.slab_bytes // al * al)
+            n_reg = cap // region
+            if n_reg == 0:
+                raise KvwearError(f"slab layout: capacity {cap} bytes is smaller than one {region}-byte slab")
             cls = np.minimum(np.searchsorted(self.classes, sizes, side="left"), len(self.classes) - 1)
             writes_per_class = np.bincount(cls, weights=[counts[int(s)] for s in sizes],
                                            minlength=len(self.classes)).astype(np.int64)
-            self.slot_cap = np.minimum(writes_per_class, self.n_reg * self.region // self.classes + 1) + 1
-            self.slab = _slab_state(self.classes, self.slot_cap, self.region, self.n_reg)
+            slot_cap = np.minimum(writes_per_class, n_reg * region // self.classes + 1) + 1
+            self.slabs, self.state = _slab_state(self.classes, slot_cap, region, n_reg)
         else:
-            self.ext = _extent_state(cap, units)
-        self.stats = np.zeros(_N_STATS, np.int64)
-        self.info = np.zeros(8, np.int64)
+            self.extents, self.state = _extent_state(cap, units)
+        self.stats = np.zeros(1, KERNEL_STATS)
+        self.fault = np.zeros(1, KERNEL_FAULT)
         self.out = np.empty((_OUT_FIELDS, 1 << 12), np.int64)
 
     def place(self, b: _Batch) -> int:
@@ -1167,10 +1358,10 @@ class _Layout:
         c = self.config
         cap = c.capacity_bytes
         trim = bool(c.trim_on_evict)
+        ops = Ops(b.ops, b.obj_id, b.aligned, b.kind)
         if c.layout == "log":
-            k, self.out, self.ht, self.obj, self.free, self.q_obj, self.q_cum = _plan_log(
-                b.ops, b.obj_id, b.aligned, b.kind, cap, trim, self.mode, self.out, self.stats, self.info,
-                self.st, self.ht, self.obj, self.free, self.om, self.q_obj, self.q_cum)
+            k, self.out, self.live, self.ring = _plan_log(ops, cap, trim, self.mode, self.out, self.stats, self.fault,
+                                                          self.state, self.live, self.ring)
         elif c.layout == "slab":
             classes = self.classes
             big = np.flatnonzero((b.aligned > classes[-1]) & (b.ops == 0))
@@ -1180,20 +1371,13 @@ class _Layout:
                                  f"object of {b.aligned[r]} aligned bytes is larger than the largest slab "
                                  f"class ({classes[-1]})")
             cls = np.minimum(np.searchsorted(classes, b.aligned, side="left"), len(classes) - 1).astype(np.int64)
-            s = self.slab
-            k, self.out, self.ht, self.obj, self.free = _plan_slab(
-                b.ops, b.obj_id, b.aligned, b.kind, cls, classes, self.slot_cap, self.region, self.n_reg, trim,
-                self.out, self.stats, self.info, self.ht, self.obj, self.free, self.om, s["slot_base"],
-                s["reg_base"], s["slot_obj"], s["in_stack"], s["fs"], s["fs_top"], s["hw"], s["n_live"],
-                s["n_mapped"], s["reg_tab"], s["free_reg"], s["st"])
-            if self.info[0] == _ERR_GROW:
+            k, self.out, self.live = _plan_slab(ops, cls, trim, self.out, self.stats, self.fault, self.slabs,
+                                                self.state, self.live)
+            if self.fault[0]["code"] == _ERR_GROW:
                 raise KvwearError("internal error: the slab layout ran out of the slots it sized from the writes")
         else:
-            e = self.ext
-            k, self.out, self.ht, self.obj, self.free, e["E"], e["H"], e["pool"] = _plan_extent(
-                b.ops, b.obj_id, b.aligned, b.kind, cap, trim, int(e["m"][0]), self.out, self.stats, self.info,
-                self.ht, self.obj, self.free, self.om, e["E"], e["H"], e["pool"], e["seg"], e["chunk_head"],
-                e["st"])
+            k, self.out, self.live, self.extents = _plan_extent(ops, cap, trim, self.out, self.stats, self.fault,
+                                                                self.state, self.live, self.extents)
         return int(k)
 
 
@@ -1239,8 +1423,8 @@ def stream_block_ops(ssd_ops: SsdOps, config: ReplayConfig, sink: Callable[[pa.T
         if t0 is None and len(b.t):
             t0 = float(b.t[0])
         k = layout.place(b)
-        if layout.info[0]:
-            _raise_kernel_error(layout.info, config, source, b, t0 or 0.0)
+        if layout.fault[0]["code"]:
+            _raise_kernel_error(layout.fault[0], config, source, b, t0 or 0.0)
         n += len(b.ops)
         planned_w = (b.ops == 0) & (b.aligned > 0)
         obj_bytes += int(b.nbytes[planned_w].sum())
@@ -1262,8 +1446,8 @@ def stream_block_ops(ssd_ops: SsdOps, config: ReplayConfig, sink: Callable[[pa.T
             if pending >= max(1, chunk_extents):
                 flush()
     flush()
-    stats = layout.stats
-    reloc_bytes = int(stats[_S_RELOC_BYTES])
+    stats = {name: int(layout.stats[0][name]) for name in KERNEL_STATS.names or ()}
+    reloc_bytes = stats["relocation_bytes"]
     plan = PlanCounts(
         object_write_bytes=obj_bytes,
         aligned_write_bytes=int(acc[0]),
@@ -1273,54 +1457,56 @@ def stream_block_ops(ssd_ops: SsdOps, config: ReplayConfig, sink: Callable[[pa.T
         read_ios=int(acc[4]),
         trim_ios=int(acc[5]),
         ssd_ops=n,
-        writes=int(stats[_S_WRITES]),
-        empty_writes=int(stats[_S_EMPTY]),
-        rewrites=int(stats[_S_REWRITES]),
-        read_misses=int(stats[_S_READ_MISS]),
-        evict_misses=int(stats[_S_EVICT_MISS]),
-        forced_evictions=int(stats[_S_FORCED]),
-        forced_evict_bytes=int(stats[_S_FORCED_BYTES]),
-        peak_live_bytes=int(stats[_S_PEAK]),
+        writes=stats["writes"],
+        empty_writes=stats["empty_writes"],
+        rewrites=stats["rewrites"],
+        read_misses=stats["read_misses"],
+        evict_misses=stats["evict_misses"],
+        forced_evictions=stats["forced_evictions"],
+        forced_evict_bytes=stats["forced_evict_bytes"],
+        peak_live_bytes=stats["peak_live_bytes"],
         capacity_bytes=cap,
         layout=config.layout,
         policy_write_bytes=policy_bytes,
         relocation_write_bytes=reloc_bytes,
-        relocations=int(stats[_S_RELOC]),
+        relocations=stats["relocations"],
         relocation_read_bytes=reloc_bytes,
-        stepped_over=int(stats[_S_STEPPED]),
-        stepped_over_bytes=int(stats[_S_STEPPED_BYTES]),
-        write_extents=int(stats[_S_EXTENTS]),
-        split_writes=int(stats[_S_SPLIT]),
+        stepped_over=stats["stepped_over"],
+        stepped_over_bytes=stats["stepped_over_bytes"],
+        write_extents=stats["write_extents"],
+        split_writes=stats["split_writes"],
     )
     if plan.aligned_write_bytes != plan.policy_write_bytes + reloc_bytes:
         raise KvwearError("internal error: planned write bytes differ from the aligned object bytes + relocations")
     return plan
 
 
-def _raise_kernel_error(info: np.ndarray, config: ReplayConfig, source: str, b: _Batch, t0: float) -> None:
-    code, row = int(info[0]), int(info[1])
+def _raise_kernel_error(fault: np.void, config: ReplayConfig, source: str, b: _Batch, t0: float) -> None:
+    """The InputError for a KERNEL_FAULT record, naming the ssd_ops row and field."""
+    code, row = int(fault["code"]), int(fault["row"])
+    a, live = int(fault["write_bytes"]), int(fault["live_bytes"])
     cap = config.capacity_bytes
     when = f"t={b.t[row] - t0:.6g} s"
     line = b.base + row + 1
     if code == _ERR_FULL:
-        need = int(info[3]) + int(info[2])
+        need = live + a
         raise InputError(
             source, line, "bytes",
-            f"{config.layout} layout: the live bytes exceed the device at {when}: writing {info[2]} bytes "
-            f"with {info[3]} live needs {need} of {cap} bytes, short by {need - cap} bytes; give a larger "
+            f"{config.layout} layout: the live bytes exceed the device at {when}: writing {a} bytes "
+            f"with {live} live needs {need} of {cap} bytes, short by {need - cap} bytes; give a larger "
             "device (--capacity) or a smaller SSD tier (--ssd)")
     if code == _ERR_LOG_FULL:
         raise InputError(
             source, line, "bytes",
-            f"log layout full: writing {info[5]} bytes at head offset {info[3]} would overwrite live "
-            f"object {int(info[2])} ({info[4]} bytes live of {cap} capacity); use "
+            f"log layout full: writing {a} bytes at head offset {int(fault['head_offset'])} would overwrite live "
+            f"object {int(fault['obj_id'])} ({live} bytes live of {cap} capacity); use "
             f"log_full='relocate' or 'evict', or a larger device")
     if code == _ERR_SLAB_FULL:
         region = max(config.align_bytes, config.slab_bytes // config.align_bytes * config.align_bytes)
         raise InputError(
             source, line, "bytes",
-            f"slab layout: the live slots do not fit at {when}: writing {info[2]} bytes with {info[3]} live "
-            f"needs {info[4]} more {region}-byte slab(s) than the {cap // region} the device holds, after "
-            "compacting every class (each class keeps at most one slab partly used); give a larger device "
-            "(--capacity) or a smaller SSD tier (--ssd)")
+            f"slab layout: the live slots do not fit at {when}: writing {a} bytes with {live} live "
+            f"needs {int(fault['short_regions'])} more {region}-byte slab(s) than the {cap // region} the device "
+            "holds, after compacting every class (each class keeps at most one slab partly used); give a larger "
+            "device (--capacity) or a smaller SSD tier (--ssd)")
     raise KvwearError(f"replay kernel error code {code} at row {row}")

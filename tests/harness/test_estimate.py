@@ -13,6 +13,7 @@ import pytest
 from kvwear.emulator.ftl import Ftl, FtlConfig
 from kvwear.errors import KvwearError
 from kvwear.harness.devices.measurement import (
+    CaptureCount,
     DeviceMeasurement,
     HostCount,
     MediaCount,
@@ -30,6 +31,7 @@ from kvwear.harness.estimate.estimator import (
     EstimateInputs,
     PlanBytes,
     analytical_waf,
+    capture_check,
     counter_check,
     estimate_policy,
     ftl_alpha,
@@ -175,3 +177,18 @@ def test_a_drive_that_received_nothing_lasts_for_ever() -> None:
         waf_emulator=None, preconditioned=False, layout="extent", raw_nand_bytes=1e12, pe_rating_cycles=3000))
     assert est.row.waf_measured is None and est.row.lifetime_days_measured == math.inf
     assert all(c.passed for c in est.checks if c.kind == "accounting")
+
+
+def _capture(tracer: str, write_bytes: int, lost: int = 0, drained: bool = True) -> CaptureCount:
+    return CaptureCount(tracer, 10, lost, {"write": write_bytes}, {"write": 10}, 0, 0, drained, "trace.parquet")
+
+
+def test_a_capture_that_lost_events_or_was_not_drained_fails_its_byte_check() -> None:
+    exact = capture_check("host bytes", 1_000_000, 1_000_000, _capture("bcc", 1_000_000))
+    assert exact.passed and not exact.note
+    # within the 1 % tolerance, but events were lost: the counts are incomplete, the check fails
+    c = capture_check("host bytes", 1_000_000, 999_000, _capture("bpftrace", 999_000, lost=3))
+    assert not c.passed and c.rel_error <= c.tolerance and c.kind == "accounting"
+    assert "lost up to 3 events" in c.note and c.source == "ebpf:bpftrace"
+    undrained = capture_check("trim bytes", 1_000_000, 1_000_000, _capture("bpftrace", 1_000_000, drained=False))
+    assert not undrained.passed and "flush barrier" in undrained.note

@@ -2,11 +2,14 @@
 device) has one writer at a time; SIGKILL of `kvwear run` mid-replay and of `kvwear sweep`
 mid-sweep leaves no process behind after 5 s and a resume equals an uninterrupted run, each point
 stored once; a lost sweep worker is a retried point, not an abort; a failed byte-accounting check
-(a tracer that drops events, injected by a test-only variable) exits 3. Loop devices are small
+(a capture that really loses events: one-page perf buffers and bpftrace held stopped while fio
+writes) exits 3. Loop devices are small
 (MBs), made over files in the test's folder and detached on teardown."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -26,7 +29,7 @@ from kvwear.exclusive import BusyError
 from kvwear.harness.devices.base import DeviceSpec
 from kvwear.harness.devices.fio import FioDevice, loop_device
 from kvwear.harness.devices.safety import backup_gpt_at_end, check_block_device
-from kvwear.harness.pipeline.run import FAULT_DROP_EVENTS_ENV, accounting_faults
+from kvwear.harness.pipeline.run import accounting_faults
 from kvwear.harness.pipeline.sweep import ResultsStore, SweepProgress, load_sweep, plan_sweep, run_sweep
 
 REPO = Path(__file__).resolve().parents[2]
@@ -218,14 +221,17 @@ def test_a_second_run_on_a_busy_loop_device_is_refused(tmp_path: Path) -> None:
 @needs_root
 @pytest.mark.slow
 def test_sigkill_mid_replay_leaves_no_child_and_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None:
-    tracer = ["--tracer", "bpftrace"] if shutil.which("bpftrace") else []
+    # bcc where it imports (it lost 0 events in every measured run); bpftrace's probes are skipped
+    # under load (9 events lost at load 8 here) and a capture that lost events fails the byte check
+    bcc = importlib.util.find_spec("bcc") is not None
+    tracer = ["--tracer", "bcc"] if bcc else ["--tracer", "bpftrace"] if shutil.which("bpftrace") else []
     with loop_device(tmp_path / "clean.img", "256MiB") as dev:
         rc, err = finish(kvwear("run", "-o", str(tmp_path / "clean"), "--device", f"block:{dev}", *RUN_ARGS, *tracer))
         assert rc == 0, err
     with loop_device(tmp_path / "killed.img", "256MiB") as dev:
         out = tmp_path / "killed"
         proc = kvwear("run", "-o", str(out), "--device", f"block:{dev}", *RUN_ARGS, *tracer)
-        kids = wait_for_children(proc.pid, *(["bpftrace"] if tracer else []))
+        kids = wait_for_children(proc.pid, *(["bpftrace"] if tracer and not bcc else []))
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         assert_all_gone(kids)
@@ -237,20 +243,33 @@ def test_sigkill_mid_replay_leaves_no_child_and_resume_equals_an_uninterrupted_r
 
 @pytest.mark.root
 @needs_root
-def test_a_failed_accounting_check_exits_3_after_the_report(tmp_path: Path) -> None:
+def test_a_capture_that_loses_events_fails_the_byte_check_and_exits_3_after_the_report(tmp_path: Path) -> None:
+    """Loss for real: bpftrace gets one page of perf buffer per CPU and is held stopped while the
+    replay's fio runs, so the kernel drops the lines it cannot hold and bpftrace reports them."""
     if shutil.which("bpftrace") is None:
         pytest.skip("needs bpftrace")
     out = tmp_path / "run"
+    cfg = tmp_path / "small-buffers.toml"
+    cfg.write_text('[capture]\ntracer = "bpftrace"\nper_cpu_buffer_bytes = "4KiB"\n')
     with loop_device(tmp_path / "drive.img", "64MiB") as dev:
-        proc = kvwear("run", "-o", str(out), "--device", f"block:{dev}", "--tracer", "bpftrace",
-                      "--policy", "lru", "--param", "sessions=3", "--param", "turns=3", "--dram", "100MB",
-                      "--ssd", "50MB", env={FAULT_DROP_EVENTS_ENV: "3"})
+        proc = kvwear("run", str(cfg), "-o", str(out), "--device", f"block:{dev}", "--policy", "lru",
+                      "--param", "sessions=3", "--param", "turns=3", "--dram", "100MB", "--ssd", "50MB")
+        kids = wait_for_children(proc.pid, "bpftrace")
+        (bt,) = [k for k in kids if k.name() == "bpftrace"]
+        bt.suspend()
+        try:
+            while any(replaying(k) and _alive(k) for k in descendants(proc.pid)):
+                time.sleep(0.05)
+        finally:
+            bt.resume()
         rc, err = finish(proc)
     assert rc == 3, err
-    assert "kvwear: error: byte accounting failed (lru: 1 of" in err, err
+    assert "kvwear: error: byte accounting failed (lru: " in err, err
     assert (out / "report" / "report.html").exists()          # written first
+    capture = json.loads((out / "device" / "lru" / "capture.json").read_text())
+    assert capture["lost_events"] > 0, capture
     row = pq.read_table(out / "results.parquet").to_pylist()[0]
-    assert row["accounting_checks_passed"] == row["accounting_checks_total"] - 1
+    assert row["accounting_checks_passed"] < row["accounting_checks_total"]
 
 
 # -- sweeps -----------------------------------------------------------------------------------

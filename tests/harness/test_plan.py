@@ -519,6 +519,6 @@ def test_per_object_state_is_bounded_by_the_live_objects(layout: str) -> None:
     lay = _Layout(rc, table, "ssd_ops", 4096)
     for b in _checked_batches(table, rc, "ssd_ops", 4096, []):
         lay.place(b)
-        assert not lay.info[0]
-    assert lay.obj.shape[1] == 512 and lay.om[2] == 0
-    assert lay.stats[7] == n                    # writes
+        assert not lay.fault[0]["code"]
+    assert lay.live.obj.shape[1] == 512 and lay.live.counts[0]["live"] == 0
+    assert lay.stats[0]["writes"] == n
