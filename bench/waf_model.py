@@ -41,7 +41,7 @@ import pyarrow as pa
 from kvwear.emulator.ftl import OP_WRITE, Ftl, FtlConfig
 from kvwear.errors import KvwearError
 from kvwear.harness.devices.sim import plan_to_requests
-from kvwear.harness.estimate.waf_model import PAGE_BYTES, death_summary, workload_waf
+from kvwear.harness.estimate.waf_model import PAGE_BYTES, REGIMES, death_summary, workload_waf
 from kvwear.harness.plan.planner import ReplayConfig, plan_block_ops
 
 CAPACITY = 192 << 20
@@ -211,9 +211,16 @@ def report(cases: list[Case], out: Callable[[str], None]) -> None:
     out(_row("GC-idle (FTL WAF < 1.1)", [c for c in cases if not c.active]))
     out("\nby the model's regime (GC-active cases | GC-idle):")
     out(head)
-    for r in sorted({c.regime for c in cases}):
+    for r in [r for r in REGIMES if any(c.regime == r for c in cases)]:
         out(_row(f"{r} | active", [c for c in act if c.regime == r]))
         out(_row(f"{r} | idle", [c for c in cases if c.regime == r and not c.active]))
+    out("\nREGIME_ERRORS (kvwear.harness.estimate.waf_model: the error the estimate quotes per regime, all cases):")
+    for r in REGIMES:
+        cs = [c for c in cases if c.regime == r]
+        if cs:
+            e = np.abs([c.err for c in cs])
+            out(f'    "{r}": RegimeError({len(cs)}, {int(np.sum(e <= WITHIN))}, {np.median(e):.4f}, '
+                f'{np.quantile(e, 0.9):.4f}, _BENCH_RUN),')
     out("\nGC-active by drive:")
     out(head)
     for d in dict.fromkeys(c.drive for c in cases):
