@@ -62,7 +62,8 @@ SMART_HOST_BYTES_REL_TOL = 0.02
 # The note of each host-bytes row that SMART Data Units Written measured (`duw_check`'s), and only those.
 DUW_NOTE = "SMART Data Units Written count 512,000-byte units, rounded up"
 # WAF: a model (the workload model, the FTL emulator configured as the device) vs the device's
-# counters. The workload model is mean-field (bench/waf_model.py: 95 % of plans within it). 10%.
+# counters. 10 %. The workload model's own measured error differs by regime (waf_model.REGIME_ERRORS,
+# quoted beside its check and in the results row).
 WAF_REL_TOL = 0.10
 # Lifetime inherits both errors (product of host bytes and WAF), so the sum of the two.
 LIFETIME_REL_TOL = HOST_BYTES_REL_TOL + WAF_REL_TOL
@@ -338,6 +339,24 @@ class EstimateInputs:
     pe_rating_cycles: float
 
 
+def _regime_error_note(prediction: WafPrediction) -> str:
+    e = prediction.regime_error
+    if e is None:
+        return " (no measured error for this regime)"
+    return (f" (measured there: {e.within_10pct} of {e.cases} bench cases within 10 % of the FTL, "
+            f"median |error| {e.median_abs_error:.1%}, 90th percentile {e.p90_abs_error:.1%})")
+
+
+def regime_error_row(prediction: WafPrediction | None) -> dict[str, Any]:
+    """The results row's columns for the workload model's measured error in its regime (null
+    without a prediction, or where the bench has no case of the regime)."""
+    e = prediction.regime_error if prediction is not None else None
+    return {"waf_workload_regime_cases": e.cases if e else None,
+            "waf_workload_regime_within_10pct": e.within_10pct_share if e else None,
+            "waf_workload_regime_median_error": e.median_abs_error if e else None,
+            "waf_workload_regime_p90_error": e.p90_abs_error if e else None}
+
+
 @dataclass(frozen=True)
 class Estimate:
     """One policy's checks (crossval.json rows) and results row (kvwear.harness.estimate.schema.RESULTS)."""
@@ -496,7 +515,7 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
                                    kind="model"))
             notes["WAF (workload model)"] = notes["lifetime days (workload model)"] = (
                 f"{prediction.model} (the workload WAF model) on {prediction.p_eff_pages * 4096 / 2**20:,.0f} MiB "
-                f"of GC space; {prediction.regime} GC"
+                f"of GC space; regime {prediction.regime}" + _regime_error_note(prediction)
                 + ("; the model plays the plan on an empty drive, this one was preconditioned first"
                    if inp.preconditioned else ""))
         checks.append(Check.of("WAF (uniform reference)", inp.waf_uniform, measured_waf, device.tool, WAF_REL_TOL,
@@ -545,6 +564,7 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
         "waf_uniform_source": inp.waf_uniform_source,
         "waf_workload": waf_workload,
         "waf_workload_regime": prediction.regime if prediction is not None else None,
+        **regime_error_row(prediction),
         "tbw_bytes": tbw,
         "host_bytes_per_day": per_day,
         "lifetime_days_waf1": life_waf1,

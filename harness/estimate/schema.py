@@ -38,6 +38,11 @@ RESULTS = TableSpec(
         pa.field("waf_uniform_source", pa.string()),
         pa.field("waf_workload", pa.float64()),
         pa.field("waf_workload_regime", pa.string()),
+        # the model's error measured in that regime (waf_model.REGIME_ERRORS, bench/waf_model.py):
+        # its cases, the share within 10 % of the FTL, the median and 90th percentile of |model/FTL − 1|
+        pa.field("waf_workload_regime_cases", pa.int64()),
+        *_cols(pa.float64(), "waf_workload_regime_within_10pct", "waf_workload_regime_median_error",
+               "waf_workload_regime_p90_error"),
         *_cols(pa.float64(), "tbw_bytes", "host_bytes_per_day", "lifetime_days_waf1", "lifetime_days_uniform",
                "lifetime_days_workload", "lifetime_days_measured"),
         # FDP placement (kvwear.harness.plan.placement)
@@ -55,4 +60,7 @@ RESULTS = TableSpec(
         # gains over LRU (kvwear.harness.pipeline.run.placement_gains)
         *_cols(pa.float64(), "host_write_gain_vs_lru", "waf_gain_vs_lru", "lifetime_gain_vs_lru"),
     ]),
+    # added within version 1: a results file written before them reads them as null
+    defaults=tuple((c, None) for c in ("waf_workload_regime_cases", "waf_workload_regime_within_10pct",
+                                       "waf_workload_regime_median_error", "waf_workload_regime_p90_error")),
 )

@@ -215,6 +215,32 @@ def test_femu_line_gc_near_the_ftl(thres: int) -> None:
     assert pred.regime == "line background"
 
 
+def test_the_regime_and_its_measured_error_reach_the_results_row() -> None:
+    """A prediction names its regime; the estimate's row carries the bench's error measured there
+    (waf_model.REGIME_ERRORS), and nulls where there is no prediction."""
+    from kvwear.harness.estimate.estimator import regime_error_row
+    from kvwear.harness.estimate.schema import RESULTS
+    from kvwear.harness.estimate.waf_model import REGIME_ERRORS, REGIMES, WafPrediction
+
+    assert set(REGIME_ERRORS) <= set(REGIMES) and REGIME_ERRORS
+    for e in REGIME_ERRORS.values():
+        assert 0 <= e.within_10pct <= e.cases and 0 <= e.median_abs_error <= e.p90_abs_error
+    rng = np.random.default_rng(3)
+    ops, first, n = _pages(np.concatenate([np.arange(L), rng.integers(0, L, 6 * L)]))
+    pred = workload_waf(death_summary(ops, first, n, L), CFG)
+    assert pred.regime == "block" and pred.regime_error is REGIME_ERRORS["block"]
+    row = regime_error_row(pred)
+    e = REGIME_ERRORS["block"]
+    assert row == {"waf_workload_regime_cases": e.cases, "waf_workload_regime_within_10pct": e.within_10pct / e.cases,
+                   "waf_workload_regime_median_error": e.median_abs_error,
+                   "waf_workload_regime_p90_error": e.p90_abs_error}
+    assert set(row) <= set(RESULTS.schema.names)
+    assert set(regime_error_row(None).values()) == {None}
+    light = WafPrediction(1.0, 1.0, "no GC")
+    assert regime_error_row(light)["waf_workload_regime_cases"] == (
+        REGIME_ERRORS["no GC"].cases if "no GC" in REGIME_ERRORS else None)
+
+
 @pytest.mark.parametrize("units", [12, 0])
 def test_hot_cold_on_a_drive_whose_gc_copies_have_their_own_frontier(units: int) -> None:
     """90/10 hot/cold random writes where GC copies go to lines of their own (the enterprise
