@@ -21,7 +21,8 @@ import numpy as np
 import pyarrow as pa
 
 from kvwear.emulator.guest import build_guest
-from kvwear.harness.devices.base import DeviceSpec, ReplayResult, open_device
+from kvwear.harness.devices.base import DeviceSpec, open_device
+from kvwear.harness.devices.measurement import ReplayResult
 from kvwear.harness.devices.qemu import FEMU_BINARY_ENV
 from kvwear.harness.plan.schema import BLOCK_OPS
 
@@ -44,7 +45,7 @@ def plan(kind: str, total_bytes: int, span_bytes: int, seed: int = 1) -> pa.Tabl
 
 
 def mb_s(res: ReplayResult) -> float:
-    return float(res.extra["write_bw_bytes_per_s"]) / 1e6
+    return float(res.details["write_bw_bytes_per_s"]) / 1e6
 
 
 def main() -> None:
@@ -77,12 +78,12 @@ def main() -> None:
                 r = dev.replay(p, work / f"{dev_name}-{name}")
                 ratio = mb_s(r) / mb_s(peer[name])
                 waf = f"{r.waf:.2f}" if r.waf is not None else "—"
-                print(f"{dev_name:<6} {name:<8} {r.extra['boot_s']:>7.1f} {mb_s(r):>10.1f} "
-                      f"{r.extra['write_iops']:>8.0f} {mb_s(peer[name]):>9.1f} {ratio:>10.4f} "
-                      f"{r.write_bytes:>10} {r.extra['smart_duw_delta']:>9} {waf:>6}")
+                print(f"{dev_name:<6} {name:<8} {r.details['boot_s']:>7.1f} {mb_s(r):>10.1f} "
+                      f"{r.details['write_iops']:>8.0f} {mb_s(peer[name]):>9.1f} {ratio:>10.4f} "
+                      f"{r.write_bytes:>10} {r.details['smart']['smart_duw_delta']:>9} {waf:>6}")
             dev.close()
         print(f"host peer: fio {peer['seq128k'].tool} on a file, direct, libaio, iodepth 1; "
-              f"accel {r.extra['accel']}, guest cache=none")
+              f"accel {r.details['accel']}, guest cache=none")
 
 
 if __name__ == "__main__":

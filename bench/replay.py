@@ -196,8 +196,8 @@ def main() -> None:
                 res = dev.replay(trim_plan, tmpd / f"kv-trim-{i}")
                 wall = time.perf_counter() - t0
                 assert res.write_ios == args.ops
-                trim_info.update(segments=int(res.extra.get("segments", 1)), issued=res.trim_bytes,
-                                 superseded=int(res.extra.get("trim_bytes_superseded", 0)))
+                trim_info.update(segments=int(res.details.get("segments", 1)), issued=res.trim_bytes,
+                                 superseded=res.trims.superseded_bytes)
                 return wall
 
             configs["fio iolog, writes"] = timed_fio(writes_job, tmpd, "writes", "write", args.ops)

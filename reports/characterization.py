@@ -225,7 +225,7 @@ def _plot_live(res: Tables, ax: Any) -> None:
     ax.set_xlabel("arrival time (s)")
     ax.set_ylabel("live KV (GiB)")
     if live.empty:
-        _empty(ax, "block")
+        _empty(ax, "reused KV")
         return
     gib = 2.0**30
     t = live["arrival_s"].to_numpy()

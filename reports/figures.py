@@ -144,7 +144,7 @@ def predicted_vs_measured(checks: pd.DataFrame, path: Path) -> Path | None:
     """Relative error of each cross-validation check against its tolerance."""
     if not _has(checks, "rel_error", "tolerance"):
         return None
-    d = checks.dropna(subset=["rel_error"])
+    d = checks[np.isfinite(checks["rel_error"].astype(float))]      # an infinite error has no bar
     if d.empty:
         return None
     fig, ax = plt.subplots(figsize=(7, max(2.5, 0.32 * len(d) + 1)))
@@ -152,7 +152,7 @@ def predicted_vs_measured(checks: pd.DataFrame, path: Path) -> Path | None:
     colors = ["tab:green" if p else "tab:red" for p in d["passed"]]
     ax.barh(y, d["rel_error"].abs() * 100, color=colors)
     ax.scatter(d["tolerance"] * 100, y, marker="|", s=200, color="black", label="tolerance")
-    ax.set_yticks(y, [f"{p} · {q} · {s}" for p, q, s in zip(d["policy"], d["quantity"], d["source"], strict=True)],
+    ax.set_yticks(y, [f"{p} · {q} · {s}" for p, q, s in zip(d["policy"], d["name"], d["source"], strict=True)],
                   fontsize=7)
     ax.set_xlabel("|relative error| (%)")
     ax.set_title("Predicted vs measured (green: within tolerance)")

@@ -9,6 +9,7 @@ metrics or launch anything: every number shown is read from the run directory.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import math
 import shutil
@@ -21,6 +22,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from kvwear.errors import KvwearError
+from kvwear.harness.devices.measurement import DeviceMeasurement
+from kvwear.harness.estimate.estimator import Check, Estimate, PlanRecord
+from kvwear.harness.estimate.schema import read_results
 from kvwear.reports import figures
 from kvwear.reports.figures import ReportFiles
 from kvwear.reports.sweep_report import lifetime_col
@@ -143,18 +147,15 @@ def workload_lines(c: dict[str, Any]) -> list[str]:
     return lines
 
 
-def load_checks(run_dir: Path) -> pd.DataFrame:
-    """All cross-validation checks of a run, one row each."""
-    rows: list[dict[str, Any]] = []
-    for p in sorted((run_dir / "estimate").glob("*/crossval.json")):
-        data = json.loads(p.read_text())
-        for check in data.get("checks", []):
-            # Runs written before checks had a kind: WAF and lifetime checks were the model ones.
-            kind = check.get("kind") or ("model" if check["quantity"].startswith(("WAF", "lifetime")) else "accounting")
-            rows.append({"policy": data.get("policy", p.parent.name), **check, "kind": kind})
-    cols = ["policy", "kind", "quantity", "source", "predicted", "measured", "rel_error", "tolerance", "passed",
-            "note"]
-    return pd.DataFrame(rows, columns=cols)
+def load_checks(run_dir: Path) -> list[Check]:
+    """All cross-validation checks of a run (estimate/*/crossval.json), in policy order."""
+    return [c for p in sorted((run_dir / "estimate").glob("*/crossval.json")) for c in Estimate.load(p).checks]
+
+
+def checks_frame(checks: list[Check]) -> pd.DataFrame:
+    """The checks as a table (for the figures and crossval.csv)."""
+    cols = [f.name for f in dataclasses.fields(Check)]
+    return pd.DataFrame([dataclasses.asdict(c) for c in checks], columns=cols)
 
 
 def load_timelines(run_dir: Path) -> dict[str, pd.DataFrame]:
@@ -172,39 +173,37 @@ def device_notes(run_dir: Path) -> list[str]:
     seen: set[str] = set()
     for p in sorted((run_dir / "device").glob("*/result.json")):
         label = p.parent.name
-        res = json.loads(p.read_text())
-        cap = res.get("capture") or {}
-        if cap:
-            notes.append(f"{label}: eBPF capture by {cap.get('tracer')}: {cap.get('events')} requests, "
-                         f"{cap.get('lost_events')} lost events, {cap.get('no_completion')} without completion."
-                         + ("" if cap.get("drained", True) else
+        m = DeviceMeasurement.load(p)
+        cap = m.capture
+        if cap is not None:
+            notes.append(f"{label}: eBPF capture by {cap.tracer}: {cap.events} requests, "
+                         f"{cap.lost_events} lost events, {cap.no_completion} without completion."
+                         + ("" if cap.drained else
                             " The tracer could not confirm it had written out its last events before it "
                             "stopped (flush barrier timed out): requests missing at the end are uncounted losses."))
-        obs = (res.get("extra") or {}).get("host_observation")
-        if obs and obs not in seen:
-            seen.add(obs)
-            notes.append(f"Host-side observation: {obs}")
+        for note in m.replay.notes:
+            if note not in seen:
+                seen.add(note)
+                notes.append(note)
     for p in sorted((run_dir / "plan").glob("*/plan.json")):
-        plan = json.loads(p.read_text())
-        ds = plan.get("death_summary")
-        if ds:
-            notes.append(f"{p.parent.name}: the plan wrote {ds['host_pages']:,} pages of 4 KiB over "
-                         f"{ds['footprint_pages']:,} distinct ones; {ds['overwritten_pages']:,} died by overwrite, "
-                         f"{ds['trimmed_pages']:,} by TRIM, {ds['survivor_pages']:,} were live at the end "
-                         "(the workload WAF model's input, kvwear.harness.estimate.waf_model).")
-        if plan.get("forced_evictions"):
-            notes.append(f"{p.parent.name}: the {plan.get('layout')} layout's head reached "
-                         f"{plan['forced_evictions']} live objects ({plan['forced_evict_bytes']:,} bytes) and evicted "
-                         "them; later reads of those objects are counted as read misses in plan.json.")
-        if plan.get("relocation_write_bytes"):
-            notes.append(f"{p.parent.name}: host writes by cause — the policy's objects "
-                         f"{plan['policy_write_bytes']:,} bytes, the {plan.get('layout')} layout's cleaning "
-                         f"{plan['relocation_write_bytes']:,} bytes ({plan['relocations']:,} live objects moved, "
-                         f"{plan['relocation_read_bytes']:,} bytes read to move them); the device's host bytes "
-                         "count both.")
-        if plan.get("split_writes"):
-            notes.append(f"{p.parent.name}: the extent layout spread {plan['split_writes']:,} objects over "
-                         f"more than one free extent ({plan['write_extents']:,} extents written).")
+        rec = PlanRecord.load(p)
+        c, ds, label = rec.counts, rec.death_summary, p.parent.name
+        notes.append(f"{label}: the plan wrote {ds.host_pages:,} pages of 4 KiB over "
+                     f"{ds.footprint_pages:,} distinct ones; {ds.overwritten_pages:,} died by overwrite, "
+                     f"{ds.trimmed_pages:,} by TRIM, {ds.survivor_pages:,} were live at the end "
+                     "(the workload WAF model's input).")
+        if c.forced_evictions:
+            notes.append(f"{label}: the {c.layout} layout's head reached {c.forced_evictions} live objects "
+                         f"({c.forced_evict_bytes:,} bytes) and evicted them; later reads of those objects are "
+                         "counted as read misses in plan.json.")
+        if c.relocation_write_bytes:
+            notes.append(f"{label}: host writes by cause — the policy's objects {c.policy_write_bytes:,} bytes, the "
+                         f"{c.layout} layout's cleaning {c.relocation_write_bytes:,} bytes ({c.relocations:,} live "
+                         f"objects moved, {c.relocation_read_bytes:,} bytes read to move them); the device's host "
+                         "bytes count both.")
+        if c.split_writes:
+            notes.append(f"{label}: the extent layout spread {c.split_writes:,} objects over more than one free "
+                         f"extent ({c.write_extents:,} extents written).")
     return notes
 
 
@@ -323,9 +322,10 @@ def build_run_report(run_dir: str | Path, notes: list[str] | None = None, waf: s
         raise KvwearError(f"{run} has no results.parquet: not a run directory, or the run has not finished "
                           "(continue it with kvwear run --resume)")
     # a column no policy has a value for (the device's, in a run without replay) is left out
-    df = pq.read_table(run / "results.parquet").to_pandas().dropna(axis=1, how="all")
+    df = pd.DataFrame([r.as_dict() for r in read_results(run / "results.parquet")]).dropna(axis=1, how="all")
     manifest = json.loads((run / "manifest.json").read_text()) if (run / "manifest.json").exists() else {}
-    checks = load_checks(run)
+    check_list = load_checks(run)
+    checks = checks_frame(check_list)
     timelines = load_timelines(run)
 
     if waf == "auto":
@@ -385,11 +385,11 @@ def build_run_report(run_dir: str | Path, notes: list[str] | None = None, waf: s
     headings = [h for _, h, _ in cols]
     rows = [[_fmt(r[c], k) for c, _, k in cols] for r in df.to_dict("records")]
     check_rows = [
-        {**c, "predicted": _num(c["predicted"]), "measured": _num(c["measured"]),
-         "rel_error": "—" if c["rel_error"] is None or pd.isna(c["rel_error"]) else f"{c['rel_error']:.2%}",
-         "tolerance": f"±{c['tolerance']:.0%}" if pd.notna(c["tolerance"]) else "—",
-         "note": c.get("note") or ""}
-        for c in checks.to_dict("records")
+        {"policy": c.policy, "kind": c.kind, "quantity": c.name, "source": c.source, "passed": c.passed,
+         "predicted": _num(c.predicted), "measured": _num(c.measured),
+         "rel_error": "—" if math.isinf(c.rel_error) else f"{c.rel_error:.2%}",
+         "tolerance": f"±{c.tolerance:.0%}", "note": c.note}
+        for c in check_list
     ]
     name = str(manifest.get("config", {}).get("name", run.name))
     tallies = []

@@ -42,13 +42,12 @@ LIFETIME_WAFS = ("waf1", "uniform", "workload", "measured")
 
 
 def lifetime_col(df: pd.DataFrame, waf: str = "auto") -> str:
-    """The lifetime column the figures use. `auto`: the workload model on a `sim` device (the
-    measurement there is the emulator the model was validated against), the measured WAF on a
-    real one; then whichever of measured, workload, uniform, WAF 1 the results have."""
+    """The lifetime column the figures use. `auto`: the WAF the device measured (a real drive's
+    counters, an emulated drive's FTL), else the workload model's, the uniform reference's, WAF 1,
+    whichever the results have first; a named WAF must be there."""
     if waf != "auto" and waf not in LIFETIME_WAFS:
         raise KvwearError(f"unknown WAF {waf!r} for the lifetime figures; valid: auto, {', '.join(LIFETIME_WAFS)}")
-    sim = "device" in df.columns and (df["device"] == "sim").all()
-    order = [waf] if waf != "auto" else (["workload", "measured"] if sim else ["measured", "workload"])
+    order = [waf] if waf != "auto" else []
     for name in (*order, "measured", "workload", "uniform", "waf1"):
         c = f"lifetime_days_{name}"
         if c in df.columns and df[c].notna().any():
@@ -106,7 +105,8 @@ def _best_per_family(df: pd.DataFrame, lt: str) -> pd.DataFrame:
     out = []
     for _, g in d.groupby(keys, sort=True):
         ok = g[g["miss_ratio_tokens"] <= g["miss_ratio_tokens"].min() + 0.02]
-        out.append(ok.loc[ok[lt].idxmax()])
+        if ok[lt].notna().any():          # a family without that lifetime has no best point
+            out.append(ok.loc[ok[lt].idxmax()])
     return pd.DataFrame(out)
 
 

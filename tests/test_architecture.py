@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 # wear/capture → estimate → reports; the pipeline orchestrates every stage, the CLI drives it.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("kvwear.errors", "kvwear.units", "kvwear.registry", "kvwear.tables", "kvwear.kv", "kvwear.children",
-     "kvwear.memory", "kvwear.exclusive", "kvwear"),
+     "kvwear.memory", "kvwear.exclusive", "kvwear.records", "kvwear"),
     ("kvwear.workloads",),
     ("kvwear.policies",),
     ("kvwear.harness.plan",),
@@ -161,3 +161,26 @@ def test_checkout_links_each_stage_folder(folder: str) -> None:
     """kvwear/<stage> links the top-level folder, so a checkout and the wheel import the same names."""
     link = REPO / "kvwear" / folder
     assert link.is_symlink() and link.resolve() == (REPO / folder).resolve()
+
+
+def _code_strings(path: Path) -> list[tuple[int, str]]:
+    """The string constants of a module that are not docstrings (prose may name a device)."""
+    tree = ast.parse(path.read_text(), str(path))
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return [(n.lineno, n.value) for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
+
+
+def test_the_estimator_and_the_reports_know_no_backend_by_name() -> None:
+    """They read what a device measurement says of each count (its source, its unit), never which
+    backend made it: no string of theirs is a device backend's name."""
+    from kvwear.harness.devices.base import DEVICES
+
+    names = set(DEVICES.names())
+    assert {"sim", "file", "block", "qemu", "femu"} <= names
+    found = [f"{p.relative_to(REPO)}:{line}: {s!r}" for m, p in MODULES.items()
+             if m.startswith(("kvwear.harness.estimate", "kvwear.reports"))
+             for line, s in _code_strings(p) if s in names]
+    assert found == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kvwear.harness.cli.apps import EXIT_ACCOUNTING_FAULT, app
+from kvwear.harness.cli.apps import EXIT_ACCOUNTING_FAULT, app, echo_json
+from kvwear.harness.estimate.schema import ResultsRow
 from kvwear.harness.pipeline.config import RunConfig, load_config, with_overrides
 from kvwear.kv import parse_kv
 from kvwear.units import format_bytes
@@ -36,10 +38,10 @@ def _scalar(v: str) -> Any:
 
   kvwear run -o runs/demo                       # the embedded default: synthetic workload, sim FTL
 
-  kvwear run cfg.toml -o runs/x --resume        # continue an interrupted run
+  kvwear run configs/mooncake-chat.toml -o runs/mooncake --resume        # continue an interrupted run
 
-  kvwear run --trace ../shared/traces/mooncake/conversation_trace.jsonl --model qwen3.5-27b \\
-      --dram 64GB --ssd 1TB --sample-fraction 0.05 --policy lru --policy gandalf:gamma=8 -o runs/mc
+  kvwear run --trace samples/traces/mooncake/conversation_trace.head200.jsonl --model qwen3.5-27b \\
+      --dram 8GB --ssd 64GB --sample-fraction 0.5 --policy lru --policy gandalf:gamma=8 -o runs/mc
 
   kvwear run --device block:/dev/loop7 --tracer auto --policy lru --dram 1GB \\
       --param sessions=2 --param turns=3 -o runs/loop
@@ -50,8 +52,10 @@ def _scalar(v: str) -> Any:
   kvwear run --placement kind --policy lru --policy gandalf -o runs/fdp
       (FDP handles by object kind: device WAF with and without placement, side by side)
 
-  kvwear run --device femu --femu-binary ~/femu/build/qemu-system-x86_64 \
-      --device-option femu.devsz_mb=192 --device-option precondition=fill --no-trim -o runs/femu
+  kvwear run --device femu --femu-binary ~/femu/build-femu/qemu-system-x86_64 \
+      --device-option "qemu_args=-L $HOME/femu/pc-bios" --device-option femu.devsz_mb=192 \
+      --device-option precondition=fill --policy lru --param sessions=2 --param turns=3 -o runs/femu
+      (your FEMU build and its firmware folder; about five minutes under TCG)
 
 Exit status: 0 when every byte-accounting check holds (model checks that fail are findings, not
 errors); 2 for bad input or a refused device (one line: kvwear: error: ...); 3 when a
@@ -100,6 +104,8 @@ def run_cmd(
     no_replay: bool = typer.Option(False, "--no-replay",
                                    help="Simulate and project lifetime only (no block plan, no device)."),
     no_report: bool = typer.Option(False, "--no-report", help="Skip the report."),
+    as_json: bool = typer.Option(False, "--json", help="Print the results (one object per policy), the run "
+                                 "directory and the report's path as JSON on stdout; progress stays on stderr."),
 ) -> None:
     """Simulate each policy, replay its SSD traffic on a device, measure wear, project lifetime,
     cross-check the projection, and write a report."""
@@ -147,22 +153,29 @@ def run_cmd(
         outcome = run(cfg, out, resume=resume, replay=not no_replay, report=not no_report, progress=progress)
     for line in outcome.reruns:
         console.print(f"resume: {line}")
-    _summary(outcome.results.to_pylist(), time.monotonic() - t0)
-    if outcome.tiers is not None:
-        console.print(f"tiers: {outcome.tiers.note}")
-    console.print(f"run directory: {outcome.run_dir}")
-    if outcome.report_html:
-        console.print(f"report: {outcome.report_html}")
     from kvwear.harness.pipeline.run import accounting_faults
 
-    faults = accounting_faults(outcome.results.to_pylist())
+    faults = accounting_faults(outcome.rows)
+    if as_json:
+        echo_json({"version": 1, "run_dir": str(outcome.run_dir), "wall_s": round(time.monotonic() - t0, 3),
+                   "report": str(outcome.report_html) if outcome.report_html else None,
+                   "tiers": outcome.tiers.note if outcome.tiers is not None else None,
+                   "resumed": list(outcome.reruns), "accounting_faults": faults,
+                   "results": [r.as_dict() for r in outcome.rows]})
+    else:
+        _summary(outcome.rows, time.monotonic() - t0)
+        if outcome.tiers is not None:
+            console.print(f"tiers: {outcome.tiers.note}")
+        console.print(f"run directory: {outcome.run_dir}")
+        if outcome.report_html:
+            console.print(f"report: {outcome.report_html}")
     if faults:
         typer.secho(f"kvwear: error: byte accounting failed ({'; '.join(faults)}): I/O was lost or added on the "
                     f"way; see the report's cross-validation", err=True, fg=typer.colors.RED)
         raise typer.Exit(EXIT_ACCOUNTING_FAULT)
 
 
-def _summary(rows: list[dict[str, Any]], wall_s: float) -> None:
+def _summary(rows: Sequence[ResultsRow], wall_s: float) -> None:
     t = Table(title=f"kvwear run — {len(rows)} policies in {wall_s:.1f} s",
               caption="checks within tolerance — bytes: the same bytes counted at two points (a failure is a "
                       "fault); models: the workload WAF model's predictions against the measurement (a failure is "
@@ -177,34 +190,43 @@ def _summary(rows: list[dict[str, Any]], wall_s: float) -> None:
             return "—"
         return "∞" if days == float("inf") else f"{days / 365:.2f} y"
 
-    def tally(r: dict[str, Any], kind: str) -> str:
-        total = r.get(f"{kind}_checks_total") or 0     # --no-replay rows measure nothing to check
-        return f"{r[f'{kind}_checks_passed']}/{total}" if total else "—"
+    def tally(passed: int | None, total: int | None) -> str:
+        return f"{passed or 0}/{total}" if total else "—"     # --no-replay rows measure nothing to check
+
+    def f2(x: float | None) -> str:
+        return "—" if x is None else f"{x:.2f}"
 
     for r in rows:
-        t.add_row(r["policy"], f"{r['miss_ratio_tokens']:.4f}", format_bytes(r["ssd_write_bytes"]),
-                  f"{r.get('linear_share_of_ssd_write_bytes', 0):.0%}",
-                  "—" if r.get("waf_uniform") is None else f"{r['waf_uniform']:.2f}",
-                  "—" if r.get("waf_workload") is None else f"{r['waf_workload']:.2f}",
-                  "—" if r.get("waf_measured") is None else f"{r['waf_measured']:.2f}",
-                  years(r.get("lifetime_days_waf1")), years(r.get("lifetime_days_workload")),
-                  years(r.get("lifetime_days_measured")),
-                  tally(r, "accounting"), tally(r, "model"))
+        t.add_row(r.policy, f"{r.miss_ratio_tokens or 0:.4f}", format_bytes(r.ssd_write_bytes or 0),
+                  f"{r.linear_share_of_ssd_write_bytes or 0:.0%}", f2(r.waf_uniform), f2(r.waf_workload),
+                  f2(r.waf_measured), years(r.lifetime_days_waf1), years(r.lifetime_days_workload),
+                  years(r.lifetime_days_measured), tally(r.accounting_checks_passed, r.accounting_checks_total),
+                  tally(r.model_checks_passed, r.model_checks_total))
     Console(width=max(Console().width, 160)).print(t)
 
 
-@app.command("report", epilog="Examples:\n\n  kvwear report runs/demo\n\n  kvwear report runs/demo --waf uniform")
+@app.command("report", epilog="Examples:\n\n  kvwear report runs/demo\n\n  kvwear report runs/demo --waf uniform"
+                              "\n\n  kvwear report runs/demo --json")
 def report_cmd(run_dir: Path = typer.Argument(..., help="A run directory (or a sweep directory)."),
                waf: str = typer.Option("auto", "--waf",
-                                       help="WAF of the lifetime-vs-miss figures: auto (the workload model on "
-                                            "sim, measured on a real device), waf1, uniform, workload, "
-                                            "measured.")) -> None:
+                                       help="WAF of the lifetime-vs-miss figures: auto (the device's measured "
+                                            "WAF, else the workload model's), waf1, uniform, workload, "
+                                            "measured."),
+               as_json: bool = typer.Option(False, "--json", help="Print the report's files as JSON on stdout.")
+               ) -> None:
     """Rebuild the report of a finished run or sweep from its files."""
     if (run_dir / "sweep.json").exists():
         from kvwear.reports.sweep_report import build_sweep_report
 
-        console.print(f"report: {build_sweep_report(run_dir, waf).html}")
-        return
-    from kvwear.reports.run_report import build_run_report
+        files, kind = build_sweep_report(run_dir, waf), "sweep"
+    else:
+        from kvwear.reports.run_report import build_run_report
 
-    console.print(f"report: {build_run_report(run_dir, waf=waf).html}")
+        files, kind = build_run_report(run_dir, waf=waf), "run"
+    if as_json:
+        echo_json({"version": 1, "kind": kind, "dir": str(run_dir), "html": str(files.html),
+                   "markdown": str(files.markdown) if files.markdown else None,
+                   "csv": str(files.csv) if files.csv else None,
+                   "figures": {k: str(v) for k, v in files.figures.items() if v is not None}})
+        return
+    console.print(f"report: {files.html}")

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, get
 import pyarrow as pa
 
 from kvwear.errors import KvwearError
+from kvwear.harness.devices.measurement import ReplayResult
 from kvwear.harness.devices.safety import FILE_MARKER_XATTR
 from kvwear.harness.wear.identify import DeviceIdentity
 from kvwear.registry import Registry
@@ -59,28 +60,6 @@ class DeviceSpec:
         """'sim' → kind sim; 'file:/tmp/x.img' → kind file, target /tmp/x.img."""
         kind, _, target = text.partition(":")
         return cls(kind=kind, target=target, options=dict(options))
-
-
-@dataclass(frozen=True)
-class ReplayResult:
-    """What a backend issued for one plan. Bytes are what the backend itself counted
-    (fio's io_bytes, the FTL's host pages × page size), not the plan's numbers."""
-
-    device: str
-    write_bytes: int
-    read_bytes: int
-    trim_bytes: int
-    write_ios: int
-    read_ios: int
-    wall_s: float
-    nand_write_bytes: int | None = None        # where the device exposes media writes
-    waf: float | None = None
-    tool: str = ""                              # e.g. "fio-3.33", "kvwear-ftl"
-    tool_output_path: str | None = None         # raw output kept in the run directory
-    # host and NAND bytes per interval (columns host_bytes, nand_bytes), where the backend counts
-    # them (the embedded FTL): the run draws its WAF over the replay from it
-    intervals_path: str | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 ReplayProgress = Callable[[int, int], None]

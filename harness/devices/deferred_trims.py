@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kvwear.errors import KvwearError
+from kvwear.harness.devices.measurement import TrimCount, TrimMode
 
 DEFAULT_SEGMENT_OPS = 50_000     # rows per segment: each segment costs one fio start (~0.3 s here)
 
@@ -140,11 +141,10 @@ def device_segments(plan: pa.Table, *, capacity_bytes: int, block_bytes: int, ma
             {"trim_unit_bytes": unit, "trim_segment_bytes": seg_bytes, "trim_segment_ops": max_ops})
 
 
-def trim_accounting(segments: list[PlanSegment]) -> dict[str, int | str]:
-    """What a deferred-trim replay reports about its trims (ReplayResult.extra)."""
-    return {
-        "trim_mode": "deferred", "trims_skipped": 0, "segments": len(segments),
-        "trim_bytes_planned": sum(s.planned_trim_bytes for s in segments),
-        "trim_bytes_superseded": sum(s.superseded_trim_bytes for s in segments),
-        "trim_ranges_issued": sum(int(s.trim_offsets.size) for s in segments),
-    }
+def trim_accounting(segments: list[PlanSegment]) -> tuple[TrimCount, dict[str, int]]:
+    """What a deferred-trim replay reports about its trims: the typed count the estimator checks,
+    and the segment figures for people (ReplayResult.details)."""
+    count = TrimCount(TrimMode.DEFERRED, planned_bytes=sum(s.planned_trim_bytes for s in segments),
+                      superseded_bytes=sum(s.superseded_trim_bytes for s in segments))
+    return count, {"segments": len(segments),
+                   "trim_ranges_issued": sum(int(s.trim_offsets.size) for s in segments)}

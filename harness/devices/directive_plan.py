@@ -24,7 +24,10 @@ import numpy as np
 import pyarrow as pa
 
 from kvwear.errors import InputError, KvwearError
+from kvwear.harness.devices.measurement import HandleCount
 from kvwear.harness.plan.placement import plan_handles, plan_write_bytes_by_handle
+
+DW_TOOL = "kvwear-dw 1"          # the tool name of what kvwear-dw issued (its plan format's version)
 
 PLAN_MAGIC = b"KVWDPLAN"
 PLAN_VERSION = 1
@@ -133,17 +136,17 @@ def parse_report(data: bytes | str, source: str = "kvwear-dw report") -> DwRepor
     return rep
 
 
-def report_extra(rep: DwReport) -> dict[str, object]:
-    """A result's `extra` fields for what kvwear-dw issued."""
+def report_details(rep: DwReport) -> dict[str, object]:
+    """What kvwear-dw issued, for a result's `details` (people read them; no stage does)."""
     return {"dw_write_cmds": rep.write_cmds, "dw_read_cmds": rep.read_cmds, "dw_trim_cmds": rep.trim_cmds,
             "dw_directive_writes": rep.directive_writes, "dw_max_io_bytes": rep.max_io_bytes,
-            "dw_elapsed_s": rep.elapsed_s, "trim_mode": "kvwear-dw" if rep.trim_cmds else "none"}
+            "dw_elapsed_s": rep.elapsed_s}
 
 
-def handle_accounting(plan: pa.Table, rep: DwReport, nruh: int) -> dict[str, object]:
-    """`extra["fdp"]`: the plan's and the tool's write bytes per handle, padded to one length (the
-    per-handle accounting checks of kvwear.harness.pipeline.run compare them)."""
+def handle_accounting(plan: pa.Table, rep: DwReport) -> HandleCount:
+    """The plan's and kvwear-dw's write bytes per handle, padded to one length (the estimator's
+    per-handle accounting checks compare them)."""
     want = plan_write_bytes_by_handle(plan)
     n = max(len(want), len(rep.write_bytes_by_handle))
-    return {"measured_by": "kvwear-dw", "nruh": nruh, "plan_write_bytes_by_handle": want + [0] * (n - len(want)),
-            "host_bytes_by_handle": list(rep.write_bytes_by_handle) + [0] * (n - len(rep.write_bytes_by_handle))}
+    return HandleCount(measured_by="kvwear-dw", plan_write_bytes=tuple(want + [0] * (n - len(want))),
+                       host_bytes=tuple(list(rep.write_bytes_by_handle) + [0] * (n - len(rep.write_bytes_by_handle))))

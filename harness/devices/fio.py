@@ -29,9 +29,9 @@ list per job), so a plan whose writes name handles is played on a `block:` NVMe 
 passes the FDP gate (kvwear.harness.devices.fdp_host: CTRATT bit 19, an FDP configuration with enough
 handles) by the host build of kvwear-dw on its generic device /dev/ngXnY, each write with its
 handle as data placement directive, FDP statistics (log 22h) read before and after (`waf` = their
-DLWA), bytes per handle in `extra["fdp"]`. Elsewhere (a file, a loop device, a drive without FDP)
-fio plays it with plain writes, and `extra` says `placement_dropped` and `placement_unavailable`
-(the gate's reason), which the report prints.
+DLWA), bytes per handle in `ReplayResult.handles`. Elsewhere (a file, a loop device, a drive
+without FDP) fio plays it with plain writes, and `ReplayResult.placement_unavailable` says why (the
+gate's reason), which the report prints.
 
 Device options (`FioParams`, DeviceSpec.options): ioengine (libaio), iodepth (16), confirm_serial,
 confirm_overwrite (a file: path to write to although kvwear did not create it), precondition
@@ -90,18 +90,18 @@ from kvwear.harness.devices.base import (
     FixedCapacity,
     Precondition,
     ReplayProgress,
-    ReplayResult,
     mark_created,
     option,
 )
 from kvwear.harness.devices.deferred_trims import DEFAULT_SEGMENT_OPS, device_segments, trim_accounting
-from kvwear.harness.devices.directive_plan import encode_plan, handle_accounting, parse_report, report_extra
+from kvwear.harness.devices.directive_plan import DW_TOOL, encode_plan, handle_accounting, parse_report, report_details
 from kvwear.harness.devices.fdp_host import FdpGate, fdp_capability, host_dw_binary
 from kvwear.harness.devices.fio_iolog import export_iolog_v3
 from kvwear.harness.devices.identity import path_identity
+from kvwear.harness.devices.measurement import FdpLogCount, MediaCount, ReplayResult, TrimCount, TrimMode
 from kvwear.harness.devices.safety import DeviceFacts, check_block_device, check_file_target, loop_serial
 from kvwear.harness.plan.placement import plan_handles
-from kvwear.harness.wear.base import CommandRunner, run_command
+from kvwear.harness.wear.base import CommandRunner, CounterSource, run_command
 from kvwear.harness.wear.fdp import FdpStats, parse_fdp_stats_binary
 from kvwear.harness.wear.identify import DeviceIdentity
 from kvwear.units import parse_size
@@ -300,8 +300,7 @@ class FioDevice:
         if gate.ok:
             return self._replay_dw(plan, workdir, gate, timed=timed, progress=progress)
         res = self._replay_fio(plan, workdir, timed=timed, progress=progress)
-        return dataclasses.replace(res, extra={**res.extra, "placement_dropped": True,
-                                               "placement_unavailable": gate.reason})
+        return dataclasses.replace(res, placement_unavailable=gate.reason)
 
     def _replay_dw(self, plan: pa.Table, workdir: Path, gate: FdpGate, *, timed: bool,
                    progress: ReplayProgress | None) -> ReplayResult:
@@ -336,15 +335,15 @@ class FioDevice:
         host = after.host_bytes_with_metadata_written - before.host_bytes_with_metadata_written
         media = after.media_bytes_with_metadata_written - before.media_bytes_with_metadata_written
         return ReplayResult(
-            device=f"{self.spec.kind}:{self.path}", write_bytes=rep.write_bytes, read_bytes=rep.read_bytes,
-            trim_bytes=rep.trim_bytes, write_ios=rep.write_cmds, read_ios=rep.read_cmds, wall_s=wall,
-            nand_write_bytes=media, waf=media / host if host else None,
-            tool="kvwear-dw 1", tool_output_path=str(workdir / "dw.json"),
-            extra={**report_extra(rep), "player": "kvwear-dw", "placement_dropped": False, "timed": timed,
-                   "fdp": handle_accounting(plan, rep, gate.configuration.reclaim_unit_handles),
-                   "fdp_stats": {"host_bytes_delta": host, "media_bytes_delta": media,
-                                 "media_bytes_erased_delta": after.media_bytes_erased - before.media_bytes_erased,
-                                 "dlwa": media / host if host else None}})
+            device=f"{self.spec.kind}:{self.path}", tool=DW_TOOL, write_bytes=rep.write_bytes,
+            read_bytes=rep.read_bytes, trim_bytes=rep.trim_bytes, write_ios=rep.write_cmds, read_ios=rep.read_cmds,
+            wall_s=wall, trims=TrimCount.native(rep.trim_bytes),
+            media=MediaCount(CounterSource.FDP_STATS_LOG_22H, host, media),
+            handles=handle_accounting(plan, rep),
+            fdp_log=FdpLogCount(host, media, after.media_bytes_erased - before.media_bytes_erased),
+            tool_output_path=str(workdir / "dw.json"),
+            details={**report_details(rep), "timed": timed,
+                     "reclaim_unit_handles": gate.configuration.reclaim_unit_handles})
 
     def _replay_fio(self, plan: pa.Table, workdir: Path, *, timed: bool,
                     progress: ReplayProgress | None) -> ReplayResult:
@@ -368,19 +367,20 @@ class FioDevice:
         # fio 3.33 leaves the last iodepth-1 completions out of io_bytes (fio_runner's module doc).
         write_bytes, read_bytes, trim_bytes = fiolib.issued_log_bytes(
             s, log, str(run.json_path), iodepth=self.p.iodepth, max_io_bytes=fiolib.plan_max_length(plan))
+        planned_trim = int(trims.sum())
+        trim_count = (TrimCount(TrimMode.NONE, 0) if not trims.size else TrimCount(TrimMode.NATIVE, planned_trim)
+                      if can_trim else TrimCount(TrimMode.SKIPPED, planned_trim, skipped_ops=int(trims.size)))
         return ReplayResult(
-            device=f"{self.spec.kind}:{self.path}",
+            device=f"{self.spec.kind}:{self.path}", tool=s.fio_version,
             write_bytes=write_bytes, read_bytes=read_bytes, trim_bytes=trim_bytes,
-            write_ios=s.write.total_ios, read_ios=s.read.total_ios, wall_s=wall,
-            tool=s.fio_version, tool_output_path=str(run.json_path),
-            extra={
+            write_ios=s.write.total_ios, read_ios=s.read.total_ios, wall_s=wall, trims=trim_count,
+            tool_output_path=str(run.json_path),
+            details={
                 "fio_io_bytes": {"write": s.write.io_bytes, "read": s.read.io_bytes, "trim": s.trim.io_bytes},
                 "fio_runtime_ms": s.runtime_ms,
                 "write_iops": s.write.iops, "read_iops": s.read.iops,
                 "write_bw_bytes_per_s": s.write.bw_bytes_per_s,
                 "write_clat_percentiles_ns": dict(s.write.clat_percentiles_ns),
-                "trims_skipped": int(trims.size) if not can_trim else 0,
-                "trim_mode": ("none" if not trims.size else "fio" if can_trim else "skipped"),
                 "ioengine": self.p.ioengine, "iodepth": self.p.iodepth, "timed": timed,
                 "iolog": str(log.path), "job_file": str(run.job_path),
                 # The kernel's own count for the device over the replay (any other writer included).
@@ -394,10 +394,10 @@ class FioDevice:
 
     def _empty_replay(self) -> ReplayResult:
         """The result of a plan without rows: nothing issued, fio not started."""
-        return ReplayResult(device=f"{self.spec.kind}:{self.path}", write_bytes=0, read_bytes=0, trim_bytes=0,
-                            write_ios=0, read_ios=0, wall_s=0.0, tool=self.fio_version,
-                            extra={"empty_plan": True, "trim_mode": "none", "trims_skipped": 0,
-                                   "ioengine": self.p.ioengine, "iodepth": self.p.iodepth})
+        return ReplayResult(device=f"{self.spec.kind}:{self.path}", tool=self.fio_version, write_bytes=0,
+                            read_bytes=0, trim_bytes=0, write_ios=0, read_ios=0, wall_s=0.0,
+                            trims=TrimCount(TrimMode.NONE, 0),
+                            details={"empty_plan": True, "ioengine": self.p.ioengine, "iodepth": self.p.iodepth})
 
     def _replay_deferring_trims(self, plan: pa.Table, workdir: Path, *, timed: bool,
                                 progress: ReplayProgress | None) -> ReplayResult:
@@ -435,14 +435,15 @@ class FioDevice:
         wall = time.perf_counter() - t0
         stat_after = self._diskstats()
         fio = fiolib.combine_segment_replays(parts, iodepth=self.p.iodepth, max_io_bytes=fiolib.plan_max_length(plan))
+        trim_count, trim_details = trim_accounting(segments)
         return ReplayResult(
-            device=f"{self.spec.kind}:{self.path}",
+            device=f"{self.spec.kind}:{self.path}", tool=self.fio_version,
             write_bytes=fio.write_bytes, read_bytes=fio.read_bytes,
             trim_bytes=sum(seg.issued_trim_bytes for seg in segments),
-            write_ios=fio.write_ios, read_ios=fio.read_ios, wall_s=wall,
-            tool=self.fio_version, tool_output_path=fio.json_paths[0] if fio.json_paths else "",
-            extra={
-                **fio.extra(), **trim_accounting(segments), **settings,
+            write_ios=fio.write_ios, read_ios=fio.read_ios, wall_s=wall, trims=trim_count,
+            tool_output_path=fio.json_paths[0] if fio.json_paths else "",
+            details={
+                **fio.details(), **trim_details, **settings,
                 "ioengine": self.p.ioengine, "iodepth": self.p.iodepth, "timed": timed,
                 "job_file": jobs[0] if jobs else "",
                 **({"diskstats_write_bytes": stat_after[1] - stat_before[1],

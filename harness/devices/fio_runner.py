@@ -483,8 +483,8 @@ class SegmentedReplay:
     write_clat_percentiles_ns: Mapping[float, int]  # of the segment with the most writes
     json_paths: tuple[str, ...]
 
-    def extra(self) -> dict[str, Any]:
-        """The fio figures a ReplayResult carries, over all segments (rates over fio's runtime)."""
+    def details(self) -> dict[str, Any]:
+        """The fio figures a ReplayResult's details carry, over all segments (rates over fio's runtime)."""
         t = self.runtime_ms / 1e3
         return {
             "fio_io_bytes": {"write": self.fio_write_bytes, "read": self.fio_read_bytes, "trim": 0},

@@ -22,11 +22,11 @@ drive with NVMe Flexible Data Placement on (kvwear.emulator.guest.FdpConfig; `fd
 the plan's largest handle + 1): stock QEMU ≥ 8.0 (`nvme-subsys` with `fdp`) or a FEMU build with
 `femu-subsys`. The tool plays trims itself (Dataset Management), so no deferred segments. Before and
 after, the guest reads the FDP statistics log (22h: host / media bytes written → DLWA,
-`extra["fdp_stats"]`) and the reclaim unit handle status (RUAMW per handle,
-`extra["fdp_ruh_status"]`); `extra["fdp"]` holds the plan's and the tool's write bytes per handle
-(the per-handle accounting checks of kvwear.harness.pipeline.run). An emulator without FDP (Debian 12's QEMU 7.2)
-refuses such a plan, naming its version, unless `drop_handles` is set: then fio plays the plan
-with plain writes and the result says so (`placement_dropped`). Option `player`: auto (the tool
+`ReplayResult.fdp_log`) and the reclaim unit handle status (RUAMW per handle, in `details`);
+`ReplayResult.handles` holds the plan's and the tool's write bytes per handle (the estimator's
+per-handle accounting checks). An emulator without FDP (Debian 12's QEMU 7.2) refuses such a plan,
+naming its version, unless `drop_handles` is set: then fio plays the plan with plain writes and the
+result says so (`placement_unavailable`). Option `player`: auto (the tool
 when the plan carries handles, else fio), fio, or kvwear-dw (the tool even without handles: plain
 writes). iodepth defaults to
 1 because Debian's QEMU 7.2 NVMe controller can stall at iodepth > 1; a run whose guest kernel
@@ -108,22 +108,37 @@ from kvwear.harness.devices.base import (
     DeviceSpec,
     FixedCapacity,
     ReplayProgress,
-    ReplayResult,
     mark_created,
     option,
 )
 from kvwear.harness.devices.deferred_trims import DEFAULT_SEGMENT_OPS, PlanSegment, device_segments, trim_accounting
-from kvwear.harness.devices.directive_plan import DwReport, encode_plan, handle_accounting, parse_report, report_extra
+from kvwear.harness.devices.directive_plan import (
+    DW_TOOL,
+    DwReport,
+    encode_plan,
+    handle_accounting,
+    parse_report,
+    report_details,
+)
 from kvwear.harness.devices.fio import ROOM_FIX, check_host_room, plan_written_bytes, remove_created
 from kvwear.harness.devices.fio_iolog import export_iolog_v3
+from kvwear.harness.devices.measurement import (
+    FdpLogCount,
+    HandleCount,
+    HostCount,
+    MediaCount,
+    ReplayResult,
+    TrimCount,
+    TrimMode,
+)
 from kvwear.harness.devices.safety import check_file_target
 from kvwear.harness.plan.placement import plan_handles
 from kvwear.harness.wear._decode import hexdump
+from kvwear.harness.wear.base import NVME_DATA_UNIT_BYTES, CounterSource
 from kvwear.harness.wear.fdp import parse_fdp_stats_binary, parse_ruh_status_binary
 from kvwear.harness.wear.femu import (
     FEMU_PAGE_BYTES,
     STATS_LOG_BYTES,
-    CounterSource,
     is_femu,
     parse_femu_counters,
     parse_femu_stats_log,
@@ -210,6 +225,10 @@ def stock_qemu_fdp_media_bytes(plan: pa.Table, *, max_io_bytes: int, ru_bytes: i
     return int(ln.sum()) + extra * lba_bytes
 
 
+# the source name of the SMART Data Units Written the guest reads around the replay
+GUEST_SMART_SOURCE = "smart-duw (guest)"
+
+
 def host_observation_note(cache: str, femu: bool = False) -> str:
     """What host-side eBPF on the block device holding the drive image can and cannot see."""
     if femu:
@@ -254,13 +273,13 @@ def smart_deltas(before_bin: bytes, after_bin: bytes, before_json: bytes | None 
 
 def femu_deltas(before_bin: bytes, after_bin: bytes, source: str = "guest", *,
                 stats_before: bytes | None = None, stats_after: bytes | None = None,
-                fdp_stats: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                fdp_log: FdpLogCount | None = None) -> dict[str, Any]:
     """FEMU's FTL counters before → after (exact 4 KiB pages): host and GC-relocated pages, NAND
     bytes and the WAF of this interval (None if no host page). From the stats log page C0h when
     both snapshots have it and it counted host pages (newer FEMU), else from the SMART log's
     vendor bytes (FEMU HEAD and the fixtures' generation). With FDP on, FEMU HEAD's FDP FTL counts
     neither (its vendor bytes stay at zero, tests/harness/fixtures/femu-head-fdp) but its FDP
-    statistics log (22h, `fdp_stats`: this replay's host / media byte deltas) does: media bytes are
+    statistics log (22h, `fdp_log`: this replay's host / media byte deltas) does: media bytes are
     the host bytes plus every GC-relocated page, so they are its NAND bytes and DLWA its WAF."""
     use_stats = False
     if stats_before is not None and stats_after is not None \
@@ -278,14 +297,40 @@ def femu_deltas(before_bin: bytes, after_bin: bytes, source: str = "guest", *,
     host_pages, gc_pages = after.host_pages - before.host_pages, after.gc_pages - before.gc_pages
     host_bytes, nand_bytes, waf = d.host_bytes, d.nand_bytes, d.waf
     counter_source = CounterSource.STATS_LOG_C0H if use_stats else CounterSource.SMART_VENDOR_BYTES
-    if not host_pages and fdp_stats is not None and int(fdp_stats["host_bytes_delta"]) > 0:
-        host_bytes, nand_bytes = int(fdp_stats["host_bytes_delta"]), int(fdp_stats["media_bytes_delta"])
+    if not host_pages and fdp_log is not None and fdp_log.host_bytes > 0:
+        host_bytes, nand_bytes = fdp_log.host_bytes, fdp_log.media_bytes
         host_pages, gc_pages = host_bytes // FEMU_PAGE_BYTES, (nand_bytes - host_bytes) // FEMU_PAGE_BYTES
         waf, counter_source = nand_bytes / host_bytes, CounterSource.FDP_STATS_LOG_22H
     return {"femu_host_pages_delta": host_pages, "femu_gc_pages_delta": gc_pages,
             "femu_host_bytes_delta": host_bytes, "femu_nand_bytes_delta": nand_bytes, "femu_waf": waf,
             "femu_waf_word_after": after.waf_milli, "femu_page_bytes": FEMU_PAGE_BYTES,
             "femu_counter_source": counter_source}
+
+
+def drive_counts(files: Mapping[str, bytes], source: str, *, femu: bool, fdp_log: FdpLogCount | None = None,
+                 ) -> tuple[tuple[HostCount, ...], MediaCount | None, dict[str, Any]]:
+    """The emulated drive's own counts around one guest replay, from the files the guest returned:
+    SMART Data Units Written (every drive), and on FEMU its FTL's host and media pages (its SMART
+    vendor bytes or stats log C0h; with FDP on, its FDP statistics log `fdp_log`). FEMU's host count
+    is checked against the plan unless it was read from the FDP log, whose own check covers it.
+    Returns (host counts, media count, what the reads found, for `details`)."""
+    smart = smart_deltas(files["smart-before.bin"], files["smart-after.bin"], files.get("smart-before.json"),
+                         files.get("smart-after.json"), source)
+    counts = [HostCount(GUEST_SMART_SOURCE, smart["smart_duw_delta"] * NVME_DATA_UNIT_BYTES,
+                        unit_bytes=NVME_DATA_UNIT_BYTES)]
+    found: dict[str, Any] = {"smart": smart}
+    media: MediaCount | None = None
+    if femu:
+        fd = femu_deltas(files["smart-before.bin"], files["smart-after.bin"], source,
+                         stats_before=files.get("femu-stats-before.bin"), stats_after=files.get("femu-stats-after.bin"),
+                         fdp_log=fdp_log)
+        found["femu"] = fd
+        src = f"femu {fd['femu_counter_source']}"
+        if fd["femu_host_bytes_delta"]:
+            media = MediaCount(src, fd["femu_host_bytes_delta"], fd["femu_nand_bytes_delta"])
+        if fd["femu_counter_source"] != CounterSource.FDP_STATS_LOG_22H:
+            counts.append(HostCount(src, fd["femu_host_bytes_delta"], unit_bytes=FEMU_PAGE_BYTES))
+    return tuple(counts), media, found
 
 
 def _fio_version_from_stamp(stamp: str) -> str:
@@ -512,17 +557,24 @@ class GuestDevice:
         if deferred and run.events.get("protocol") not in ("2", "3"):
             raise KvwearError(f"the guest image in {self.image.kernel.parent} predates deferred trims (its /init "
                               "ignored segments.txt): rebuild it with scripts/build-guest.sh")
-        extra: dict[str, Any] = {"player": "kvwear-dw" if use_dw else "fio", "placement_dropped": dropped}
+        details: dict[str, Any] = {"player": "kvwear-dw" if use_dw else "fio"}
+        handles: HandleCount | None = None
+        fdp_log: FdpLogCount | None = None
         if use_dw:
             if "dw.json" not in run.files:
                 raise KvwearError(f"the guest returned no dw.json (outputs in {outdir}; its /init predates "
                                   f"kvwear-dw: rebuild it with scripts/build-guest.sh)")
             rep = parse_report(run.files["dw.json"], str(outdir / "dw.json"))
             counts = (rep.write_bytes, rep.read_bytes, rep.trim_bytes, rep.write_cmds, rep.read_cmds)
-            tool, tool_output = "kvwear-dw 1", str(outdir / "dw.json")
-            extra.update(self._dw_extra(plan, rep, fdp, run, str(outdir)))
-            if dw_plan is not plan:
-                extra.update({"trims_skipped": int(trims.size), "trim_mode": "skipped"})
+            tool, tool_output = DW_TOOL, str(outdir / "dw.json")
+            details.update(report_details(rep))
+            if fdp is not None:
+                handles = handle_accounting(plan, rep)
+                fdp_log, ruh_status = self._fdp_log(plan, rep, fdp, run, str(outdir))
+                details.update({"fdp_nruh": fdp.nruh, "fdp_ruh_status": ruh_status})
+            planned_trim = int(trims.sum())
+            trim_count = (TrimCount(TrimMode.SKIPPED, planned_trim, skipped_ops=int(trims.size))
+                          if dw_plan is not plan else TrimCount.native(rep.trim_bytes))
         else:
             parts = []
             for name, log in logs.items():
@@ -536,48 +588,48 @@ class GuestDevice:
                                                  max_io_bytes=fiolib.plan_max_length(plan))
             if deferred:
                 trim_bytes = sum(seg.issued_trim_bytes for seg in segments)
-                trim_extra: dict[str, Any] = {**trim_accounting(segments), **settings}
+                trim_count, trim_details = trim_accounting(segments)
+                details.update({**trim_details, **settings})
             elif not parts:                # the empty plan: nothing was played
                 trim_bytes = 0
-                trim_extra = {"trims_skipped": 0, "trim_mode": "none", "empty_plan": True}
+                trim_count = TrimCount(TrimMode.NONE, 0)
+                details["empty_plan"] = True
             else:
                 trim_bytes = fiolib.issued_log_bytes(parts[0][0], parts[0][1], parts[0][2], iodepth=self.p.iodepth,
                                                      max_io_bytes=fiolib.plan_max_length(plan))[2]
-                trim_extra = {"trims_skipped": int(trims.size) if not can_trim else 0,
-                              "trim_mode": "none" if not trims.size else "fio" if can_trim else "skipped"}
+                planned_trim = int(trims.sum())
+                trim_count = (TrimCount(TrimMode.NONE, 0) if not trims.size
+                              else TrimCount(TrimMode.NATIVE, planned_trim) if can_trim
+                              else TrimCount(TrimMode.SKIPPED, planned_trim, skipped_ops=int(trims.size)))
             counts = (fio.write_bytes, fio.read_bytes, trim_bytes, fio.write_ios, fio.read_ios)
             tool = parts[0][0].fio_version if parts else self.fio_version
             tool_output = fio.json_paths[0] if fio.json_paths else str(outdir)
-            extra.update({**fio.extra(), **trim_extra, "ioengine": self.p.ioengine})
-        extra.update({
-            "iodepth": self.p.iodepth, "timed": timed,
-            "boot_s": run.boot_s, "guest_wall_s": run.wall_s, "guest_fio_s": run.fio_s, "accel": run.accel,
-            "guest_outputs": str(outdir), "host_observation": self.host_observation_note(),
-            **smart_deltas(run.files["smart-before.bin"], run.files["smart-after.bin"],
-                           run.files["smart-before.json"], run.files["smart-after.json"], str(outdir)),
-        })
-        nand: int | None = None
-        waf: float | None = None
-        if self.femu is not None:
-            fd = femu_deltas(run.files["smart-before.bin"], run.files["smart-after.bin"], str(outdir),
-                             stats_before=run.files.get("femu-stats-before.bin"),
-                             stats_after=run.files.get("femu-stats-after.bin"), fdp_stats=extra.get("fdp_stats"))
-            nand, waf = fd["femu_nand_bytes_delta"], fd["femu_waf"]
-            extra.update(fd)
+            details.update({**fio.details(), "ioengine": self.p.ioengine})
+        host_counts, media, counted = drive_counts(run.files, str(outdir), femu=self.femu is not None,
+                                                   fdp_log=fdp_log)
+        details.update({"iodepth": self.p.iodepth, "timed": timed, "boot_s": run.boot_s, "guest_wall_s": run.wall_s,
+                        "guest_fio_s": run.fio_s, "accel": run.accel, "guest_outputs": str(outdir), **counted})
+        if self.femu is None and fdp_log is not None:
+            # stock QEMU's FDP drive has no FTL: its media bytes must be what its reclaim-unit accounting
+            # makes of this plan (stock_qemu_fdp_media_bytes)
+            assert fdp is not None and use_dw
+            fdp_log = replace(fdp_log, media_bytes_expected=stock_qemu_fdp_media_bytes(
+                plan, max_io_bytes=rep.max_io_bytes, ru_bytes=fdp.runs_bytes or QEMU_FDP_RUNS_BYTES,
+                lba_bytes=rep.lba_bytes))
         write_bytes, read_bytes, trim_bytes, write_ios, read_ios = counts
         return ReplayResult(
-            device=f"{self.spec.kind}:{self._path()}", write_bytes=write_bytes, read_bytes=read_bytes,
-            trim_bytes=trim_bytes, write_ios=write_ios, read_ios=read_ios, wall_s=wall,
-            nand_write_bytes=nand, waf=waf, tool=tool, tool_output_path=tool_output, extra=extra)
+            device=f"{self.spec.kind}:{self._path()}", tool=tool, write_bytes=write_bytes, read_bytes=read_bytes,
+            trim_bytes=trim_bytes, write_ios=write_ios, read_ios=read_ios, wall_s=wall, trims=trim_count,
+            media=media, host_counts=host_counts, handles=handles, fdp_log=fdp_log,
+            placement_unavailable=("device option drop_handles=true: the plan's handles were dropped knowingly"
+                                   if dropped else None),
+            notes=(f"Host-side observation: {self.host_observation_note()}",),
+            tool_output_path=tool_output, details=details)
 
-    def _dw_extra(self, plan: pa.Table, rep: DwReport, fdp: FdpConfig | None, run: GuestRun,
-                  outdir: str) -> dict[str, Any]:
-        """kvwear-dw's counts, and on an FDP drive the per-handle accounting, the FDP statistics
-        (DLWA = media ÷ host bytes of this replay; on stock QEMU also the media bytes its reclaim
-        unit accounting must count, `stock_qemu_fdp_media_bytes`) and the reclaim unit handle status."""
-        extra: dict[str, Any] = report_extra(rep)
-        if fdp is None:
-            return extra
+    def _fdp_log(self, plan: pa.Table, rep: DwReport, fdp: FdpConfig, run: GuestRun,
+                 outdir: str) -> tuple[FdpLogCount, list[dict[str, int]]]:
+        """The FDP statistics log (22h) around the replay (DLWA = media ÷ host bytes of this replay)
+        and the reclaim unit handle status before and after."""
         src = f"{outdir}/fdp-stats"
         before = parse_fdp_stats_binary(run.files["fdp-stats-before.bin"], f"{src}-before.bin")
         after = parse_fdp_stats_binary(run.files["fdp-stats-after.bin"], f"{src}-after.bin")
@@ -585,18 +637,9 @@ class GuestDevice:
         media = after.media_bytes_with_metadata_written - before.media_bytes_with_metadata_written
         rb = parse_ruh_status_binary(run.files["ruh-status-before.bin"], f"{outdir}/ruh-status-before.bin")
         ra = parse_ruh_status_binary(run.files["ruh-status-after.bin"], f"{outdir}/ruh-status-after.bin")
-        extra["fdp"] = handle_accounting(plan, rep, fdp.nruh)
-        extra["fdp_stats"] = {"host_bytes_delta": host, "media_bytes_delta": media,
-                              "media_bytes_erased_delta": after.media_bytes_erased - before.media_bytes_erased,
-                              "dlwa": media / host if host else None}
-        if self.femu is None:
-            extra["fdp_stats"]["media_bytes_expected"] = stock_qemu_fdp_media_bytes(
-                plan, max_io_bytes=rep.max_io_bytes, ru_bytes=fdp.runs_bytes or QEMU_FDP_RUNS_BYTES,
-                lba_bytes=rep.lba_bytes)
-        extra["fdp_ruh_status"] = [
-            {"placement_id": a.placement_id, "ruh_id": a.ruh_id, "ruamw_blocks_before": b.ruamw_blocks,
-             "ruamw_blocks_after": a.ruamw_blocks} for b, a in zip(rb, ra, strict=True)]
-        return extra
+        status = [{"placement_id": a.placement_id, "ruh_id": a.ruh_id, "ruamw_blocks_before": b.ruamw_blocks,
+                   "ruamw_blocks_after": a.ruamw_blocks} for b, a in zip(rb, ra, strict=True)]
+        return FdpLogCount(host, media, after.media_bytes_erased - before.media_bytes_erased), status
 
     def _identity_from_run(self, run: GuestRun) -> DeviceIdentity:
         ctrl = parse_id_ctrl_json(run.files["id-ctrl.json"], "guest nvme id-ctrl -o json")

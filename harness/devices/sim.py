@@ -20,14 +20,14 @@ FTL twin (femu).
 Placement: when the plan uses a handle other than 0, a twin FTL of the same geometry (same raw
 NAND, same `ruh`) plays the same plan with every write on handle 0 (option
 `placement_baseline`, default true), so a run measures the device WAF with and without placement
-on the same drive; its counters are `extra["no_placement"]`. The FDP statistics per handle are
-`extra["fdp"]`: host / media bytes written and media bytes erased per handle (the FDP statistics
-log's HBMW / MBMW / MBE), and the plan's write bytes per handle beside them.
+on the same drive; its counts are `ReplayResult.no_placement`. The FDP statistics per handle are
+`ReplayResult.handles`: host / media bytes written per handle and media bytes erased (the FDP
+statistics log's HBMW / MBMW / MBE), and the plan's write bytes per handle beside them.
 
 ReplayResult: write_bytes = host pages × page size (the FTL's own count), read_bytes and trim_bytes
-= pages the requests covered × page size, nand_write_bytes = (host + GC pages) × page size, waf,
-and in `extra` the FTL counters (incl. trimmed pages that were mapped) and the per-interval series
-(also written to `ftl_intervals.parquet` in the work directory).
+= pages the requests covered × page size, `media` = the FTL's host and (host + GC) pages × page
+size; `details` keeps the FTL counters (incl. trimmed pages that were mapped); the per-interval
+series, cumulative over the replay, is `ftl_intervals.parquet` in the work directory.
 
 Must not: touch files other than its own outputs in the work directory.
 """
@@ -38,7 +38,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeAlias
+from typing import Literal, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -64,13 +64,15 @@ from kvwear.harness.devices.base import (
     DeviceSpec,
     FixedCapacity,
     ReplayProgress,
-    ReplayResult,
     option,
 )
+from kvwear.harness.devices.measurement import HandleCount, MediaCount, ReplayResult, TrimCount
 from kvwear.harness.plan.placement import plan_handles, plan_write_bytes_by_handle
 from kvwear.harness.plan.schema import BLOCK_OPS
 from kvwear.harness.wear.identify import DeviceIdentity
 from kvwear.tables import TableSpec, iter_table_batches, write_table
+
+FTL_TOOL = "kvwear-ftl"               # the tool name of every count the embedded FTL makes
 
 FTL_INTERVALS = TableSpec(
     kind="ftl_intervals",
@@ -245,7 +247,7 @@ class SimDevice:
     def identity(self) -> DeviceIdentity:
         c = self.config
         return DeviceIdentity(
-            kind="sim", path="", model="kvwear-ftl", capacity_bytes=c.exposed_bytes,
+            kind="sim", path="", model=FTL_TOOL, capacity_bytes=c.exposed_bytes,
             logical_block_bytes=c.page_bytes,
             extra={"description": c.description, "raw_bytes": c.raw_bytes, "lines": c.lines,
                    "pages_per_line": c.pages_per_line, "gc_mode": c.gc_mode, "victim": c.victim,
@@ -294,8 +296,19 @@ class SimDevice:
         d = ftl.counters().minus(before)
         hd = ftl.handle_counters().minus(hbefore)
         iv = ftl.intervals()
-        host, gc, er = iv.host_pages[n_iv:], iv.gc_pages[n_iv:], iv.line_erases[n_iv:]
+        # cumulative over this replay (the FTL's own series runs from its first replay), ending at
+        # the replay's totals: the FTL samples every interval_host_pages, the last interval is partial
+        host = iv.host_pages[n_iv:] - before.host_pages
+        gc = iv.gc_pages[n_iv:] - before.gc_pages
+        er = iv.line_erases[n_iv:] - before.line_erases
         waf_iv = iv.interval_waf[n_iv:]
+        if not host.size or host[-1] != d.host_pages or gc[-1] != d.gc_pages:
+            dh = d.host_pages - (int(host[-1]) if host.size else 0)
+            dg = d.gc_pages - (int(gc[-1]) if gc.size else 0)
+            host = np.append(host, d.host_pages)
+            gc = np.append(gc, d.gc_pages)
+            er = np.append(er, d.line_erases)
+            waf_iv = np.append(waf_iv, (dh + dg) / dh if dh > 0 else np.nan)
         workdir = Path(workdir)
         out = write_table(FTL_INTERVALS, pa.table({
             "host_pages": host, "gc_pages": gc, "line_erases": er,
@@ -303,34 +316,34 @@ class SimDevice:
             "interval_waf": waf_iv,
             "cumulative_waf": np.where(host > 0, (host + gc) / np.maximum(host, 1), 1.0),
         }), workdir / "ftl_intervals.parquet")
-        counters: dict[str, Any] = asdict(d)
-        counters["waf"] = d.waf
         erases = ftl.erase_counts()
+        trim_bytes = tally.trim_pages * c.page_bytes
         return ReplayResult(
             device="sim",
+            tool=FTL_TOOL,
             write_bytes=d.host_bytes,
             read_bytes=(d.read_pages + d.unmapped_read_pages) * c.page_bytes,
-            trim_bytes=tally.trim_pages * c.page_bytes,
+            trim_bytes=trim_bytes,
             write_ios=tally.write_ios,
             read_ios=tally.read_ios,
             wall_s=wall,
-            nand_write_bytes=d.nand_bytes,
-            waf=d.waf,
-            tool="kvwear-ftl",
+            trims=TrimCount.native(trim_bytes),
+            media=MediaCount(FTL_TOOL, d.host_bytes, d.nand_bytes),
+            handles=handle_count(hd, list(tally.write_bytes_by_handle)),
+            no_placement=(MediaCount(f"{FTL_TOOL} without handles", no_placement.host_bytes, no_placement.nand_bytes)
+                          if no_placement is not None else None),
             tool_output_path=str(out),
             intervals_path=str(out),
-            extra={
-                "counters": counters,
+            details={
+                "counters": {**asdict(d), "waf": d.waf},
                 "interval_host_pages": c.interval_host_pages,
-                "intervals": {"host_pages": host.tolist(), "gc_pages": gc.tolist(),
-                              "line_erases": er.tolist(), "interval_waf": waf_iv.tolist()},
                 "erase_count_max": int(erases.max()) if erases.size else 0,
                 "erase_count_mean": float(erases.mean()) if erases.size else 0.0,
                 "trimmed_mapped_bytes": d.trim_pages * c.page_bytes,
                 "unmapped_read_bytes": d.unmapped_read_pages * c.page_bytes,
-                "fdp": fdp_summary(hd, list(tally.write_bytes_by_handle)),
-                **({"no_placement": {**asdict(no_placement), "waf": no_placement.waf,
-                                     "nand_write_bytes": no_placement.nand_bytes}}
+                "line_erases_by_handle": list(hd.line_erases),
+                "waf_by_handle": [hd.waf(h) for h in range(len(hd.host_pages))],
+                **({"no_placement": {**asdict(no_placement), "waf": no_placement.waf}}
                    if no_placement is not None else {}),
             },
         )
@@ -340,23 +353,19 @@ class SimDevice:
         self.twin = None
 
 
-def fdp_summary(hc: FtlHandleCounters, plan_write_bytes_by_handle: list[int]) -> dict[str, Any]:
-    """FDP statistics of one replay, per handle, with the plan's write bytes per handle beside the
-    FTL's host bytes (they must be equal: a page-aligned plan)."""
-    ruh = len(hc.host_pages)
+def handle_count(hc: FtlHandleCounters, plan_write_bytes_by_handle: list[int]) -> HandleCount:
+    """The FTL's FDP statistics of one replay per handle (host / media bytes written, media bytes
+    erased: the FDP statistics log's HBMW / MBMW / MBE), beside the plan's write bytes per handle
+    (they must be equal: a page-aligned plan)."""
     pb = hc.page_bytes
-    return {
-        "ruh": ruh,
-        "host_bytes_written": hc.host_bytes,
-        "media_bytes_written": hc.media_bytes,
-        "media_bytes_erased": hc.media_bytes_erased,
-        "plan_write_bytes_by_handle": plan_write_bytes_by_handle,
-        "host_bytes_by_handle": [x * pb for x in hc.host_pages],
+    return HandleCount(
+        measured_by=FTL_TOOL,
+        plan_write_bytes=tuple(int(b) for b in plan_write_bytes_by_handle),
+        host_bytes=tuple(x * pb for x in hc.host_pages),
         # the last slot is the shared GC frontier's (0 unless gc_handles = shared)
-        "media_bytes_by_handle": [x * pb for x in hc.media_pages],
-        "line_erases_by_handle": list(hc.line_erases),
-        "waf_by_handle": [hc.waf(h) for h in range(ruh)],
-    }
+        media_bytes=tuple(x * pb for x in hc.media_pages),
+        media_bytes_erased=hc.media_bytes_erased,
+    )
 
 
 def twin_waf(ftl_cfg: FtlConfig, plan: pa.Table, *, fill_first: bool) -> float:

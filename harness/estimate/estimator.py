@@ -1,6 +1,6 @@
 """The lifetime estimator and the predicted-vs-measured cross-validation record.
 
-Formulas (DESIGN.md, "Lifetime estimator and cross-validation"):
+Formulas (docs/design/lifetime-and-waf.md):
 - Endurance budget TBW = capacity × DWPD × 365 × warranty years (`tbw_from_dwpd`), or
   capacity × rated P/E cycles / (WAF·WLF) (`tbw_from_pe_cycles`).
 - Projected lifetime = TBW / (host bytes per day × WAF); host bytes per day = the SSD bytes the
@@ -25,8 +25,8 @@ that cap, the cap is the prediction (`ftl_predicted_waf`). With the fixture geom
 2.2 nominal (α = 256/192), 3.35 at gc_thres_pcent 90 and 8 at 75; FEMU measured 3.3 and 7.8.
 
 `estimate_policy` assembles one policy's checks and results row from typed records of what the
-simulation, the plan and the device counted (`PlanBytes`, `DeviceBytes`, read from the stage
-files by kvwear.harness.pipeline.run).
+simulation, the plan and the device counted (`SimSummary`, `PlanBytes`, and the device stage's
+`DeviceMeasurement`, whose counts say what counted them: this module knows no backend by name).
 
 Must not: run devices or read files; it is pure arithmetic over numbers the caller measured.
 """
@@ -37,18 +37,23 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from scipy.special import lambertw
 
 from kvwear.emulator.ftl import FtlConfig
 from kvwear.errors import KvwearError
-from kvwear.harness.estimate.waf_model import WafPrediction
-from kvwear.harness.wear.base import NVME_DATA_UNIT_BYTES
-from kvwear.harness.wear.femu import CounterSource
+from kvwear.harness.devices.measurement import DeviceMeasurement, HostCount, TrimMode
+from kvwear.harness.estimate.schema import ResultsRow
+from kvwear.harness.estimate.waf_model import DeathSummary, WafPrediction
+from kvwear.harness.plan.placement import PlacementStats
+from kvwear.harness.plan.planner import PlanCounts
+from kvwear.harness.wear.base import NVME_DATA_UNIT_BYTES, CounterSource
 from kvwear.harness.wear.snapshot import duw_bytes_bounds
 from kvwear.policies.metrics import SimSummary
+from kvwear.records import dump, load
 
 SECONDS_PER_DAY = 86_400.0
 DAYS_PER_YEAR = 365.0
@@ -172,20 +177,23 @@ class Check:
     measured: float
     source: str
     tolerance: float
-    rel_error: float
+    rel_error: float                 # inf where the prediction is 0 and the measurement is not
     passed: bool
     kind: CheckKind
+    note: str = ""                   # what the reader must know to read the row (a counter's rounding, a reference)
+    policy: str = ""
 
     @classmethod
     def of(cls, name: str, predicted: float, measured: float, source: str, tolerance: float, *,
-           kind: CheckKind) -> Check:
+           kind: CheckKind, note: str = "") -> Check:
         if math.isinf(predicted) and math.isinf(measured):
             rel = 0.0
         elif predicted == 0:
             rel = 0.0 if measured == 0 else math.inf
         else:
             rel = abs(measured - predicted) / abs(predicted)
-        return cls(name, float(predicted), float(measured), source, tolerance, rel, bool(rel <= tolerance), kind)
+        return cls(name, float(predicted), float(measured), source, tolerance, rel, bool(rel <= tolerance), kind,
+                   note)
 
 
 def waf_from_counters(host_pages: np.ndarray | int, gc_pages: np.ndarray | int) -> float:
@@ -199,7 +207,7 @@ def waf_from_counters(host_pages: np.ndarray | int, gc_pages: np.ndarray | int) 
 
 @dataclass(frozen=True)
 class PlanBytes:
-    """What the plan laid out (plan.json): the estimator's predictions of the device's counts."""
+    """What the plan laid out: the estimator's predictions of the device's counts."""
 
     object_write_bytes: int          # Σ ssd_ops write bytes the plan placed
     aligned_write_bytes: int         # Σ block_ops write lengths (4 KiB-rounded, plus relocations)
@@ -207,111 +215,31 @@ class PlanBytes:
     placement: str                   # placement mode
     write_bytes_by_handle: tuple[int, ...]
 
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> PlanBytes:
-        p = d.get("placement") or {"mode": "none", "write_bytes_by_handle": []}
-        return cls(int(d["object_write_bytes"]), int(d["aligned_write_bytes"]), int(d.get("trim_bytes", 0)),
-                   str(p["mode"]), tuple(int(b) for b in p["write_bytes_by_handle"]))
-
 
 @dataclass(frozen=True)
-class CaptureBytes:
-    """What the eBPF capture counted around the replay."""
+class PlanRecord:
+    """plan/LABEL/plan.json: the plan's accounting, its placement and its page death distances
+    (the workload WAF model's input)."""
 
-    tracer: str
-    write_bytes: int
-    discard_bytes: int | None        # None: the tracer did not count by op
+    KIND: ClassVar[str] = "plan"
+    VERSION: ClassVar[int] = 2
 
+    counts: PlanCounts
+    placement: PlacementStats
+    death_summary: DeathSummary
 
-@dataclass(frozen=True)
-class WearBytes:
-    """One wear reader's before → after delta (None where the reader lacks the counter)."""
+    @property
+    def bytes(self) -> PlanBytes:
+        c = self.counts
+        return PlanBytes(c.object_write_bytes, c.aligned_write_bytes, c.trim_bytes, self.placement.mode,
+                         self.placement.write_bytes_by_handle)
 
-    source: str
-    host_bytes: int | None
-    nand_bytes: int | None
-    data_units: int | None           # NVMe Data Units Written (512,000-byte units, rounded up)
-
-
-@dataclass(frozen=True)
-class FdpBytes:
-    """Per-handle host bytes an FDP device counted against the plan's."""
-
-    measured_by: str
-    plan_write_bytes_by_handle: tuple[int, ...]
-    host_bytes_by_handle: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class FdpStatsBytes:
-    """An emulated FDP drive's statistics log (22h) around the replay: host and media bytes, and
-    the media bytes stock QEMU's reclaim-unit accounting must count for this plan
-    (kvwear.harness.devices.qemu.stock_qemu_fdp_media_bytes; None on FEMU, which has an FTL)."""
-
-    host_bytes_delta: int
-    media_bytes_delta: int
-    media_bytes_expected: int | None
-
-
-@dataclass(frozen=True)
-class DeviceBytes:
-    """What the device stage measured (device/LABEL/result.json), as the estimator reads it."""
-
-    tool: str
-    write_bytes: int
-    trim_bytes: int
-    waf: float | None
-    nand_write_bytes: int | None
-    trims_skipped: bool = False
-    trim_bytes_planned: int | None = None      # a deferring backend: the trim bytes it read from the plan
-    trim_bytes_superseded: int = 0             # … of which rewritten later in their segment, not issued
-    smart_duw_delta: int | None = None         # SMART read inside an emulated drive's guest
-    smart_host_bytes: int | None = None
-    # FEMU's own host page count (kvwear.harness.devices.qemu.femu_deltas) and where it was read
-    femu_host_bytes: int | None = None
-    femu_counter_source: str | None = None
-    fdp: FdpBytes | None = None
-    no_placement_waf: float | None = None      # the sim FTL's twin run without handles
-    fdp_stats: FdpStatsBytes | None = None
-    placement_unavailable: str | None = None   # why a drive that plays handles elsewhere could not here
-    capture: CaptureBytes | None = None
-    wear: tuple[WearBytes, ...] = ()
+    def dump(self, path: Path) -> Path:
+        return dump(self, path)
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any], kind: str) -> DeviceBytes:
-        """From result.json (kvwear.harness.pipeline.run.device_stage); `kind` names the device where no tool does."""
-        extra = d.get("extra") or {}
-        cap = d.get("capture") or {}
-        fdp = extra.get("fdp")
-        twin = extra.get("no_placement")
-        stats = extra.get("fdp_stats")
-
-        def opt_int(v: Any) -> int | None:
-            return None if v is None else int(v)
-
-        return cls(
-            tool=str(d.get("tool") or kind), write_bytes=int(d["write_bytes"]),
-            trim_bytes=int(d.get("trim_bytes") or 0), waf=d.get("waf"),
-            nand_write_bytes=opt_int(d.get("nand_write_bytes")), trims_skipped=bool(extra.get("trims_skipped")),
-            trim_bytes_planned=opt_int(extra.get("trim_bytes_planned")),
-            trim_bytes_superseded=int(extra.get("trim_bytes_superseded") or 0),
-            smart_duw_delta=opt_int(extra.get("smart_duw_delta")),
-            smart_host_bytes=opt_int(extra.get("smart_host_bytes")),
-            femu_host_bytes=opt_int(extra.get("femu_host_bytes_delta")),
-            femu_counter_source=extra.get("femu_counter_source"),
-            fdp=FdpBytes(str(fdp.get("measured_by", "kvwear-ftl")), tuple(fdp["plan_write_bytes_by_handle"]),
-                         tuple(fdp["host_bytes_by_handle"])) if fdp else None,
-            no_placement_waf=twin["waf"] if twin else None,
-            fdp_stats=FdpStatsBytes(int(stats["host_bytes_delta"]), int(stats["media_bytes_delta"]),
-                                    opt_int(stats.get("media_bytes_expected"))) if stats else None,
-            placement_unavailable=extra.get("placement_unavailable"),
-            capture=CaptureBytes(str(cap.get("tracer")), int(cap["write_bytes"]),
-                                 None if cap.get("bytes_by_op") is None else int(cap["bytes_by_op"].get("discard", 0)))
-            if cap.get("write_bytes") is not None else None,
-            wear=tuple(WearBytes(src, opt_int(w.get("host_bytes")), opt_int(w.get("nand_bytes")),
-                                 opt_int(w.get("data_units")))
-                       for src, w in sorted((d.get("wear") or {}).items())),
-        )
+    def load(cls, path: Path) -> PlanRecord:
+        return load(cls, path)
 
 
 @dataclass(frozen=True)
@@ -326,7 +254,7 @@ class EstimateInputs:
     sample_fraction: float
     summary: SimSummary
     plan: PlanBytes
-    device: DeviceBytes
+    device: DeviceMeasurement
     tbw_bytes: float                 # the full-size drive's endurance budget at WAF 1
     duration_s: float                # the seconds the trace stands for
     waf_uniform: float
@@ -347,8 +275,8 @@ def _regime_error_note(prediction: WafPrediction) -> str:
             f"median |error| {e.median_abs_error:.1%}, 90th percentile {e.p90_abs_error:.1%})")
 
 
-def regime_error_row(prediction: WafPrediction | None) -> dict[str, Any]:
-    """The results row's columns for the workload model's measured error in its regime (null
+def regime_error_fields(prediction: WafPrediction | None) -> dict[str, Any]:
+    """The results row's fields for the workload model's measured error in its regime (None
     without a prediction, or where the bench has no case of the regime)."""
     e = prediction.regime_error if prediction is not None else None
     return {"waf_workload_regime_cases": e.cases if e else None,
@@ -359,27 +287,42 @@ def regime_error_row(prediction: WafPrediction | None) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Estimate:
-    """One policy's checks (crossval.json rows) and results row (kvwear.harness.estimate.schema.RESULTS)."""
+    """One policy's cross-validation: its checks and its results row; estimate/LABEL/crossval.json."""
 
-    checks: tuple[dict[str, Any], ...]
-    row: dict[str, Any]
+    KIND: ClassVar[str] = "crossval"
+    VERSION: ClassVar[int] = 2
+
+    policy: str
+    checks: tuple[Check, ...]
+    row: ResultsRow
+
+    def dump(self, path: Path) -> Path:
+        return dump(self, path)
+
+    @classmethod
+    def load(cls, path: Path) -> Estimate:
+        return load(cls, path)
 
 
-def duw_check(plan_bytes: int, duw_delta: int, source: str) -> Check:
-    """Plan bytes vs an NVMe Data Units Written delta: the counter moves in 512,000-byte units,
-    rounded up, so it passes when the plan lies inside the bounds the delta allows
-    ((ΔD − 1)·512,000, (ΔD + 1)·512,000) or within the SMART tolerance."""
-    measured = duw_delta * NVME_DATA_UNIT_BYTES
-    c = Check.of("host bytes", plan_bytes, measured, source, SMART_HOST_BYTES_REL_TOL, kind="accounting")
-    lo, hi = duw_bytes_bounds(duw_delta)
-    return dataclasses.replace(c, passed=c.passed or lo < plan_bytes < hi or (duw_delta == 0 and plan_bytes == 0))
+def counter_check(plan_bytes: int, count: HostCount) -> Check:
+    """Plan bytes vs one of the drive's own counters of host bytes. A counter of units of more than
+    a page (NVMe Data Units Written: 512,000 bytes, rounded up) passes when the plan lies inside the
+    bounds its delta allows, ((ΔD − 1)·unit, (ΔD + 1)·unit), or within the SMART tolerance; a counter
+    of bytes or pages within the host-bytes tolerance."""
+    if count.unit_bytes == NVME_DATA_UNIT_BYTES:
+        c = Check.of("host bytes", plan_bytes, count.bytes, count.source, SMART_HOST_BYTES_REL_TOL,
+                     kind="accounting", note=DUW_NOTE)
+        units = count.bytes // count.unit_bytes
+        lo, hi = duw_bytes_bounds(units)
+        return dataclasses.replace(c, passed=c.passed or lo < plan_bytes < hi or (units == 0 and plan_bytes == 0))
+    return Check.of("host bytes", plan_bytes, count.bytes, count.source, HOST_BYTES_REL_TOL, kind="accounting")
 
 
 def pe_projections(raw_nand_bytes: float, rating_cycles: float,
                    wafs: Mapping[str, tuple[float, float | None]]) -> dict[str, Any]:
     """P/E cycles the full-size drive consumes per day under each WAF (name → host bytes per day,
     WAF), and the days a drive rated `rating_cycles` lasts."""
-    out: dict[str, Any] = {"raw_nand_bytes": raw_nand_bytes, "pe_rating_cycles": rating_cycles}
+    out: dict[str, Any] = {"raw_nand_bytes": raw_nand_bytes, "pe_rating_cycles": round(rating_cycles)}
     for name, (per_day, waf) in wafs.items():
         cycles = pe_cycles_per_day(per_day, waf, raw_nand_bytes) if waf is not None else None
         out[f"pe_cycles_per_day_{name}"] = cycles
@@ -387,8 +330,8 @@ def pe_projections(raw_nand_bytes: float, rating_cycles: float,
     return out
 
 
-def sim_row(s: SimSummary) -> dict[str, Any]:
-    """The simulation's columns of a results row."""
+def sim_fields(s: SimSummary) -> dict[str, Any]:
+    """The simulation's fields of a results row."""
     n = max(s.requests, 1)
     return {
         "requests": s.requests, "span_s": float(s.span_s),
@@ -403,133 +346,111 @@ def sim_row(s: SimSummary) -> dict[str, Any]:
     }
 
 
-def placement_result(plan: PlanBytes, device: DeviceBytes, measured_waf: float | None) -> tuple[
+def placement_result(plan: PlanBytes, device: DeviceMeasurement, measured_waf: float | None) -> tuple[
         dict[str, Any], list[Check]]:
-    """Placement fields of a results row (the device WAF without placement: the sim twin's, or the
-    measured one when the plan used no handle) and the per-handle byte-accounting checks."""
+    """Placement fields of a results row (the device WAF without placement: the drive's own count
+    without handles, or the measured one when the plan used no handle) and the per-handle
+    byte-accounting checks."""
+    r = device.replay
     used = sum(1 for b in plan.write_bytes_by_handle if b) > 1
-    fdp = device.fdp
-    carried = fdp is not None and used
+    handles = r.handles
+    carried = handles is not None and used and r.placement_unavailable is None
+    no_placement = r.no_placement.waf if r.no_placement is not None else None
     row: dict[str, Any] = {
         "placement": plan.placement,
         "placement_carried": carried or not used,
         # a device that did not play the handles measured the WAF without placement
-        "waf_no_placement": device.no_placement_waf if device.no_placement_waf is not None
-        else (None if carried else measured_waf),
-        # why a device that plays handles elsewhere could not here (kvwear.harness.devices.fdp_host's gate)
-        "placement_unavailable": device.placement_unavailable if used else None,
+        "waf_no_placement": no_placement if no_placement is not None else (None if carried else measured_waf),
+        "placement_unavailable": r.placement_unavailable if used else None,
     }
     checks = []
-    if fdp is not None:
-        for h, (want, got) in enumerate(zip(fdp.plan_write_bytes_by_handle, fdp.host_bytes_by_handle, strict=True)):
-            checks.append(Check.of(f"host bytes, handle {h}", want, got, f"{fdp.measured_by} fdp", 0.0,
+    if handles is not None:
+        for h, (want, got) in enumerate(zip(handles.plan_write_bytes, handles.host_bytes, strict=True)):
+            checks.append(Check.of(f"host bytes, handle {h}", want, got, f"{handles.measured_by} fdp", 0.0,
                                    kind="accounting"))
-    # an emulated FDP drive's own statistics log (22h): its host bytes are the plan's; stock QEMU's
-    # media bytes follow from the plan exactly (kvwear.harness.devices.qemu.stock_qemu_fdp_media_bytes)
-    stats = device.fdp_stats
-    if fdp is not None and stats is not None:
-        checks.append(Check.of("host bytes", sum(fdp.plan_write_bytes_by_handle), stats.host_bytes_delta,
+    # an FDP statistics log (22h): its host bytes are the plan's; a drive without an FTL (stock
+    # QEMU) must count the media bytes its reclaim-unit accounting makes of the plan
+    log = r.fdp_log
+    if handles is not None and log is not None:
+        checks.append(Check.of("host bytes", sum(handles.plan_write_bytes), log.host_bytes,
                                CounterSource.FDP_STATS_LOG_22H, 0.0, kind="accounting"))
-        if stats.media_bytes_expected is not None:
-            checks.append(Check.of("media bytes", stats.media_bytes_expected, stats.media_bytes_delta,
-                                   f"{CounterSource.FDP_STATS_LOG_22H} (stock QEMU)", 0.0, kind="accounting"))
+        if log.media_bytes_expected is not None:
+            checks.append(Check.of("media bytes", log.media_bytes_expected, log.media_bytes,
+                                   f"{CounterSource.FDP_STATS_LOG_22H} (no FTL)", 0.0, kind="accounting"))
     return row, checks
-
-
-def femu_host_check(plan_bytes: int, device: DeviceBytes) -> Check | None:
-    """The plan's write bytes against the host pages FEMU's FTL counted (SMART vendor bytes or its
-    C0h log), or None: not FEMU, or counted by its FDP log, which placement_result checks."""
-    if device.femu_host_bytes is None or device.femu_counter_source == CounterSource.FDP_STATS_LOG_22H:
-        return None
-    return Check.of("host bytes", plan_bytes, device.femu_host_bytes, f"femu {device.femu_counter_source}",
-                    HOST_BYTES_REL_TOL, kind="accounting")
 
 
 def estimate_policy(inp: EstimateInputs) -> Estimate:
     """The predicted-vs-measured checks of one policy's replay and its results row: every byte
-    counted at each point (policy → plan → device → eBPF → wear readers), the WAF models against
-    the measured WAF, and the lifetime projections (module docstring)."""
+    counted at each point (policy → plan → player → the drive's own counters → eBPF → wear
+    readers), the WAF models against the measured WAF, and the lifetime projections (module
+    docstring). Each count is checked by what the device measurement says of it, never by the
+    device's name."""
     s, plan, device = inp.summary, inp.plan, inp.device
+    r = device.replay
     f = inp.sample_fraction
     tbw, duration = inp.tbw_bytes, inp.duration_s
     plan_bytes = plan.aligned_write_bytes
     per_day = host_bytes_per_day(plan_bytes / f, duration)
     prediction = inp.prediction
     waf_workload = prediction.waf if prediction is not None else None
-    measured_waf = device.waf
-    nand_write_bytes = device.nand_write_bytes
-    dev_bytes = device.write_bytes
-    checks: list[Check] = []
-    notes: dict[str, str] = {}
-    checks.append(Check.of("ssd_ops write bytes → plan", s.ssd_write_bytes, plan.object_write_bytes,
-                           "plan", 0.0, kind="accounting"))
-    checks.append(Check.of("host bytes", plan_bytes, dev_bytes, device.tool, HOST_BYTES_REL_TOL, kind="accounting"))
+    measured_waf, nand_write_bytes, _ = device.measured_waf()
+    dev_bytes = r.write_bytes
+    checks: list[Check] = [
+        Check.of("ssd_ops write bytes → plan", s.ssd_write_bytes, plan.object_write_bytes, "plan", 0.0,
+                 kind="accounting"),
+        Check.of("host bytes", plan_bytes, dev_bytes, r.tool, HOST_BYTES_REL_TOL, kind="accounting"),
+    ]
     cap = device.capture
     if cap is not None:
-        checks.append(Check.of("host bytes", plan_bytes, cap.write_bytes, f"ebpf:{cap.tracer}",
-                               HOST_BYTES_REL_TOL, kind="accounting"))
-    if plan.trim_bytes and not device.trims_skipped:
-        # The plan's trims reached the backend: what it issued, or, deferring them, what it read
-        # from the plan (kvwear.harness.deferred_trims: of those, the units rewritten later in their
-        # segment are not issued); eBPF then checks the issued bytes.
-        issued = device.trim_bytes
-        planned = device.trim_bytes_planned if device.trim_bytes_planned is not None else issued
-        checks.append(Check.of("trim bytes", plan.trim_bytes, planned, device.tool, 0.0, kind="accounting"))
-        if cap is not None and cap.discard_bytes is not None:
-            checks.append(Check.of("trim bytes", issued, cap.discard_bytes, f"ebpf:{cap.tracer}",
+        checks.append(Check.of("host bytes", plan_bytes, cap.write_bytes, f"ebpf:{cap.tracer}", HOST_BYTES_REL_TOL,
+                               kind="accounting",
+                               note=f"injected fault: {cap.injected_fault}" if cap.injected_fault else ""))
+    if plan.trim_bytes and r.trims.mode != TrimMode.SKIPPED:
+        # The plan's trims reached the player: what it read from the plan (deferring them, it
+        # leaves out the units rewritten later in their segment); eBPF then checks the issued bytes.
+        superseded = r.trims.superseded_bytes
+        checks.append(Check.of(
+            "trim bytes", plan.trim_bytes, r.trims.planned_bytes, r.tool, 0.0, kind="accounting",
+            note=(f"deferred trims (the player cannot replay trims in place): {r.trim_bytes:,} bytes issued, "
+                  f"{superseded:,} rewritten later in their segment and not trimmed") if superseded else ""))
+        if cap is not None:
+            checks.append(Check.of("trim bytes", r.trim_bytes, cap.discard_bytes, f"ebpf:{cap.tracer}",
                                    HOST_BYTES_REL_TOL, kind="accounting"))
-        if device.trim_bytes_superseded:
-            notes[f"trim bytes|{device.tool}"] = (
-                f"deferred trims (fio cannot replay iolog trims): {issued:,} bytes issued, "
-                f"{device.trim_bytes_superseded:,} rewritten later in their segment and not trimmed")
-
-    def add_duw_check(duw_delta: int, source: str) -> None:
-        checks.append(duw_check(plan_bytes, duw_delta, source))
-        notes[f"host bytes|{source}"] = DUW_NOTE
-
-    if device.smart_duw_delta is not None:
-        add_duw_check(device.smart_duw_delta, "smart-duw (guest)")
-    femu = femu_host_check(plan_bytes, device)
-    if femu is not None:
-        checks.append(femu)
+    checks.extend(counter_check(plan_bytes, c) for c in r.host_counts)
     for w in device.wear:
         if w.host_bytes is None:
             continue
-        if w.data_units is not None:
-            add_duw_check(w.data_units, f"wear:{w.source}")
-        else:
-            checks.append(Check.of("host bytes", plan_bytes, w.host_bytes, f"wear:{w.source}", HOST_BYTES_REL_TOL,
-                                   kind="accounting"))
-        if measured_waf is None and w.nand_bytes and w.host_bytes:
-            measured_waf = w.nand_bytes / w.host_bytes
-            nand_write_bytes = w.nand_bytes
+        unit = NVME_DATA_UNIT_BYTES if w.data_units is not None else 1
+        checks.append(counter_check(plan_bytes, HostCount(f"wear:{w.source}", w.host_bytes, unit)))
     placement_row, placement_checks = placement_result(plan, device, measured_waf)
     checks.extend(placement_checks)
     # The embedded FTL, configured as the device, on the same plan: its WAF is a prediction too.
     if inp.waf_emulator is not None and measured_waf is not None:
-        checks.append(Check.of("WAF (FTL emulator)", inp.waf_emulator, measured_waf, inp.device_kind, WAF_REL_TOL,
+        checks.append(Check.of("WAF (FTL emulator)", inp.waf_emulator, measured_waf, r.tool, WAF_REL_TOL,
                                kind="model"))
+    model_note = ""
+    if prediction is not None:
+        model_note = (f"{prediction.model} (the workload WAF model) on {prediction.p_eff_pages * 4096 / 2**20:,.0f} "
+                      f"MiB of GC space; regime {prediction.regime}" + _regime_error_note(prediction)
+                      + ("; the model plays the plan on an empty drive, this one was preconditioned first"
+                         if inp.preconditioned else ""))
+    uniform_note = ("reference only: uniform random overwrites of the whole exposed space; "
+                    f"the {inp.layout} layout's write pattern is not that")
     if measured_waf is not None:
         if prediction is not None:
-            checks.append(Check.of("WAF (workload model)", prediction.waf, measured_waf, device.tool, WAF_REL_TOL,
-                                   kind="model"))
-            notes["WAF (workload model)"] = notes["lifetime days (workload model)"] = (
-                f"{prediction.model} (the workload WAF model) on {prediction.p_eff_pages * 4096 / 2**20:,.0f} MiB "
-                f"of GC space; regime {prediction.regime}" + _regime_error_note(prediction)
-                + ("; the model plays the plan on an empty drive, this one was preconditioned first"
-                   if inp.preconditioned else ""))
-        checks.append(Check.of("WAF (uniform reference)", inp.waf_uniform, measured_waf, device.tool, WAF_REL_TOL,
-                               kind="reference"))
-        notes["WAF (uniform reference)"] = notes["lifetime days (uniform reference WAF)"] = (
-            "reference only: uniform random overwrites of the whole exposed space; "
-            f"the {inp.layout} layout's write pattern is not that")
-        notes["lifetime days (WAF 1)"] = "reference only: Gandalf's assumption"
+            checks.append(Check.of("WAF (workload model)", prediction.waf, measured_waf, r.tool, WAF_REL_TOL,
+                                   kind="model", note=model_note))
+        checks.append(Check.of("WAF (uniform reference)", inp.waf_uniform, measured_waf, r.tool, WAF_REL_TOL,
+                               kind="reference", note=uniform_note))
     life_waf1 = projected_lifetime_days(tbw, per_day, 1.0)
     life_uniform = projected_lifetime_days(tbw, per_day, inp.waf_uniform)
     life_workload = projected_lifetime_days(tbw, per_day, waf_workload) if waf_workload is not None else None
     measured_per_day = host_bytes_per_day(dev_bytes / f, duration)
-    life_measured = (projected_lifetime_days(tbw, measured_per_day, measured_waf)
-                     if measured_waf is not None else None)
+    # nothing written: the drive lasts for ever, whatever its WAF (which it cannot measure then)
+    life_measured = (math.inf if measured_per_day == 0
+                     else projected_lifetime_days(tbw, measured_per_day, measured_waf) if measured_waf is not None
+                     else None)
     waf_none = placement_row["waf_no_placement"]
     placement_row["lifetime_days_no_placement"] = (
         projected_lifetime_days(tbw, measured_per_day, waf_none) if waf_none is not None else None)
@@ -537,46 +458,43 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
         # Each projection against the measurement; only the workload model's counts in the tally.
         if life_workload is not None:
             checks.append(Check.of("lifetime days (workload model)", life_workload, life_measured,
-                                   "measured host bytes × WAF", LIFETIME_REL_TOL, kind="model"))
+                                   "measured host bytes × WAF", LIFETIME_REL_TOL, kind="model", note=model_note))
         checks.append(Check.of("lifetime days (WAF 1)", life_waf1, life_measured, "measured host bytes × WAF",
-                               LIFETIME_REL_TOL, kind="reference"))
+                               LIFETIME_REL_TOL, kind="reference", note="reference only: Gandalf's assumption"))
         checks.append(Check.of("lifetime days (uniform reference WAF)", life_uniform, life_measured,
-                               "measured host bytes × WAF", LIFETIME_REL_TOL, kind="reference"))
+                               "measured host bytes × WAF", LIFETIME_REL_TOL, kind="reference", note=uniform_note))
     pe = pe_projections(inp.raw_nand_bytes, inp.pe_rating_cycles,
                         {"waf1": (per_day, 1.0), "uniform": (per_day, inp.waf_uniform),
                          "workload": (per_day, waf_workload), "measured": (measured_per_day, measured_waf)})
-    check_rows = tuple({"quantity": c.name, "source": c.source, "predicted": c.predicted, "measured": c.measured,
-                        "rel_error": None if math.isinf(c.rel_error) else c.rel_error, "tolerance": c.tolerance,
-                        "passed": c.passed, "kind": c.kind,
-                        "note": notes.get(f"{c.name}|{c.source}", notes.get(c.name, ""))} for c in checks)
-    row: dict[str, Any] = {
-        "policy": inp.label, "model": inp.model, "device": inp.device_kind,
-        "dram_bytes": inp.dram_bytes, "ssd_bytes": inp.ssd_bytes, "sample_fraction": f,
-        **sim_row(s),
-        "plan_write_bytes": plan_bytes,
-        "device_write_bytes": dev_bytes,
-        "nand_write_bytes": nand_write_bytes,
-        "ebpf_write_bytes": cap.write_bytes if cap is not None else None,
-        "smart_write_bytes": device.smart_host_bytes,
-        "waf_measured": measured_waf,
-        "waf_emulator": inp.waf_emulator,
-        "waf_uniform": inp.waf_uniform,
-        "waf_uniform_source": inp.waf_uniform_source,
-        "waf_workload": waf_workload,
-        "waf_workload_regime": prediction.regime if prediction is not None else None,
-        **regime_error_row(prediction),
-        "tbw_bytes": tbw,
-        "host_bytes_per_day": per_day,
-        "lifetime_days_waf1": life_waf1,
-        "lifetime_days_uniform": life_uniform,
-        "lifetime_days_workload": life_workload,
-        "lifetime_days_measured": life_measured,
+    smart = next((c.bytes for c in r.host_counts if c.unit_bytes == NVME_DATA_UNIT_BYTES), None)
+    row = ResultsRow(
+        policy=inp.label, model=inp.model, device=inp.device_kind,
+        dram_bytes=inp.dram_bytes, ssd_bytes=inp.ssd_bytes, sample_fraction=f,
+        **sim_fields(s),
+        plan_write_bytes=plan_bytes,
+        device_write_bytes=dev_bytes,
+        nand_write_bytes=nand_write_bytes,
+        ebpf_write_bytes=cap.write_bytes if cap is not None else None,
+        smart_write_bytes=smart,
+        waf_measured=measured_waf,
+        waf_emulator=inp.waf_emulator,
+        waf_uniform=inp.waf_uniform,
+        waf_uniform_source=inp.waf_uniform_source,
+        waf_workload=waf_workload,
+        waf_workload_regime=prediction.regime if prediction is not None else None,
+        **regime_error_fields(prediction),
+        tbw_bytes=tbw,
+        host_bytes_per_day=per_day,
+        lifetime_days_waf1=life_waf1,
+        lifetime_days_uniform=life_uniform,
+        lifetime_days_workload=life_workload,
+        lifetime_days_measured=life_measured,
         **placement_row,
         **pe,
         # Accounting failures are faults; model failures are findings (Check).
-        "accounting_checks_passed": sum(c.passed for c in checks if c.kind == "accounting"),
-        "accounting_checks_total": sum(c.kind == "accounting" for c in checks),
-        "model_checks_passed": sum(c.passed for c in checks if c.kind == "model"),
-        "model_checks_total": sum(c.kind == "model" for c in checks),
-    }
-    return Estimate(check_rows, row)
+        accounting_checks_passed=sum(c.passed for c in checks if c.kind == "accounting"),
+        accounting_checks_total=sum(c.kind == "accounting" for c in checks),
+        model_checks_passed=sum(c.passed for c in checks if c.kind == "model"),
+        model_checks_total=sum(c.kind == "model" for c in checks),
+    )
+    return Estimate(inp.label, tuple(dataclasses.replace(c, policy=inp.label) for c in checks), row)

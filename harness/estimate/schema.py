@@ -1,66 +1,132 @@
-"""The results table: one row per run × policy, what the estimator and the run hand the reports."""
+"""The results table: one row per run × policy, what the estimator and the run hand the reports.
+
+`ResultsRow` is the typed row; the `RESULTS` table's schema is derived from it (one definition:
+int → int64, float → float64, str → string, bool → bool, optional → nullable), so a row that does
+not fit the table cannot be built. A run without replay fills the simulation's and the projections'
+fields; the device's stay None. Byte counts are ints; ratios, seconds, dollars and lifetimes floats
+(an infinite lifetime: nothing written). `read_results` reads a results Parquet back into rows.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
 import pyarrow as pa
 
-from kvwear.tables import TableSpec
+from kvwear.errors import KvwearError
+from kvwear.tables import TableSpec, read_table
 
 
-def _cols(typ: pa.DataType, *names: str) -> list[pa.Field]:
-    return [pa.field(n, typ) for n in names]
+@dataclass(frozen=True)
+class ResultsRow:
+    policy: str
+    model: str | None = None
+    device: str | None = None
+    dram_bytes: int | None = None
+    ssd_bytes: int | None = None
+    sample_fraction: float | None = None
+    # the simulation (kvwear.harness.estimate.estimator.sim_fields)
+    requests: int | None = None
+    span_s: float | None = None
+    miss_ratio_tokens: float | None = None
+    miss_ratio_chunks: float | None = None
+    ssd_write_bytes: int | None = None
+    ssd_write_bytes_full: int | None = None
+    ssd_write_bytes_linear: int | None = None
+    ssd_read_bytes: int | None = None
+    linear_share_of_ssd_write_bytes: float | None = None
+    hits_per_ssd_write: float | None = None
+    frac_ssd_writes_hit: float | None = None
+    load_latency_mean_s: float | None = None
+    cost_recompute_per_1k: float | None = None
+    cost_wear_per_1k: float | None = None
+    cost_per_1k: float | None = None
+    # the plan and the device's counts
+    plan_write_bytes: int | None = None
+    device_write_bytes: int | None = None
+    nand_write_bytes: int | None = None
+    ebpf_write_bytes: int | None = None
+    smart_write_bytes: int | None = None
+    # WAFs and lifetime projections (kvwear.harness.estimate.estimator)
+    waf_measured: float | None = None
+    waf_emulator: float | None = None
+    waf_uniform: float | None = None
+    waf_uniform_source: str | None = None
+    waf_workload: float | None = None
+    waf_workload_regime: str | None = None
+    # the model's error measured in that regime (waf_model.REGIME_ERRORS, bench/waf_model.py): its
+    # cases, the share within 10 % of the FTL, the median and 90th percentile of |model/FTL − 1|
+    waf_workload_regime_cases: int | None = None
+    waf_workload_regime_within_10pct: float | None = None
+    waf_workload_regime_median_error: float | None = None
+    waf_workload_regime_p90_error: float | None = None
+    tbw_bytes: float | None = None
+    host_bytes_per_day: float | None = None
+    lifetime_days_waf1: float | None = None
+    lifetime_days_uniform: float | None = None
+    lifetime_days_workload: float | None = None
+    lifetime_days_measured: float | None = None
+    # FDP placement (kvwear.harness.plan.placement)
+    placement: str | None = None
+    placement_carried: bool | None = None
+    waf_no_placement: float | None = None
+    lifetime_days_no_placement: float | None = None
+    placement_unavailable: str | None = None
+    # P/E cycles of the full-size drive
+    raw_nand_bytes: float | None = None
+    pe_rating_cycles: int | None = None
+    pe_cycles_per_day_waf1: float | None = None
+    pe_cycles_per_day_uniform: float | None = None
+    pe_cycles_per_day_workload: float | None = None
+    pe_cycles_per_day_measured: float | None = None
+    lifetime_days_pe_waf1: float | None = None
+    lifetime_days_pe_uniform: float | None = None
+    lifetime_days_pe_workload: float | None = None
+    lifetime_days_pe_measured: float | None = None
+    # the cross-validation tally (kvwear.harness.estimate.estimator.Check kinds)
+    accounting_checks_passed: int | None = None
+    accounting_checks_total: int | None = None
+    model_checks_passed: int | None = None
+    model_checks_total: int | None = None
+    # gains over LRU (kvwear.harness.pipeline.run.placement_gains)
+    host_write_gain_vs_lru: float | None = None
+    waf_gain_vs_lru: float | None = None
+    lifetime_gain_vs_lru: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
-_PE = ("waf1", "uniform", "workload", "measured")
+_ARROW: dict[type, pa.DataType] = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}
 
-# One row per policy of a run (kvwear.harness.pipeline.run; sweeps gather the rows of their points). A run without
-# replay fills the simulation's and the projections' columns; the device's stay null. Byte counts
-# are int64, ratios, seconds, dollars and lifetimes float64 (an infinite lifetime: nothing written).
+
+def _field(name: str, tp: Any) -> pa.Field:
+    args = typing.get_args(tp)
+    optional = typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in args
+    base = next(a for a in args if a is not type(None)) if optional else tp
+    return pa.field(name, _ARROW[base], nullable=optional)
+
+
 RESULTS = TableSpec(
     kind="results",
     version=1,
-    schema=pa.schema([
-        pa.field("policy", pa.string(), nullable=False),
-        *_cols(pa.string(), "model", "device"),
-        *_cols(pa.int64(), "dram_bytes", "ssd_bytes"),
-        pa.field("sample_fraction", pa.float64()),
-        # the simulation (kvwear.harness.estimate.estimator.sim_row)
-        pa.field("requests", pa.int64()),
-        *_cols(pa.float64(), "span_s", "miss_ratio_tokens", "miss_ratio_chunks"),
-        *_cols(pa.int64(), "ssd_write_bytes", "ssd_write_bytes_full", "ssd_write_bytes_linear", "ssd_read_bytes"),
-        *_cols(pa.float64(), "linear_share_of_ssd_write_bytes", "hits_per_ssd_write", "frac_ssd_writes_hit",
-               "load_latency_mean_s", "cost_recompute_per_1k", "cost_wear_per_1k", "cost_per_1k"),
-        # the plan and the device's counts
-        *_cols(pa.int64(), "plan_write_bytes", "device_write_bytes", "nand_write_bytes", "ebpf_write_bytes",
-               "smart_write_bytes"),
-        # WAFs and lifetime projections (kvwear.harness.estimate.estimator)
-        *_cols(pa.float64(), "waf_measured", "waf_emulator", "waf_uniform"),
-        pa.field("waf_uniform_source", pa.string()),
-        pa.field("waf_workload", pa.float64()),
-        pa.field("waf_workload_regime", pa.string()),
-        # the model's error measured in that regime (waf_model.REGIME_ERRORS, bench/waf_model.py):
-        # its cases, the share within 10 % of the FTL, the median and 90th percentile of |model/FTL − 1|
-        pa.field("waf_workload_regime_cases", pa.int64()),
-        *_cols(pa.float64(), "waf_workload_regime_within_10pct", "waf_workload_regime_median_error",
-               "waf_workload_regime_p90_error"),
-        *_cols(pa.float64(), "tbw_bytes", "host_bytes_per_day", "lifetime_days_waf1", "lifetime_days_uniform",
-               "lifetime_days_workload", "lifetime_days_measured"),
-        # FDP placement (kvwear.harness.plan.placement)
-        pa.field("placement", pa.string()),
-        pa.field("placement_carried", pa.bool_()),
-        *_cols(pa.float64(), "waf_no_placement", "lifetime_days_no_placement"),
-        pa.field("placement_unavailable", pa.string()),
-        # P/E cycles of the full-size drive
-        pa.field("raw_nand_bytes", pa.float64()),
-        pa.field("pe_rating_cycles", pa.int64()),
-        *_cols(pa.float64(), *(f"pe_cycles_per_day_{w}" for w in _PE), *(f"lifetime_days_pe_{w}" for w in _PE)),
-        # the cross-validation tally (kvwear.harness.estimate.estimator.Check kinds)
-        *_cols(pa.int64(), "accounting_checks_passed", "accounting_checks_total", "model_checks_passed",
-               "model_checks_total"),
-        # gains over LRU (kvwear.harness.pipeline.run.placement_gains)
-        *_cols(pa.float64(), "host_write_gain_vs_lru", "waf_gain_vs_lru", "lifetime_gain_vs_lru"),
-    ]),
+    schema=pa.schema([_field(f.name, t) for f, t in zip(
+        dataclasses.fields(ResultsRow), typing.get_type_hints(ResultsRow).values(), strict=True)]),
     # added within version 1: a results file written before them reads them as null
     defaults=tuple((c, None) for c in ("waf_workload_regime_cases", "waf_workload_regime_within_10pct",
                                        "waf_workload_regime_median_error", "waf_workload_regime_p90_error")),
 )
+
+
+def read_results(path: str | Path) -> list[ResultsRow]:
+    """The rows of a results Parquet (its kind and version checked by kvwear.tables, its columns here)."""
+    table = read_table(RESULTS, Path(path))
+    extra = sorted(set(table.column_names) - set(ResultsRow.__dataclass_fields__))
+    if extra or "policy" not in table.column_names:
+        raise KvwearError(f"{path}: not a results table of this kvwear (columns {', '.join(extra) or 'no policy'})")
+    return [ResultsRow(**r) for r in table.to_pylist()]

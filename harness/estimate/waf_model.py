@@ -79,7 +79,7 @@ Two parts.
    and whether it predicts GC at all (`Regime`); `REGIME_ERRORS` holds the model's error measured in
    each regime by bench/waf_model.py (pasted from its output), which the estimate quotes beside
    the model's WAF. Measured there (docs/results/2026-12-03-waf-model.md): block GC within 10 % of
-   the FTL on 16 of 36 cases in "block" (median |error| 11 %) and on 154 of 168 in "block light";
+   the FTL on 16 of 36 cases in "on-demand" (median |error| 11 %), 154 of 168 in "on-demand light";
    FEMU's line GC misses by a median 34–156 % — the plans' log and no-TRIM cases set off cascades
    of forced GC on victims 7/8 valid that a mean field over death distances does not resolve.
 
@@ -112,12 +112,14 @@ BANDS = 16
 LINE_PAGES = (64, 256, 1024, 4096)      # powers of two (the summary pass shifts by them)
 MODEL_NAME = "fluid log-structured cleaning over page and line death distances"
 
-# The model's regime (`WafPrediction.regime`): which GC did most of the copying in the model, and
+# The model's regime (`WafPrediction.regime`): which GC did most of the copying in the model (the
+# FTL's GC triggers, FtlConfig.gc_mode: on-demand block GC, FEMU's line background / forced), and
 # "light" where the model predicts WAF < LIGHT_WAF (GC barely runs: the error there is of a
 # different kind, a missed onset rather than a misjudged amount). "no GC": the plan fits in the
 # space GC leaves alone.
-Regime = Literal["no GC", "block light", "block", "line light", "line background", "line forced"]
-REGIMES: tuple[Regime, ...] = ("no GC", "block light", "block", "line light", "line background", "line forced")
+Regime = Literal["no GC", "on-demand light", "on-demand", "line light", "line background", "line forced"]
+REGIMES: tuple[Regime, ...] = ("no GC", "on-demand light", "on-demand", "line light", "line background",
+                              "line forced")
 LIGHT_WAF = 1.1
 
 
@@ -149,29 +151,19 @@ class DeathSummary:
     line_pages: tuple[int, ...]
     band_line_survival: tuple[tuple[tuple[float, ...], ...], ...]
 
+    def __post_init__(self) -> None:
+        if self.version != SUMMARY_VERSION:
+            raise KvwearError(f"death_summary version {self.version!r}, this kvwear reads {SUMMARY_VERSION}")
+        g = len(self.grid_pages)
+        bands = len(self.band_start_pages)
+        if not (len(self.survival) == len(self.observed) == len(self.hist_pages) == g) \
+                or len(self.band_survival) != bands or any(len(b) != g for b in self.band_survival) \
+                or len(self.band_line_survival) != len(self.line_pages) \
+                or any(len(k) != bands or any(len(b) != g for b in k) for k in self.band_line_survival):
+            raise KvwearError("death_summary grid, survival, observed, hist and bands differ in length")
+
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any], source: str = "plan.json") -> DeathSummary:
-        v = d.get("version")
-        if v != SUMMARY_VERSION:
-            raise KvwearError(f"{source}: death_summary version {v!r}, this kvwear reads {SUMMARY_VERSION}")
-        missing = [k for k in cls.__dataclass_fields__ if k not in d]
-        if missing:
-            raise KvwearError(f"{source}: death_summary lacks field {missing[0]!r}")
-        s = cls(**{k: d[k] for k in cls.__dataclass_fields__})
-        s = cls(**{**s.__dict__, "band_survival": tuple(tuple(b) for b in s.band_survival),
-                   "band_line_survival": tuple(tuple(tuple(b) for b in k) for k in s.band_line_survival),
-                   **{k: tuple(s.__dict__[k]) for k in ("grid_pages", "survival", "observed", "hist_pages",
-                                                         "band_start_pages", "line_pages")}})
-        g = len(s.grid_pages)
-        if not (len(s.survival) == len(s.observed) == len(s.hist_pages) == g) or \
-                len(s.band_survival) != len(s.band_start_pages) or any(len(b) != g for b in s.band_survival) or \
-                len(s.band_line_survival) != len(s.line_pages) or \
-                any(len(k) != len(s.band_start_pages) or any(len(b) != g for b in k) for k in s.band_line_survival):
-            raise KvwearError(f"{source}: death_summary grid, survival, observed, hist and bands differ in length")
-        return s
 
 
 def survival_grid(host_pages: int, per_octave: int = GRID_POINTS_PER_OCTAVE) -> np.ndarray:
@@ -885,8 +877,8 @@ _BENCH_RUN = "bench/waf_model.py default matrix, 2026-12-03 (docs/results/2026-1
 # Pasted from the bench's "REGIME_ERRORS" lines (it prints them); a regime the run never reached
 # is absent (the estimate then has no measured error to quote).
 REGIME_ERRORS: Mapping[str, RegimeError] = {
-    "block light": RegimeError(168, 154, 0.0013, 0.0956, _BENCH_RUN),
-    "block": RegimeError(36, 16, 0.1075, 0.3743, _BENCH_RUN),
+    "on-demand light": RegimeError(168, 154, 0.0013, 0.0956, _BENCH_RUN),
+    "on-demand": RegimeError(36, 16, 0.1075, 0.3743, _BENCH_RUN),
     "line light": RegimeError(72, 23, 0.3404, 0.8124, _BENCH_RUN),
     "line background": RegimeError(61, 5, 0.5014, 0.6726, _BENCH_RUN),
     "line forced": RegimeError(17, 2, 1.5646, 6.3182, _BENCH_RUN),
@@ -958,7 +950,7 @@ def fluid_waf(summary: DeathSummary, p_bg: float, p_high: float | None = None,
     waf = 1.0 + gc / t
     regime: Regime
     if not line_mode:
-        regime = "block light" if waf < LIGHT_WAF else "block"
+        regime = "on-demand light" if waf < LIGHT_WAF else "on-demand"
     elif waf < LIGHT_WAF:
         regime = "line light"
     else:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -41,21 +40,24 @@ import pyarrow.parquet as pq
 
 from kvwear.emulator.ftl import OP_WRITE
 from kvwear.errors import InputError, KvwearError
-from kvwear.harness.devices.base import ReplayResult, open_device
+from kvwear.harness.devices.base import open_device
+from kvwear.harness.devices.measurement import CaptureCount, DeviceMeasurement, ReplayResult
 from kvwear.harness.estimate.estimator import (
     TLC_PE_CYCLES,
-    DeviceBytes,
+    Check,
+    Estimate,
     EstimateInputs,
     PlanBytes,
+    PlanRecord,
     estimate_policy,
     host_bytes_per_day,
     pe_projections,
     projected_lifetime_days,
-    sim_row,
+    sim_fields,
     tbw_from_dwpd,
     tbw_from_pe_cycles,
 )
-from kvwear.harness.estimate.schema import RESULTS
+from kvwear.harness.estimate.schema import RESULTS, ResultsRow
 from kvwear.harness.estimate.waf_model import PAGE_BYTES, DeathCounter, DeathSummary, WafPrediction, workload_waf
 from kvwear.harness.pipeline.config import RunConfig
 from kvwear.harness.pipeline.rundir import RunDir, Stage, build_manifest, input_sha256, write_json
@@ -74,8 +76,10 @@ from kvwear.harness.plan.placement import PlacementConfig, PlacementStats, assig
 from kvwear.harness.plan.planner import PlanCounts, ReplayConfig, plan_block_ops, stream_block_ops
 from kvwear.harness.plan.schema import BLOCK_OPS
 from kvwear.harness.wear.schema import WEAR
+from kvwear.harness.wear.snapshot import WearDelta, snapshot, wear_rows, wear_table
 from kvwear.harness.wear.snapshot import delta as wear_delta
-from kvwear.harness.wear.snapshot import snapshot, wear_rows, wear_table
+from kvwear.policies.metrics import SimSummary
+from kvwear.records import encode
 from kvwear.tables import TableWriter, atomic_write, iter_table_batches, read_table, write_table
 from kvwear.workloads.models import ModelProfile, resolve_profile
 from kvwear.workloads.sampling import check_fraction, sample_groups, sampled_batches
@@ -92,8 +96,8 @@ def _no_progress(_stage: str, _done: int, _total: int | None) -> None:
 @dataclass(frozen=True)
 class PolicyOutcome:
     label: str
-    row: dict[str, Any]
-    checks: list[dict[str, Any]]
+    row: ResultsRow
+    checks: tuple[Check, ...]
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,7 @@ class RunOutcome:
     run_dir: Path
     results: pa.Table
     outcomes: tuple[PolicyOutcome, ...]
+    rows: tuple[ResultsRow, ...]           # the results table's rows (gains over LRU included)
     report_html: Path | None
     tiers: TierSizing | None = None
     reruns: tuple[str, ...] = ()       # finished stages a resume ran again, and why (rundir.Stage)
@@ -231,8 +236,15 @@ class Plan:
 
     label: str
     dir: Path
-    bytes: PlanBytes
-    death_summary: DeathSummary
+    record: PlanRecord
+
+    @property
+    def bytes(self) -> PlanBytes:
+        return self.record.bytes
+
+    @property
+    def death_summary(self) -> DeathSummary:
+        return self.record.death_summary
 
     @property
     def block_ops_path(self) -> Path:
@@ -240,9 +252,7 @@ class Plan:
 
     @classmethod
     def read(cls, label: str, d: Path) -> Plan:
-        path = d / "plan.json"
-        acc = json.loads(path.read_text())
-        return cls(label, d, PlanBytes.from_json(acc), DeathSummary.from_dict(acc["death_summary"], str(path)))
+        return cls(label, d, PlanRecord.load(d / "plan.json"))
 
 
 # The ssd_ops columns the planner reads (session_id and cause, strings of every row, are left on disk).
@@ -290,8 +300,8 @@ def plan_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, capacity: int) -> Pla
                 del table
         except InputError as exc:     # name the policy whose plan did not fit
             raise InputError(exc.path, exc.line, exc.field, f"policy {label}: {exc.message}") from None
-        write_json(d / "plan.json", {**plan.accounting(), "placement": placed.as_dict(),
-                                     "death_summary": plan_death_summary(path, capacity).as_dict()})
+        counts = PlanCounts(**{f.name: getattr(plan, f.name) for f in dataclasses.fields(PlanCounts)})
+        PlanRecord(counts, placed, plan_death_summary(path, capacity)).dump(d / "plan.json")
         return Plan.read(label, d), {"write_ios": plan.write_ios}
 
     return Stage(f"plan/{label}", compute, lambda: Plan.read(label, d), outputs=(d,),
@@ -339,14 +349,15 @@ def plan_death_summary(block_ops: pa.Table | Path, capacity: int) -> DeathSummar
 
 
 @contextmanager
-def _capture(cfg: RunConfig, device_path: str, out_dir: Path) -> Iterator[dict[str, Any]]:
-    """eBPF capture around the replay when configured; yields a dict filled on exit."""
-    info: dict[str, Any] = {}
+def _capture(cfg: RunConfig, device_path: str, out_dir: Path) -> Iterator[list[CaptureCount]]:
+    """eBPF capture around the replay when configured; yields a list that holds the capture's
+    counts on exit (empty: no capture)."""
+    got: list[CaptureCount] = []
     # Only a block device has a dev_t of its own; a file's dev_t is its whole filesystem.
     if cfg.capture.tracer == "none" or not device_backend(cfg).capabilities.block_tracer:
-        yield info
+        yield got
         return
-    from kvwear.harness.capture import kernel_dev_t, open_tracer
+    from kvwear.harness.capture import kernel_dev_t, open_tracer  # bcc's module is imported on use only
 
     name = Path(os.path.realpath(device_path)).name
     if Path(f"/sys/class/block/{name}/partition").exists():
@@ -356,24 +367,24 @@ def _capture(cfg: RunConfig, device_path: str, out_dir: Path) -> Iterator[dict[s
     tracer = open_tracer(cfg.capture.tracer)
     tracer.start(kernel_dev_t(device_path), out_dir / "block_trace.parquet")
     try:
-        yield info
+        yield got
     except BaseException:
         # the replay failed: detach the probes, but let the replay's error be the one reported
         with contextlib.suppress(Exception):
             tracer.stop()
         raise
     res = tracer.stop()
-    info.update({"tracer": res.tracer, "events": res.events, "lost_events": res.lost_events,
-                 "write_bytes": res.write_bytes, "write_requests": res.write_requests,
-                 "bytes_by_op": dict(res.bytes_by_op), "requests_by_op": dict(res.requests_by_op),
-                 "unmatched_completions": res.unmatched_completions, "no_completion": res.no_completion,
-                 # bpftrace confirms with its flush barrier that its last events reached the file
-                 "drained": bool(res.extra.get("flushed", True)),
-                 "parquet_path": str(res.parquet_path)})
+    count = CaptureCount(
+        tracer=res.tracer, events=res.events, lost_events=res.lost_events, bytes_by_op=dict(res.bytes_by_op),
+        requests_by_op=dict(res.requests_by_op), unmatched_completions=res.unmatched_completions,
+        no_completion=res.no_completion,
+        # bpftrace confirms with its flush barrier that its last events reached the file
+        drained=bool(res.extra.get("flushed", True)), parquet_path=str(res.parquet_path))
     drop = int(os.environ.get(FAULT_DROP_EVENTS_ENV, "0") or 0)
     if drop:
-        info.update(_drop_write_events(info, drop))       # in place: the caller holds `info`
-    write_json(out_dir / "capture.json", info)
+        count = _drop_write_events(count, drop)
+    got.append(count)
+    write_json(out_dir / "capture.json", encode(count))
 
 
 # Test-only fault injection: the capture "loses" this many write events (as a tracer whose ring
@@ -381,38 +392,39 @@ def _capture(cfg: RunConfig, device_path: str, out_dir: Path) -> Iterator[dict[s
 FAULT_DROP_EVENTS_ENV = "KVWEAR_TEST_DROP_TRACE_EVENTS"
 
 
-def _drop_write_events(info: dict[str, Any], n: int) -> dict[str, Any]:
-    """`info` as if the tracer had missed its first `n` write events (their rows stay in the
+def _drop_write_events(count: CaptureCount, n: int) -> CaptureCount:
+    """`count` as if the tracer had missed its first `n` write events (their rows stay in the
     trace file; the counts leave them out), marked as injected."""
-    trace = pq.read_table(info["parquet_path"], columns=["op", "bytes"])
+    trace = pq.read_table(count.parquet_path, columns=["op", "bytes"])
     writes = trace.filter(pc.equal(pc.cast(trace.column("op"), pa.string()), "write")).slice(0, n)
     lost = int(pc.sum(writes.column("bytes")).as_py() or 0)
-    by_op = {**info["bytes_by_op"], "write": int(info["bytes_by_op"].get("write", 0)) - lost}
-    return {**info, "write_bytes": int(info["write_bytes"]) - lost, "bytes_by_op": by_op,
-            "write_requests": int(info["write_requests"]) - writes.num_rows,
-            "injected_fault": f"{writes.num_rows} write events ({lost:,} bytes) dropped ({FAULT_DROP_EVENTS_ENV})"}
+    by_op = {**count.bytes_by_op, "write": count.write_bytes - lost}
+    by_req = {**count.requests_by_op, "write": int(count.requests_by_op.get("write", 0)) - writes.num_rows}
+    return dataclasses.replace(count, bytes_by_op=by_op, requests_by_op=by_req, injected_fault=(
+        f"{writes.num_rows} write events ({lost:,} bytes) dropped ({FAULT_DROP_EVENTS_ENV})"))
 
 
 def device_stage(cfg: RunConfig, rd: RunDir, plan: Plan, capacity: int,
-                 progress: Progress = _no_progress) -> DeviceBytes:
+                 progress: Progress = _no_progress) -> DeviceMeasurement:
     label = plan.label
     d = rd.stage_dir("device", label)
     stage = f"device/{label}"
 
-    def load() -> DeviceBytes:
-        return DeviceBytes.from_json(json.loads((d / "result.json").read_text()), cfg.device.kind)
+    def load() -> DeviceMeasurement:
+        return DeviceMeasurement.load(d / "result.json")
 
-    def compute() -> tuple[DeviceBytes, Mapping[str, Any]]:
+    def compute() -> tuple[DeviceMeasurement, Mapping[str, Any]]:
         res = _replay_on_device(cfg, d, plan, label, capacity, progress)
-        return load(), {"write_bytes": res.write_bytes}
+        return res, {"write_bytes": res.replay.write_bytes}
 
     return Stage(stage, compute, load, outputs=(d,), after=(f"plan/{label}",)).run(rd)
 
 
 def _replay_on_device(cfg: RunConfig, d: Path, plan: Plan, label: str, capacity: int,
-                      progress: Progress) -> ReplayResult:
+                      progress: Progress) -> DeviceMeasurement:
     """Play the plan on the device with wear snapshots and the eBPF capture around it; writes
-    result.json, wear.parquet and (where the backend counts intervals) timeline.parquet."""
+    result.json (the DeviceMeasurement), wear.parquet and (where the backend counts intervals)
+    timeline.parquet."""
     stage = f"device/{label}"
     streams = device_backend(cfg).capabilities.streams_plan
     block_ops = plan.block_ops_path if streams else read_table(BLOCK_OPS, plan.block_ops_path)
@@ -428,40 +440,40 @@ def _replay_on_device(cfg: RunConfig, d: Path, plan: Plan, label: str, capacity:
         ident = dev.identity()
     finally:
         dev.close()
-    wear: dict[str, Any] = {}
+    deltas: list[WearDelta] = []
+    unsupported: dict[str, str] = {}
     if readers:
         rows = wear_rows(before, 0.0, "before", label) + wear_rows(after, time.monotonic() - t0, "after", label)
         write_table(WEAR, wear_table(rows), d / "wear.parquet")
         for b, a in zip(before, after, strict=True):
             if b.supported and a.supported:
-                wear[b.source] = dataclasses.asdict(wear_delta(b, a))
+                deltas.append(wear_delta(b, a))
             else:
-                wear[b.source] = {"unsupported": (b.note or a.note)}
-    out = {**dataclasses.asdict(res), "identity": dataclasses.asdict(ident), "capture": cap, "wear": wear}
-    out["extra"].pop("intervals", None)           # kept as a table below, not in the JSON
-    if res.intervals_path:                        # the backend counted host and NAND bytes per interval
-        iv = pq.read_table(res.intervals_path)
-        host = np.cumsum(iv.column("host_bytes").to_numpy())
-        nand = np.cumsum(iv.column("nand_bytes").to_numpy())
+                unsupported[b.source] = b.note or a.note or "unsupported"
+    if res.intervals_path:     # the backend counted host and NAND bytes per interval, cumulatively
+        iv = pq.read_table(res.intervals_path, columns=["host_bytes", "nand_bytes"])
+        host = iv.column("host_bytes").to_numpy()
+        nand = iv.column("nand_bytes").to_numpy()
         _write_parquet(pa.table({"host_bytes": host, "nand_bytes": nand,
                                  "waf_cumulative": nand / np.maximum(host, 1)}), d / "timeline.parquet")
-    write_json(d / "result.json", out)
-    return res
+    measurement = DeviceMeasurement(res, ident, cap[0] if cap else None, tuple(deltas), unsupported)
+    measurement.dump(d / "result.json")
+    return measurement
 
 
-def placement_gains(rows: list[dict[str, Any]], reference: str = "lru") -> list[dict[str, Any]]:
-    """Each row plus its lifetime gain over `reference` without placement, split as host-write gain
+def placement_gains(rows: list[ResultsRow], reference: str = "lru") -> list[ResultsRow]:
+    """Each row with its lifetime gain over `reference` without placement, split as host-write gain
     (reference host bytes ÷ this policy's) × WAF gain (reference WAF without placement ÷ this
     policy's WAF as measured, with its placement): lifetime ∝ 1 / (host bytes × WAF) on one drive."""
-    ref = next((r for r in rows if r.get("policy") == reference), None)
+    ref = next((r for r in rows if r.policy == reference), None)
     out = []
     for r in rows:
-        g: dict[str, Any] = {"host_write_gain_vs_lru": None, "waf_gain_vs_lru": None, "lifetime_gain_vs_lru": None}
-        if ref is not None and r.get("plan_write_bytes") and ref.get("waf_no_placement") and r.get("waf_measured"):
-            hg = ref["plan_write_bytes"] / r["plan_write_bytes"]
-            wg = ref["waf_no_placement"] / r["waf_measured"]
-            g = {"host_write_gain_vs_lru": hg, "waf_gain_vs_lru": wg, "lifetime_gain_vs_lru": hg * wg}
-        out.append({**r, **g})
+        if ref is not None and r.plan_write_bytes and ref.plan_write_bytes and ref.waf_no_placement \
+                and r.waf_measured:
+            hg = ref.plan_write_bytes / r.plan_write_bytes
+            wg = ref.waf_no_placement / r.waf_measured
+            r = dataclasses.replace(r, host_write_gain_vs_lru=hg, waf_gain_vs_lru=wg, lifetime_gain_vs_lru=hg * wg)
+        out.append(r)
     return out
 
 
@@ -503,7 +515,7 @@ def emulator_waf(cfg: RunConfig, rd: RunDir, label: str) -> float | None:
     return b.twin_waf(device_spec(cfg, None), plan)
 
 
-def estimate_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, plan: Plan, device: DeviceBytes,
+def estimate_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, plan: Plan, device: DeviceMeasurement,
                    capacity: int) -> PolicyOutcome:
     """The estimator (kvwear.harness.estimate.estimator.estimate_policy) on what the policy's stages counted, with
     the device's models (uniform WAF, workload model, FTL twin); writes crossval.json, which also
@@ -512,8 +524,8 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, plan: Plan, devic
     path = rd.stage_dir("estimate", label) / "crossval.json"
 
     def load() -> PolicyOutcome:
-        d = json.loads(path.read_text())
-        return PolicyOutcome(label, dict(d["row"]), list(d["checks"]))
+        est = Estimate.load(path)
+        return PolicyOutcome(label, est.row, est.checks)
 
     def compute() -> tuple[PolicyOutcome, Mapping[str, Any]]:
         tbw, duration = tbw_and_duration(cfg, sim.summary.span_s)
@@ -527,9 +539,8 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, plan: Plan, devic
             waf_emulator=emulator_waf(cfg, rd, label),
             preconditioned=device_backend(cfg).preconditioned(device_spec(cfg, capacity)),
             layout=cfg.replay.layout, raw_nand_bytes=raw, pe_rating_cycles=rating))
-        write_json(path, {"policy": label, "checks": list(est.checks), "tbw_bytes": tbw, "duration_s": duration,
-                          "row": est.row})
-        return load(), {}
+        est.dump(path)
+        return PolicyOutcome(label, est.row, est.checks), {}
 
     return Stage(f"estimate/{label}", compute, load, outputs=(path,),
                  after=(f"simulate/{label}", f"plan/{label}", f"device/{label}")).run(rd)
@@ -575,17 +586,15 @@ def _run_stages(cfg: RunConfig, sizing: TierSizing, rd: RunDir, *, resume: bool,
     for spec, label in zip(cfg.policies, labels, strict=True):
         sim = simulate_stage(cfg, rd, spec, label, workload, profile, progress)
         if not replay:
-            row = {"policy": label, "model": cfg.model, "dram_bytes": cfg.tiers.dram_bytes,
-                   "ssd_bytes": cfg.tiers.ssd_bytes, "sample_fraction": cfg.workload.sample_fraction,
-                   **sim_row(sim.summary)}
-            outcomes.append(PolicyOutcome(label, {**row, **_projections_without_device(cfg, row)}, []))
+            outcomes.append(PolicyOutcome(label, _row_without_device(cfg, label, sim.summary), ()))
             continue
         plan = plan_stage(cfg, rd, sim, capacity)
         progress(f"plan/{label}", 1, 1)
         device = device_stage(cfg, rd, plan, capacity, progress)
         progress(f"device/{label}", 1, 1)
         outcomes.append(estimate_stage(cfg, rd, sim, plan, device, capacity))
-    results = results_table(placement_gains([o.row for o in outcomes]) if replay else [o.row for o in outcomes])
+    rows = placement_gains([o.row for o in outcomes]) if replay else [o.row for o in outcomes]
+    results = results_table(rows)
     write_table(RESULTS, results, rd.results_path)
     rd.mark_done("results")
     html = None
@@ -594,38 +603,36 @@ def _run_stages(cfg: RunConfig, sizing: TierSizing, rd: RunDir, *, resume: bool,
 
         html = build_run_report(rd.root).html
         rd.mark_done("report")
-    return RunOutcome(rd.root, results, tuple(outcomes), html, sizing, tuple(rd.reruns))
+    return RunOutcome(rd.root, results, tuple(outcomes), tuple(rows), html, sizing, tuple(rd.reruns))
 
 
-def results_table(rows: list[dict[str, Any]]) -> pa.Table:
-    """The rows as a RESULTS table (columns a row lacks are null: a run without replay has no
-    device columns); a column RESULTS does not declare is a harness bug, refused by name."""
-    extra = sorted({k for r in rows for k in r} - set(RESULTS.schema.names))
-    if extra:
-        raise KvwearError(f"results rows hold columns kvwear.harness.estimate.schema.RESULTS lacks: {', '.join(extra)}")
-    return RESULTS.conform(pa.Table.from_pylist(rows, schema=RESULTS.schema))
+def results_table(rows: Iterable[ResultsRow]) -> pa.Table:
+    """The rows as a RESULTS table (a run without replay has no device fields: null)."""
+    return RESULTS.conform(pa.Table.from_pylist([r.as_dict() for r in rows], schema=RESULTS.schema))
 
 
-def accounting_faults(rows: Iterable[Mapping[Any, Any]]) -> list[str]:
-    """'POLICY: k of n checks failed' for every row whose byte-accounting checks did not all hold."""
+def accounting_faults(rows: Iterable[ResultsRow | Mapping[str, Any]]) -> list[str]:
+    """'POLICY: k of n checks failed' for every row whose byte-accounting checks did not all hold
+    (typed rows, or a sweep's stored rows as mappings)."""
     def count(v: Any) -> int:            # None, or NaN in a table where other rows have the column
         return 0 if v is None or v != v else int(v)
 
     out = []
     for r in rows:
-        total, passed = count(r.get("accounting_checks_total")), count(r.get("accounting_checks_passed"))
+        d = r.as_dict() if isinstance(r, ResultsRow) else r
+        total, passed = count(d.get("accounting_checks_total")), count(d.get("accounting_checks_passed"))
         if passed < total:
-            out.append(f"{r['policy']}: {total - passed} of {total} checks failed")
+            out.append(f"{d['policy']}: {total - passed} of {total} checks failed")
     return out
 
 
-def run_point(cfg: RunConfig, out: Path, *, replay: bool) -> dict[str, Any]:
+def run_point(cfg: RunConfig, out: Path, *, replay: bool) -> ResultsRow:
     """One sweep point (one policy): run it (resuming whatever a dead worker finished) and return
     its results row. Without `replay`, lifetime uses the WAF-1 and analytical projections only."""
     if len(cfg.policies) != 1:
         raise KvwearError(f"a sweep point has exactly one policy, got {list(cfg.policies)}")
     outcome = run(cfg, out, resume=True, replay=replay, report=False)
-    return dict(outcome.outcomes[0].row)
+    return outcome.outcomes[0].row
 
 
 def tbw_and_duration(cfg: RunConfig, span_s: float) -> tuple[float, float]:
@@ -639,19 +646,22 @@ def tbw_and_duration(cfg: RunConfig, span_s: float) -> tuple[float, float]:
     return tbw, duration if duration > 0 else 1.0
 
 
-def _projections_without_device(cfg: RunConfig, row: dict[str, Any]) -> dict[str, Any]:
-    """Lifetime without a block plan. The plan's 4 KiB-aligned bytes are not known here, so the
-    policy's object bytes are used (the replay path uses the aligned bytes; they differ only by
-    the stated rounding)."""
+def _row_without_device(cfg: RunConfig, label: str, summary: SimSummary) -> ResultsRow:
+    """A policy's row without a block plan: lifetime from the policy's object bytes (the plan's
+    4 KiB-aligned bytes are not known here; the replay path uses them: they differ only by the
+    stated rounding), under WAF 1 and the uniform reference."""
     f = cfg.workload.sample_fraction
-    tbw, duration = tbw_and_duration(cfg, float(row["span_s"]))
-    per_day = host_bytes_per_day(row["ssd_write_bytes"] / f, duration)
+    tbw, duration = tbw_and_duration(cfg, float(summary.span_s))
+    per_day = host_bytes_per_day(summary.ssd_write_bytes / f, duration)
     waf_uniform, src = uniform_waf(cfg, device_capacity(cfg))
-    return {"tbw_bytes": tbw, "host_bytes_per_day": per_day, "waf_uniform": waf_uniform, "waf_uniform_source": src,
-            "lifetime_days_waf1": projected_lifetime_days(tbw, per_day, 1.0),
-            "lifetime_days_uniform": projected_lifetime_days(tbw, per_day, waf_uniform),
-            **pe_projections(*pe_rating(cfg, device_capacity(cfg)),
-                             {"waf1": (per_day, 1.0), "uniform": (per_day, waf_uniform)})}
+    return ResultsRow(
+        policy=label, model=cfg.model, dram_bytes=cfg.tiers.dram_bytes, ssd_bytes=cfg.tiers.ssd_bytes,
+        sample_fraction=f, **sim_fields(summary), tbw_bytes=tbw, host_bytes_per_day=per_day,
+        waf_uniform=waf_uniform, waf_uniform_source=src,
+        lifetime_days_waf1=projected_lifetime_days(tbw, per_day, 1.0),
+        lifetime_days_uniform=projected_lifetime_days(tbw, per_day, waf_uniform),
+        **pe_projections(*pe_rating(cfg, device_capacity(cfg)),
+                         {"waf1": (per_day, 1.0), "uniform": (per_day, waf_uniform)}))
 
 
 def pe_rating(cfg: RunConfig, capacity: int) -> tuple[float, float]:

@@ -55,6 +55,7 @@ from typing import Any, Generic, TypeVar
 from kvwear import __version__
 from kvwear.errors import KvwearError
 from kvwear.memory import release_freed_memory
+from kvwear.records import RecordError
 from kvwear.tables import atomic_write
 
 MANIFEST_VERSION = 1
@@ -248,9 +249,13 @@ class Stage(Generic[R]):
         if rd.is_done(self.name):
             reason = rd.stale_reason(self.name, self.outputs, self.after)
             if reason is None:
-                record = self.load()
-                rd.skip()
-                return record
+                try:
+                    record = self.load()
+                except RecordError as exc:     # its record is damaged or of another kvwear: run it again
+                    reason = f"its record does not read back ({exc})"
+                else:
+                    rd.skip()
+                    return record
             rd.invalidate(self.name, reason)
         record, info = self.compute()
         rd.mark_done(self.name, info, outputs=self.outputs, after=self.after)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 from kvwear.registry import Registry
 
@@ -45,3 +46,14 @@ WearReader = Callable[[str, CommandRunner], WearSample]
 # Modules that register readers. Adding a reader = its module + one line here.
 READERS: Registry[WearReader] = Registry("wear reader", modules=[
     f"kvwear.harness.wear.{m}" for m in ("fdp", "femu", "intel", "nvme_smart", "ocp", "psutil_disk", "smartctl")])
+
+
+class CounterSource(StrEnum):
+    """The log a drive's own host and media byte counts were read from (the source a device
+    measurement names, kvwear.harness.devices.measurement): FEMU's SMART vendor bytes or its stats
+    log C0h (kvwear.harness.wear.femu), or the NVMe FDP statistics log 22h (kvwear.harness.wear.fdp: an
+    FDP drive, FEMU HEAD's FDP FTL, stock QEMU's FDP drive)."""
+
+    SMART_VENDOR_BYTES = "smart-vendor-bytes"
+    STATS_LOG_C0H = "stats-log-c0h"
+    FDP_STATS_LOG_22H = "fdp-stats-log-22h"

@@ -1,4 +1,4 @@
-"""FEMU's FTL counters. FEMU builds of the fixtures' generation (DESIGN.md) write them into the
+"""FEMU's FTL counters. FEMU builds of the fixtures' generation (docs/design/replay-and-devices.md) write them into the
 vendor bytes of the SMART log:
 
 | offset | type   | meaning                                                   |
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 
 from kvwear.errors import InputError
 from kvwear.harness.wear._decode import (
@@ -56,17 +55,6 @@ FEMU_PAGE_BYTES = 4096
 WAF_OFFSET, HOST_PAGES_OFFSET, GC_PAGES_OFFSET = 192, 200, 208
 STATS_LOG_ID, STATS_LOG_BYTES = 0xC0, 512
 STATS_WAF_OFFSET, STATS_HOST_OFFSET, STATS_GC_OFFSET, STATS_PROGRAMMED_OFFSET = 0, 8, 16, 24
-
-
-class CounterSource(StrEnum):
-    """The counters an emulated drive's own host and NAND bytes were read from: result.json's
-    `femu_counter_source` (kvwear.harness.devices.qemu.femu_deltas) and the source of the checks on them
-    (kvwear.harness.estimate.estimator). FEMU's SMART vendor bytes or its stats log C0h (this module), or the NVMe
-    FDP statistics log 22h (kvwear.harness.wear.fdp: FEMU HEAD's FDP FTL, stock QEMU's FDP drive)."""
-
-    SMART_VENDOR_BYTES = "smart-vendor-bytes"
-    STATS_LOG_C0H = "stats-log-c0h"
-    FDP_STATS_LOG_22H = "fdp-stats-log-22h"
 
 
 @dataclass(frozen=True)

@@ -34,4 +34,4 @@ def test_smoke_size_runs_and_gc_runs(capsys: pytest.CaptureFixture[str]) -> None
         # uniform random overwrites, 2 drive writes from empty: GC runs on both drives
         assert c.active, c
         assert abs(c.err) <= b.WITHIN, c
-    assert {c.regime for c in cases} == {"block", "line background"}   # the model sees GC on both
+    assert {c.regime for c in cases} == {"on-demand", "line background"}   # the model sees GC on both

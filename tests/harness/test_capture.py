@@ -216,8 +216,8 @@ def test_deferred_trims_reach_the_device_as_discards(tmp_path: Path) -> None:
         finally:
             c = tracer.stop()
     trims = int((ops == "trim").sum())
-    assert res.trim_bytes == trims * 16384 and res.extra["trim_bytes_superseded"] == 0   # distinct slots
-    assert res.extra["segments"] == 3
+    assert res.trim_bytes == trims * 16384 and res.trims.superseded_bytes == 0   # distinct slots
+    assert res.trims.mode == "deferred" and res.details["segments"] == 3
     assert res.write_bytes == (n - trims) * 16384
     # Exact unless the kernel skipped probe runs; then each skipped run hides at most one request.
     missed = (res.trim_bytes - c.bytes_by_op.get("discard", 0)) + (res.write_bytes - c.write_bytes)

@@ -17,6 +17,7 @@ import pytest
 from kvwear.errors import KvwearError
 from kvwear.harness.cli.main import main
 from kvwear.harness.devices.base import DEVICES, DeviceParams, DeviceSpec, backend, option
+from kvwear.harness.devices.measurement import DeviceMeasurement
 from kvwear.harness.pipeline.sweep import plan_sweep
 
 # (--device, an option the backend does take, which must be in the valid list)
@@ -123,8 +124,16 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from kvwear.harness.devices.base import (DEVICES, Backend, Capabilities, DeviceParams, DeviceSpec,
-                                         FixedCapacity, ReplayResult, option)
+from kvwear.harness.devices.base import (
+    DEVICES,
+    Backend,
+    Capabilities,
+    DeviceParams,
+    DeviceSpec,
+    FixedCapacity,
+    option,
+)
+from kvwear.harness.devices.measurement import ReplayResult, TrimCount
 from kvwear.harness.wear.identify import DeviceIdentity
 from kvwear.harness.devices.sim import plan_to_requests
 
@@ -154,9 +163,10 @@ class ToyDevice:
             if op == 0:
                 self.pages[f:f + n] += 1
             written[op] += n * 4096
-        return ReplayResult(device="toy", write_bytes=written[0], read_bytes=written[1], trim_bytes=written[2],
-                            write_ios=int((codes == 0).sum()), read_ios=int((codes == 1).sum()),
-                            wall_s=time.perf_counter() - t, tool="toy")
+        return ReplayResult(device="toy", tool="toy", write_bytes=written[0], read_bytes=written[1],
+                            trim_bytes=written[2], write_ios=int((codes == 0).sum()),
+                            read_ios=int((codes == 1).sum()), wall_s=time.perf_counter() - t,
+                            trims=TrimCount.native(written[2]))
 
     def close(self) -> None:
         pass
@@ -207,8 +217,8 @@ def test_a_backend_is_one_module_and_one_registry_line(
     assert manifest["devices"]["capacity_bytes"] == 48 << 20
     assert row["plan_write_bytes"] == row["device_write_bytes"] > 0
     assert row["accounting_checks_passed"] == row["accounting_checks_total"] > 0
-    result = json.loads((out / "device" / "lru" / "result.json").read_text())
-    assert result["identity"]["model"] == "toy-ram" and result["wear"] == {} and result["capture"] == {}
+    result = DeviceMeasurement.load(out / "device" / "lru" / "result.json")
+    assert result.identity.model == "toy-ram" and result.wear == () and result.capture is None
     # its capabilities reach the sweep planner: a drive to share, a size of its own
     plan = plan_sweep({"base": {"device": {"kind": "toy"}, "policies": ["lru"]},
                        "sweep": {"replay": True, "drive_resource": "toy0"}}, "s.toml")

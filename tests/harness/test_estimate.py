@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import struct
 from pathlib import Path
@@ -11,15 +12,26 @@ import pytest
 
 from kvwear.emulator.ftl import Ftl, FtlConfig
 from kvwear.errors import KvwearError
+from kvwear.harness.devices.measurement import (
+    DeviceMeasurement,
+    HostCount,
+    MediaCount,
+    ReplayResult,
+    TrimCount,
+    TrimMode,
+)
 from kvwear.harness.estimate.estimator import (
+    DUW_NOTE,
     HOST_BYTES_REL_TOL,
     LIFETIME_REL_TOL,
     SMART_HOST_BYTES_REL_TOL,
     WAF_REL_TOL,
     Check,
-    DeviceBytes,
+    EstimateInputs,
+    PlanBytes,
     analytical_waf,
-    femu_host_check,
+    counter_check,
+    estimate_policy,
     ftl_alpha,
     ftl_predicted_waf,
     host_bytes_per_day,
@@ -28,7 +40,9 @@ from kvwear.harness.estimate.estimator import (
     tbw_from_pe_cycles,
     waf_from_counters,
 )
-from kvwear.harness.wear.femu import CounterSource
+from kvwear.harness.wear.base import NVME_DATA_UNIT_BYTES
+from kvwear.harness.wear.identify import DeviceIdentity
+from kvwear.policies.metrics import SimSummary
 
 FEMU = dict(devsz_mb=192, pgs_per_blk=256, blks_per_pl=64, pls_per_lun=1, luns_per_ch=2, nchs=2,
             gc_thres_pcent=75, gc_thres_pcent_high=95)
@@ -130,17 +144,34 @@ def test_pe_cycles_per_day_and_rated_lifetime() -> None:
         pe_cycles_per_day(1e12, 2.0, 0)
 
 
-def test_femu_host_pages_are_checked_against_the_plan() -> None:
-    """FEMU's own host page count is one more point of the byte accounting (numbers of the FEMU
-    HEAD run in tests/harness/fixtures/femu-head-fdp): the SMART vendor count is checked, the FDP
-    log's is left to the per-handle checks."""
-    def device(host: int, source: str) -> DeviceBytes:
-        return DeviceBytes.from_json({"write_bytes": 502_530_048, "tool": "fio-3.33", "extra": {
-            "femu_host_bytes_delta": host, "femu_counter_source": source}}, "femu")
+def test_a_drives_own_host_counts_are_checked_against_the_plan() -> None:
+    """A drive's own counter of the host bytes is one more point of the byte accounting, checked by
+    its unit, whoever counted (numbers of the FEMU HEAD run in tests/harness/fixtures/femu-head-fdp):
+    a page counter within the host-bytes tolerance, NVMe Data Units Written within its rounding."""
+    plan = 502_530_048
+    ok = counter_check(plan, HostCount("femu smart-vendor-bytes", plan, unit_bytes=4096))
+    assert ok.passed and ok.source == "femu smart-vendor-bytes" and ok.kind == "accounting" and ok.note == ""
+    assert not counter_check(plan, HostCount("femu smart-vendor-bytes", plan - 8 * 2**20, unit_bytes=4096)).passed
+    units = -(-plan // NVME_DATA_UNIT_BYTES)                     # the counter rounds up
+    duw = counter_check(plan, HostCount("smart-duw (guest)", units * NVME_DATA_UNIT_BYTES, NVME_DATA_UNIT_BYTES))
+    assert duw.passed and duw.note == DUW_NOTE
+    off = counter_check(plan, HostCount("smart-duw (guest)", (units + 40) * NVME_DATA_UNIT_BYTES,
+                                        NVME_DATA_UNIT_BYTES))
+    assert not off.passed
 
-    ok = femu_host_check(502_530_048, device(502_530_048, "smart-vendor-bytes"))
-    assert ok is not None and ok.passed and ok.source == "femu smart-vendor-bytes"
-    lost = femu_host_check(502_530_048, device(502_530_048 - 8 * 2**20, "smart-vendor-bytes"))
-    assert lost is not None and not lost.passed
-    assert femu_host_check(502_530_048, device(502_530_048, CounterSource.FDP_STATS_LOG_22H)) is None
-    assert femu_host_check(502_530_048, DeviceBytes.from_json({"write_bytes": 1}, "qemu")) is None
+
+def test_a_drive_that_received_nothing_lasts_for_ever() -> None:
+    """A policy that wrote nothing (the oracle without a write budget, Gandalf at a large γ): the
+    drive measures no WAF (no host byte to divide by), and its measured lifetime is unbounded, not
+    missing (sweep figures pick the measured lifetime)."""
+    summary = SimSummary(**{f.name: 0 for f in dataclasses.fields(SimSummary)} | {"label": "belady"})
+    replay = ReplayResult("sim", "kvwear-ftl", 0, 0, 0, 0, 0, 0.0, TrimCount(TrimMode.NONE, 0),
+                          media=MediaCount("kvwear-ftl", 0, 0))
+    est = estimate_policy(EstimateInputs(
+        label="belady", model="kimi-k3", device_kind="sim", dram_bytes=1, ssd_bytes=1, sample_fraction=1.0,
+        summary=summary, plan=PlanBytes(0, 0, 0, "none", (0,)),
+        device=DeviceMeasurement(replay, DeviceIdentity("sim", "")),
+        tbw_bytes=1e15, duration_s=3600.0, waf_uniform=2.0, waf_uniform_source="-", prediction=None,
+        waf_emulator=None, preconditioned=False, layout="extent", raw_nand_bytes=1e12, pe_rating_cycles=3000))
+    assert est.row.waf_measured is None and est.row.lifetime_days_measured == math.inf
+    assert all(c.passed for c in est.checks if c.kind == "accounting")

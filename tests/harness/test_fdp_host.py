@@ -66,9 +66,9 @@ def test_a_placed_plan_on_a_loop_device_falls_back_to_plain_writes(tmp_path: Pat
         assert not gate.ok and gate.reason == f"{devpath} is not an NVMe namespace"
         dev = FioDevice(DeviceSpec("block", devpath), tmp_path)
         res = dev.replay(plan, tmp_path / "run")
-        assert res.extra["placement_dropped"] and res.extra["placement_unavailable"] == gate.reason
-        assert res.tool.startswith("fio") and "fdp" not in res.extra
-        assert res.write_bytes == 300 * K == res.extra["diskstats_write_bytes"]
+        assert res.placement_unavailable == gate.reason
+        assert res.tool.startswith("fio") and res.handles is None and res.fdp_log is None
+        assert res.write_bytes == 300 * K == res.details["diskstats_write_bytes"]
         dev.close()
     (tmp_path / "loop.img").unlink()
 

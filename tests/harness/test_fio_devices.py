@@ -62,7 +62,7 @@ def test_file_replay_matches_the_plan(tmp_path: Path) -> None:
     assert res.tool == dev.fio_version and res.tool.startswith("fio-")
     report = json.loads(Path(res.tool_output_path or "").read_text())
     assert report["jobs"][0]["job options"]["replay_redirect"] == str(tmp_path / "disk.img")
-    assert Path(res.extra["iolog"]).exists() and Path(res.extra["job_file"]).exists()
+    assert Path(res.details["iolog"]).exists() and Path(res.details["job_file"]).exists()
     ident = dev.identity()
     assert ident.kind == "file" and ident.capacity_bytes == cap
 
@@ -108,9 +108,9 @@ def test_trims_on_a_fio_that_drops_them(tmp_path: Path) -> None:
         pytest.skip(f"{dev.fio_version} replays trims")
     res = dev.replay(plan, tmp_path / "a")
     assert (res.write_bytes, res.write_ios, res.trim_bytes) == (20480, 4, 8192)
-    e = res.extra
-    assert e["trim_mode"] == "deferred" and e["fio_runs"] == 1 and e["trim_ranges_issued"] == 2
-    assert (e["trim_bytes_planned"], e["trim_bytes_superseded"]) == (12288, 4096)
+    e = res.details
+    assert res.trims.mode == "deferred" and e["fio_runs"] == 1 and e["trim_ranges_issued"] == 2
+    assert (res.trims.planned_bytes, res.trims.superseded_bytes) == (12288, 4096)
     # The file holds data exactly where the plan's last op was a write (fallocate punched the rest).
     with open(img, "rb") as fh:
         fd = fh.fileno()
@@ -121,7 +121,7 @@ def test_trims_on_a_fio_that_drops_them(tmp_path: Path) -> None:
     dev.close()                  # the file is held exclusively until then
     skip = FioDevice(DeviceSpec("file", spec.target, options={"skip_trims": True}), tmp_path)
     res = skip.replay(plan, tmp_path / "b")
-    assert (res.write_bytes, res.trim_bytes, res.extra["trims_skipped"]) == (20480, 0, 2)
+    assert (res.write_bytes, res.trim_bytes, res.trims.mode, res.trims.skipped_ops) == (20480, 0, "skipped", 2)
 
 
 def test_deferred_trims_run_fio_once_per_segment(tmp_path: Path) -> None:
@@ -137,17 +137,17 @@ def test_deferred_trims_run_fio_once_per_segment(tmp_path: Path) -> None:
         pytest.skip(f"{dev.fio_version} replays trims")
     steps: list[tuple[int, int]] = []
     res = dev.replay(plan, tmp_path / "a", progress=lambda done, total: steps.append((done, total)))
-    assert res.extra["segments"] == res.extra["fio_runs"] == 6         # ⌈40 / 7⌉
+    assert res.details["segments"] == res.details["fio_runs"] == 6         # ⌈40 / 7⌉
     assert steps == [(k, 6) for k in range(1, 7)]                      # the run's progress bar
-    assert len(set(res.extra["fio_json_paths"])) == 6
-    assert (res.write_bytes, res.trim_bytes, res.extra["trim_bytes_superseded"]) == (20 * 8192, 20 * 8192, 0)
+    assert len(set(res.details["fio_json_paths"])) == 6
+    assert (res.write_bytes, res.trim_bytes, res.trims.superseded_bytes) == (20 * 8192, 20 * 8192, 0)
     assert not list((tmp_path / "a").glob("*.iolog"))        # derived iologs are not kept
     # The bytes bound: 64 KiB written + trimmed per segment = 8 rows of 8 KiB.
     dev.close()                  # the file is held exclusively until then
     dev = FioDevice(DeviceSpec("file", str(tmp_path / "d.img"), capacity_bytes=1 << 20,
                                options={"trim_segment_bytes": "64KiB"}), tmp_path)
     res = dev.replay(plan, tmp_path / "b")
-    assert res.extra["segments"] == 5 and res.extra["trim_segment_bytes"] == 65536
+    assert res.details["segments"] == 5 and res.details["trim_segment_bytes"] == 65536
 
 
 def test_timed_replay_honours_timestamps(tmp_path: Path) -> None:
@@ -171,7 +171,7 @@ def test_timed_replay_keeps_the_plans_clock_across_trim_segments(tmp_path: Path)
     if fiolib.fio_replays_trim(dev.fio_version):
         pytest.skip(f"{dev.fio_version} replays trims")
     res = dev.replay(plan, tmp_path / "t", timed=True)
-    assert res.extra["segments"] == 2 and res.write_ios == 2 and res.trim_bytes == 4096
+    assert res.details["segments"] == 2 and res.write_ios == 2 and res.trim_bytes == 4096
     assert res.wall_s >= 1.5
 
 
@@ -198,7 +198,7 @@ def test_block_replay_on_a_loop_device(tmp_path: Path) -> None:
         res = dev.replay(plan, tmp_path / "run")
         assert (res.write_bytes, res.write_ios) == op_bytes(plan, "write")
         assert (res.read_bytes, res.read_ios) == op_bytes(plan, "read")
-        assert res.extra["diskstats_write_bytes"] == res.write_bytes   # the kernel agrees
+        assert res.details["diskstats_write_bytes"] == res.write_bytes   # the kernel agrees
         ident = dev.identity()
         assert ident.kind == "block" and ident.serial and ident.serial.startswith("loop:")
 

@@ -119,6 +119,6 @@ def test_an_empty_plan_issues_nothing(tmp_path: Path) -> None:
     """A policy that never wrote to the SSD plans no I/O; fio would refuse the empty iolog."""
     dev = FioDevice(DeviceSpec("file", str(tmp_path / "e.img"), capacity_bytes=1 << 20), tmp_path)
     res = dev.replay(block_ops([]), tmp_path)
-    assert res.write_bytes == res.read_bytes == res.write_ios == 0 and res.extra["empty_plan"]
+    assert res.write_bytes == res.read_bytes == res.write_ios == 0 and res.details["empty_plan"]
     dev.close()
     assert not (tmp_path / "e.img").exists()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +11,7 @@ import pytest
 from kvwear.errors import InputError, KvwearError
 from kvwear.harness.devices.base import DeviceSpec
 from kvwear.harness.devices.sim import SimDevice
+from kvwear.harness.estimate.estimator import Estimate, PlanRecord
 from kvwear.harness.pipeline.config import config_from_mapping
 from kvwear.harness.pipeline.run import run
 from kvwear.harness.plan.placement import PlacementConfig, assign_placement, plan_handles, residency_bytes
@@ -120,16 +120,18 @@ def test_sim_keeps_kinds_apart_lowers_waf_and_accounts_bytes_per_handle(tmp_path
     plan, st = assign_placement(laid.table, PlacementConfig("kind"), cap)
     dev = SimDevice(DeviceSpec("sim", "", cap, {**FEMU_SMALL, "ruh": 2}), tmp_path)
     res = dev.replay(plan, tmp_path)
-    fdp = res.extra["fdp"]
+    fdp = res.handles
+    assert fdp is not None and fdp.media_bytes is not None
     # byte accounting per handle: the plan's write bytes per handle = the FTL's host bytes per handle
-    assert fdp["plan_write_bytes_by_handle"] == fdp["host_bytes_by_handle"] == list(st.write_bytes_by_handle)
-    assert sum(fdp["host_bytes_by_handle"]) == res.write_bytes == laid.aligned_write_bytes
-    assert fdp["media_bytes_written"] == res.nand_write_bytes
-    twin = res.extra["no_placement"]
-    assert twin["host_pages"] * U == res.write_bytes
+    assert fdp.plan_write_bytes == fdp.host_bytes == tuple(st.write_bytes_by_handle)
+    assert sum(fdp.host_bytes) == res.write_bytes == laid.aligned_write_bytes
+    assert sum(fdp.media_bytes) == res.nand_write_bytes
+    twin = res.no_placement
+    assert twin is not None and twin.waf is not None
+    assert twin.host_bytes == res.write_bytes
     # GC-heavy without placement; with it the superseded states empty whole lines
-    assert twin["waf"] > 1.3
-    assert res.waf is not None and res.waf < 0.9 * twin["waf"], (res.waf, twin["waf"])
+    assert twin.waf > 1.3
+    assert res.waf is not None and res.waf < 0.9 * twin.waf, (res.waf, twin.waf)
     assert dev.ftl is not None
     assert dev.ftl.handle_counters().media_pages[1] > 0
     dev.ftl.check_invariants()
@@ -137,8 +139,8 @@ def test_sim_keeps_kinds_apart_lowers_waf_and_accounts_bytes_per_handle(tmp_path
     plan_l, st_l = assign_placement(laid.table, PlacementConfig("lifetime"), cap)
     dev_l = SimDevice(DeviceSpec("sim", "", cap, {**FEMU_SMALL, "ruh": 4}), tmp_path / "l")
     res_l = dev_l.replay(plan_l, tmp_path / "l")
-    assert res_l.extra["fdp"]["host_bytes_by_handle"] == list(st_l.write_bytes_by_handle)
-    assert res_l.waf is not None and res_l.waf < twin["waf"], (res_l.waf, twin["waf"])
+    assert res_l.handles is not None and res_l.handles.host_bytes == tuple(st_l.write_bytes_by_handle)
+    assert res_l.waf is not None and res_l.waf < twin.waf, (res_l.waf, twin.waf)
 
 
 def test_sim_refuses_a_handle_the_drive_lacks(tmp_path: Path) -> None:
@@ -154,7 +156,7 @@ def test_sim_plays_the_twin_only_when_asked(tmp_path: Path) -> None:
     for flag, twin in (("true", True), ("false", False)):
         dev = SimDevice(DeviceSpec("sim", "", 64 * U * 16, {"op_ratio": 0.2, "ruh": 2, "placement_baseline": flag}),
                         tmp_path / flag)
-        assert ("no_placement" in dev.replay(plan, tmp_path / flag).extra) is twin
+        assert (dev.replay(plan, tmp_path / flag).no_placement is not None) is twin
 
 
 def test_run_with_kind_placement_reports_both_wafs(tmp_path: Path) -> None:
@@ -163,20 +165,23 @@ def test_run_with_kind_placement_reports_both_wafs(tmp_path: Path) -> None:
         "workload": {"generator": "multi-round", "params": {"sessions": 6, "turns": 6}, "seed": 3},
         "tiers": {"dram": "2GB", "ssd": "12GB"}, "replay": {"placement": "kind"}})
     out = run(cfg, tmp_path / "r")
-    row, gandalf = out.results.to_pylist()
-    assert row["placement"] == "kind" and row["placement_carried"]
-    assert row["waf_no_placement"] is not None and row["lifetime_days_no_placement"] is not None
-    assert row["lifetime_gain_vs_lru"] == pytest.approx(row["waf_no_placement"] / row["waf_measured"])
-    assert gandalf["lifetime_gain_vs_lru"] == pytest.approx(
-        gandalf["host_write_gain_vs_lru"] * gandalf["waf_gain_vs_lru"])
-    assert gandalf["host_write_gain_vs_lru"] == pytest.approx(row["plan_write_bytes"] / gandalf["plan_write_bytes"])
+    row, gandalf = out.rows
+    assert row.placement == "kind" and row.placement_carried
+    assert row.waf_no_placement is not None and row.lifetime_days_no_placement is not None
+    assert row.waf_measured is not None
+    assert row.lifetime_gain_vs_lru == pytest.approx(row.waf_no_placement / row.waf_measured)
+    assert gandalf.host_write_gain_vs_lru is not None and gandalf.waf_gain_vs_lru is not None
+    assert gandalf.lifetime_gain_vs_lru == pytest.approx(gandalf.host_write_gain_vs_lru * gandalf.waf_gain_vs_lru)
+    assert row.plan_write_bytes is not None and gandalf.plan_write_bytes is not None
+    assert gandalf.host_write_gain_vs_lru == pytest.approx(row.plan_write_bytes / gandalf.plan_write_bytes)
+    assert out.results.to_pylist()[1]["lifetime_gain_vs_lru"] == gandalf.lifetime_gain_vs_lru
     md = (tmp_path / "r" / "report" / "report.md").read_text()
     assert "## Physical placement (FDP reclaim unit handles)" in md
-    assert f"| {gandalf['policy']} | kind | {gandalf['waf_no_placement']:,.3f} |" in md
+    assert f"| {gandalf.policy} | kind | {gandalf.waf_no_placement:,.3f} |" in md
     assert "Physical placement" in (tmp_path / "r" / "report" / "report.html").read_text()
-    plan = json.loads((tmp_path / "r" / "plan" / "lru" / "plan.json").read_text())
-    assert plan["placement"]["mode"] == "kind" and sum(plan["placement"]["write_bytes_by_handle"]) == \
-        plan["aligned_write_bytes"]
-    checks = json.loads((tmp_path / "r" / "estimate" / "lru" / "crossval.json").read_text())["checks"]
-    per_handle = [c for c in checks if c["quantity"].startswith("host bytes, handle")]
-    assert len(per_handle) == 2 and all(c["passed"] for c in per_handle)
+    plan = PlanRecord.load(tmp_path / "r" / "plan" / "lru" / "plan.json")
+    assert plan.placement.mode == "kind"
+    assert sum(plan.placement.write_bytes_by_handle) == plan.counts.aligned_write_bytes
+    checks = Estimate.load(tmp_path / "r" / "estimate" / "lru" / "crossval.json").checks
+    per_handle = [c for c in checks if c.name.startswith("host bytes, handle")]
+    assert len(per_handle) == 2 and all(c.passed for c in per_handle)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -319,9 +320,10 @@ def test_end_to_end_bytes_through_sim(layout: str, tmp_path: Path) -> None:
     assert res.read_bytes == plan.read_bytes
     assert res.write_ios == plan.write_ios and res.read_ios == plan.read_ios
     assert res.waf is not None and res.waf >= 1.0
-    assert res.nand_write_bytes == res.write_bytes + res.extra["counters"]["gc_pages"] * PAGE
+    assert res.nand_write_bytes == res.write_bytes + res.details["counters"]["gc_pages"] * PAGE
     assert Path(res.tool_output_path or "").exists()
-    assert res.extra["intervals"]["host_pages"][-1] <= plan.aligned_write_bytes // PAGE
+    iv = pq.read_table(res.intervals_path or "")
+    assert iv.column("host_pages").to_pylist()[-1] == plan.aligned_write_bytes // PAGE
 
 
 def first_fit_reference(rows: list[tuple[str, int, int]], cap: int) -> list[tuple[int, int]] | None:
@@ -414,7 +416,7 @@ def test_sim_device_femu_geometry_persists_across_replays(tmp_path: Path) -> Non
         "length_bytes": np.full(n, PAGE), "obj_kind": np.full(n, "full"), "obj_id": lpn}))
     r2 = dev.replay(rand, tmp_path)                 # the drive keeps its state: GC is now busy
     assert r2.write_bytes == cap and r2.waf is not None and r2.waf > 3.0
-    assert r2.nand_write_bytes == cap + r2.extra["counters"]["gc_pages"] * PAGE
+    assert r2.nand_write_bytes == cap + r2.details["counters"]["gc_pages"] * PAGE
     bad = BLOCK_OPS.conform(pa.table({
         "t_s": [0.0], "op": ["write"], "offset_bytes": [cap - PAGE], "length_bytes": [2 * PAGE],
         "obj_kind": ["full"], "obj_id": [1]}))
@@ -439,7 +441,7 @@ def test_log_layout_with_trim_is_waf_one_on_sim(tmp_path: Path) -> None:
                       tmp_path)
     res = dev.replay(plan.table, tmp_path)
     assert res.write_bytes == plan.aligned_write_bytes == 6 * cap
-    assert res.waf == 1.0 and res.extra["counters"]["line_erases"] > 0
+    assert res.waf == 1.0 and res.details["counters"]["line_erases"] > 0
 
 
 def _fragmenting_ops(seed: int) -> list[tuple[str, int, int]]:

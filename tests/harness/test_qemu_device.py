@@ -17,8 +17,15 @@ import pytest
 from kvwear.emulator.guest import FemuGeometry, GuestImage, GuestNotBuiltError, build_guest
 from kvwear.errors import InputError, KvwearError
 from kvwear.harness.devices import fio_runner as fiolib
-from kvwear.harness.devices.base import DEVICES, DeviceSpec, ReplayResult, open_device
-from kvwear.harness.devices.qemu import GuestDevice, femu_deltas, host_observation_note, smart_deltas
+from kvwear.harness.devices.base import DEVICES, DeviceSpec, open_device
+from kvwear.harness.devices.measurement import HostCount, ReplayResult
+from kvwear.harness.devices.qemu import (
+    GUEST_SMART_SOURCE,
+    GuestDevice,
+    femu_deltas,
+    host_observation_note,
+    smart_deltas,
+)
 from kvwear.harness.plan.schema import BLOCK_OPS
 from kvwear.harness.wear.base import NVME_DATA_UNIT_BYTES
 
@@ -196,10 +203,10 @@ def test_qemu_replays_trims_through_the_guests_blkdiscard(guest_image: GuestImag
     res = dev.replay(plan, tmp_path / "r", timed=True)
     if fiolib.fio_replays_trim(res.tool):
         pytest.skip(f"the guest's {res.tool} replays trims itself")
-    e = res.extra
-    assert (e["trim_mode"], e["segments"], e["fio_runs"]) == ("deferred", 2, 2)
+    e = res.details
+    assert (res.trims.mode, e["segments"], e["fio_runs"]) == ("deferred", 2, 2)
     # The second trim lost its first 4 KiB to the write after it: superseded, not issued.
-    assert (res.trim_bytes, e["trim_bytes_superseded"], e["trim_bytes_planned"]) == (2 * K - 4096, 4096, 2 * K)
+    assert (res.trim_bytes, res.trims.superseded_bytes, res.trims.planned_bytes) == (2 * K - 4096, 4096, 2 * K)
     assert (res.write_bytes, res.write_ios) == (2 * K + 8192, 4)
     codes = dev.last_run.exit_codes
     assert codes["discard-00000"] == codes["discard-00001"] == 0 and codes["fio-00000"] == 0
@@ -230,15 +237,18 @@ def test_qemu_replay_smart_deltas_match_fio(replayed: tuple[GuestDevice, pa.Tabl
     plan_write = sum(n for o, n in zip(ops, lens, strict=True) if o == "write")
     plan_write_ios = ops.count("write")
     assert res.write_bytes == plan_write and res.write_ios == plan_write_ios
-    assert res.read_ios == ops.count("read") and res.extra["fio_io_bytes"]["write"] == plan_write
+    assert res.read_ios == ops.count("read") and res.details["fio_io_bytes"]["write"] == plan_write
     # Stock QEMU: Data Units Written = ceil(bytes / 512,000) (within one unit), one write command per I/O.
     expected_units = math.ceil(plan_write / NVME_DATA_UNIT_BYTES)
-    assert abs(res.extra["smart_duw_delta"] - expected_units) <= 1
-    lo, hi = res.extra["smart_duw_bytes_bounds"]
+    smart = res.details["smart"]
+    assert abs(smart["smart_duw_delta"] - expected_units) <= 1
+    lo, hi = smart["smart_duw_bytes_bounds"]
     assert lo < plan_write < hi
-    assert res.extra["smart_host_write_commands_delta"] == res.write_ios
-    assert res.nand_write_bytes is None and res.waf is None        # no FTL in stock QEMU
-    assert res.extra["iodepth"] == 1 and res.extra["accel"] == "tcg"
+    assert res.host_counts == (HostCount(GUEST_SMART_SOURCE, smart["smart_duw_delta"] * NVME_DATA_UNIT_BYTES,
+                                         NVME_DATA_UNIT_BYTES),)
+    assert smart["smart_host_write_commands_delta"] == res.write_ios
+    assert res.media is None and res.nand_write_bytes is None and res.waf is None        # no FTL in stock QEMU
+    assert res.details["iodepth"] == 1 and res.details["accel"] == "tcg"
 
 
 @pytest.mark.guest
@@ -248,7 +258,7 @@ def test_qemu_replay_lands_in_the_image_and_keeps_outputs(
     ident = dev.identity()
     assert ident.serial == "kvwdev01" and ident.capacity_bytes == 32 * MiB and ident.logical_block_bytes == 512
     assert ident.model and "QEMU" in ident.model
-    outdir = Path(res.extra["guest_outputs"])
+    outdir = Path(res.details["guest_outputs"])
     for name in ("fio.json", "smart-before.bin", "smart-after.bin", "smartctl-after.json", "dmesg.txt", "rc.txt"):
         assert (outdir / name).is_file(), name
     assert res.tool_output_path == str(outdir / "fio.json") and res.tool.startswith("fio-3")
@@ -257,7 +267,7 @@ def test_qemu_replay_lands_in_the_image_and_keeps_outputs(
     fill = json.loads((outdir / "precondition.json").read_bytes())
     assert fill["jobs"][0]["write"]["io_bytes"] == 32 * MiB
     total = 32 * MiB + res.write_bytes
-    assert abs(res.extra["smart_data_units_written_after"] - math.ceil(total / NVME_DATA_UNIT_BYTES)) <= 1
+    assert abs(res.details["smart"]["smart_data_units_written_after"] - math.ceil(total / NVME_DATA_UNIT_BYTES)) <= 1
     # The guest's writes reached the host file backing the drive: the sparse image is now fully
     # allocated and holds fio's (non-zero) buffers.
     img = d / "qemu-nvme.img"

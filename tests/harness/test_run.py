@@ -14,6 +14,8 @@ from typer.testing import CliRunner
 
 from kvwear.errors import KvwearError
 from kvwear.harness.cli.main import app
+from kvwear.harness.devices.measurement import DeviceMeasurement
+from kvwear.harness.estimate.estimator import Estimate, PlanRecord
 from kvwear.harness.estimate.waf_model import REGIME_ERRORS
 from kvwear.harness.pipeline.config import RunConfig, config_from_mapping
 from kvwear.harness.pipeline.run import run
@@ -53,29 +55,43 @@ def test_every_byte_accounted(small_run: Path, label: str) -> None:
     ssd_ops = read_table(SSD_OPS, small_run / "policies" / label / "ssd_ops.parquet")
     block_ops = read_table(BLOCK_OPS, small_run / "plan" / label / "block_ops.parquet")
     summary = json.loads((small_run / "policies" / label / "summary.json").read_text())["summary"]
-    plan = json.loads((small_run / "plan" / label / "plan.json").read_text())
-    device = json.loads((small_run / "device" / label / "result.json").read_text())
+    plan = PlanRecord.load(small_run / "plan" / label / "plan.json")
+    device = DeviceMeasurement.load(small_run / "device" / label / "result.json")
     obj = _ops_bytes(ssd_ops, "write", "bytes")
-    assert obj.sum() == summary["ssd_write_bytes"] == plan["object_write_bytes"] > 0
+    assert obj.sum() == summary["ssd_write_bytes"] == plan.counts.object_write_bytes > 0
     # Stated alignment: every object occupies ceil(bytes / 4096) · 4096 bytes on the device.
     aligned = int((-(-obj // 4096) * 4096).sum())
-    assert aligned == plan["aligned_write_bytes"] == int(_ops_bytes(block_ops, "write", "length_bytes").sum())
+    assert aligned == plan.counts.aligned_write_bytes == int(_ops_bytes(block_ops, "write", "length_bytes").sum())
     # What the emulated drive received is exactly the plan.
-    assert device["write_bytes"] == aligned
-    assert device["extra"]["counters"]["host_pages"] * 4096 == aligned
-    assert device["nand_write_bytes"] >= aligned
-    checks = json.loads((small_run / "estimate" / label / "crossval.json").read_text())["checks"]
-    host = [c for c in checks if c["quantity"] == "host bytes"]
-    assert host and all(c["passed"] and c["rel_error"] == 0 and c["kind"] == "accounting" for c in host)
+    r = device.replay
+    assert r.write_bytes == aligned
+    assert r.details["counters"]["host_pages"] * 4096 == aligned
+    assert r.media is not None and r.media.host_bytes == aligned and r.media.media_bytes >= aligned
+    checks = Estimate.load(small_run / "estimate" / label / "crossval.json").checks
+    host = [c for c in checks if c.name == "host bytes"]
+    assert host and all(c.passed and c.rel_error == 0 and c.kind == "accounting" for c in host)
     # Byte identities are accounting checks; the workload model's WAF and lifetime are the model
     # checks (issue 13); the uniform-random WAF and Gandalf's WAF 1 are labelled references.
-    assert {c["quantity"] for c in checks if c["kind"] == "model"} == {
-        "WAF (workload model)", "lifetime days (workload model)"}
-    assert {c["quantity"] for c in checks if c["kind"] == "reference"} == {
+    assert {c.name for c in checks if c.kind == "model"} == {"WAF (workload model)", "lifetime days (workload model)"}
+    assert {c.name for c in checks if c.kind == "reference"} == {
         "WAF (uniform reference)", "lifetime days (WAF 1)", "lifetime days (uniform reference WAF)"}
-    assert all(c["passed"] for c in checks if c["kind"] == "model")
+    assert all(c.passed for c in checks if c.kind == "model")
+    assert all(c.policy == label for c in checks)
     # the plan's death summary counts exactly the plan's written pages
-    assert plan["death_summary"]["host_pages"] * 4096 == aligned
+    assert plan.death_summary.host_pages * 4096 == aligned
+
+
+@pytest.mark.parametrize("label", ["lru", "type-aware"])
+def test_the_wafs_timeline_ends_at_the_devices_own_counts(small_run: Path, label: str) -> None:
+    """The WAF-over-the-replay figure's data (device/LABEL/timeline.parquet) is cumulative and ends
+    at what the drive counted for the whole replay: host bytes = the plan's, NAND bytes = the FTL's."""
+    device = DeviceMeasurement.load(small_run / "device" / label / "result.json")
+    tl = pq.read_table(small_run / "device" / label / "timeline.parquet").to_pandas()
+    assert device.replay.media is not None
+    assert (np.diff(tl["host_bytes"]) >= 0).all() and (np.diff(tl["nand_bytes"]) >= 0).all()
+    assert tl["host_bytes"].iloc[-1] == device.replay.media.host_bytes == device.replay.write_bytes
+    assert tl["nand_bytes"].iloc[-1] == device.replay.media.media_bytes
+    assert tl["waf_cumulative"].iloc[-1] == pytest.approx(device.replay.waf)
 
 
 def test_results_and_report(small_run: Path) -> None:

@@ -14,6 +14,8 @@ from typer.testing import CliRunner
 
 from kvwear.harness.cli.main import app
 from kvwear.harness.devices.fio import loop_device
+from kvwear.harness.devices.measurement import DeviceMeasurement
+from kvwear.harness.estimate.estimator import Estimate, PlanRecord
 from kvwear.harness.pipeline.sizing import CAPACITY_HEADROOM
 
 pytestmark = [
@@ -41,26 +43,26 @@ def test_run_on_a_loop_device_with_capture(tmp_path: Path, drive_img: Path) -> N
         ])
         assert res.exit_code == 0, res.output + repr(res.exception)
     for label in ("lru", "type-aware"):
-        plan = json.loads((out / "plan" / label / "plan.json").read_text())
-        checks = json.loads((out / "estimate" / label / "crossval.json").read_text())["checks"]
-        host = {c["source"]: c for c in checks if c["quantity"] == "host bytes"}
+        plan = PlanRecord.load(out / "plan" / label / "plan.json").counts
+        checks = Estimate.load(out / "estimate" / label / "crossval.json").checks
+        host = {c.source: c for c in checks if c.name == "host bytes"}
         assert any(s.startswith("fio-") for s in host), host
         assert any(s.startswith("ebpf:") for s in host), host
         assert "wear:psutil" in host
         for c in host.values():
-            assert c["predicted"] == plan["aligned_write_bytes"] > 0
-            assert c["measured"] == c["predicted"], c            # exact for aligned direct I/O
-        device = json.loads((out / "device" / label / "result.json").read_text())
+            assert c.predicted == plan.aligned_write_bytes > 0
+            assert c.measured == c.predicted, c            # exact for aligned direct I/O
+        device = DeviceMeasurement.load(out / "device" / label / "result.json")
         # Evictions TRIM: fio replays them, or (fio 3.33) the backend issues them between segments;
         # either way issued + superseded = the plan's trims and eBPF saw the issued ones as discards.
-        trims = [c for c in checks if c["quantity"] == "trim bytes"]
-        if plan["trim_bytes"]:
-            assert device["extra"]["trim_mode"] in ("fio", "deferred") and len(trims) == 2, trims
-            assert all(c["passed"] and c["kind"] == "accounting" for c in trims), trims
-            ebpf = next(c for c in trims if c["source"].startswith("ebpf:"))
-            assert ebpf["predicted"] == device["trim_bytes"] > 0
-        assert isinstance(device["capture"]["lost_events"], int)       # counted and reported
-        assert device["identity"]["serial"].startswith("loop:")
+        trims = [c for c in checks if c.name == "trim bytes"]
+        if plan.trim_bytes:
+            assert device.replay.trims.mode in ("native", "deferred") and len(trims) == 2, trims
+            assert all(c.passed and c.kind == "accounting" for c in trims), trims
+            ebpf = next(c for c in trims if c.source.startswith("ebpf:"))
+            assert ebpf.predicted == device.replay.trim_bytes > 0
+        assert device.capture is not None and device.capture.lost_events >= 0      # counted and reported
+        assert (device.identity.serial or "").startswith("loop:")
         assert (out / "device" / label / "block_trace.parquet").exists()
         assert (out / "device" / label / "wear.parquet").exists()
     html = (out / "report" / "report.html").read_text()
@@ -91,6 +93,6 @@ def test_the_run_help_loop_device_example_runs_as_written(tmp_path: Path, drive_
     tiers = json.loads((out / "manifest.json").read_text())["devices"]["tiers"]
     assert tiers["source"] == "device" and tiers["ssd_bytes"] == int((1 << 30) / CAPACITY_HEADROOM)
     assert "usable" in res.output                         # the summary says how the tier was sized
-    checks = json.loads((out / "estimate" / "lru" / "crossval.json").read_text())["checks"]
-    acc = [c for c in checks if c["kind"] == "accounting"]
-    assert any(c["source"].startswith("ebpf:") for c in acc) and all(c["passed"] for c in acc), acc
+    checks = Estimate.load(out / "estimate" / "lru" / "crossval.json").checks
+    acc = [c for c in checks if c.kind == "accounting"]
+    assert any(c.source.startswith("ebpf:") for c in acc) and all(c.passed for c in acc), acc

@@ -4,7 +4,6 @@ FEMU drive predicts the WAF that the recorded FEMU run measured)."""
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 from pathlib import Path
@@ -16,12 +15,14 @@ import pytest
 from typer.testing import CliRunner
 
 from kvwear.harness.cli.main import app
+from kvwear.harness.devices.measurement import DeviceMeasurement, HostCount
 from kvwear.harness.devices.qemu import femu_deltas
-from kvwear.harness.estimate.estimator import DUW_NOTE, duw_check
+from kvwear.harness.estimate.estimator import DUW_NOTE, Estimate, PlanRecord, counter_check
 from kvwear.harness.pipeline.config import config_from_mapping
 from kvwear.harness.pipeline.run import emulator_waf
 from kvwear.harness.pipeline.rundir import RunDir
 from kvwear.harness.plan.schema import BLOCK_OPS
+from kvwear.harness.wear.base import NVME_DATA_UNIT_BYTES
 from kvwear.tables import read_table, write_table
 
 FIXTURE_GEOMETRY = {"devsz_mb": 192, "pgs_per_blk": 256, "blks_per_pl": 64, "pls_per_lun": 1, "luns_per_ch": 2,
@@ -29,9 +30,12 @@ FIXTURE_GEOMETRY = {"devsz_mb": 192, "pgs_per_blk": 256, "blks_per_pl": 64, "pls
 
 
 def test_duw_check_uses_the_counter_rounding() -> None:
-    assert duw_check(1_000_000, 2, "s").passed            # 1 MB is inside (512,000, 1,536,000)
-    assert not duw_check(5_000_000, 2, "s").passed
-    assert duw_check(0, 0, "s").passed
+    def duw(units: int) -> HostCount:
+        return HostCount("s", units * NVME_DATA_UNIT_BYTES, NVME_DATA_UNIT_BYTES)
+
+    assert counter_check(1_000_000, duw(2)).passed            # 1 MB is inside (512,000, 1,536,000)
+    assert not counter_check(5_000_000, duw(2)).passed
+    assert counter_check(0, duw(0)).passed
 
 
 def test_femu_emulator_prediction_matches_the_recorded_femu_run(tmp_path: Path, fixtures_dir: Path) -> None:
@@ -72,27 +76,27 @@ def _qemu_run(tmp_path: Path, policy: str) -> Path:
 @pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="qemu-system-x86 not installed")
 def test_run_replays_a_policy_plan_in_a_qemu_guest(tmp_path: Path) -> None:
     out = _qemu_run(tmp_path, "lru")
-    plan = json.loads((out / "plan" / "lru" / "plan.json").read_text())
-    device = json.loads((out / "device" / "lru" / "result.json").read_text())
-    assert plan["aligned_write_bytes"] > 0
-    assert device["write_bytes"] == plan["aligned_write_bytes"]                  # fio issued the plan
-    duw = device["extra"]["smart_duw_delta"]
-    assert abs(duw - math.ceil(plan["aligned_write_bytes"] / 512_000)) <= 1     # SMART counted it
-    assert device["write_ios"] == plan["write_ios"]
+    plan = PlanRecord.load(out / "plan" / "lru" / "plan.json").counts
+    device = DeviceMeasurement.load(out / "device" / "lru" / "result.json").replay
+    assert plan.aligned_write_bytes > 0
+    assert device.write_bytes == plan.aligned_write_bytes                  # fio issued the plan
+    duw = device.details["smart"]["smart_duw_delta"]
+    assert abs(duw - math.ceil(plan.aligned_write_bytes / 512_000)) <= 1     # SMART counted it
+    assert device.write_ios == plan.write_ios
     # The guest's NVMe driver splits an I/O larger than the controller's maximum transfer (QEMU's
     # MDTS 7: 2^7 × 4 KiB = 512 KiB) into several write commands.
     ops = read_table(BLOCK_OPS, out / "plan" / "lru" / "block_ops.parquet")
     lengths = ops.filter(pc.equal(pc.cast(ops.column("op"), pa.string()), "write")).column("length_bytes")
     commands = int(np.ceil(lengths.to_numpy() / (512 << 10)).sum())
-    assert device["extra"]["smart_host_write_commands_delta"] == commands
-    checks = json.loads((out / "estimate" / "lru" / "crossval.json").read_text())["checks"]
-    smart = [c for c in checks if c["source"] == "smart-duw (guest)"]
-    assert smart and smart[0]["passed"]
+    assert device.details["smart"]["smart_host_write_commands_delta"] == commands
+    checks = Estimate.load(out / "estimate" / "lru" / "crossval.json").checks
+    smart = [c for c in checks if c.source == "smart-duw (guest)"]
+    assert smart and smart[0].passed
     # Evictions TRIM: the guest issued them (blkdiscard after each segment, or fio itself).
-    if plan["trim_bytes"]:
-        trims = [c for c in checks if c["quantity"] == "trim bytes"]
-        assert len(trims) == 1 and trims[0]["passed"] and trims[0]["predicted"] == plan["trim_bytes"], trims
-        assert device["extra"]["trim_mode"] in ("fio", "deferred") and device["trim_bytes"] > 0
+    if plan.trim_bytes:
+        trims = [c for c in checks if c.name == "trim bytes"]
+        assert len(trims) == 1 and trims[0].passed and trims[0].predicted == plan.trim_bytes, trims
+        assert device.trims.mode in ("native", "deferred") and device.trim_bytes > 0
     assert "smart-duw (guest)" in (out / "report" / "report.html").read_text()
     # the note on SMART's rounding stands on the SMART row of the report, not on fio's
     rows = [r for r in (out / "report" / "report.md").read_text().splitlines() if r.startswith("| lru | host bytes |")]
@@ -108,16 +112,16 @@ def test_run_on_qemu_with_a_policy_that_never_writes(tmp_path: Path) -> None:
     replay path."""
     out = _qemu_run(tmp_path, "belady:max_write_bytes=0")
     label = next((out / "device").iterdir()).name
-    plan = json.loads((out / "plan" / label / "plan.json").read_text())
-    device = json.loads((out / "device" / label / "result.json").read_text())
-    assert plan["aligned_write_bytes"] == plan["trim_bytes"] == 0
-    assert device["write_bytes"] == device["read_bytes"] == device["write_ios"] == 0
-    extra = device["extra"]
-    assert extra["empty_plan"] and extra["trim_mode"] == "none"
-    assert extra["smart_duw_delta"] == 0 and extra["smart_host_write_commands_delta"] == 0
-    outputs = Path(extra["guest_outputs"])
+    plan = PlanRecord.load(out / "plan" / label / "plan.json").counts
+    device = DeviceMeasurement.load(out / "device" / label / "result.json").replay
+    assert plan.aligned_write_bytes == plan.trim_bytes == 0
+    assert device.write_bytes == device.read_bytes == device.write_ios == 0
+    assert device.details["empty_plan"] and device.trims.mode == "none"
+    smart = device.details["smart"]
+    assert smart["smart_duw_delta"] == 0 and smart["smart_host_write_commands_delta"] == 0
+    outputs = Path(device.details["guest_outputs"])
     assert (outputs / "smart-after.bin").is_file() and not (outputs / "fio.json").exists()
-    checks = json.loads((out / "estimate" / label / "crossval.json").read_text())["checks"]
-    acc = [c for c in checks if c["kind"] == "accounting"]
-    assert acc and all(c["passed"] for c in acc), acc
+    checks = Estimate.load(out / "estimate" / label / "crossval.json").checks
+    acc = [c for c in checks if c.kind == "accounting"]
+    assert acc and all(c.passed for c in acc), acc
     assert not list(out.rglob("*.img"))                   # the drive image went with the device stage

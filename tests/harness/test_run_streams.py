@@ -17,6 +17,7 @@ from kvwear.emulator.ftl import OP_WRITE
 from kvwear.errors import KvwearError
 from kvwear.harness.devices.base import DeviceSpec
 from kvwear.harness.devices.sim import SimDevice, plan_to_requests
+from kvwear.harness.estimate.estimator import PlanRecord
 from kvwear.harness.estimate.waf_model import DeathCounter, death_summary
 from kvwear.harness.pipeline.config import config_from_mapping
 from kvwear.harness.pipeline.run import replay_config, run
@@ -56,8 +57,9 @@ def test_sim_streams_a_plan_file_in_batches_with_the_table_replay_s_result(tmp_p
         for k in ("wall_s", "tool_output_path", "intervals_path"):
             r.pop(k)
     assert a == b
-    assert a["extra"]["counters"]["gc_pages"] > 0                   # the drive collected garbage
-    assert a["extra"]["no_placement"]["host_pages"] > 0 and a["extra"]["fdp"]["ruh"] == 2
+    assert streamed.details["counters"]["gc_pages"] > 0              # the drive collected garbage
+    assert streamed.no_placement is not None and streamed.no_placement.host_bytes > 0
+    assert streamed.handles is not None and len(streamed.handles.host_bytes) == 2
 
 
 def _ssd_ops(n: int, seed: int) -> pa.Table:
@@ -107,11 +109,11 @@ def test_a_run_writes_the_in_memory_stages_block_ops_and_death_summary(tmp_path:
     table, _ = assign_placement(whole.table, PlacementConfig("none"), cap)
     got = read_table(BLOCK_OPS, r / "plan/lru/block_ops.parquet")
     assert got.num_rows > 100 and got.equals(BLOCK_OPS.conform(table))
-    acc = json.loads((r / "plan/lru/plan.json").read_text())
+    acc = PlanRecord.load(r / "plan/lru/plan.json")
     ref = death_summary(*plan_to_requests(table, 4096, cap), -(-cap // 4096))
-    assert acc["death_summary"] == json.loads(json.dumps(ref.as_dict())) and ref.host_pages > 0
-    assert acc["write_ios"] == whole.write_ios
-    assert acc["placement"]["write_bytes_by_handle"] == [whole.aligned_write_bytes]
+    assert acc.death_summary == ref and ref.host_pages > 0
+    assert acc.counts.write_ios == whole.write_ios
+    assert acc.placement.write_bytes_by_handle == (whole.aligned_write_bytes,)
 
 
 def test_the_death_counter_holds_lines_with_a_live_page_only() -> None:

@@ -4,6 +4,7 @@ finished stage, the estimate's models included; the [simulator] section reaches 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from collections.abc import Mapping
@@ -14,9 +15,9 @@ import pytest
 from typer.testing import CliRunner
 
 import kvwear.harness.pipeline.run as run_mod
-from kvwear.errors import InputError, KvwearError
+from kvwear.errors import InputError
 from kvwear.harness.cli.main import app
-from kvwear.harness.estimate.schema import RESULTS
+from kvwear.harness.estimate.schema import RESULTS, ResultsRow
 from kvwear.harness.pipeline.config import config_from_mapping
 from kvwear.harness.pipeline.run import results_table, run
 from kvwear.harness.pipeline.rundir import RunDir, Stage, write_json
@@ -189,9 +190,27 @@ def test_resume_runs_again_a_finished_stage_whose_files_were_deleted(tmp_path: P
     r = runner.invoke(app, [*args, "--resume"])
     assert r.exit_code == 0 and "ran again" not in r.output
 
+    def damage(path: Path, text: str) -> set[str]:
+        """A finished stage's record damaged by hand: the stage runs again and says why."""
+        before = finished()
+        path.write_text(text)
+        r = runner.invoke(app, [*args, "--resume"])
+        assert r.exit_code == 0, r.output
+        assert f"{path}" in r.output.replace("\n", "") and "does not read back" in r.output.replace("\n", "")
+        assert read_table(RESULTS, out / "results.parquet").equals(first)
+        after = finished()
+        return {s for s in after if after[s] != before[s]} - {"results"}
+
+    result = out / "device" / "lru" / "result.json"
+    assert damage(result, result.read_text()[:200]) == {"device/lru", "estimate/lru"}
+    assert damage(out / "estimate" / "fifo" / "crossval.json", "{}") == {"estimate/fifo"}
+
 
 def test_results_rows_must_fit_the_contract() -> None:
-    t = results_table([{"policy": "lru", "requests": 3}])
+    """The results table's schema is the typed row's: a row becomes a table of exactly RESULTS's
+    columns, and a field the row does not declare cannot be given at all."""
+    t = results_table([ResultsRow(policy="lru", requests=3)])
     assert t.schema.names == RESULTS.schema.names and t.column("requests").to_pylist() == [3]
-    with pytest.raises(KvwearError, match="RESULTS lacks: bogus_bytes"):
-        results_table([{"policy": "lru", "bogus_bytes": 1}])
+    assert [f.name for f in dataclasses.fields(ResultsRow)] == RESULTS.schema.names
+    with pytest.raises(TypeError, match="bogus_bytes"):
+        ResultsRow(policy="lru", bogus_bytes=1)  # type: ignore[call-arg]

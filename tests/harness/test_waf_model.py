@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -20,6 +22,7 @@ from kvwear.harness.estimate.waf_model import (
     survival_grid,
     workload_waf,
 )
+from kvwear.records import decode
 
 CFG = FtlConfig.block_level(64 << 20, 0.28, pages_per_block=64)
 L = CFG.exposed_pages
@@ -44,13 +47,13 @@ def test_summary_counts_deaths_trims_and_survivors() -> None:
         (5, 1, 1, 3, 4)
     assert sum(s.hist_pages) == 2                          # the two deaths: distances 2 and 2
     assert s.hist_pages[s.grid_pages.index(2)] == 2
-    assert DeathSummary.from_dict(s.as_dict()) == s
+    assert decode(DeathSummary, json.loads(json.dumps(s.as_dict())), "t", "") == s
     # a trimmed page written again is not new footprint
     again = death_summary(np.array([OP_WRITE, OP_TRIM, OP_WRITE], np.int8), np.array([0, 0, 0]),
                           np.array([2, 2, 2]), 4)
     assert (again.footprint_pages, again.trimmed_pages, again.survivor_pages) == (2, 2, 2)
     with pytest.raises(KvwearError, match="version"):
-        DeathSummary.from_dict({**s.as_dict(), "version": 99})
+        decode(DeathSummary, {**json.loads(json.dumps(s.as_dict())), "version": 99}, "t", "")
     with pytest.raises(KvwearError, match="outside"):
         death_summary(ops, np.array([0, 1, 7]), np.array([4, 1, 2]), 8)
 
@@ -220,7 +223,7 @@ def test_femu_line_gc_near_the_ftl(thres: int) -> None:
 def test_the_regime_and_its_measured_error_reach_the_results_row() -> None:
     """A prediction names its regime; the estimate's row carries the bench's error measured there
     (waf_model.REGIME_ERRORS), and nulls where there is no prediction."""
-    from kvwear.harness.estimate.estimator import regime_error_row
+    from kvwear.harness.estimate.estimator import regime_error_fields
     from kvwear.harness.estimate.schema import RESULTS
     from kvwear.harness.estimate.waf_model import REGIME_ERRORS, REGIMES, WafPrediction
 
@@ -230,16 +233,16 @@ def test_the_regime_and_its_measured_error_reach_the_results_row() -> None:
     rng = np.random.default_rng(3)
     ops, first, n = _pages(np.concatenate([np.arange(L), rng.integers(0, L, 6 * L)]))
     pred = workload_waf(death_summary(ops, first, n, L), CFG)
-    assert pred.regime == "block" and pred.regime_error is REGIME_ERRORS["block"]
-    row = regime_error_row(pred)
-    e = REGIME_ERRORS["block"]
+    assert pred.regime == "on-demand" and pred.regime_error is REGIME_ERRORS["on-demand"]
+    row = regime_error_fields(pred)
+    e = REGIME_ERRORS["on-demand"]
     assert row == {"waf_workload_regime_cases": e.cases, "waf_workload_regime_within_10pct": e.within_10pct / e.cases,
                    "waf_workload_regime_median_error": e.median_abs_error,
                    "waf_workload_regime_p90_error": e.p90_abs_error}
     assert set(row) <= set(RESULTS.schema.names)
-    assert set(regime_error_row(None).values()) == {None}
+    assert set(regime_error_fields(None).values()) == {None}
     light = WafPrediction(1.0, 1.0, "no GC")
-    assert regime_error_row(light)["waf_workload_regime_cases"] == (
+    assert regime_error_fields(light)["waf_workload_regime_cases"] == (
         REGIME_ERRORS["no GC"].cases if "no GC" in REGIME_ERRORS else None)
 
 

@@ -13,27 +13,29 @@ from pathlib import Path
 import pytest
 
 from kvwear.harness.devices.directive_plan import parse_report
-from kvwear.harness.devices.qemu import femu_deltas, smart_deltas
-from kvwear.harness.estimate.estimator import (
-    DUW_NOTE,
-    DeviceBytes,
-    EstimateInputs,
-    PlanBytes,
-    estimate_policy,
-    femu_host_check,
+from kvwear.harness.devices.measurement import (
+    DeviceMeasurement,
+    FdpLogCount,
+    HandleCount,
+    MediaCount,
+    ReplayResult,
+    TrimCount,
+    TrimMode,
 )
+from kvwear.harness.devices.qemu import GUEST_SMART_SOURCE, drive_counts, femu_deltas, smart_deltas
+from kvwear.harness.estimate.estimator import DUW_NOTE, EstimateInputs, PlanBytes, estimate_policy
 from kvwear.harness.wear._decode import parse_nvme_refusal
+from kvwear.harness.wear.base import CounterSource
 from kvwear.harness.wear.fdp import FdpStats, parse_fdp_stats_binary, parse_ruh_status_binary
 from kvwear.harness.wear.femu import (
-    CounterSource,
     femu_counters_from_nvme_json,
     femu_counters_from_smartctl_json,
     is_femu,
     parse_femu_counters,
 )
-from kvwear.harness.wear.identify import parse_id_ctrl_json
+from kvwear.harness.wear.identify import DeviceIdentity, parse_id_ctrl_json
 from kvwear.harness.wear.nvme_smart import parse_smart_log_binary, sample_from_smart_log
-from kvwear.harness.wear.snapshot import delta
+from kvwear.harness.wear.snapshot import WearDelta, delta
 from kvwear.policies.metrics import SimSummary
 
 HEAD = Path(__file__).parent / "fixtures" / "femu-head-fdp"
@@ -106,26 +108,38 @@ def test_ruh_status_on_femu() -> None:
     assert [s.ruamw_blocks for s in after] == [196_608, 196_064]
 
 
+def _fdp_log() -> FdpLogCount:
+    before, after = _stats("before"), _stats("after")
+    return FdpLogCount(after.host_bytes_with_metadata_written - before.host_bytes_with_metadata_written,
+                       after.media_bytes_with_metadata_written - before.media_bytes_with_metadata_written,
+                       after.media_bytes_erased - before.media_bytes_erased)
+
+
+def _files(prefix: str) -> dict[str, bytes]:
+    """The guest's SMART outputs of one run, under the names the guest returns them by."""
+    return {f"smart-{p}.bin": _b(f"{prefix}-smart-{p}.bin") for p in ("before", "after")}
+
+
 def test_femu_fdp_waf_comes_from_the_fdp_log() -> None:
     # FEMU's FDP FTL leaves the SMART vendor counters at zero (host pages 0, word 1000) …
     assert parse_femu_counters(_b("fdp-smart-after.bin")).host_pages == 0
     smart = smart_deltas(_b("fdp-smart-before.bin"), _b("fdp-smart-after.bin"))
     assert smart["smart_host_write_commands_delta"] == parse_report(_b("fdp-dw.json")).write_cmds == 987
     # … so the replay's NAND bytes and WAF are the FDP log's media and host bytes
-    before, after = _stats("before"), _stats("after")
-    stats = {"host_bytes_delta": after.host_bytes_with_metadata_written - before.host_bytes_with_metadata_written,
-             "media_bytes_delta": after.media_bytes_with_metadata_written - before.media_bytes_with_metadata_written}
     d = femu_deltas(_b("fdp-smart-before.bin"), _b("fdp-smart-after.bin"), stats_before=b"", stats_after=b"",
-                    fdp_stats=stats)
+                    fdp_log=_fdp_log())
     assert d["femu_counter_source"] == CounterSource.FDP_STATS_LOG_22H
-    # the estimator knows that source: the per-handle checks take these bytes, not femu_host_check
-    assert femu_host_check(PLAN_WRITE_BYTES, DeviceBytes.from_json({"write_bytes": PLAN_WRITE_BYTES, "extra": d},
-                                                                   "femu")) is None
     assert (d["femu_host_bytes_delta"], d["femu_nand_bytes_delta"]) == (PLAN_WRITE_BYTES, 522_960_896)
     assert (d["femu_host_pages_delta"], d["femu_gc_pages_delta"]) == (122_688, 4988)
     assert d["femu_waf"] == pytest.approx(522_960_896 / PLAN_WRITE_BYTES)
+    # the drive's counts: the FDP log's media bytes give the WAF; its host count is left to the FDP
+    # log's own check (not a second "femu" host count)
+    counts, media, _ = drive_counts(_files("fdp"), "guest", femu=True, fdp_log=_fdp_log())
+    assert media == MediaCount(f"femu {CounterSource.FDP_STATS_LOG_22H}", PLAN_WRITE_BYTES, 522_960_896)
+    assert [c.source for c in counts] == [GUEST_SMART_SOURCE]
     # without the FDP log the vendor bytes say nothing was written: no WAF rather than a wrong one
     assert femu_deltas(_b("fdp-smart-before.bin"), _b("fdp-smart-after.bin"))["femu_waf"] is None
+    assert drive_counts(_files("fdp"), "guest", femu=True)[1] is None
 
 
 def test_the_smart_rounding_note_is_on_the_smart_rows_only() -> None:
@@ -133,30 +147,27 @@ def test_the_smart_rounding_note_is_on_the_smart_rows_only() -> None:
     statistics): "host bytes" is measured by fio, FEMU's vendor counters or its FDP log, SMART Data
     Units Written (in the guest, and by an nvme-smart wear reader) and psutil; only the SMART rows
     carry the note on SMART's 512,000-byte rounding."""
-    smart = smart_deltas(_b("nofdp-smart-before.bin"), _b("nofdp-smart-after.bin"))
     samples = [sample_from_smart_log(parse_smart_log_binary(_b(f"nofdp-smart-{p}.bin")), "nvme-smart", "")
                for p in ("before", "after")]
-    wear = {"nvme-smart": dataclasses.asdict(delta(*samples)), "psutil": {"host_bytes": PLAN_WRITE_BYTES}}
-    plain = {**smart, **femu_deltas(_b("nofdp-smart-before.bin"), _b("nofdp-smart-after.bin"))}
-    before, after = _stats("before"), _stats("after")
-    stats = {"host_bytes_delta": after.host_bytes_with_metadata_written - before.host_bytes_with_metadata_written,
-             "media_bytes_delta": after.media_bytes_with_metadata_written - before.media_bytes_with_metadata_written}
-    by_handle = list(parse_report(_b("fdp-dw.json")).write_bytes_by_handle)
-    fdp = {**smart_deltas(_b("fdp-smart-before.bin"), _b("fdp-smart-after.bin")),
-           **femu_deltas(_b("fdp-smart-before.bin"), _b("fdp-smart-after.bin"), fdp_stats=stats),
-           "fdp_stats": stats, "fdp": {"measured_by": "kvwear-dw", "plan_write_bytes_by_handle": by_handle,
-                                       "host_bytes_by_handle": by_handle}}
-    summary = SimSummary(**{f.name: 0 for f in dataclasses.fields(SimSummary)} | {"label": "lru"})
+    psutil = WearDelta("psutil", PLAN_WRITE_BYTES, None, None, None, None, None)
+    by_handle = tuple(parse_report(_b("fdp-dw.json")).write_bytes_by_handle)
+    summary = SimSummary(**{f.name: 0 for f in dataclasses.fields(SimSummary)}
+                         | {"label": "lru", "ssd_write_bytes": PLAN_WRITE_BYTES})
     notes: dict[str, str] = {}
-    for extra, placement in ((plain, "none"), (fdp, "kind")):
-        device = DeviceBytes.from_json({"tool": "fio-3.33", "write_bytes": PLAN_WRITE_BYTES, "extra": extra,
-                                        "wear": wear}, "femu")
-        plan = PlanBytes(PLAN_WRITE_BYTES, PLAN_WRITE_BYTES, 0, placement, tuple(by_handle))
+    for prefix, placement in (("nofdp", "none"), ("fdp", "kind")):
+        log = _fdp_log() if prefix == "fdp" else None
+        counts, media, _ = drive_counts(_files(prefix), "guest", femu=True, fdp_log=log)
+        replay = ReplayResult("femu", "fio-3.33", PLAN_WRITE_BYTES, 0, 0, 1, 0, 1.0, TrimCount(TrimMode.NONE, 0),
+                              media=media, host_counts=counts, fdp_log=log,
+                              handles=HandleCount("kvwear-dw", by_handle, by_handle) if log else None)
+        device = DeviceMeasurement(replay, DeviceIdentity("femu", ""), wear=(delta(*samples), psutil))
+        plan = PlanBytes(PLAN_WRITE_BYTES, PLAN_WRITE_BYTES, 0, placement, by_handle)
         est = estimate_policy(EstimateInputs(
             label="lru", model="qwen3-next-80b-a3b", device_kind="femu", dram_bytes=200_000_000, ssd_bytes=1,
             sample_fraction=1.0, summary=summary, plan=plan, device=device, tbw_bytes=1e15, duration_s=1.0,
             waf_uniform=1.0, waf_uniform_source="-", prediction=None, waf_emulator=None, preconditioned=False,
             layout="log", raw_nand_bytes=1.0, pe_rating_cycles=3000))
-        notes |= {c["source"]: c["note"] for c in est.checks if c["quantity"] == "host bytes"}
-    assert notes == {"fio-3.33": "", "smart-duw (guest)": DUW_NOTE, "wear:nvme-smart": DUW_NOTE, "wear:psutil": "",
+        assert all(c.passed for c in est.checks if c.kind == "accounting"), est.checks
+        notes |= {c.source: c.note for c in est.checks if c.name == "host bytes"}
+    assert notes == {"fio-3.33": "", GUEST_SMART_SOURCE: DUW_NOTE, "wear:nvme-smart": DUW_NOTE, "wear:psutil": "",
                      "femu smart-vendor-bytes": "", CounterSource.FDP_STATS_LOG_22H: ""}

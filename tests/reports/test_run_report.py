@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,15 +12,21 @@ import pyarrow.parquet as pq
 import pytest
 
 from kvwear.errors import KvwearError
+from kvwear.harness.devices.measurement import CaptureCount, DeviceMeasurement, ReplayResult, TrimCount, TrimMode
+from kvwear.harness.estimate.estimator import Check, Estimate
+from kvwear.harness.estimate.schema import RESULTS, ResultsRow
+from kvwear.harness.pipeline.run import results_table
+from kvwear.harness.wear.identify import DeviceIdentity
 from kvwear.reports.figures import pareto_mask
 from kvwear.reports.run_report import build_run_report, device_notes, placement_section
+from kvwear.tables import write_table
 from tests.reports.chromium import CHROMIUM, image_status
 
 GIB = 2**30
 
 
 def _make_run(root: Path) -> None:
-    df = pd.DataFrame({
+    cols = {
         "policy": ["lru", "gandalf:gamma=1", "gandalf:gamma=8"],
         "miss_ratio_tokens": [0.30, 0.31, 0.33], "miss_ratio_chunks": [0.29, 0.30, 0.32],
         "ssd_write_bytes_full": [2 * GIB, GIB, GIB // 2], "ssd_write_bytes_linear": [8 * GIB, 2 * GIB, GIB],
@@ -31,16 +38,17 @@ def _make_run(root: Path) -> None:
         "lifetime_days_measured": [40.0, 165.0, 330.0],
         "load_latency_mean_s": [0.01, 0.011, 0.012], "cost_recompute_per_1k": [1.0, 1.1, 1.2],
         "cost_wear_per_1k": [0.5, 0.1, 0.05], "cost_per_1k": [1.5, 1.2, 1.25],
-    })
+    }
+    rows = [ResultsRow(**{k: v[i] for k, v in cols.items()}) for i in range(3)]
     root.mkdir(parents=True)
-    pq.write_table(pa.Table.from_pandas(df), root / "results.parquet")
+    write_table(RESULTS, results_table(rows), root / "results.parquet")
     (root / "manifest.json").write_text(json.dumps({"config": {"name": "t", "device": {"kind": "sim"}}}))
     for label, err in [("lru", 0.01), ("gandalf_gamma=8", 0.2)]:
         d = root / "estimate" / label
         d.mkdir(parents=True)
-        (d / "crossval.json").write_text(json.dumps({"policy": label, "checks": [
-            {"quantity": "host_bytes", "source": "sim", "predicted": 100, "measured": 100 * (1 + err),
-             "rel_error": err, "tolerance": 0.05, "passed": err <= 0.05, "note": ""}]}))
+        check = dataclasses.replace(Check.of("host bytes", 100, 100 * (1 + err), "kvwear-ftl", 0.05,
+                                             kind="accounting"), policy=label)
+        Estimate(label, (check,), rows[0]).dump(d / "crossval.json")
         t = root / "device" / label
         t.mkdir(parents=True)
         pq.write_table(pa.table({"host_bytes": [GIB, 2 * GIB], "waf_cumulative": [1.0, 2.0]}), t / "timeline.parquet")
@@ -60,7 +68,6 @@ def test_report_files_and_contents(tmp_path: Path) -> None:
     html = files.html.read_text()
     assert html.count("data:image/png;base64,") == 6
     assert "FAIL" in html and "pass" in html            # one check passes, one fails
-    # Checks recorded without a kind (older runs) are sorted by their quantity: host bytes = accounting.
     assert "byte accounting: 1 of 2 checks within tolerance." in html and "Models against" not in html
     assert "the run did not characterize its workload" in html
     assert "gandalf:gamma=8" in html
@@ -72,9 +79,11 @@ def test_report_files_and_contents(tmp_path: Path) -> None:
 def test_device_notes_say_which_tracer_ran_and_whether_it_drained(tmp_path: Path) -> None:
     run = tmp_path / "run"
     _make_run(run)
-    cap = {"tracer": "bpftrace", "events": 10, "lost_events": 0, "no_completion": 1}
     for label, drained in (("lru", True), ("gandalf_gamma=8", False)):
-        (run / "device" / label / "result.json").write_text(json.dumps({"capture": {**cap, "drained": drained}}))
+        cap = CaptureCount("bpftrace", 10, 0, {"write": 4096}, {"write": 10}, 0, 1, drained, "t.parquet")
+        replay = ReplayResult("sim", "fio-3.33", 4096, 0, 0, 10, 0, 1.0, TrimCount(TrimMode.NONE, 0))
+        m = DeviceMeasurement(replay, DeviceIdentity("block", "/dev/loop9"), cap)
+        m.dump(run / "device" / label / "result.json")
     notes = device_notes(run)
     assert notes[0] == "gandalf_gamma=8: eBPF capture by bpftrace: 10 requests, 0 lost events, 1 without " \
         "completion. The tracer could not confirm it had written out its last events before it stopped " \
@@ -85,7 +94,7 @@ def test_device_notes_say_which_tracer_ran_and_whether_it_drained(tmp_path: Path
 def test_missing_columns_say_why(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
-    pq.write_table(pa.table({"policy": ["lru"], "miss_ratio_tokens": [0.5]}), run / "results.parquet")
+    write_table(RESULTS, results_table([ResultsRow("lru", miss_ratio_tokens=0.5)]), run / "results.parquet")
     files = build_run_report(run)
     html = files.html.read_text()
     assert "not drawn" in html and "the device does not report NAND writes" in html
@@ -109,8 +118,8 @@ def test_unfinished_run_is_named(tmp_path: Path) -> None:
 
 
 def test_lifetime_figures_pick_the_named_waf(tmp_path: Path) -> None:
-    """auto: the workload model on the embedded FTL, the measurement on a real device; a named
-    WAF the results lack is refused, not silently replaced."""
+    """auto: the measured WAF, else the workload model's; a named WAF the results lack is refused,
+    not silently replaced."""
     import pytest
 
     from kvwear.errors import KvwearError
@@ -119,8 +128,8 @@ def test_lifetime_figures_pick_the_named_waf(tmp_path: Path) -> None:
     df = pd.DataFrame({"device": ["sim", "sim"], "lifetime_days_waf1": [3.0, 4.0],
                        "lifetime_days_uniform": [1.0, 1.5], "lifetime_days_workload": [2.0, 3.0],
                        "lifetime_days_measured": [2.1, 2.9]})
-    assert lifetime_col(df) == "lifetime_days_workload"
-    assert lifetime_col(df.assign(device="block")) == "lifetime_days_measured"
+    assert lifetime_col(df) == "lifetime_days_measured"
+    assert lifetime_col(df.assign(lifetime_days_measured=None)) == "lifetime_days_workload"
     assert lifetime_col(df, "uniform") == "lifetime_days_uniform"
     assert lifetime_col(df.drop(columns=["lifetime_days_workload"])) == "lifetime_days_measured"
     with pytest.raises(KvwearError, match="no lifetime under WAF 'workload'"):
@@ -136,19 +145,20 @@ def test_lifetime_figures_pick_the_named_waf(tmp_path: Path) -> None:
 def test_placement_section_says_why_a_drive_took_no_handles() -> None:
     """A block: drive that failed the FDP gate: the note names the gate's reason; a device that
     never carries handles keeps the generic note."""
-    from kvwear.harness.estimate.estimator import DeviceBytes, PlanBytes, placement_result
+    from kvwear.harness.estimate.estimator import PlanBytes, placement_result
 
     plan = PlanBytes(object_write_bytes=12, aligned_write_bytes=12, trim_bytes=0, placement="kind",
                      write_bytes_by_handle=(8, 4))
-    device = DeviceBytes.from_json({"write_bytes": 12, "extra": {
-        "placement_dropped": True, "placement_unavailable": "/dev/loop3 is not an NVMe namespace"}}, "block")
-    row, checks = placement_result(plan, device, 1.25)
+    replay = ReplayResult("block:/dev/loop3", "fio-3.33", 12, 0, 0, 1, 0, 0.1, TrimCount(TrimMode.NONE, 0))
+    ident = DeviceIdentity("block", "/dev/loop3")
+    dropped = dataclasses.replace(replay, placement_unavailable="/dev/loop3 is not an NVMe namespace")
+    row, checks = placement_result(plan, DeviceMeasurement(dropped, ident), 1.25)
     assert (row["placement_carried"], row["waf_no_placement"], checks) == (False, 1.25, [])
     df = pd.DataFrame([{"policy": "lru", **row, "waf_measured": 1.25}])
     notes = placement_section(df)[2]
     assert any(n.startswith("This drive could not take placement handles (/dev/loop3 is not an NVMe namespace)")
                for n in notes), notes
-    row, _ = placement_result(plan, DeviceBytes.from_json({"write_bytes": 12}, "block"), 1.25)
+    row, _ = placement_result(plan, DeviceMeasurement(replay, ident), 1.25)
     notes = placement_section(pd.DataFrame([{"policy": "lru", **row, "waf_measured": 1.25}]))[2]
     assert any(n.startswith("This device cannot carry placement handles") for n in notes), notes
 

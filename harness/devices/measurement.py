@@ -1,0 +1,193 @@
+"""What a device stage measured: one typed record every backend fills and the estimator reads.
+
+A backend's `replay` returns a `ReplayResult`: what its player issued (write, read and trim bytes
+and I/Os), how it handled the plan's trims (`TrimCount`), the drive's own counts where the drive
+has them — its media (NAND) writes and so its WAF (`MediaCount`), other counters of the host bytes
+it received (`HostCount`: SMART Data Units Written read inside a guest, an emulator's page
+counter), the bytes per placement handle (`HandleCount`) and an FDP statistics log's deltas
+(`FdpLogCount`) — and notes for the report. The device stage adds the identity, the eBPF capture's
+counts (`CaptureCount`) and the wear readers' deltas, and writes the whole as `DeviceMeasurement`
+(device/LABEL/result.json, a versioned record, kvwear.records).
+
+The estimator checks each count against the plan by what the record says about it (its source
+name, its unit), never by the backend's name: a new backend fills these fields and gets its checks.
+`details` holds what a backend reports for people only (fio's rates and latencies, a guest's boot
+time, an FTL's erase counts): no stage reads it.
+
+Must not: run anything or parse tool output (the backends and kvwear.harness.wear do).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, ClassVar
+
+from kvwear.harness.wear.identify import DeviceIdentity
+from kvwear.harness.wear.snapshot import WearDelta
+from kvwear.records import dump, load
+
+
+class TrimMode(StrEnum):
+    """How a player handled the plan's trims."""
+
+    NONE = "none"            # the plan had none
+    NATIVE = "native"        # issued in their place (the FTL, kvwear-dw, a fio that replays iolog trims)
+    DEFERRED = "deferred"    # after each segment's reads and writes (fio 3.33 drops iolog trims)
+    SKIPPED = "skipped"      # dropped knowingly (skip_trims, or a player that cannot trim)
+
+
+@dataclass(frozen=True)
+class TrimCount:
+    """The plan's trims at the player: what it read from the plan and what it did with them (the
+    bytes it issued are `ReplayResult.trim_bytes`)."""
+
+    mode: TrimMode
+    planned_bytes: int               # trim bytes the player read from the plan
+    superseded_bytes: int = 0        # deferred: planned bytes rewritten later in their segment, not issued
+    skipped_ops: int = 0             # plan trims not issued (mode skipped)
+
+    @classmethod
+    def native(cls, trim_bytes: int) -> TrimCount:
+        return cls(TrimMode.NATIVE if trim_bytes else TrimMode.NONE, trim_bytes)
+
+
+@dataclass(frozen=True)
+class HostCount:
+    """The host bytes one of the drive's own counters saw, besides what the player issued."""
+
+    source: str                      # e.g. "smart-duw (guest)", "femu smart-vendor-bytes"
+    bytes: int
+    unit_bytes: int = 1              # the counter's unit; NVMe Data Units Written: 512,000 B, rounded up
+
+
+@dataclass(frozen=True)
+class MediaCount:
+    """The drive's own count of what it received and what it wrote to its media over the replay."""
+
+    source: str                      # e.g. "kvwear-ftl", "femu smart-vendor-bytes", "fdp-stats-log-22h"
+    host_bytes: int
+    media_bytes: int
+
+    @property
+    def relocated_bytes(self) -> int:
+        return self.media_bytes - self.host_bytes
+
+    @property
+    def waf(self) -> float | None:
+        return self.media_bytes / self.host_bytes if self.host_bytes else None
+
+
+@dataclass(frozen=True)
+class HandleCount:
+    """Write bytes per placement handle: the plan's, and the device's (or its player's) count."""
+
+    measured_by: str
+    plan_write_bytes: tuple[int, ...]
+    host_bytes: tuple[int, ...]
+    media_bytes: tuple[int, ...] | None = None       # with a last slot for a shared GC frontier
+    media_bytes_erased: int | None = None
+
+
+@dataclass(frozen=True)
+class FdpLogCount:
+    """An FDP statistics log (22h) around the replay."""
+
+    host_bytes: int
+    media_bytes: int
+    media_bytes_erased: int
+    # what a drive without an FTL (stock QEMU's reclaim-unit accounting) must count for this plan
+    media_bytes_expected: int | None = None
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """What a backend issued for one plan and what the drive counted. Bytes are what the backend
+    itself counted (fio's io_bytes, the FTL's host pages × page size), not the plan's numbers."""
+
+    device: str
+    tool: str                                    # e.g. "fio-3.33", "kvwear-ftl", "kvwear-dw 1"
+    write_bytes: int
+    read_bytes: int
+    trim_bytes: int                              # issued
+    write_ios: int
+    read_ios: int
+    wall_s: float
+    trims: TrimCount
+    media: MediaCount | None = None              # where the drive counts its media writes
+    host_counts: tuple[HostCount, ...] = ()
+    handles: HandleCount | None = None
+    fdp_log: FdpLogCount | None = None
+    no_placement: MediaCount | None = None       # the same plan on the same drive without handles
+    placement_unavailable: str | None = None     # why handles the plan carries were not played
+    notes: tuple[str, ...] = ()                  # for the report, verbatim
+    tool_output_path: str | None = None          # raw output kept in the run directory
+    # host and NAND bytes per interval (cumulative host_bytes, nand_bytes), where the backend counts them
+    intervals_path: str | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)   # for people only (module docstring)
+
+    @property
+    def nand_write_bytes(self) -> int | None:
+        return self.media.media_bytes if self.media is not None else None
+
+    @property
+    def waf(self) -> float | None:
+        return self.media.waf if self.media is not None else None
+
+
+@dataclass(frozen=True)
+class CaptureCount:
+    """What the eBPF capture counted around the replay."""
+
+    tracer: str
+    events: int
+    lost_events: int
+    bytes_by_op: Mapping[str, int]
+    requests_by_op: Mapping[str, int]
+    unmatched_completions: int
+    no_completion: int
+    drained: bool                    # the tracer confirmed its last events reached the file
+    parquet_path: str
+    injected_fault: str | None = None
+
+    @property
+    def write_bytes(self) -> int:
+        return int(self.bytes_by_op.get("write", 0))
+
+    @property
+    def discard_bytes(self) -> int:
+        return int(self.bytes_by_op.get("discard", 0))
+
+
+@dataclass(frozen=True)
+class DeviceMeasurement:
+    """device/LABEL/result.json: the replay, who the device is, the capture and the wear deltas."""
+
+    KIND: ClassVar[str] = "device_result"
+    VERSION: ClassVar[int] = 2
+
+    replay: ReplayResult
+    identity: DeviceIdentity
+    capture: CaptureCount | None = None
+    wear: tuple[WearDelta, ...] = ()
+    wear_unsupported: Mapping[str, str] = field(default_factory=dict)   # reader → why it had no sample
+
+    def measured_waf(self) -> tuple[float | None, int | None, str | None]:
+        """(WAF, media bytes, source): the drive's own media count, else the first wear reader that
+        counts both host and media bytes, else nothing."""
+        m = self.replay.media
+        if m is not None and m.waf is not None:
+            return m.waf, m.media_bytes, m.source
+        for w in self.wear:
+            if w.nand_bytes and w.host_bytes:
+                return w.nand_bytes / w.host_bytes, w.nand_bytes, f"wear:{w.source}"
+        return None, None, None
+
+    def dump(self, path: Path) -> Path:
+        return dump(self, path)
+
+    @classmethod
+    def load(cls, path: Path) -> DeviceMeasurement:
+        return load(cls, path)
