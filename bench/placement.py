@@ -15,6 +15,8 @@ pages while fewer than a quarter of the lines are free):
   TP4146's handles are: kvwear.emulator.ftl), every write on handle 0, or the kinds apart;
 - `lifetime`: a drive with `lifetime_handles` (4) handles, the offline residency oracle;
 - `kind+shGC`: `kind` on a drive whose GC mixes the handles' relocated pages (initially isolated).
+`--gc presets`: one drive shaped like each drive preset instead (`PRESET_SHAPES`: enterprise-tlc
+and qlc at the unit count of the default run's drive, tiny-blocks, femu's defaults).
 `kind` separates whatever the kinds' lives (`--kind-min-separation`, default 0: the measurement
 the fallback rule is decided on; give 0.5 to see the rule applied, marked *).
 
@@ -26,7 +28,7 @@ then the FTL's throughput over all replays (host and NAND pages per second of ke
 number is measured in this run; nothing is tuned to the trace.
 
 Run: .venv/bin/python bench/placement.py [--model M] [--layout extent --layout log] [--lines N ...]
-     [--gc on-demand --op 0.07 ...] [--separate-gc-line] [--kind-min-separation 0.5]
+     [--gc on-demand --op 0.07 ...] [--gc presets] [--separate-gc-line] [--kind-min-separation 0.5]
 """
 
 from __future__ import annotations
@@ -58,6 +60,34 @@ MODES = {"no FDP": ("none", 1, "per-handle"), "none": ("none", 2, "per-handle"),
          "lifetime": ("lifetime", 4, "per-handle"), "kind+shGC": ("kind", 2, "shared")}
 
 
+# The drive presets (branch `presets`: emulator/presets/*.py, their sources in
+# docs/design/drive-presets.md) shaped to the bench's exposed size: a preset whose reclaim unit is
+# GB-sized keeps the number of units it has on the default run's 268.8 GB drive (enterprise-tlc
+# 26, qlc 20: what sets WAF is the unit's share of the drive), with its OP, reserve (1 unit) and
+# GC frontier apart from the host's; tiny-blocks and femu are the presets themselves (64-page
+# blocks at 7 % OP; FEMU's 64 MiB lines at OP 1/3, line GC from 75 % / 95 % used lines).
+# name → (units, OP, GC reserve, GC frontier apart); units 0: the preset's own block size.
+TLC_OP = 4 * 2**40 / 3_840_000_000_000 - 1.0
+PRESET_SHAPES = {"enterprise-tlc": (26, TLC_OP, 1, True), "qlc": (20, TLC_OP, 1, True),
+                 "tiny-blocks": (0, 0.07, 2, False)}
+
+
+def preset_drives(devsz_mb: int) -> dict[str, dict[str, object]]:
+    """The sim device options of each preset-shaped drive (PRESET_SHAPES; femu: FEMU's defaults)
+    exposing `devsz_mb` MiB. The unit count is the drive's with one handle; more handles open
+    more units (kvwear.emulator.ftl), which come out of the same raw NAND's free space."""
+    pages = devsz_mb * 256
+    out: dict[str, dict[str, object]] = {}
+    for name, (units, op, reserve, apart) in PRESET_SHAPES.items():
+        ppb = -(-int(pages * (1.0 + op)) // (units - reserve - (2 if apart else 1))) if units else 64
+        out[f"{name} ({units or pages * (1 + op) // 64:.0f} units, OP {op:.1%})"] = {
+            "op_ratio": op, "pages_per_block": ppb, "reserve_lines": reserve, "separate_gc_line": apart}
+    out["femu (64 MiB lines, OP 33%, line GC)"] = {
+        "geometry": "femu", "devsz_mb": devsz_mb, "nchs": 8, "luns_per_ch": 8, "pgs_per_blk": 256,
+        "blks_per_pl": -(-devsz_mb * 4 // 3 // 64), "gc_thres_pcent": 75, "gc_thres_pcent_high": 95}
+    return out
+
+
 def median_death(plan: pa.Table, capacity_bytes: int) -> dict[str, float]:
     """Per object kind: the byte-weighted median of the plan's death distances (kvwear.harness.plan.placement's
     residency oracle) in device capacities; inf when at least half the bytes never die."""
@@ -85,9 +115,10 @@ def main() -> None:
     ap.add_argument("--ssd", default="8GB", help="SSD tier; the device exposes devsz_mb (about 1.1×)")
     ap.add_argument("--devsz-mb", type=int, default=9600)
     ap.add_argument("--luns", type=int, default=8, help="nchs = luns_per_ch: a line is luns² blocks of 1 MiB")
-    ap.add_argument("--gc", choices=["femu", "on-demand"], default="femu",
+    ap.add_argument("--gc", choices=["femu", "on-demand", "presets"], default="femu",
                     help="femu: FEMU's line GC (background from 75%% used lines); on-demand: GC only when "
-                         "2 lines are left free (the block-level FTL with lines of the same size)")
+                         "2 lines are left free (the block-level FTL with lines of the same size); presets: "
+                         "one drive shaped like each preset (PRESET_SHAPES)")
     ap.add_argument("--lines", type=int, action="append", help="--gc femu: blks_per_pl, one drive each (default 180)")
     ap.add_argument("--op", type=float, action="append", help="--gc on-demand: over-provisioning, one drive each")
     ap.add_argument("--separate-gc-line", action="store_true", help="GC copies to lines of their own")
@@ -105,6 +136,7 @@ def main() -> None:
     drives: dict[str, dict[str, object]] = (
         {f"{n} lines (raw/exposed − 1 = {n * line_mib / args.devsz_mb - 1:.0%}), FEMU line GC":
          {**femu, "blks_per_pl": n} for n in args.lines or [180]} if args.gc == "femu" else
+        preset_drives(args.devsz_mb) if args.gc == "presets" else
         {f"op {op:.0%} + 2 free lines, on-demand GC": {
             "op_ratio": op, "pages_per_block": line_mib * 256, "reserve_lines": 2,
             "separate_gc_line": args.separate_gc_line} for op in args.op or [0.07]})
@@ -114,7 +146,7 @@ def main() -> None:
                      "seed": 1},
         "tiers": {"dram": args.dram, "ssd": args.ssd},
         "replay": {"layout": layouts[0], "placement": "none"},
-        "device": {"kind": "sim", "options": femu} if args.gc == "femu" else
+        "device": {"kind": "sim", "options": femu} if args.gc != "on-demand" else
                   {"kind": "sim", "capacity_bytes": args.devsz_mb << 20}})
     cap = device_capacity(cfg)
     assert cap == args.devsz_mb << 20, (cap, args.devsz_mb)

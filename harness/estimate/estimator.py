@@ -69,7 +69,8 @@ SMART_HOST_BYTES_REL_TOL = 0.02
 # The note of each host-bytes row that SMART Data Units Written measured (`duw_check`'s), and only those.
 DUW_NOTE = "SMART Data Units Written count 512,000-byte units, rounded up"
 # WAF: a model (the workload model, the FTL emulator configured as the device) vs the device's
-# counters. The workload model is mean-field (bench/waf_model.py: 95 % of plans within it). 10%.
+# counters. 10 %. The workload model's own measured error differs by regime (waf_model.REGIME_ERRORS,
+# quoted beside its check and in the results row).
 WAF_REL_TOL = 0.10
 # Lifetime inherits both errors (product of host bytes and WAF), so the sum of the two.
 LIFETIME_REL_TOL = HOST_BYTES_REL_TOL + WAF_REL_TOL
@@ -269,6 +270,24 @@ class EstimateInputs:
     rating_source: str = ""          # where the TBW budget's and the P/E rating's figures came from
 
 
+def _regime_error_note(prediction: WafPrediction) -> str:
+    e = prediction.regime_error
+    if e is None:
+        return " (no measured error for this regime)"
+    return (f" (measured there: {e.within_10pct} of {e.cases} bench cases within 10 % of the FTL, "
+            f"median |error| {e.median_abs_error:.1%}, 90th percentile {e.p90_abs_error:.1%})")
+
+
+def regime_error_fields(prediction: WafPrediction | None) -> dict[str, Any]:
+    """The results row's fields for the workload model's measured error in its regime (None
+    without a prediction, or where the bench has no case of the regime)."""
+    e = prediction.regime_error if prediction is not None else None
+    return {"waf_workload_regime_cases": e.cases if e else None,
+            "waf_workload_regime_within_10pct": e.within_10pct_share if e else None,
+            "waf_workload_regime_median_error": e.median_abs_error if e else None,
+            "waf_workload_regime_p90_error": e.p90_abs_error if e else None}
+
+
 @dataclass(frozen=True)
 class Estimate:
     """One policy's cross-validation: its checks and its results row; estimate/LABEL/crossval.json."""
@@ -441,7 +460,7 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
     model_note = ""
     if prediction is not None:
         model_note = (f"{prediction.model} (the workload WAF model) on {prediction.p_eff_pages * 4096 / 2**20:,.0f} "
-                      f"MiB of GC space; {prediction.regime} GC"
+                      f"MiB of GC space; regime {prediction.regime}" + _regime_error_note(prediction)
                       + ("; the model plays the plan on an empty drive, this one was preconditioned first"
                          if inp.preconditioned else "")
                       + (f"; {measured_note}" if measured_note else ""))
@@ -494,6 +513,7 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
         waf_uniform_source=inp.waf_uniform_source,
         waf_workload=waf_workload,
         waf_workload_regime=prediction.regime if prediction is not None else None,
+        **regime_error_fields(prediction),
         tbw_bytes=tbw,
         host_bytes_per_day=per_day,
         lifetime_days_waf1=life_waf1,

@@ -59,6 +59,12 @@ class ResultsRow:
     waf_uniform_source: str | None = None
     waf_workload: float | None = None
     waf_workload_regime: str | None = None
+    # the model's error measured in that regime (waf_model.REGIME_ERRORS, bench/waf_model.py): its
+    # cases, the share within 10 % of the FTL, the median and 90th percentile of |model/FTL − 1|
+    waf_workload_regime_cases: int | None = None
+    waf_workload_regime_within_10pct: float | None = None
+    waf_workload_regime_median_error: float | None = None
+    waf_workload_regime_p90_error: float | None = None
     tbw_bytes: float | None = None
     host_bytes_per_day: float | None = None
     lifetime_days_waf1: float | None = None
@@ -143,6 +149,9 @@ RESULTS = TableSpec(
     defaults=tuple((name, None) for name in _V2),
     schema=pa.schema([_field(f.name, t) for f, t in zip(
         dataclasses.fields(ResultsRow), typing.get_type_hints(ResultsRow).values(), strict=True)]),
+    # added within version 1: a results file written before them reads them as null
+    defaults=tuple((c, None) for c in ("waf_workload_regime_cases", "waf_workload_regime_within_10pct",
+                                       "waf_workload_regime_median_error", "waf_workload_regime_p90_error")),
 )
 
 

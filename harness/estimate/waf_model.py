@@ -50,6 +50,17 @@ Two parts.
    steady state is the fixed point above); where young lines die first (no TRIM, objects
    overwritten in place) the model overstates the copies, which the bench measures.
 
+   Greedy over lines (`_fluid_greedy`), where GC copies have a frontier of their own
+   (`separate_gc_line`: the enterprise-tlc and qlc presets). The chunks are grouped into lines in
+   the order they are written, host chunks in the host's lines and copies in GC's; GC takes the
+   line with the smallest valid share. Survivors then gather in lines of their own that greedy
+   passes over while lines of fresh writes empty, which FIFO cannot see: on 90/10 hot/cold random
+   writes FIFO put such drives 13–22 % above the FTL, greedy within 1 %. Where copies share the
+   host's frontier (tiny-blocks, FEMU) a real unit mixes them with fresh writes and FIFO by age is
+   the better mean field (hot/cold on tiny-blocks: FIFO +0.4 %, greedy −20 %).
+   Space: GC works in the data lines plus the written half, on average, of each open line
+   (`OPEN_LINE_FILL`); on drives of 10–26 units one open line is 4–10 % of the space.
+
    FEMU line GC (`gc_mode == "line"`). Background GC cleans while the log occupies more than
    P_bg = (lines − ⌊(1 − gc_thres)·lines⌋ − 1) lines, but only a victim with ≥ 1/8 invalid pages;
    otherwise the log grows (the free lines fall below the threshold) until the head line qualifies,
@@ -62,8 +73,15 @@ Two parts.
    still valid, from one emptying; it predicts ≈ 1 where the FTL measures ≈ 4.5 (the bench shows
    it). Being mean-field per band, it also has no line-to-line variance beyond "emptied or not":
    a drive preconditioned full, whose fill lines FEMU cleans as soon as an overwrite leaves 1/8 of
-   one invalid, is outside it (the estimate says so when the device preconditions). `regime` says
-   which GC did most of the copying.
+   one invalid, is outside it (the estimate says so when the device preconditions).
+
+   Regimes and their measured error. `regime` says which GC did most of the copying in the model
+   and whether it predicts GC at all (`Regime`); `REGIME_ERRORS` holds the model's error measured in
+   each regime by bench/waf_model.py (pasted from its output), which the estimate quotes beside
+   the model's WAF. Measured there (docs/results/2026-12-03-waf-model.md): block GC within 10 % of
+   the FTL on 16 of 36 cases in "on-demand" (median |error| 11 %), 154 of 168 in "on-demand light";
+   FEMU's line GC misses by a median 34–156 % — the plans' log and no-TRIM cases set off cascades
+   of forced GC on victims 7/8 valid that a mean field over death distances does not resolve.
 
 Must not: read files or run an FTL; it takes page requests (numpy arrays) and numbers.
 """
@@ -71,6 +89,7 @@ Must not: read files or run an FTL; it takes page requests (numpy arrays) and nu
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -93,7 +112,15 @@ BANDS = 16
 LINE_PAGES = (64, 256, 1024, 4096)      # powers of two (the summary pass shifts by them)
 MODEL_NAME = "fluid log-structured cleaning over page and line death distances"
 
-Regime = Literal["no GC", "on-demand", "line background", "line forced"]   # GC triggers (FtlConfig.gc_mode)
+# The model's regime (`WafPrediction.regime`): which GC did most of the copying in the model (the
+# FTL's GC triggers, FtlConfig.gc_mode: on-demand block GC, FEMU's line background / forced), and
+# "light" where the model predicts WAF < LIGHT_WAF (GC barely runs: the error there is of a
+# different kind, a missed onset rather than a misjudged amount). "no GC": the plan fits in the
+# space GC leaves alone.
+Regime = Literal["no GC", "on-demand light", "on-demand", "line light", "line background", "line forced"]
+REGIMES: tuple[Regime, ...] = ("no GC", "on-demand light", "on-demand", "line light", "line background",
+                              "line forced")
+LIGHT_WAF = 1.1
 
 
 @dataclass(frozen=True)
@@ -192,9 +219,47 @@ def _live_pages(lo, hi):
     return n
 
 
+@numba.njit(cache=True, inline="always")
+def _grid_index(grid, x, guess):
+    """np.searchsorted(grid, x) (the first grid distance ≥ x), answered from `guess` (the previous
+    page's) when x falls in the same bin: the pages of a request die in runs whose distances
+    share a bin, and a binary search cost ~18 ns a page, most of the summary's time."""
+    if guess < grid.shape[0] and grid[guess] >= x and (guess == 0 or grid[guess - 1] < x):
+        return guess
+    return np.searchsorted(grid, x)
+
+
+# Runs of deaths shorter than this (in one line of the smallest size) are held back and applied in
+# line order, SHORT_RUNS at a time: scattered deaths (random 4 KiB overwrites) otherwise cost one
+# line-table probe per size per page, each a cache miss into a table as large as the live lines;
+# sorted, deaths in one line merge into one probe and the probes walk the lines in order.
+_LONG_RUN = 8
+SHORT_RUNS = 1 << 18               # 6 MiB held by a DeathCounter: 0.63x the time on random 4 KiB writes
+
+
+@numba.njit(cache=True)
+def _short_runs(short, m, lt, lt_n, pend, grid, total, band_len, line_shifts, line_hist):
+    """Apply the m held-back runs (rows: line, deaths, last death) in line order, runs of one line
+    merged; returns lt."""
+    if m == 0:
+        return lt
+    order = np.argsort(short[0, :m])
+    j = 0
+    while j < m:
+        line = short[0, order[j]]
+        n = 0
+        last = 0
+        while j < m and short[0, order[j]] == line:
+            n += short[1, order[j]]
+            last = max(last, short[2, order[j]])
+            j += 1
+        lt = _line_run(lt, lt_n, pend, line, n, last, grid, total, band_len, line_shifts, line_hist)
+    return lt
+
+
 @numba.njit(cache=True)
 def _deaths(ops, first, npages, last_lo, last_hi, now, grid, total, band_len, dead_diff, hist, counts, line_shifts,
-            lt, lt_n, pend, line_hist):
+            lt, lt_n, pend, line_hist, short):
     """One pass over the page requests. The page's live write's host time (−1: never written,
     −2: trimmed) is held in 40 bits split over last_lo (uint32) and last_hi (uint8) (_page_time).
     dead_diff[band]: +1/−1 over the grid range [d, T − t) where a death at distance d is visible.
@@ -203,10 +268,19 @@ def _deaths(ops, first, npages, last_lo, last_hi, now, grid, total, band_len, de
     its last page dies, when it is added to line_hist[k] and dropped (a line in the table has a
     live page: the table is bounded by the device's live pages). Consecutive dying pages mostly
     share a line, so the pass counts runs of deaths in one line of the smallest size
-    (`line_shifts` ascending) and hands each run on (_line_run) when the line changes.
+    (`line_shifts` ascending) and hands each run on (_line_run) when the line changes; runs
+    shorter than _LONG_RUN are held back in `short` (rows: line, deaths, last death) and applied
+    in line order when it fills and at the end (_short_runs).
     `now`: the host pages written before these requests (a plan fed in batches); returns
     (now, lt), the table grown when it filled."""
     s0 = line_shifts[0]
+    lo = 0
+    hi = 0
+    b = 0
+    b_start = 0
+    a_b = a_lo = a_hi = a_h = a_n = 0      # the run of deaths being counted: its bins and length
+    n_over = n_trim = n_new = 0
+    n_short = 0
     d_line = -1
     d_n = 0
     d_last = 0
@@ -218,33 +292,57 @@ def _deaths(ops, first, npages, last_lo, last_hi, now, grid, total, band_len, de
             tw = _page_time(last_lo, last_hi, lpn)
             if tw >= 0:
                 d = now - tw - 1
-                b = tw // band_len
-                lo = np.searchsorted(grid, d)      # first grid distance ≥ d
-                dead_diff[b, lo] += 1
-                dead_diff[b, np.searchsorted(grid, total - tw)] -= 1
-                hist[lo if lo < grid.shape[0] and grid[lo] == d else lo - 1] += 1
+                if tw < b_start or tw >= b_start + band_len:
+                    b = tw // band_len             # a 64-bit division: only when the band changes
+                    b_start = b * band_len
+                lo = _grid_index(grid, d, lo)      # first grid distance ≥ d
+                hi = _grid_index(grid, total - tw, hi)
+                h = lo if lo < grid.shape[0] and grid[lo] == d else lo - 1
+                # counted per run of deaths with the same bins (one memory update a run, not three a page)
+                if b != a_b or lo != a_lo or hi != a_hi or h != a_h:
+                    if a_n:
+                        dead_diff[a_b, a_lo] += a_n
+                        dead_diff[a_b, a_hi] -= a_n
+                        hist[a_h] += a_n
+                    a_b, a_lo, a_hi, a_h, a_n = b, lo, hi, h, 0
+                a_n += 1
                 c = tw >> s0
                 if c != d_line:
-                    if d_n:
+                    if d_n >= _LONG_RUN:
                         lt = _line_run(lt, lt_n, pend, d_line, d_n, d_last, grid, total, band_len, line_shifts,
                                        line_hist)
+                    elif d_n:
+                        if n_short == short.shape[1]:
+                            lt = _short_runs(short, n_short, lt, lt_n, pend, grid, total, band_len, line_shifts,
+                                             line_hist)
+                            n_short = 0
+                        short[0, n_short], short[1, n_short], short[2, n_short] = d_line, d_n, d_last
+                        n_short += 1
                     d_line = c
                     d_n = 0
                 d_n += 1
                 d_last = now
                 if op == 0:
-                    counts[0] += 1
+                    n_over += 1
                 else:
-                    counts[1] += 1
+                    n_trim += 1
             elif op == 0 and tw == -1:
-                counts[2] += 1                     # a page never written before: footprint
+                n_new += 1                         # a page never written before: footprint
             if op == 0:
                 _set_page_time(last_lo, last_hi, lpn, now)
                 now += 1
             elif tw != -1:
                 _set_page_time(last_lo, last_hi, lpn, -2)      # trimmed (−1: never written)
+    if a_n:
+        dead_diff[a_b, a_lo] += a_n
+        dead_diff[a_b, a_hi] -= a_n
+        hist[a_h] += a_n
+    counts[0] += n_over
+    counts[1] += n_trim
+    counts[2] += n_new
     if d_n:
         lt = _line_run(lt, lt_n, pend, d_line, d_n, d_last, grid, total, band_len, line_shifts, line_hist)
+    lt = _short_runs(short, n_short, lt, lt_n, pend, grid, total, band_len, line_shifts, line_hist)
     for k in range(line_shifts.shape[0]):
         lt = _line_flush(lt, lt_n, pend, k, grid, total, band_len, line_shifts, line_hist)
     return now, lt
@@ -258,14 +356,16 @@ _P_LINE, _P_DEAD, _P_LAST = range(3)
 def _line_run(lt, lt_n, pend, line0, n, died, grid, total, band_len, line_shifts, line_hist):
     """A run of n deaths in line `line0` of the smallest size, the last at host time `died`, added
     to every size's pending run (a size's pending run is applied first when this one is in another
-    of its lines); returns lt."""
+    of its lines); returns lt. Runs may come in any order (_deaths sorts short ones by line): dead
+    pages add up and a line's last death is the latest of its runs'."""
     for k in range(line_shifts.shape[0]):
         c = line0 >> (line_shifts[k] - line_shifts[0])
         if c != pend[_P_LINE, k]:
             lt = _line_flush(lt, lt_n, pend, k, grid, total, band_len, line_shifts, line_hist)
             pend[_P_LINE, k] = c
+            pend[_P_LAST, k] = died
         pend[_P_DEAD, k] += n
-        pend[_P_LAST, k] = died
+        pend[_P_LAST, k] = max(pend[_P_LAST, k], died)
     return lt
 
 
@@ -304,9 +404,10 @@ def _line_flush(lt, lt_n, pend, k, grid, total, band_len, line_shifts, line_hist
     if lt[0, i] == -1:
         lt[0, i] = key
         lt_n[0] += 1
+        last = pend[_P_LAST, k]
     else:
         dead += lt[1, i] >> _DEAD_SHIFT
-    last = pend[_P_LAST, k]
+        last = max(pend[_P_LAST, k], lt[1, i] & _LAST_MASK)
     pend[_P_DEAD, k] = 0
     if dead == 1 << sh:
         _line_emptied(line, last, k, sh, grid, total, band_len, line_hist)
@@ -403,6 +504,7 @@ class DeathCounter:
         self.lines_n = np.zeros(1, np.int64)
         self.pend = np.zeros((3, len(self.sizes)), np.int64)
         self.pend[_P_LINE] = -1
+        self.short = np.empty((3, SHORT_RUNS), np.int64)     # _deaths' held-back short runs
         self.line_hist = np.zeros((len(self.sizes), self.nb * (len(self.grid) + 1)), np.int64)
         self.ended = False
         self.now = 0
@@ -416,7 +518,7 @@ class DeathCounter:
             raise KvwearError("internal error: death_summary fed after its summary")
         self.now, self.lines = _deaths(ops, first, n, self.last_lo, self.last_hi, self.now, self.grid, self.total,
                                        self.band_len, self.dead_diff, self.hist, self.counts, self.shifts,
-                                       self.lines, self.lines_n, self.pend, self.line_hist)
+                                       self.lines, self.lines_n, self.pend, self.line_hist, self.short)
 
     def summary(self) -> DeathSummary:
         """The summary of everything fed (which must be the `total_pages` announced)."""
@@ -627,15 +729,176 @@ def _fluid(surv, line_surv, band_of, step_pages, last_step, p_bg, p_high, min_in
     return gc
 
 
+@numba.njit(cache=True, inline="always")
+def _move(q_step, q_copy, q_mass, q_occ, q_grp, dst, src):
+    q_step[dst] = q_step[src]
+    q_copy[dst] = q_copy[src]
+    q_mass[dst] = q_mass[src]
+    q_occ[dst] = q_occ[src]
+    q_grp[dst] = q_grp[src]
+
+
+@numba.njit(cache=True)
+def _renumber(q_grp, n, fr_grp, g_map):
+    """Line ids in use (the queue's and the frontiers' open lines) renumbered 0, 1, … in their
+    order, so older lines keep the smaller ids (greedy's tie-break) and the ids stay below the
+    arrays' size; g_map[old] = new. Returns the next free id."""
+    ids = np.unique(np.concatenate((q_grp[:n], fr_grp)))
+    for r in range(ids.shape[0]):
+        g_map[ids[r]] = r
+    for k in range(n):
+        q_grp[k] = np.int64(g_map[q_grp[k]])
+    for f in range(fr_grp.shape[0]):
+        fr_grp[f] = np.int64(g_map[fr_grp[f]])
+    return ids.shape[0]
+
+
+@numba.njit(cache=True)
+def _fluid_greedy(surv, line_surv, band_of, step_pages, last_step, p_bg, p_high, min_invalid_share, line_pages,
+                  line_mode, separate, out):
+    """Greedy GC over the log of chunks (`_fluid` says what a chunk holds and occupies). Chunks
+    are grouped into lines in the order they are written: a frontier's line closes when it holds
+    `line_pages` pages (a chunk larger than a line is a line of its own). GC copies go to a
+    frontier of their own if `separate`, else to the host's, so a line mixes the lifetimes a real
+    unit mixes. While the log occupies more than p_bg pages, GC takes the closed line with the
+    smallest valid share (the oldest on ties) and writes its valid pages to the GC frontier; line
+    mode above p_bg only a victim with ≥ `min_invalid_share` invalid, above p_high any. Returns
+    GC-copied pages (out: background copies, forced copies, stalls, pages cleaned)."""
+    n_steps = band_of.shape[0]
+    cap = 4 * n_steps + 16                 # live chunks ≤ n_steps + 1; victims staged above them
+    q_step = np.empty(cap, np.int64)
+    q_copy = np.zeros(cap, np.int8)
+    q_mass = np.empty(cap, np.float64)     # host pages the chunk came from (for S)
+    q_occ = np.empty(cap, np.float64)      # pages it occupies
+    q_grp = np.empty(cap, np.int64)        # its line
+    g_val = np.zeros(cap, np.float64)      # per line id: valid pages, pages occupied
+    g_occ = np.zeros(cap, np.float64)
+    fr_grp = np.array([0, 1], np.int64)    # the open line of the host frontier (0) and GC's (1)
+    fr_fill = np.zeros(2)
+    gcf = 1 if separate else 0
+    next_gid = 2
+    n = 0
+    gc = 0.0
+    for i in range(n_steps):
+        m = step_pages if i < n_steps - 1 else last_step
+        if next_gid + 2 >= cap:
+            next_gid = _renumber(q_grp, n, fr_grp, g_occ)
+        q_step[n], q_copy[n], q_mass[n], q_occ[n], q_grp[n] = i, 0, m, m, fr_grp[0]
+        n += 1
+        fr_fill[0] += m
+        if fr_fill[0] >= line_pages:
+            fr_grp[0], fr_fill[0] = next_gid, 0.0
+            next_gid += 1
+        # refresh the chunks' space, squeeze out what emptied (the order stays)
+        used = 0.0
+        w = 0
+        for k in range(n):
+            jk = q_step[k]
+            if q_copy[k] == 0:
+                q_occ[k] = q_mass[k] * line_surv[band_of[jk], i - jk]
+            elif q_mass[k] * surv[band_of[jk], i - jk] <= 0.0:
+                q_occ[k] = 0.0             # a copy whose pages all died: its space is free too
+            if q_occ[k] > 0.0:
+                _move(q_step, q_copy, q_mass, q_occ, q_grp, w, k)
+                w += 1
+                used += q_occ[k]
+        n = w
+        while used > p_bg and n > 0:
+            forced = used > p_high
+            for k in range(n):
+                g_val[q_grp[k]] = 0.0
+                g_occ[q_grp[k]] = 0.0
+            for k in range(n):
+                jk = q_step[k]
+                g_val[q_grp[k]] += min(q_mass[k] * surv[band_of[jk], i - jk], q_occ[k])
+                g_occ[q_grp[k]] += q_occ[k]
+            best = 2.0
+            vg = -1
+            for k in range(n):
+                g = q_grp[k]
+                if g == fr_grp[0] or g == fr_grp[1] or g_occ[g] - g_val[g] <= 1e-9 * g_occ[g]:
+                    continue               # open lines are never victims, nor lines without invalid pages
+                r = g_val[g] / g_occ[g]
+                if r < best - 1e-12 or (r < best + 1e-12 and g < vg):
+                    best = r
+                    vg = g
+            if vg < 0 or (line_mode and not forced and 1.0 - best < min_invalid_share):
+                out[2] += 1
+                break
+            out[3] += g_occ[vg]
+            used -= g_occ[vg] - g_val[vg]
+            if next_gid + g_val[vg] / line_pages + 2 >= cap:
+                next_gid = _renumber(q_grp, n, fr_grp, g_occ)
+                vg = int(g_occ[vg])
+            # the victim's chunks out (staged above the queue), their valid pages to the GC frontier
+            w = 0
+            staged = n
+            for k in range(n):
+                if q_grp[k] != vg:
+                    _move(q_step, q_copy, q_mass, q_occ, q_grp, w, k)
+                    w += 1
+                else:
+                    _move(q_step, q_copy, q_mass, q_occ, q_grp, staged, k)
+                    staged += 1
+            for k in range(n, staged):
+                jk = q_step[k]
+                v = min(q_mass[k] * surv[band_of[jk], i - jk], q_occ[k])
+                if v <= 0.0:
+                    continue
+                q_step[w], q_copy[w], q_mass[w], q_occ[w], q_grp[w] = jk, 1, q_mass[k], v, fr_grp[gcf]
+                w += 1
+                gc += v
+                out[1 if forced else 0] += v
+                fr_fill[gcf] += v
+                if fr_fill[gcf] >= line_pages:
+                    fr_grp[gcf], fr_fill[gcf] = next_gid, 0.0
+                    next_gid += 1
+            n = w
+    return gc
+
+
+@dataclass(frozen=True)
+class RegimeError:
+    """The model's error measured in one regime: |model ÷ FTL − 1| over bench/waf_model.py's cases
+    that the model put in that regime (`source` says which run)."""
+
+    cases: int
+    within_10pct: int                  # cases with |error| ≤ 10 %
+    median_abs_error: float
+    p90_abs_error: float
+    source: str
+
+    @property
+    def within_10pct_share(self) -> float:
+        return self.within_10pct / self.cases if self.cases else math.nan
+
+
+_BENCH_RUN = "bench/waf_model.py default matrix, 2026-12-03 (docs/results/2026-12-03-waf-model.md)"
+# Pasted from the bench's "REGIME_ERRORS" lines (it prints them); a regime the run never reached
+# is absent (the estimate then has no measured error to quote).
+REGIME_ERRORS: Mapping[str, RegimeError] = {
+    "on-demand light": RegimeError(168, 154, 0.0013, 0.0956, _BENCH_RUN),
+    "on-demand": RegimeError(36, 16, 0.1075, 0.3743, _BENCH_RUN),
+    "line light": RegimeError(72, 23, 0.3404, 0.8124, _BENCH_RUN),
+    "line background": RegimeError(61, 5, 0.5014, 0.6726, _BENCH_RUN),
+    "line forced": RegimeError(17, 2, 1.5646, 6.3182, _BENCH_RUN),
+}
+
+
 @dataclass(frozen=True)
 class WafPrediction:
     """The workload model's answer for one drive: `waf` over the plan, the space GC cleans
-    (P_eff, 4 KiB pages; line GC: the background threshold's) and which GC did the copying."""
+    (P_eff, 4 KiB pages; line GC: the background threshold's), the regime (`Regime`) and the
+    model's error measured there (`regime_error`, None where the bench has no case of it)."""
 
     waf: float
     p_eff_pages: float
     regime: Regime
     model: str = MODEL_NAME
+
+    @property
+    def regime_error(self) -> RegimeError | None:
+        return REGIME_ERRORS.get(self.regime)
 
 
 _MAX_STEPS = 1 << 18                 # fluid-model resolution: at most this many steps over the plan
@@ -664,7 +927,8 @@ def _age_table(summary: DeathSummary, step: float, n_steps: int,
 
 
 def fluid_waf(summary: DeathSummary, p_bg: float, p_high: float | None = None,
-              min_invalid_share: float = 0.0, line_pages: float = 0.0) -> tuple[float, Regime]:
+              min_invalid_share: float = 0.0, line_pages: float = 0.0, greedy: bool = False,
+              separate: bool = False) -> tuple[float, Regime]:
     """The plan's WAF under log cleaning of `p_bg` 4 KiB pages of space (line GC: `p_high`, the
     forced threshold's space, and the background victim rule), lines of `line_pages` (0: the page
     survival alone); see the module docstring."""
@@ -680,25 +944,43 @@ def fluid_waf(summary: DeathSummary, p_bg: float, p_high: float | None = None,
     n_steps = -(-t // step)
     surv, line_surv, band_of = _age_table(summary, float(step), n_steps, line_pages)
     out = np.zeros(4)
-    gc = _fluid(surv, line_surv, band_of, float(step), float(t - step * (n_steps - 1)), float(p_bg),
-                float(p_bg if p_high is None else p_high), float(min_invalid_share), float(line_pages), line_mode, out)
-    regime: Regime = ("line forced" if out[1] > out[0] else "line background") if line_mode else "on-demand"
-    return 1.0 + gc / t, regime
+    args = (surv, line_surv, band_of, float(step), float(t - step * (n_steps - 1)), float(p_bg),
+            float(p_bg if p_high is None else p_high), float(min_invalid_share), float(line_pages), line_mode)
+    gc = _fluid_greedy(*args, separate, out) if greedy else _fluid(*args, out)
+    waf = 1.0 + gc / t
+    regime: Regime
+    if not line_mode:
+        regime = "on-demand light" if waf < LIGHT_WAF else "on-demand"
+    elif waf < LIGHT_WAF:
+        regime = "line light"
+    else:
+        regime = "line forced" if out[1] > out[0] else "line background"
+    return waf, regime
 
 
-def _pages4k(config: FtlConfig, lines_unusable: int) -> float:
+# Open lines (one per write frontier) hold data too: on average half written when GC runs, since
+# a frontier's line fills steadily between the moments it takes a free line. So the space GC
+# works in is the data lines plus half of each open one. Counting the open lines as empty put the
+# model 20–45 % above the FTL on uniform random writes on drives of 10–12 units (bench/waf_model.py).
+OPEN_LINE_FILL = 0.5
+
+
+def _pages4k(config: FtlConfig, lines_unusable: float) -> float:
     return (config.lines - lines_unusable) * config.pages_per_line * config.page_bytes / PAGE_BYTES
 
 
 def workload_waf(summary: DeathSummary, config: FtlConfig) -> WafPrediction:
     """The workload model on drive `config` (see the module docstring for the derivation)."""
-    open_lines = config.open_lines  # one per write frontier (FDP handles included)
+    open_lines = config.open_lines * (1.0 - OPEN_LINE_FILL)  # one per write frontier (FDP handles included)
+    line = config.pages_per_line * config.page_bytes / PAGE_BYTES
+    # greedy over line groups where GC copies have lines of their own (module docstring)
+    greedy = config.separate_gc_line
     if config.gc_mode != "line":
         p = _pages4k(config, config.reserve_lines + open_lines)
-        waf, regime = fluid_waf(summary, p, line_pages=config.pages_per_line * config.page_bytes / PAGE_BYTES)
+        waf, regime = fluid_waf(summary, p, line_pages=line, greedy=greedy, separate=greedy)
         return WafPrediction(waf, p, regime)
     p_bg = _pages4k(config, config.gc_thres_lines + open_lines)
     p_high = _pages4k(config, config.gc_thres_lines_high + open_lines)
     share = config.min_invalid_pages / config.pages_per_line
-    waf, regime = fluid_waf(summary, p_bg, p_high, share, config.pages_per_line * config.page_bytes / PAGE_BYTES)
+    waf, regime = fluid_waf(summary, p_bg, p_high, share, line, greedy=greedy, separate=greedy)
     return WafPrediction(waf, p_bg, regime)

@@ -16,6 +16,7 @@ from kvwear.errors import KvwearError
 from kvwear.harness.cli.main import app
 from kvwear.harness.devices.measurement import DeviceMeasurement
 from kvwear.harness.estimate.estimator import Estimate, PlanRecord
+from kvwear.harness.estimate.waf_model import REGIME_ERRORS
 from kvwear.harness.pipeline.config import RunConfig, config_from_mapping
 from kvwear.harness.pipeline.run import run
 from kvwear.harness.plan.schema import BLOCK_OPS
@@ -106,6 +107,12 @@ def test_results_and_report(small_run: Path) -> None:
     assert re.search(r"byte accounting: (\d+) of \1 checks within tolerance; models against measurement: "
                      r"\d+ of \d+ checks within tolerance\.", html)
     assert (res["accounting_checks_passed"] == res["accounting_checks_total"]).all()
+    # the workload model's regime and the error the bench measured there (waf_model.REGIME_ERRORS)
+    assert res["waf_workload_regime"].notna().all()
+    for _, r in res.iterrows():
+        e = REGIME_ERRORS.get(r["waf_workload_regime"])
+        got = (r["waf_workload_regime_cases"], r["waf_workload_regime_median_error"])
+        assert got == (e.cases, e.median_abs_error) if e else all(map(np.isnan, got))
     # The workload's characterization (DESIGN: the report's trace figures), read from its summary.
     char = json.loads((small_run / "workload" / "characterization" / "summary.json").read_text())
     assert "<h2>Workload characterization</h2>" in html

@@ -150,8 +150,10 @@ def test_the_death_summary_is_its_definition_over_random_plans_and_batch_splits(
     assert ref.overwritten_pages > 10_000 and ref.trimmed_pages > 1000 and ref.survivor_pages > 1000
     assert sum(ref.band_line_survival[-1][0]) < len(ref.grid_pages)      # lines of 4,096 pages empty
     rng = np.random.default_rng(seed)
-    for batches in (1, 3, 40):
+    for batches, held in ((1, 0), (3, 0), (40, 0), (1, 5), (3, 64)):
         acc = DeathCounter(total, pages)
+        if held:
+            acc.short = np.empty((3, held), np.int64)        # short runs applied out of order, in small sorts
         for part in np.split(np.arange(len(ops)), np.sort(rng.integers(0, len(ops), batches - 1))):
             acc.feed(ops[part], first[part], n[part])
         assert acc.summary() == ref
@@ -216,3 +218,49 @@ def test_femu_line_gc_near_the_ftl(thres: int) -> None:
     pred = workload_waf(death_summary(ops, first, n, n_l), cfg)
     assert pred.waf == pytest.approx(_ftl_waf(cfg, ops, first, n), rel=0.10)
     assert pred.regime == "line background"
+
+
+def test_the_regime_and_its_measured_error_reach_the_results_row() -> None:
+    """A prediction names its regime; the estimate's row carries the bench's error measured there
+    (waf_model.REGIME_ERRORS), and nulls where there is no prediction."""
+    from kvwear.harness.estimate.estimator import regime_error_fields
+    from kvwear.harness.estimate.schema import RESULTS
+    from kvwear.harness.estimate.waf_model import REGIME_ERRORS, REGIMES, WafPrediction
+
+    assert set(REGIME_ERRORS) <= set(REGIMES) and REGIME_ERRORS
+    for e in REGIME_ERRORS.values():
+        assert 0 <= e.within_10pct <= e.cases and 0 <= e.median_abs_error <= e.p90_abs_error
+    rng = np.random.default_rng(3)
+    ops, first, n = _pages(np.concatenate([np.arange(L), rng.integers(0, L, 6 * L)]))
+    pred = workload_waf(death_summary(ops, first, n, L), CFG)
+    assert pred.regime == "on-demand" and pred.regime_error is REGIME_ERRORS["on-demand"]
+    row = regime_error_fields(pred)
+    e = REGIME_ERRORS["on-demand"]
+    assert row == {"waf_workload_regime_cases": e.cases, "waf_workload_regime_within_10pct": e.within_10pct / e.cases,
+                   "waf_workload_regime_median_error": e.median_abs_error,
+                   "waf_workload_regime_p90_error": e.p90_abs_error}
+    assert set(row) <= set(RESULTS.schema.names)
+    assert set(regime_error_fields(None).values()) == {None}
+    light = WafPrediction(1.0, 1.0, "no GC")
+    assert regime_error_fields(light)["waf_workload_regime_cases"] == (
+        REGIME_ERRORS["no GC"].cases if "no GC" in REGIME_ERRORS else None)
+
+
+@pytest.mark.parametrize("units", [12, 0])
+def test_hot_cold_on_a_drive_whose_gc_copies_have_their_own_frontier(units: int) -> None:
+    """90/10 hot/cold random writes where GC copies go to lines of their own (the enterprise
+    presets): survivors gather in cold lines that greedy passes over; the model's greedy line
+    groups follow the FTL (FIFO by age put it 13-22 % above). `units` 0: 64-page blocks, whose many
+    small lines make the model renumber its line ids as it runs."""
+    rng = np.random.default_rng(12)
+    k = 8 * L
+    hot = L // 10
+    is_hot = rng.random(k) < 0.9
+    lpns = np.where(is_hot, rng.integers(0, hot, k), rng.integers(hot, L, k))
+    ppb = -(-int(L * 1.145) // (units - 3)) if units else 64
+    cfg = FtlConfig.block_level(64 << 20, 0.145, pages_per_block=ppb, reserve_lines=1, separate_gc_line=True)
+    ops, first, n = _pages(lpns)
+    pred = workload_waf(death_summary(ops, first, n, L), cfg)
+    ftl = _ftl_waf(cfg, ops, first, n)
+    assert ftl > 1.05
+    assert pred.waf == pytest.approx(ftl, rel=0.05)
