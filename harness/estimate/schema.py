@@ -137,11 +137,13 @@ def _field(name: str, tp: Any) -> pa.Field:
     return pa.field(name, _ARROW[base], nullable=optional)
 
 
-# Version 2 added the drive and phase columns; a version-1 table reads with them null.
+# Version 2 added the drive and phase columns and the WAF model's measured error in its regime; a
+# version-1 table reads with them null.
 _V2 = ("drive_preset", "drive_scaling", "precondition", "precondition_host_bytes", "precondition_nand_bytes",
        "precondition_gc_bytes", "precondition_waf", "precondition_steady", "workload_passes", "workload_rounds",
        "waf_replay", "waf_transient", "waf_steady", "steady_state_reached", "steady_state_round", "waf_last_window",
-       "waf_lifetime_source", "rating_source")
+       "waf_lifetime_source", "rating_source", "waf_workload_regime_cases", "waf_workload_regime_within_10pct",
+       "waf_workload_regime_median_error", "waf_workload_regime_p90_error")
 
 RESULTS = TableSpec(
     kind="results",
@@ -149,9 +151,6 @@ RESULTS = TableSpec(
     defaults=tuple((name, None) for name in _V2),
     schema=pa.schema([_field(f.name, t) for f, t in zip(
         dataclasses.fields(ResultsRow), typing.get_type_hints(ResultsRow).values(), strict=True)]),
-    # added within version 1: a results file written before them reads them as null
-    defaults=tuple((c, None) for c in ("waf_workload_regime_cases", "waf_workload_regime_within_10pct",
-                                       "waf_workload_regime_median_error", "waf_workload_regime_p90_error")),
 )
 
 
