@@ -206,7 +206,7 @@ def test_run_examples(tmp_path: Path) -> None:
     work = scratch(tmp_path)
     for example, expect in RUNS.items():
         run_example(example, work, expect)
-    assert "Projected lifetime under WAF uniform" in (work / "runs/demo/report/report.html").read_text()
+    assert "log axis, the uniform-random reference WAF" in (work / "runs/demo/report/report.html").read_text()
     # --placement kind: full-attention KV on handle 0 and Kimi-K3's states on handle 1, unless the
     # plan found the two kinds dying alike and kept one handle (kvwear.harness.plan.placement's kind fallback,
     # recorded in plan.json); the handles written are the ones that decision names, and the byte

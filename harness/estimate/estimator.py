@@ -54,9 +54,9 @@ from kvwear.harness.wear.base import NVME_DATA_UNIT_BYTES, CounterSource
 from kvwear.harness.wear.snapshot import duw_bytes_bounds
 from kvwear.policies.metrics import SimSummary
 from kvwear.records import dump, load
+from kvwear.units import DAYS_PER_YEAR
 
 SECONDS_PER_DAY = 86_400.0
-DAYS_PER_YEAR = 365.0
 
 # Cross-validation tolerances (relative errors; stated in the report).
 # Host bytes: planned vs counted by the device/fio/eBPF. The only legitimate differences are the
@@ -71,6 +71,9 @@ DUW_NOTE = "SMART Data Units Written count 512,000-byte units, rounded up"
 WAF_REL_TOL = 0.10
 # Lifetime inherits both errors (product of host bytes and WAF), so the sum of the two.
 LIFETIME_REL_TOL = HOST_BYTES_REL_TOL + WAF_REL_TOL
+# The names of the workload model's two checks (the report's headline reads them)
+WAF_MODEL_CHECK = "WAF (workload model)"
+LIFETIME_MODEL_CHECK = "lifetime days (workload model)"
 
 
 def tbw_from_dwpd(capacity_bytes: int, dwpd: float, warranty_years: float) -> float:
@@ -420,7 +423,7 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
                     f"the {inp.layout} layout's write pattern is not that")
     if measured_waf is not None:
         if prediction is not None:
-            checks.append(Check.of("WAF (workload model)", prediction.waf, measured_waf, r.tool, WAF_REL_TOL,
+            checks.append(Check.of(WAF_MODEL_CHECK, prediction.waf, measured_waf, r.tool, WAF_REL_TOL,
                                    kind="model", note=model_note))
         checks.append(Check.of("WAF (uniform reference)", inp.waf_uniform, measured_waf, r.tool, WAF_REL_TOL,
                                kind="reference", note=uniform_note))
@@ -430,13 +433,16 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
     measured_per_day = host_bytes_per_day(dev_bytes / f, duration)
     life_measured = (projected_lifetime_days(tbw, measured_per_day, measured_waf)
                      if measured_waf is not None else None)
+    if life_measured is None and r.media is not None and dev_bytes == 0:
+        # the drive counted and received nothing: no WAF to measure, and nothing to wear it out
+        life_measured = math.inf
     waf_none = placement_row["waf_no_placement"]
     placement_row["lifetime_days_no_placement"] = (
         projected_lifetime_days(tbw, measured_per_day, waf_none) if waf_none is not None else None)
     if life_measured is not None:
         # Each projection against the measurement; only the workload model's counts in the tally.
         if life_workload is not None:
-            checks.append(Check.of("lifetime days (workload model)", life_workload, life_measured,
+            checks.append(Check.of(LIFETIME_MODEL_CHECK, life_workload, life_measured,
                                    "measured host bytes × WAF", LIFETIME_REL_TOL, kind="model", note=model_note))
         checks.append(Check.of("lifetime days (WAF 1)", life_waf1, life_measured, "measured host bytes × WAF",
                                LIFETIME_REL_TOL, kind="reference", note="reference only: Gandalf's assumption"))

@@ -64,7 +64,7 @@ def test_report_files_and_contents(tmp_path: Path) -> None:
     run = tmp_path / "run"
     _make_run(run)
     files = build_run_report(run)
-    assert all(p is not None and p.stat().st_size > 1000 for p in files.figures.values())
+    assert all(f is not None and f.path.stat().st_size > 1000 and not f.problems for f in files.figures.values())
     html = files.html.read_text()
     assert html.count("data:image/png;base64,") == 6
     assert "FAIL" in html and "pass" in html            # one check passes, one fails
@@ -107,7 +107,7 @@ def test_every_figure_loads_in_chromium(tmp_path: Path) -> None:
     files = build_run_report(run)
     status = image_status(files.html)
     assert len(status) == 6
-    assert all(s["ok"] and s["w"] > 100 for s in status), status
+    assert all(s["ok"] and s["naturalWidth"] > 100 for s in status), status
 
 
 def test_unfinished_run_is_named(tmp_path: Path) -> None:
@@ -139,7 +139,7 @@ def test_lifetime_figures_pick_the_named_waf(tmp_path: Path) -> None:
     run = tmp_path / "run"
     _make_run(run)
     html = build_run_report(run, waf="uniform").html.read_text()
-    assert "Projected lifetime under WAF uniform" in html
+    assert "log axis, the uniform-random reference WAF" in html
 
 
 def test_placement_section_says_why_a_drive_took_no_handles() -> None:
@@ -175,8 +175,15 @@ def test_sweep_lifetime_figure_with_a_panel_that_never_wrote(tmp_path: Path) -> 
                        "axis_policy": ["lru", "gandalf:gamma=4", "lru", "gandalf:gamma=4"],
                        "miss_ratio_tokens": [0.30, 0.35, 0.31, 0.36],
                        "lifetime_days_workload": [8.5, inf, inf, inf]})
-    path = fig_lifetime_vs_miss(df, tmp_path / "f.png", "lifetime_days_workload")
-    assert path is not None and path.stat().st_size > 0
+    fig = fig_lifetime_vs_miss(df, tmp_path / "f.png", "lifetime_days_workload")
+    assert fig is not None and fig.path.stat().st_size > 0 and not fig.problems
+    # the cell that never wrote gets a sentence, not an empty panel; the other draws its finite point
+    assert fig.notes == ("synthetic · kimi-k3 · DRAM 4 GB · SSD 12 GB: no point wrote to the SSD, so every "
+                         "lifetime is unbounded (no panel).",)
+    assert fig.data["lifetime_days"].tolist() == [8.5] and fig.data["cell"].str.contains("SSD 16 GB").all()
+    everything_unbounded = fig_lifetime_vs_miss(df.assign(lifetime_days_workload=inf), tmp_path / "g.png",
+                                                "lifetime_days_workload")
+    assert everything_unbounded is None
 
 
 def test_sweep_model_figure_draws_unbounded_lifetimes_without_warnings(tmp_path: Path) -> None:
@@ -196,5 +203,5 @@ def test_sweep_model_figure_draws_unbounded_lifetimes_without_warnings(tmp_path:
                      ("all unbounded", pd.DataFrame(rows).assign(lifetime_days_x=inf))):
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            path = fig_models(df, tmp_path / f"{case}.png", "lifetime_days_x")
-        assert path is not None and path.stat().st_size > 0, case
+            fig = fig_models(df, tmp_path / f"{case}.png", "lifetime_days_x")
+        assert fig is not None and fig.path.stat().st_size > 0 and not fig.problems, case
