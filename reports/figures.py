@@ -68,11 +68,12 @@ def _thin_ticks(fig: plt.Figure) -> list[str]:
     left = []
     for ax in fig.axes:
         for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+            chosen = isinstance(axis.get_major_locator(), FixedLocator)    # ticks the figure placed itself
             for _ in range(4):
                 fig.canvas.draw()
                 if not _overlapping(axis):
                     break
-                if isinstance(axis.get_major_locator(), FixedLocator):
+                if chosen:
                     left.append(f"{ax.get_title() or 'a panel'}: the {name} axis' labels overlap")
                     break
                 lo, hi = sorted(axis.get_view_interval())

@@ -32,7 +32,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from kvwear.harness.estimate.estimator import Estimate, PlanRecord
+from kvwear.reports.run_report import build_run_report
 from tests.conftest import shared_dir
+from tests.reports.browser import assert_reads_well
 from tests.test_examples import EXAMPLES
 from tests.workloads.test_models import MY_K3_TOML, QWEN3_NEXT
 
@@ -207,6 +209,10 @@ def test_run_examples(tmp_path: Path) -> None:
     for example, expect in RUNS.items():
         run_example(example, work, expect)
     assert "log axis, the uniform-random reference WAF" in (work / "runs/demo/report/report.html").read_text()
+    # the demo's report as a reader sees it (issue #25): headline and ranking on the first 1,280 × 800
+    # screen, nothing wider than the window, every image loaded, no console error, no clipped text
+    build_run_report(work / "runs/demo")            # with the default lifetime, as `kvwear run` wrote it
+    assert_reads_well(work / "runs/demo/report/report.html", "demo-report", first_screen=("#headline", "#ranking"))
     # --placement kind: full-attention KV on handle 0 and Kimi-K3's states on handle 1, unless the
     # plan found the two kinds dying alike and kept one handle (kvwear.harness.plan.placement's kind fallback,
     # recorded in plan.json); the handles written are the ones that decision names, and the byte
@@ -282,6 +288,7 @@ def test_sweep_examples(tmp_path: Path, dask_cluster: str) -> None:
             run_example(example, work, expect)
     points = list((work / "sweeps/fig7/results").glob("*.parquet"))
     assert len(points) == 20
+    assert_reads_well(work / "sweeps/fig7/report/sweep_report.html", "sweep-report")
 
 
 def test_femu_example(tmp_path: Path) -> None:

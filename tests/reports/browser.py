@@ -8,15 +8,29 @@ collapsed section opened; `first_screen` names elements that must end within the
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
-from tests.reports.chromium import ARTEFACTS, Rendering, render
+import pytest
+
+from tests.reports.chromium import ARTEFACTS, CHROMIUM, Rendering, render
 
 WIDTH, HEIGHT = 1280, 800
 
 
+def need_chromium() -> None:
+    """Skip without Debian's chromium, with the reason; in CI (which installs it: make test →
+    scripts/install-system-deps.sh) its absence is a failure, not a skip."""
+    if CHROMIUM is None:
+        why = "chromium is not installed (scripts/install-system-deps.sh installs Debian's package)"
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+
+
 def assert_reads_well(page: Path, name: str, first_screen: tuple[str, ...] = ()) -> list[Rendering]:
+    need_chromium()
     folder = ARTEFACTS / name
     shutil.rmtree(folder, ignore_errors=True)
     shots = render(page, folder, width=WIDTH, height=HEIGHT, selectors=first_screen)

@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,10 +101,8 @@ class _Pipe:
         return dict(json.loads(msg))
 
     def close(self) -> None:
-        try:
+        with suppress(DevToolsError, OSError):
             self.send("Browser.close")
-        except (DevToolsError, OSError):
-            pass
         try:
             self.proc.wait(timeout=20)
         except subprocess.TimeoutExpired:

@@ -6,6 +6,8 @@ import dataclasses
 import json
 from pathlib import Path
 
+import matplotlib.ticker
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -20,7 +22,8 @@ from kvwear.harness.wear.identify import DeviceIdentity
 from kvwear.reports.figures import pareto_mask
 from kvwear.reports.run_report import build_run_report, device_notes, placement_section
 from kvwear.tables import write_table
-from tests.reports.chromium import CHROMIUM, image_status
+from tests.reports.browser import need_chromium
+from tests.reports.chromium import image_status
 
 GIB = 2**30
 
@@ -100,8 +103,8 @@ def test_missing_columns_say_why(tmp_path: Path) -> None:
     assert "not drawn" in html and "the device does not report NAND writes" in html
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")
 def test_every_figure_loads_in_chromium(tmp_path: Path) -> None:
+    need_chromium()
     run = tmp_path / "run"
     _make_run(run)
     files = build_run_report(run)
@@ -205,3 +208,30 @@ def test_sweep_model_figure_draws_unbounded_lifetimes_without_warnings(tmp_path:
             warnings.simplefilter("error")
             fig = fig_models(df, tmp_path / f"{case}.png", "lifetime_days_x")
         assert fig is not None and fig.path.stat().st_size > 0 and not fig.problems, case
+
+
+def test_save_figure_keeps_text_inside_and_ticks_apart(tmp_path: Path) -> None:
+    """A title wider than its figure is reported (the old predicted-vs-measured title was cut to
+    '…green: within t'); tick labels that overlap ('0.19000.19250.1950') are thinned until apart."""
+    import matplotlib.pyplot as plt
+
+    from kvwear.reports.figures import save_figure
+
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.plot([0, 1], [0, 1])
+    ax.set_title("Predicted vs measured (green: within tolerance, red: outside it, black: the tolerance)")
+    cut = save_figure(fig, tmp_path / "cut.png")
+    assert cut.problems and "text cut off at the" in cut.problems[0]
+
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.plot([0.19, 0.21], [1, 2])
+    ax.set_xticks(np.linspace(0.19, 0.21, 9), [f"{v:.4f}" for v in np.linspace(0.19, 0.21, 9)])
+    fixed_labels = save_figure(fig, tmp_path / "fixed.png")     # categories the figure chose: never dropped
+    assert fixed_labels.problems == ("a panel: the x axis' labels overlap",)
+
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.plot([0.19, 0.21], [1, 2])
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(nbins=12))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%.4f"))
+    thinned = save_figure(fig, tmp_path / "thinned.png")
+    assert thinned.problems == ()
