@@ -126,7 +126,10 @@ def headline(ranked: Sequence[Ranked], checks: Sequence[Check], waf: str) -> lis
             s += "); the run has no LRU write-back to compare with."
         out.append(s)
         near = _near_baseline(deployable, base)
-        if near is not None and near is not best and base is not None:
+        if near is not None and near is base:
+            out.append(f"No other deployable policy within {NEAR_MISS_POINTS:g} points of LRU's miss ratio outlives "
+                       "LRU write-back.")
+        elif near is not None and near is not best and base is not None:
             out.append(f"Within {NEAR_MISS_POINTS:g} points of LRU's miss ratio, **{near.row.policy}** projects the "
                        f"longest life: **{format_lifetime(near.lifetime_days)}**, "
                        f"**{_gain(near.gain_vs_baseline)}** LRU write-back's, " + _miss_cost(near.row, base.row) + ".")

@@ -439,6 +439,7 @@ def build_run_report(run_dir: str | Path, notes: list[str] | None = None, waf: s
     tick = progress or (lambda _done, _total: None)
     drawn: dict[str, Figure | None] = {}
     figs = []
+    tick(0, total)
     for key, title, caption, make, why in makers:
         fig = make()
         drawn[key] = fig
