@@ -178,13 +178,15 @@ def agreement(ranked: Sequence[Ranked], checks: Sequence[Check]) -> str:
         ok = [c for c in model if c.passed]
         worst = max(model, key=lambda c: c.rel_error)
         tol = f"tolerance ±{worst.tolerance:.0%}"
+        regimes = sorted({x.row.waf_workload_regime for x in ranked if x.row.waf_workload_regime})
+        which = "the workload WAF model" + (f", regime {' / '.join(regimes)}" if regimes else "")
         if len(ok) == len(model):
-            s = (f"The lifetime estimate (the workload WAF model) **agreed with the drive's measurement** for "
+            s = (f"The lifetime estimate ({which}) **agreed with the drive's measurement** for "
                  f"{'all ' if len(model) > 1 else ''}{len(model)} polic{'ies' if len(model) > 1 else 'y'}, "
                  f"within {worst.rel_error:.1%} ({tol}).")
         else:
             missed = ", ".join(f"{c.policy} by {c.rel_error:.0%}" for c in model if not c.passed)
-            s = (f"The lifetime estimate (the workload WAF model) agreed with the drive for {len(ok)} of "
+            s = (f"The lifetime estimate ({which}) agreed with the drive for {len(ok)} of "
                  f"{len(model)} policies ({tol}); **it missed {missed}**: a finding about the model on this "
                  "workload (see Models against measurement).")
     if acc:

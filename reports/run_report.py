@@ -405,33 +405,32 @@ def build_run_report(run_dir: str | Path, notes: list[str] | None = None, waf: s
     flags = [offline(r.policy) for r in results]
     makers: list[tuple[str, str, str, Callable[[], Figure | None], str]] = [
         ("lifetime_vs_miss", "SSD lifetime vs miss ratio",
-         f"Up and to the left is better: a longer projected life (log axis, {WAF_NAMES[life_waf]}) at fewer "
-         "tokens recomputed. One line per policy family through its parameter; hollow: an offline bound no "
-         "deployed cache reaches; dashed: the Pareto frontier.",
+         f"Up and left is better: longer projected life (log axis, {WAF_NAMES[life_waf]}) at fewer tokens "
+         "recomputed; hollow: an offline bound; dashed: the deployable Pareto frontier.",
          lambda: figures.lifetime_vs_miss(df, figdir / "lifetime_vs_miss.png", life_col, flags),
          "no miss ratio or finite lifetime"),
         ("ssd_writes_by_kind", "SSD writes by object kind",
-         "What fills the SSD tier (GiB over the trace): full-attention KV blocks or linear / sliding-window "
-         "states; the label is the share of written objects ever read back — a low share is wear for nothing.",
+         "What fills the SSD tier (GiB over the trace), by object kind; the label is the share of written "
+         "objects ever read back — the rest is wear for nothing.",
          lambda: figures.ssd_writes_by_kind(df, figdir / "ssd_writes_by_kind.png"), "no per-kind write bytes"),
         ("waf_and_nand", "Host and NAND writes",
-         "What the drive received from the host and what it wrote to NAND (GiB, garbage collection included), "
-         "by the drive's own counters; their ratio, the WAF, is labelled.",
+         "The drive's own counters: host bytes it received and NAND bytes it wrote (GiB, garbage collection "
+         "included); their ratio, the WAF, labelled.",
          lambda: figures.waf_and_nand(df, figdir / "waf_and_nand.png"),
          "the device does not report NAND writes"),
         ("waf_over_time", "WAF over the replay",
-         "Cumulative WAF (NAND ÷ host bytes) against the host bytes written so far (GiB, log); each line ends at "
-         "the drive's totals. A line still rising at its end had not reached its steady state.",
+         "Cumulative WAF (NAND ÷ host bytes) against host GiB written so far (log), ending at the drive's "
+         "totals: a line still rising had not reached its steady state.",
          lambda: figures.waf_over_time(timelines, figdir / "waf_over_time.png"),
          "the device recorded no timeline"),
         ("predicted_vs_measured", "Estimate vs measurement",
-         "Each check with a tolerance, per policy: its |relative error| (%) against its tolerance (black tick); "
-         "red: outside. The references (WAF 1, uniform) are no checks and are not drawn.",
+         "Per policy, each check's |relative error| (%) against its tolerance (black tick), red when outside; "
+         "references are not checks and are not drawn.",
          lambda: figures.predicted_vs_measured(checks, figdir / "predicted_vs_measured.png"),
          "no cross-validation check with a tolerance"),
         ("latency_and_cost", "Load latency and cost",
          "Mean cache load latency (ms per request) and cost ($ per 1k requests: GPU recompute of misses + SSD "
-         "wear): what a policy's lifetime gain costs in serving.",
+         "wear).",
          lambda: figures.latency_and_cost(df, figdir / "latency_and_cost.png"), "no latency or cost columns"),
     ]
     char = load_characterization(run)

@@ -26,6 +26,7 @@ def _check(policy: str, rel: float) -> Check:
 
 ROWS = [_row("lru", 0.17, 12.5), _row("lru-k", 0.31, 28.0), _row("type-aware", 0.47, 328.0),
         _row("gandalf,gamma=4.0", 0.205, 131.0), _row("belady", 0.17, 729.0)]
+ROWS[0] = dataclasses.replace(ROWS[0], waf_workload_regime="on-demand")
 
 
 def test_offline_is_asked_of_the_registry() -> None:
@@ -47,7 +48,8 @@ def test_the_deployable_winner_its_gain_cost_and_the_bound() -> None:
                                "life: **131 days**, **10.5×** LRU write-back's, at a miss-ratio cost of "
                                "**+3.5 points**")
     assert lines[2].startswith("Offline bound: **belady** is an oracle") and "**2.0 years**" in lines[2]
-    assert lines[3] == ("The lifetime estimate (the workload WAF model) **agreed with the drive's measurement** "
+    assert lines[3] == ("The lifetime estimate (the workload WAF model, regime on-demand) **agreed with the drive's "
+                        "measurement** "
                         "for all 5 policies, within 0.0% (tolerance ±11%).")
 
 
@@ -55,7 +57,8 @@ def test_a_model_miss_and_an_accounting_fault_are_said() -> None:
     checks = [_check("lru", 0.02), _check("type-aware", 0.87),
               dataclasses.replace(Check.of("host bytes", 100, 90, "fio", 0.01, kind="accounting"), policy="lru")]
     line = headline(rank(ROWS[:3], checks, "measured"), checks, "measured")[-1]
-    assert "agreed with the drive for 1 of 2 policies (tolerance ±11%); **it missed type-aware by 87%**" in line
+    assert "model, regime on-demand) agreed with the drive for 1 of 2 policies (tolerance ±11%); **it missed " \
+        "type-aware by 87%**" in line
     assert "**Byte accounting: 1 of 1 checks FAILED**" in line
 
 
