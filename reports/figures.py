@@ -193,6 +193,18 @@ def lifetime_vs_miss(df: pd.DataFrame, path: Path, lifetime_col: str = "lifetime
     return save_figure(fig, path, data)
 
 
+def _column(df: pd.DataFrame, name: str) -> pd.Series:
+    """A column, or one of nothing where the table lacks it."""
+    return df[name] if name in df.columns else pd.Series([None] * len(df), dtype=object)
+
+
+def _label_bars(ax: plt.Axes, x: np.ndarray, tops: np.ndarray, labels: Sequence[str | None]) -> None:
+    """A label above each bar that has one."""
+    for xi, top, label in zip(x, tops, labels, strict=True):
+        if label is not None:
+            ax.annotate(label, (xi, top), ha="center", va="bottom", fontsize=8)
+
+
 def ssd_writes_by_kind(df: pd.DataFrame, path: Path) -> Figure | None:
     """Stacked SSD bytes written per policy by object kind, with the fraction ever hit."""
     if not _has(df, "ssd_write_bytes_full", "ssd_write_bytes_linear"):
@@ -203,10 +215,8 @@ def ssd_writes_by_kind(df: pd.DataFrame, path: Path) -> Figure | None:
     lin = df["ssd_write_bytes_linear"].fillna(0).to_numpy(float)
     ax.bar(x, full / GIB, label="full-attention KV")
     ax.bar(x, lin / GIB, bottom=full / GIB, label="linear / sliding-window state")
-    hit = df["frac_ssd_writes_hit"] if "frac_ssd_writes_hit" in df.columns else pd.Series([None] * len(df))
-    for xi, top, frac in zip(x, (full + lin) / GIB, hit, strict=True):
-        if pd.notna(frac):
-            ax.annotate(f"{frac:.0%} hit", (xi, top), ha="center", va="bottom", fontsize=8)
+    hit = _column(df, "frac_ssd_writes_hit")
+    _label_bars(ax, x, (full + lin) / GIB, [None if pd.isna(f) else f"{f:.0%} hit" for f in hit])
     ax.set_xticks(x, df["policy"], rotation=30, ha="right")
     ax.set_ylabel("bytes written to the SSD tier (GiB)")
     ax.set_title("SSD writes by object kind")
@@ -225,12 +235,10 @@ def waf_and_nand(df: pd.DataFrame, path: Path) -> Figure | None:
     w = 0.38
     host = df["device_write_bytes"].fillna(0).to_numpy(float)
     nand = df["nand_write_bytes"].fillna(0).to_numpy(float)
-    waf = df["waf_measured"] if "waf_measured" in df.columns else pd.Series([None] * len(df))
+    waf = _column(df, "waf_measured")
     ax.bar(x - w / 2, host / GIB, w, label="host writes (the drive received)")
     ax.bar(x + w / 2, nand / GIB, w, label="NAND writes (with garbage collection)")
-    for xi, n, a in zip(x, nand / GIB, waf, strict=True):
-        if pd.notna(a):
-            ax.annotate(f"WAF {a:.2f}", (xi + w / 2, n), ha="center", va="bottom", fontsize=8)
+    _label_bars(ax, x + w / 2, nand / GIB, [None if pd.isna(a) else f"WAF {a:.2f}" for a in waf])
     ax.set_xticks(x, df["policy"], rotation=30, ha="right")
     ax.set_ylabel("bytes written (GiB)")
     ax.set_title("Host and NAND writes on the device")
