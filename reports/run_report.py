@@ -252,7 +252,7 @@ h1{font-size:1.45em;margin:.2em 0 .4em} h2{font-size:1.2em;margin-top:1.6em} h3{
 .headline{font-size:15px;margin:.3em 0 .6em;padding-left:1.2em} .headline li{margin:.25em 0}
 .inputs{font-size:13px;color:#444;margin:.4em 0}
 table{border-collapse:collapse;font-size:13px;margin:.6em 0}
-th,td{border:1px solid #ccc;padding:3px 7px;text-align:right;overflow-wrap:anywhere}
+th,td{border:1px solid #ccc;padding:3px 7px;text-align:right;overflow-wrap:break-word}
 th{background:#f3f3f3;font-weight:600} td:first-child,th:first-child{text-align:left}
 td.text,th.text{text-align:left} #ranking td.text{white-space:nowrap}
 tr.bound td{color:#555;font-style:italic}

@@ -255,7 +255,7 @@ _HTML = jinja2.Template("""<!doctype html><html lang="en"><head><meta charset="u
 body{font-family:system-ui,sans-serif;margin:0 auto;padding:1em 24px 2em;max-width:1200px;color:#222;line-height:1.4}
 h1{font-size:1.45em} h2{font-size:1.2em;margin-top:1.6em}
 table{border-collapse:collapse;font-size:12px}th,td{border:1px solid #ccc;padding:3px 6px;text-align:right;
-overflow-wrap:anywhere}th{background:#f3f3f3}td.text,th.text{text-align:left}
+overflow-wrap:break-word}th{background:#f3f3f3}td.text,th.text{text-align:left}
 img{max-width:100%;height:auto}.caption{font-size:13px;color:#444}.missing{color:#777;font-style:italic}
 pre{white-space:pre-wrap;overflow-wrap:anywhere;font-size:11px;margin:0}</style></head><body>
 <h1>kvwear sweep — {{ name }}</h1><p>{{ summary }}</p>
