@@ -205,6 +205,14 @@ def _label_bars(ax: plt.Axes, x: np.ndarray, tops: np.ndarray, labels: Sequence[
             ax.annotate(label, (xi, top), ha="center", va="bottom", fontsize=8)
 
 
+def _policy_axes(ax: plt.Axes, x: np.ndarray, policies: pd.Series, ylabel: str, title: str) -> None:
+    """A per-policy bar chart's axes: policy names under the bars, the unit on y, title, legend."""
+    ax.set_xticks(x, policies, rotation=30, ha="right")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+
+
 def ssd_writes_by_kind(df: pd.DataFrame, path: Path) -> Figure | None:
     """Stacked SSD bytes written per policy by object kind, with the fraction ever hit."""
     if not _has(df, "ssd_write_bytes_full", "ssd_write_bytes_linear"):
@@ -217,17 +225,15 @@ def ssd_writes_by_kind(df: pd.DataFrame, path: Path) -> Figure | None:
     ax.bar(x, lin / GIB, bottom=full / GIB, label="linear / sliding-window state")
     hit = _column(df, "frac_ssd_writes_hit")
     _label_bars(ax, x, (full + lin) / GIB, [None if pd.isna(f) else f"{f:.0%} hit" for f in hit])
-    ax.set_xticks(x, df["policy"], rotation=30, ha="right")
-    ax.set_ylabel("bytes written to the SSD tier (GiB)")
-    ax.set_title("SSD writes by object kind")
-    ax.legend(fontsize=8)
+    _policy_axes(ax, x, df["policy"], "bytes written to the SSD tier (GiB)", "SSD writes by object kind")
     data = pd.DataFrame({"policy": df["policy"].to_numpy(), "full_bytes": full, "linear_bytes": lin,
                          "frac_hit": hit.to_numpy()})
     return save_figure(fig, path, data)
 
 
 def waf_and_nand(df: pd.DataFrame, path: Path) -> Figure | None:
-    """Host vs NAND bytes per policy with the measured WAF annotated."""
+    """Host vs NAND bytes per policy, each pair labelled with its ratio: the WAF of the bytes drawn
+    (the whole replay's; the lifetime's WAF may be a phase of it, in the ranking)."""
     if not _has(df, "device_write_bytes", "nand_write_bytes"):
         return None
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -235,16 +241,12 @@ def waf_and_nand(df: pd.DataFrame, path: Path) -> Figure | None:
     w = 0.38
     host = df["device_write_bytes"].fillna(0).to_numpy(float)
     nand = df["nand_write_bytes"].fillna(0).to_numpy(float)
-    waf = _column(df, "waf_measured")
+    waf = np.divide(nand, host, out=np.full_like(nand, np.nan), where=host > 0)
     ax.bar(x - w / 2, host / GIB, w, label="host writes (the drive received)")
     ax.bar(x + w / 2, nand / GIB, w, label="NAND writes (with garbage collection)")
-    _label_bars(ax, x + w / 2, nand / GIB, [None if pd.isna(a) else f"WAF {a:.2f}" for a in waf])
-    ax.set_xticks(x, df["policy"], rotation=30, ha="right")
-    ax.set_ylabel("bytes written (GiB)")
-    ax.set_title("Host and NAND writes on the device")
-    ax.legend(fontsize=8)
-    data = pd.DataFrame({"policy": df["policy"].to_numpy(), "host_bytes": host, "nand_bytes": nand,
-                         "waf": waf.to_numpy()})
+    _label_bars(ax, x + w / 2, nand / GIB, [None if np.isnan(a) else f"WAF {a:.2f}" for a in waf])
+    _policy_axes(ax, x, df["policy"], "bytes written (GiB)", "Host and NAND writes on the device")
+    data = pd.DataFrame({"policy": df["policy"].to_numpy(), "host_bytes": host, "nand_bytes": nand, "waf": waf})
     return save_figure(fig, path, data)
 
 
