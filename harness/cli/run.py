@@ -224,4 +224,6 @@ def report_cmd(run_dir: Path = typer.Argument(..., help="A run directory (or a s
         return
     from kvwear.reports.run_report import build_run_report
 
-    console.print(f"report: {build_run_report(run_dir, waf=waf).html}")
+    with stage_bars() as progress:      # the figures drawn (a bar on a terminal only)
+        files = build_run_report(run_dir, waf=waf, progress=lambda done, total: progress("report", done, total))
+    console.print(f"report: {files.html}")
