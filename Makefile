@@ -5,12 +5,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 OUT ?= out/demo
 
-.PHONY: setup system-packages system-deps demo test lint bench clean
+.PHONY: setup system-packages system-deps demo test lint docs bench clean
 
 $(BIN)/kvwear: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,cluster,smart]'
+	$(BIN)/pip install -q -e '.[dev,cluster,smart,docs]'
 	touch $@
 
 setup: $(BIN)/kvwear
@@ -26,17 +26,23 @@ system-deps: system-packages setup
 # embedded FTL emulator; the report is $(OUT)/report/report.html. Rerunning resumes.
 demo: setup
 	$(BIN)/kvwear run -o $(OUT) --resume
+	@echo "kvwear is installed in $(VENV): 'source $(VENV)/bin/activate' puts it on your PATH"
 
 test: system-deps
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	$(BIN)/python -m pytest -q
 
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/mypy
 
+# The docs site into site/ (the reference pages are generated from the code as it builds).
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 bench: setup
 	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) out
+	rm -rf $(VENV) out site

@@ -4,7 +4,7 @@
 harness call it). It returns the `ssd_ops` table (policies/schema.py), per-request records, a
 summary and a timeline (policies/metrics.py).
 
-Semantics (DESIGN.md "Simulator semantics"), exactly:
+Semantics (docs/design/simulator.md), exactly:
 
 * **Objects.** Full-attention KV lives in a prefix tree per hash namespace, one block per key
   `(hash_ns, hash_id)` of the trace's source block size B. The simulator's chunk is S tokens

@@ -146,7 +146,7 @@ def _best_per_family(df: pd.DataFrame, lt: str) -> pd.DataFrame:
     for _, g in d.groupby(keys, sort=True):
         ok = g[g["miss_ratio_tokens"] <= g["miss_ratio_tokens"].min() + 0.02]
         life = pd.to_numeric(ok[lt], errors="coerce")
-        if life.notna().any():
+        if life.notna().any():            # a family without that lifetime has no best point
             out.append(ok.loc[life.idxmax()])
     return pd.DataFrame(out)
 

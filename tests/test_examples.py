@@ -1,8 +1,13 @@
-"""Every `kvwear …` example in README.md and in each command's `--help` names a real command and
-only options that command takes, with values it accepts: click parses each one as written, in a
-scratch directory where the input files an example names (the user's traces, config.json…) exist
-as empty files; the command is not invoked. tests/test_examples_run.py runs each one (the loop
-device example in tests/harness/test_run_block.py)."""
+"""Every `kvwear …` example in README.md, in the docs and in each command's `--help` names a real
+command and only options that command takes, with values it accepts: click parses each one as
+written, in a scratch directory where the input files an example names exist as empty files; the
+command is not invoked. tests/test_examples_run.py runs each one in a fresh clone (the loop
+device example in tests/harness/test_run_block.py).
+
+An example is a line starting with `kvwear ` in a ```bash block of README.md or of a page under
+docs/ (docs/results/ excepted: its commands are records of measurements, many hours long), an
+inline `kvwear …` in README's prose that names no placeholder (`kvwear report RUN`), or an
+`Examples:` line of a command's help."""
 
 from __future__ import annotations
 
@@ -51,9 +56,16 @@ def command_of(path: tuple[str, ...]) -> Any:
     return cmd
 
 
+def doc_pages() -> list[Path]:
+    """The docs pages whose examples are examples (not docs/results/'s records)."""
+    return sorted(p for p in (REPO / "docs").rglob("*.md") if "results" not in p.relative_to(REPO / "docs").parts)
+
+
 def all_examples() -> list[str]:
     readme = (REPO / "README.md").read_text()
     found = examples("\n".join(re.findall(r"```bash\n(.*?)```", readme, re.S)))
+    for page in doc_pages():
+        found += examples("\n".join(re.findall(r"```bash\n(.*?)```", page.read_text(), re.S)))
     # Inline code in prose: placeholders (`kvwear trace inspect T`) and bare command names (`kvwear
     # simulate` flags) refer to a command; the rest are examples.
     paths = set(commands())
@@ -80,7 +92,7 @@ def test_example_parses(example: str, tmp_path: Path, monkeypatch: pytest.Monkey
     cmd: Any = ROOT
     while is_group(cmd) and argv and argv[0] in cmd.commands:
         cmd = cmd.commands[argv.pop(0)]
-    if argv[-1:] in (["--help"], ["-h"]):
+    if argv[-1:] in (["--help"], ["-h"]) or argv in (["--version"], ["-V"]):   # eager: print and exit
         return
     assert not is_group(cmd), f"{example}: no such command"
     for _ in range(5):

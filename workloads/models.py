@@ -1,7 +1,7 @@
 """Model profiles: how many bytes one token of full-attention KV and one state checkpoint take.
 
 A `ModelProfile` is computed from the model's architecture inputs (layer counts, heads, head
-dimensions, conv kernel, dtypes) with the formulas of DESIGN.md "Model profiles"; no ratio or
+dimensions, conv kernel, dtypes) with the formulas below (docs/reference/models.md shows them); no ratio or
 size is ever stored, so a profile can always explain its numbers (`ModelProfile.arithmetic`).
 This module must not know about tiers, LBAs, devices or policies.
 
@@ -39,7 +39,7 @@ LM head runs for one token per request, not per prefilled token):
   layers attend to at most `window_tokens`, a term linear in L left out (≈ 2 % for Gemma3-27B).
 
 Families and the inputs each needs besides total_layers (dtype inputs have defaults: kv 2 (bf16), conv 2 (bf16),
-recurrent state 4 (fp32) for Gated-DeltaNet/KDA, 2 (bf16) for Mamba2 — the DESIGN.md table):
+recurrent state 4 (fp32) for Gated-DeltaNet/KDA, 2 (bf16) for Mamba2 — the published profiles' figures):
 
 - dense-gqa: GQA, no state — kv_heads, head_dim (full_attn_layers = total_layers)
 - dense-mla: MLA, no state — kv_lora_rank, qk_rope_head_dim
@@ -116,7 +116,7 @@ _STATE_INPUTS: dict[str, tuple[str, ...]] = {
     "sliding": ("state_layers", "window_tokens", "kv_heads", "head_dim", "kv_dtype_bytes"),
 }
 # Defaults: bf16 KV and conv state; fp32 recurrent state for Gated-DeltaNet/KDA (the kernels keep
-# it in fp32), bf16 SSM state for Mamba2 (what the DESIGN.md table assumes for Nemotron-H).
+# it in fp32), bf16 SSM state for Mamba2 (what the published Nemotron-H figures assume).
 _DEFAULTS: dict[str | None, dict[str, int]] = {
     None: {"kv_dtype_bytes": 2},
     "gated-delta": {"kv_dtype_bytes": 2, "state_dtype_bytes": 4, "conv_dtype_bytes": 2},
@@ -447,6 +447,12 @@ def resolve_profile(name_or_path: str | Path) -> ModelProfile:
     p = Path(text)
     if p.is_file():
         return load_profile(p)
+    # a path (a folder in it, or a profile file's suffix) that is not there is a missing file, not
+    # an unknown built-in name
+    if p.suffix.lower() in (".json", ".toml") or "/" in text or p.exists():
+        what = "is a directory, not a config.json or .toml profile" if p.is_dir() else "file not found"
+        raise InputError(text, None, None, f"{what} (a model is a built-in profile name or a config.json / "
+                         f".toml path; built-ins: {', '.join(PROFILES.names())})")
     return PROFILES.get(text)
 
 

@@ -1,8 +1,8 @@
 """Sampling a workload: keep whole sessions (or, for a trace without sessions, whole root-prefix
 groups) with a given probability, stably (the choice depends only on the group and the seed).
 
-DESIGN's scaling: a run samples sessions and scales its tiers by the same fraction. This module
-chooses rows; it must not know tiers or devices (the run scales those).
+Scaling (docs/design/replay-and-devices.md): a run samples sessions and scales its tiers by the
+same fraction. This module chooses rows; it must not know tiers or devices (the run scales those).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kvwear.errors import KvwearError
-from kvwear.harness.cli.apps import trace_app
+from kvwear.harness.cli.apps import echo_json, trace_app
 from kvwear.harness.cli.trace_io import parquet_batches
 from kvwear.tables import table_kind
 from kvwear.units import format_bytes, parse_size
@@ -41,10 +41,13 @@ _HELP = "\n\n".join([
     "lifespans, live, reuse_skew) and PNG + SVG figures (reuse_time_cdf, lifespan_cdf, reuse_skew, "
     "hit_ratio_by_category, live_blocks).",
     "Examples:\n\n"
-    "kvwear trace characterize out/demo/requests.parquet --model kimi-k3 -o out/demo/characterization\n\n"
-    "kvwear trace characterize conversation_trace.jsonl --format mooncake -m llama3-70b -o out/mc\n\n"
-    "kvwear trace characterize conversation_trace.jsonl -m qwen3.5-27b --block-tokens 16 -o out/mc16\n\n"
-    "kvwear trace characterize conversation_trace.jsonl -m llama3-70b --memory-budget 256MiB -o out/mc256",
+    "kvwear trace characterize out/demo/workload/requests.parquet --model kimi-k3 -o out/characterization\n\n"
+    "kvwear trace characterize samples/traces/mooncake/conversation_trace.head200.jsonl "
+    "--format mooncake -m llama3-70b -o out/mc\n\n"
+    "kvwear trace characterize samples/traces/mooncake/conversation_trace.head200.jsonl "
+    "-m qwen3.5-27b --block-tokens 16 -o out/mc16\n\n"
+    "kvwear trace characterize samples/traces/mooncake/conversation_trace.head200.jsonl "
+    "-m llama3-70b --memory-budget 256MiB -o out/mc256",
     "Memory: the per-block state stays within --memory-budget (default 1GiB); a trace with more distinct "
     "blocks is read once more per hash partition of the blocks (exact), and its LRU curve becomes a "
     "SHARDS estimate (summary.json's lru_sampling_rate < 1).",
@@ -132,6 +135,7 @@ def characterize_cmd(
         "1GiB", "--memory-budget", metavar="SIZE",
         help="bound of the per-block state (e.g. 512MiB); more distinct blocks take more passes",
     ),
+    as_json: bool = typer.Option(False, "--json", help="print summary.json and the files written as JSON on stdout"),
 ) -> None:
     from kvwear.reports.characterization import plot_characterization
     from kvwear.units import check_budget
@@ -147,6 +151,13 @@ def characterize_cmd(
     with _requests(input_path, fmt, block_tokens, out_dir) as (batches, how):
         res, written = characterize_batches(batches, profile, out_dir, memory_budget_bytes=budget)
     written += plot_characterization(out_dir)
+    if as_json:
+        import json
+
+        echo_json({"version": 1, "input": str(input_path), "read_as": how,
+                   "summary": json.loads((out_dir / "summary.json").read_text()),
+                   "files": [str(p) for p in written]})
+        return
 
     console = Console()
     t = Table(title=f"Characterization of {input_path.name} ({how}), model {res.model}")

@@ -24,19 +24,19 @@ from kvwear.workloads.synthetic import GENERATORS, CategoryMap, Generator, forma
 
 _EXAMPLES: dict[str, list[str]] = {
     "multi-round": [
-        "kvwear trace generate multi-round --sessions 40 --turns 20 --seed 1 -o out/demo/requests.parquet",
-        "kvwear trace generate multi-round --sessions 20 --turns 100 -o long.parquet   # stress case",
+        "kvwear trace generate multi-round --sessions 40 --turns 20 --seed 1 -o out/chat.parquet",
+        "kvwear trace generate multi-round --sessions 20 --turns 100 -o out/long.parquet   # stress case",
     ],
     "agentic": [
-        "kvwear trace generate agentic --sessions 50 --subagent-prob 0.15 -o agent.parquet",
+        "kvwear trace generate agentic --sessions 50 --subagent-prob 0.15 -o out/agent.parquet",
     ],
     "api": [
-        "kvwear trace generate api --requests 100000 --qps 500 --system-prompts 4 -o api.parquet",
+        "kvwear trace generate api --requests 100000 --qps 500 --system-prompts 4 -o out/api.parquet",
     ],
     "trace-a": [
-        "kvwear trace generate trace-a --sessions 20000 -o trace_a.parquet",
+        "kvwear trace generate trace-a --sessions 20000 -o out/trace_a.parquet",
         "kvwear trace generate trace-a --multi-turn-share 0.3 "
-        "--reuse-mean-s text=60,file=300,image=60,search=30 -o a.parquet",
+        "--reuse-mean-s text=60,file=300,image=60,search=30 -o out/a.parquet",
     ],
 }
 
@@ -45,7 +45,7 @@ generate_app = typer.Typer(
         "Generate a seeded synthetic requests table (Parquet). Kinds: multi-round, agentic, api, "
         "trace-a; `kvwear trace generate KIND --help` lists every option.\n\n"
         "Example: kvwear trace generate multi-round --sessions 40 --turns 20 --seed 1 "
-        "-o out/demo/requests.parquet"
+        "-o out/chat.parquet"
     ),
     no_args_is_help=True,
 )

@@ -30,7 +30,7 @@ def list_profiles(
 
       kvwear models list
 
-      kvwear models list --block-tokens 64 --config ./Qwen3-Next-80B-A3B/config.json
+      kvwear models list --block-tokens 64 --config configs/models/Qwen3-Next-80B-A3B/config.json
     """
     profiles: list[ModelProfile] = [PROFILES.get(n) for n in PROFILES]
     profiles += [load_profile(p) for p in config]
@@ -60,9 +60,9 @@ def show_profile(
 
       kvwear models show kimi-k3
 
-      kvwear models show ./Kimi-Linear-48B-A3B-Instruct/config.json --block-tokens 64
+      kvwear models show configs/models/Kimi-Linear-48B-A3B-Instruct/config.json --block-tokens 64
 
-      kvwear models show my-model.toml
+      kvwear models show configs/models/my-model.toml
     """
     p = resolve_profile(model)
     console = Console(width=max(120, Console().width))

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kvwear.harness.cli.apps import EXIT_ACCOUNTING_FAULT, app
+from kvwear.harness.cli.apps import EXIT_ACCOUNTING_FAULT, app, echo_json
 from kvwear.harness.estimate.estimator import Check
 from kvwear.harness.estimate.schema import ResultsRow
 from kvwear.harness.pipeline.config import RunConfig, load_config, with_overrides
@@ -41,10 +41,10 @@ def _scalar(v: str) -> Any:
 
   kvwear run -o runs/demo                       # the embedded default: synthetic workload, sim FTL
 
-  kvwear run cfg.toml -o runs/x --resume        # continue an interrupted run
+  kvwear run configs/mooncake-chat.toml -o runs/mooncake --resume        # continue an interrupted run
 
-  kvwear run --trace ../shared/traces/mooncake/conversation_trace.jsonl --model qwen3.5-27b \\
-      --dram 64GB --ssd 1TB --sample-fraction 0.05 --policy lru --policy gandalf:gamma=8 -o runs/mc
+  kvwear run --trace samples/traces/mooncake/conversation_trace.head200.jsonl --model qwen3.5-27b \\
+      --dram 8GB --ssd 64GB --sample-fraction 0.5 --policy lru --policy gandalf:gamma=8 -o runs/mc
 
   kvwear run --device block:/dev/loop7 --tracer auto --policy lru --dram 1GB \\
       --param sessions=2 --param turns=3 -o runs/loop
@@ -55,8 +55,10 @@ def _scalar(v: str) -> Any:
   kvwear run --placement kind --policy lru --policy gandalf -o runs/fdp
       (FDP handles by object kind: device WAF with and without placement, side by side)
 
-  kvwear run --device femu --femu-binary ~/femu/build/qemu-system-x86_64 \
-      --device-option femu.devsz_mb=192 --device-option precondition=fill --no-trim -o runs/femu
+  kvwear run --device femu --femu-binary ~/femu/build-femu/qemu-system-x86_64 \
+      --device-option "qemu_args=-L $HOME/femu/pc-bios" --device-option femu.devsz_mb=192 \
+      --device-option precondition=fill --policy lru --param sessions=2 --param turns=3 -o runs/femu
+      (your FEMU build and its firmware folder; about five minutes under TCG)
 
 Exit status: 0 when every byte-accounting check holds (model checks that fail are findings, not
 errors); 2 for bad input or a refused device (one line: kvwear: error: ...); 3 when a
@@ -105,6 +107,8 @@ def run_cmd(
     no_replay: bool = typer.Option(False, "--no-replay",
                                    help="Simulate and project lifetime only (no block plan, no device)."),
     no_report: bool = typer.Option(False, "--no-report", help="Skip the report."),
+    as_json: bool = typer.Option(False, "--json", help="Print the results (one object per policy), the run "
+                                 "directory and the report's path as JSON on stdout; progress stays on stderr."),
 ) -> None:
     """Simulate each policy, replay its SSD traffic on a device, measure wear, project lifetime,
     cross-check the projection, and write a report."""
@@ -144,15 +148,22 @@ def run_cmd(
         outcome = run(cfg, out, resume=resume, replay=not no_replay, report=not no_report, progress=progress)
     for line in outcome.reruns:
         console.print(f"resume: {line}")
-    _summary(outcome.rows, [c for o in outcome.outcomes for c in o.checks], time.monotonic() - t0)
-    if outcome.tiers is not None:
-        console.print(f"tiers: {outcome.tiers.note}")
-    console.print(f"run directory: {outcome.run_dir}")
-    if outcome.report_html:
-        console.print(f"report: {outcome.report_html}")
     from kvwear.harness.pipeline.run import accounting_faults
 
     faults = accounting_faults(outcome.rows)
+    if as_json:
+        echo_json({"version": 1, "run_dir": str(outcome.run_dir), "wall_s": round(time.monotonic() - t0, 3),
+                   "report": str(outcome.report_html) if outcome.report_html else None,
+                   "tiers": outcome.tiers.note if outcome.tiers is not None else None,
+                   "resumed": list(outcome.reruns), "accounting_faults": faults,
+                   "results": [r.as_dict() for r in outcome.rows]})
+    else:
+        _summary(outcome.rows, [c for o in outcome.outcomes for c in o.checks], time.monotonic() - t0)
+        if outcome.tiers is not None:
+            console.print(f"tiers: {outcome.tiers.note}")
+        console.print(f"run directory: {outcome.run_dir}")
+        if outcome.report_html:
+            console.print(f"report: {outcome.report_html}")
     if faults:
         typer.secho(f"kvwear: error: byte accounting failed ({'; '.join(faults)}): I/O was lost or added on the "
                     f"way; see the report's cross-validation", err=True, fg=typer.colors.RED)
@@ -210,20 +221,30 @@ def _summary(rows: Sequence[ResultsRow], checks: Sequence[Check], wall_s: float)
             console.print(f"• {line.replace('**', '')}", highlight=False, soft_wrap=False)
 
 
-@app.command("report", epilog="Examples:\n\n  kvwear report runs/demo\n\n  kvwear report runs/demo --waf uniform")
+@app.command("report", epilog="Examples:\n\n  kvwear report runs/demo\n\n  kvwear report runs/demo --waf uniform"
+                              "\n\n  kvwear report runs/demo --json")
 def report_cmd(run_dir: Path = typer.Argument(..., help="A run directory (or a sweep directory)."),
                waf: str = typer.Option("auto", "--waf",
                                        help="WAF of the lifetime-vs-miss figures: auto (the device's measured "
                                             "WAF, else the workload model's), waf1, uniform, workload, "
-                                            "measured.")) -> None:
+                                            "measured."),
+               as_json: bool = typer.Option(False, "--json", help="Print the report's files as JSON on stdout.")
+               ) -> None:
     """Rebuild the report of a finished run or sweep from its files."""
     if (run_dir / "sweep.json").exists():
         from kvwear.reports.sweep_report import build_sweep_report
 
-        console.print(f"report: {build_sweep_report(run_dir, waf).html}")
-        return
-    from kvwear.reports.run_report import build_run_report
+        files, kind = build_sweep_report(run_dir, waf), "sweep"
+    else:
+        from kvwear.reports.run_report import build_run_report
 
-    with stage_bars() as progress:      # the figures drawn (a bar on a terminal only)
-        files = build_run_report(run_dir, waf=waf, progress=lambda done, total: progress("report", done, total))
+        with stage_bars() as progress:      # the figures drawn (a bar on a terminal only)
+            files = build_run_report(run_dir, waf=waf, progress=lambda done, total: progress("report", done, total))
+        kind = "run"
+    if as_json:
+        echo_json({"version": 1, "kind": kind, "dir": str(run_dir), "html": str(files.html),
+                   "markdown": str(files.markdown) if files.markdown else None,
+                   "csv": str(files.csv) if files.csv else None,
+                   "figures": {k: str(v) for k, v in files.figures.items() if v is not None}})
+        return
     console.print(f"report: {files.html}")

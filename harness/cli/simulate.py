@@ -24,7 +24,7 @@ from rich.progress import (
 from rich.table import Table
 
 from kvwear.errors import KvwearError
-from kvwear.harness.cli.apps import app
+from kvwear.harness.cli.apps import app, echo_json
 from kvwear.harness.pipeline.config import (
     DEFAULT_SSD_BYTES,
     RunConfig,
@@ -54,9 +54,10 @@ _HELP = "\n\n".join([
     "summary.parquet and summary.json (the files of `kvwear run`'s RUN/policies/LABEL/), and prints "
     "one results row per policy. The defaults are a run config's (its \\[tiers] and \\[simulator] tables).",
     "Examples:\n\n"
-    "kvwear simulate --trace conversation_trace.jsonl --model kimi-k3 --dram 100GB --ssd 1TB "
+    "kvwear simulate --trace samples/traces/mooncake/conversation_trace.head200.jsonl "
+    "--model kimi-k3 --dram 100GB --ssd 1TB "
     "--policy lru --policy lru-k:k=3 -o out/sim\n\n"
-    "kvwear simulate --trace out/demo/requests.parquet --model qwen3.5-27b --dram 64GiB --ssd 2TB "
+    "kvwear simulate --trace out/demo/workload/requests.parquet --model qwen3.5-27b --dram 64GiB --ssd 2TB "
     "--hbm 40GB --policy write-through --policy hotprefix:theta=4 -o out/sim2\n\n"
     "kvwear simulate --list-policies",
 ])
@@ -123,12 +124,13 @@ def simulate_cmd(
     ssd_usd: float = typer.Option(_S.ssd_usd_per_tb_written, "--ssd-usd-per-tb-written",
                                   help="SSD wear price: drive price / TBW in TB"),
     list_policies: bool = typer.Option(False, "--list-policies", help="list policies and exit"),
+    as_json: bool = typer.Option(False, "--json", help="print the results as JSON on stdout (progress on stderr)"),
 ) -> None:
     from kvwear.harness.pipeline.simulate import open_source, sim_config
     from kvwear.policies.base import resolve_spec
     from kvwear.workloads.models import resolve_profile
 
-    console = Console(width=max(Console().width, 150))
+    console = Console(width=max(Console().width, 150), stderr=as_json)
     if list_policies:
         _list_policies(console)
         return
@@ -163,6 +165,12 @@ def simulate_cmd(
                   + (f", HBM {format_bytes(config.hbm_bytes, False)}" if config.hbm_bytes else ""))
     out_dir.mkdir(parents=True, exist_ok=True)
     results = _run_all(console, specs, source, config, out_dir)
+    if as_json:
+        echo_json({"version": 1, "trace": str(trace), "model": profile.name, "requests": source.rows,
+                   "dram_bytes": config.dram_bytes, "ssd_bytes": config.ssd_bytes, "hbm_bytes": config.hbm_bytes,
+                   "policies": [{"label": r.summary.label, "dir": str(r.dir), "summary": r.summary.as_dict()}
+                                for r in results]})
+        return
     _print_results(console, trace.name, profile.name, results)
     typer.echo(f"wrote {len(results)} policy folders under {out_dir}:")
     for res in results:

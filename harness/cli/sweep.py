@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from kvwear.harness.cli.apps import EXIT_ACCOUNTING_FAULT, app
+from kvwear.harness.cli.apps import EXIT_ACCOUNTING_FAULT, app, echo_json
 
 if TYPE_CHECKING:
     from kvwear.harness.pipeline.sweep import SweepProgress
@@ -19,9 +19,9 @@ console = Console(stderr=True)
 
 @app.command("sweep", epilog="""Examples:
 
-  kvwear sweep sweep.toml -o sweeps/fig7 --jobs 2
+  kvwear sweep configs/sweep-quick.toml -o sweeps/quick --jobs 2
 
-  kvwear sweep sweep.toml -o sweeps/fig7 --scheduler tcp://127.0.0.1:8786   # on a Dask cluster
+  kvwear sweep configs/sweep-quick.toml -o sweeps/quick --scheduler tcp://127.0.0.1:8786   # on a Dask cluster
 
       (here a scheduler on this host: dask scheduler --port 8786, and dask worker tcp://127.0.0.1:8786)
 
@@ -36,6 +36,8 @@ def sweep_cmd(
     scheduler: str | None = typer.Option(None, "--scheduler", help="Dask scheduler address tcp://HOST:PORT."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Run points that failed before again."),
     no_report: bool = typer.Option(False, "--no-report", help="Skip the sweep report."),
+    as_json: bool = typer.Option(False, "--json", help="Print the counts, the store and the report's path as "
+                                 "JSON on stdout; progress stays on stderr."),
 ) -> None:
     """Run every point of a sweep that is not in the results store yet, then report."""
     # Imported here: kvwear.harness.pipeline.sweep pulls in pandas and Dask's client, a second of start-up that
@@ -58,14 +60,21 @@ def sweep_cmd(
     console.print(f"done {final.done}, failed {final.failed}, already finished {final.skipped}")
     if final.failed:
         console.print(f"failed points are recorded in {out / 'errors'}; rerun with --retry-failed")
+    html = None
     if not no_report:
         from kvwear.reports.sweep_report import build_sweep_report
 
-        console.print(f"report: {build_sweep_report(out).html}")
+        html = build_sweep_report(out).html
+        console.print(f"report: {html}")
     from kvwear.harness.pipeline.run import accounting_faults
 
     rows = ResultsStore(out).read()
     faults = accounting_faults([{str(k): v for k, v in r.items()} for r in rows.to_dict("records")])
+    if as_json:
+        echo_json({"version": 1, "store": str(out), "points": len(plan.points), "done": final.done,
+                   "failed": final.failed, "already_finished": final.skipped,
+                   "errors_dir": str(out / "errors") if final.failed else None,
+                   "report": str(html) if html else None, "accounting_faults": faults})
     if faults:
         typer.secho(f"kvwear: error: byte accounting failed at {len(faults)} point(s) ({'; '.join(faults[:5])}): "
                     "I/O was lost or added on the way", err=True, fg=typer.colors.RED)

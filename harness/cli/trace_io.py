@@ -67,11 +67,11 @@ def convert_cmd(
 
     Examples:
 
-      kvwear trace convert conversation_trace.jsonl -o mooncake.parquet
+      kvwear trace convert samples/traces/mooncake/conversation_trace.head200.jsonl -o out/mooncake.parquet
 
-      kvwear trace convert traces/ --format weka -o weka.parquet --block-tokens 16
+      kvwear trace convert samples/traces/claude-code-weka/traces --format weka -o out/weka.parquet --block-tokens 16
 
-      kvwear trace convert big.jsonl -o big.parquet --skip-bad
+      kvwear trace convert samples/traces/mooncake/with_a_bad_line.jsonl -o out/skipped.parquet --skip-bad
     """
     console = Console(stderr=True)
     total = _input_bytes(trace)
@@ -346,13 +346,13 @@ def inspect_cmd(
 
     Examples:
 
-      kvwear trace inspect conversation_trace.jsonl
+      kvwear trace inspect samples/traces/mooncake/conversation_trace.head200.jsonl
 
-      kvwear trace inspect requests.parquet --json
+      kvwear trace inspect out/demo/workload/requests.parquet --json
 
-      kvwear trace inspect traces/ --format weka --block-tokens 16
+      kvwear trace inspect samples/traces/claude-code-weka/traces --format weka --block-tokens 16
 
-      kvwear trace inspect requests.parquet --memory-budget 64MiB
+      kvwear trace inspect out/demo/workload/requests.parquet --memory-budget 64MiB
 
     Memory: per-request numbers and the distinct block keys (~32 bytes each); a trace with more
     distinct blocks than --memory-budget holds is counted exactly in hash partitions, one more

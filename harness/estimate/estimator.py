@@ -1,6 +1,6 @@
 """The lifetime estimator and the predicted-vs-measured cross-validation record.
 
-Formulas (DESIGN.md, "Lifetime estimator and cross-validation"):
+Formulas (docs/design/lifetime-and-waf.md):
 - Endurance budget TBW = capacity × DWPD × 365 × warranty years (`tbw_from_dwpd`), or
   capacity × rated P/E cycles / (WAF·WLF) (`tbw_from_pe_cycles`).
 - Projected lifetime = TBW / (host bytes per day × WAF); host bytes per day = the SSD bytes the
@@ -431,11 +431,10 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
     life_uniform = projected_lifetime_days(tbw, per_day, inp.waf_uniform)
     life_workload = projected_lifetime_days(tbw, per_day, waf_workload) if waf_workload is not None else None
     measured_per_day = host_bytes_per_day(dev_bytes / f, duration)
-    life_measured = (projected_lifetime_days(tbw, measured_per_day, measured_waf)
-                     if measured_waf is not None else None)
-    if life_measured is None and r.media is not None and dev_bytes == 0:
-        # the drive counted and received nothing: no WAF to measure, and nothing to wear it out
-        life_measured = math.inf
+    # nothing written: the drive lasts for ever, whatever its WAF (which it cannot measure then)
+    life_measured = (math.inf if measured_per_day == 0
+                     else projected_lifetime_days(tbw, measured_per_day, measured_waf) if measured_waf is not None
+                     else None)
     waf_none = placement_row["waf_no_placement"]
     placement_row["lifetime_days_no_placement"] = (
         projected_lifetime_days(tbw, measured_per_day, waf_none) if waf_none is not None else None)

@@ -76,7 +76,8 @@ def size_tiers(cfg: RunConfig) -> tuple[RunConfig, TierSizing]:
     (`tiers.ssd_bytes` 0) → the device's usable bytes ÷ CAPACITY_HEADROOM (÷ the sample fraction:
     the tier is the full-size one); a tier whose plan (tier × fraction × headroom) does not fit →
     an error naming the flags that fix it, or with `device.fit` the workload is scaled instead:
-    the sample fraction becomes the share that fits and both tiers scale by it (DESIGN's scaling).
+    the sample fraction becomes the share that fits and both tiers scale by it (the scaling of
+    docs/design/replay-and-devices.md).
     Without a fixed device, 0 means DEFAULT_SSD_BYTES. Returns the resolved config."""
     w, t, d = cfg.workload, cfg.tiers, cfg.device
     size = fixed_device_bytes(cfg)

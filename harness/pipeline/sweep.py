@@ -52,6 +52,7 @@ import pyarrow.parquet as pq
 from kvwear.children import set_pdeathsig
 from kvwear.errors import InputError, KvwearError
 from kvwear.harness.devices.base import backend
+from kvwear.harness.estimate.schema import RESULTS, ResultsRow
 from kvwear.harness.pipeline.config import DEFAULT_SSD_BYTES, RunConfig, config_from_mapping, read_toml
 from kvwear.harness.pipeline.rundir import write_json
 from kvwear.kv import parse_kv
@@ -250,10 +251,15 @@ class ResultsStore:
     def failed_keys(self) -> set[str]:
         return {p.stem for p in self.errors.glob("*.json")} if self.errors.is_dir() else set()
 
-    def write_result(self, key: str, row: Mapping[str, Any]) -> Path:
+    def write_result(self, key: str, axes: Mapping[str, Any], row: ResultsRow) -> Path:
+        """One point's row: its key, its axes (axis_NAME) and its results row, typed as RESULTS (a
+        field the point did not measure is a null of its type, so points concatenate)."""
         path = self.results / f"{key}.parquet"
+        head = pa.Table.from_pylist([{"point_key": key, **{f"axis_{k}": v for k, v in axes.items()}}])
+        body = pa.Table.from_pylist([row.as_dict()], schema=RESULTS.schema)
+        table = pa.Table.from_arrays([*head.columns, *body.columns], names=[*head.column_names, *body.column_names])
         with atomic_write(path) as tmp:
-            pq.write_table(pa.Table.from_pylist([{"point_key": key, **row}]), tmp)
+            pq.write_table(table, tmp)
         (self.errors / f"{key}.json").unlink(missing_ok=True)
         return path
 
@@ -281,7 +287,7 @@ def execute_point(point: SweepPoint, store_root: str, replay: bool) -> tuple[str
     store = ResultsStore(store_root)
     try:
         row = run_point(point.config, Path(store_root) / "points" / point.key, replay=replay)
-        store.write_result(point.key, {**{f"axis_{k}": v for k, v in point.axes.items()}, **row.as_dict()})
+        store.write_result(point.key, point.axes, row)
         return point.key, True, ""
     except Exception as exc:  # a failing point is recorded and does not stop the sweep
         msg = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}"

@@ -1,4 +1,4 @@
-"""FEMU's FTL counters. FEMU builds of the fixtures' generation (DESIGN.md) write them into the
+"""FEMU's FTL counters. FEMU builds of the fixtures' generation (docs/design/replay-and-devices.md) write them into the
 vendor bytes of the SMART log:
 
 | offset | type   | meaning                                                   |

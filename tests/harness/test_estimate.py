@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import struct
 from pathlib import Path
@@ -11,7 +12,14 @@ import pytest
 
 from kvwear.emulator.ftl import Ftl, FtlConfig
 from kvwear.errors import KvwearError
-from kvwear.harness.devices.measurement import HostCount
+from kvwear.harness.devices.measurement import (
+    DeviceMeasurement,
+    HostCount,
+    MediaCount,
+    ReplayResult,
+    TrimCount,
+    TrimMode,
+)
 from kvwear.harness.estimate.estimator import (
     DUW_NOTE,
     HOST_BYTES_REL_TOL,
@@ -19,8 +27,11 @@ from kvwear.harness.estimate.estimator import (
     SMART_HOST_BYTES_REL_TOL,
     WAF_REL_TOL,
     Check,
+    EstimateInputs,
+    PlanBytes,
     analytical_waf,
     counter_check,
+    estimate_policy,
     ftl_alpha,
     ftl_predicted_waf,
     host_bytes_per_day,
@@ -30,6 +41,8 @@ from kvwear.harness.estimate.estimator import (
     waf_from_counters,
 )
 from kvwear.harness.wear.base import NVME_DATA_UNIT_BYTES
+from kvwear.harness.wear.identify import DeviceIdentity
+from kvwear.policies.metrics import SimSummary
 
 FEMU = dict(devsz_mb=192, pgs_per_blk=256, blks_per_pl=64, pls_per_lun=1, luns_per_ch=2, nchs=2,
             gc_thres_pcent=75, gc_thres_pcent_high=95)
@@ -145,3 +158,20 @@ def test_a_drives_own_host_counts_are_checked_against_the_plan() -> None:
     off = counter_check(plan, HostCount("smart-duw (guest)", (units + 40) * NVME_DATA_UNIT_BYTES,
                                         NVME_DATA_UNIT_BYTES))
     assert not off.passed
+
+
+def test_a_drive_that_received_nothing_lasts_for_ever() -> None:
+    """A policy that wrote nothing (the oracle without a write budget, Gandalf at a large γ): the
+    drive measures no WAF (no host byte to divide by), and its measured lifetime is unbounded, not
+    missing (sweep figures pick the measured lifetime)."""
+    summary = SimSummary(**{f.name: 0 for f in dataclasses.fields(SimSummary)} | {"label": "belady"})
+    replay = ReplayResult("sim", "kvwear-ftl", 0, 0, 0, 0, 0, 0.0, TrimCount(TrimMode.NONE, 0),
+                          media=MediaCount("kvwear-ftl", 0, 0))
+    est = estimate_policy(EstimateInputs(
+        label="belady", model="kimi-k3", device_kind="sim", dram_bytes=1, ssd_bytes=1, sample_fraction=1.0,
+        summary=summary, plan=PlanBytes(0, 0, 0, "none", (0,)),
+        device=DeviceMeasurement(replay, DeviceIdentity("sim", "")),
+        tbw_bytes=1e15, duration_s=3600.0, waf_uniform=2.0, waf_uniform_source="-", prediction=None,
+        waf_emulator=None, preconditioned=False, layout="extent", raw_nand_bytes=1e12, pe_rating_cycles=3000))
+    assert est.row.waf_measured is None and est.row.lifetime_days_measured == math.inf
+    assert all(c.passed for c in est.checks if c.kind == "accounting")

@@ -108,9 +108,9 @@ def test_trims_on_a_fio_that_drops_them(tmp_path: Path) -> None:
         pytest.skip(f"{dev.fio_version} replays trims")
     res = dev.replay(plan, tmp_path / "a")
     assert (res.write_bytes, res.write_ios, res.trim_bytes) == (20480, 4, 8192)
-    e = res.extra
-    assert e["trim_mode"] == "deferred" and e["fio_runs"] == 1 and e["trim_ranges_issued"] == 2
-    assert (e["trim_bytes_planned"], e["trim_bytes_superseded"]) == (12288, 4096)
+    e = res.details
+    assert res.trims.mode == "deferred" and e["fio_runs"] == 1 and e["trim_ranges_issued"] == 2
+    assert (res.trims.planned_bytes, res.trims.superseded_bytes) == (12288, 4096)
     # The file holds data exactly where the plan's last op was a write (fallocate punched the rest).
     with open(img, "rb") as fh:
         fd = fh.fileno()

@@ -203,10 +203,10 @@ def test_qemu_replays_trims_through_the_guests_blkdiscard(guest_image: GuestImag
     res = dev.replay(plan, tmp_path / "r", timed=True)
     if fiolib.fio_replays_trim(res.tool):
         pytest.skip(f"the guest's {res.tool} replays trims itself")
-    e = res.extra
-    assert (e["trim_mode"], e["segments"], e["fio_runs"]) == ("deferred", 2, 2)
+    e = res.details
+    assert (res.trims.mode, e["segments"], e["fio_runs"]) == ("deferred", 2, 2)
     # The second trim lost its first 4 KiB to the write after it: superseded, not issued.
-    assert (res.trim_bytes, e["trim_bytes_superseded"], e["trim_bytes_planned"]) == (2 * K - 4096, 4096, 2 * K)
+    assert (res.trim_bytes, res.trims.superseded_bytes, res.trims.planned_bytes) == (2 * K - 4096, 4096, 2 * K)
     assert (res.write_bytes, res.write_ios) == (2 * K + 8192, 4)
     codes = dev.last_run.exit_codes
     assert codes["discard-00000"] == codes["discard-00001"] == 0 and codes["fio-00000"] == 0

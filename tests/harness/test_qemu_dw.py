@@ -169,15 +169,15 @@ def test_kvwear_dw_issues_exactly_the_plans_bytes_on_qemu(guest_image: GuestImag
     sums = _sums(plan)
     dev = _device(tmp_path, player="kvwear-dw")
     res = dev.replay(plan, tmp_path / "r")
-    e = res.extra
-    assert (e["player"], res.tool, e["placement_dropped"]) == ("kvwear-dw", "kvwear-dw 1", False)
+    e = res.details
+    assert (e["player"], res.tool, res.placement_unavailable) == ("kvwear-dw", "kvwear-dw 1", None)
     assert (res.write_bytes, res.read_bytes, res.trim_bytes) == (sums["write"], sums["read"], sums["trim"])
-    assert e["dw_directive_writes"] == 0 and "fdp" not in e
+    assert e["dw_directive_writes"] == 0 and res.handles is None and res.fdp_log is None
     # every row fits one command of the queue's transfer limit except the 2 MiB one
     assert res.write_ios == math.ceil(2 * MiB / e["dw_max_io_bytes"]) + 7
-    assert e["smart_host_write_commands_delta"] == res.write_ios
-    assert abs(e["smart_duw_delta"] - math.ceil(sums["write"] / NVME_DATA_UNIT_BYTES)) <= 1
-    lo, hi = e["smart_duw_bytes_bounds"]
+    assert e["smart"]["smart_host_write_commands_delta"] == res.write_ios
+    assert abs(e["smart"]["smart_duw_delta"] - math.ceil(sums["write"] / NVME_DATA_UNIT_BYTES)) <= 1
+    lo, hi = e["smart"]["smart_duw_bytes_bounds"]
     assert lo < sums["write"] < hi
     with open(tmp_path / "d.img", "rb") as fh:          # the trim of 0..1 MiB deallocated it (discard=unmap)
         fd = fh.fileno()
@@ -195,7 +195,7 @@ def test_kvwear_dw_stays_within_the_queues_segments_on_a_large_mdts(guest_image:
     as three commands."""
     plan = _plan([("write", 0, MiB, 0), ("write", 4 * MiB, MiB, 0), ("read", 0, MiB, 0)])
     res = _device(tmp_path, player="kvwear-dw", qemu_args="-global nvme.mdts=9").replay(plan, tmp_path / "r")
-    e = res.extra
+    e = res.details
     per_row = math.ceil(MiB / e["dw_max_io_bytes"])
     assert e["dw_max_io_bytes"] <= 512 * 1024 and e["dw_max_io_bytes"] % 4096 == 0
     assert (res.write_bytes, res.write_ios, res.read_bytes, e["dw_read_cmds"]) == (2 * MiB, 2 * per_row, MiB, per_row)
@@ -209,10 +209,10 @@ def test_dropped_handles_and_skipped_trims_say_so(guest_image: GuestImage, tmp_p
         pytest.skip(f"QEMU {emulator_version(QEMU)} has FDP: handles are not dropped")
     plan = _plan(PLACED)
     res = _device(tmp_path, drop_handles="true", skip_trims="true", player="kvwear-dw").replay(plan, tmp_path / "r")
-    e = res.extra
-    assert (e["player"], e["placement_dropped"], e["dw_directive_writes"]) == ("kvwear-dw", True, 0)
-    assert (e["trim_mode"], e["trims_skipped"], res.trim_bytes) == ("skipped", 1, 0)
-    assert res.write_bytes == _sums(plan)["write"] and "fdp" not in e
+    e = res.details
+    assert (e["player"], e["dw_directive_writes"]) == ("kvwear-dw", 0) and res.placement_unavailable
+    assert (res.trims.mode, res.trims.skipped_ops, res.trim_bytes) == ("skipped", 1, 0)
+    assert res.write_bytes == _sums(plan)["write"] and res.handles is None
     with open(tmp_path / "d.img", "rb") as fh:                  # nothing deallocated
         assert os.lseek(fh.fileno(), 0, os.SEEK_HOLE) == 2 * MiB
 
@@ -224,14 +224,15 @@ def test_kvwear_dw_places_pages_on_the_handle_asked(guest_image: GuestImage, tmp
     plan = _plan(PLACED)
     dev = _device(tmp_path, qemu_binary=FDP_QEMU)
     res = dev.replay(plan, tmp_path / "r")
-    e = res.extra
+    e = res.details
     assert dev.identity().extra["fdp_supported"]                # CTRATT bit 19, read in the guest
-    want = plan_write_bytes_by_handle(plan)
+    want = tuple(plan_write_bytes_by_handle(plan))
     assert e["player"] == "kvwear-dw" and e["dw_directive_writes"] == res.write_ios
-    assert e["fdp"]["plan_write_bytes_by_handle"] == e["fdp"]["host_bytes_by_handle"] == want
-    assert e["fdp"]["nruh"] == 3
-    assert e["fdp_stats"]["host_bytes_delta"] == res.write_bytes          # no metadata on this namespace
-    assert e["fdp_stats"]["media_bytes_delta"] == e["fdp_stats"]["media_bytes_expected"] == res.write_bytes
+    assert res.handles is not None and res.handles.plan_write_bytes == res.handles.host_bytes == want
+    assert e["fdp_nruh"] == 3
+    log = res.fdp_log
+    assert log is not None and log.host_bytes == res.write_bytes          # no metadata on this namespace
+    assert log.media_bytes == log.media_bytes_expected == res.write_bytes
     # each handle's open reclaim unit lost exactly the blocks written through it (reclaim units of
     # 96 MiB: none fills up here)
     used = {s["placement_id"]: s["ruamw_blocks_before"] - s["ruamw_blocks_after"] for s in e["fdp_ruh_status"]}

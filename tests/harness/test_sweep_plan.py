@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from kvwear.errors import InputError
+from kvwear.harness.estimate.schema import ResultsRow
 from kvwear.harness.pipeline.sweep import ResultsStore, expand_policy, load_sweep, plan_sweep, point_key
 
 
@@ -70,9 +71,9 @@ def test_store_rewrites_by_key_without_duplicates(tmp_path: Path) -> None:
     store = ResultsStore(tmp_path)
     store.write_error("k1", {"policy": "lru"}, "boom")
     assert store.failed_keys() == {"k1"}
-    store.write_result("k1", {"miss_ratio_tokens": 0.5})
-    store.write_result("k1", {"miss_ratio_tokens": 0.5})       # a retried task writes the same file
-    store.write_result("k2", {"miss_ratio_tokens": 0.25})
+    store.write_result("k1", {"policy": "lru"}, ResultsRow("lru", miss_ratio_tokens=0.5))
+    store.write_result("k1", {"policy": "lru"}, ResultsRow("lru", miss_ratio_tokens=0.5))   # a retried task
+    store.write_result("k2", {"policy": "lru"}, ResultsRow("lru", miss_ratio_tokens=0.25))
     df = store.read()
     assert sorted(df["point_key"]) == ["k1", "k2"]
     assert store.failed_keys() == set()                        # success clears the earlier error

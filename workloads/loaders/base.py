@@ -9,7 +9,7 @@ of `kvwear.workloads.loaders.pipeline`, which drives every loader the same way.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,6 +52,15 @@ class TraceLoader(ABC):
     description: str = ""
     chained: bool = True
 
+    @classmethod
+    def configured(cls, options: Mapping[str, str], where: str) -> Callable[[], TraceLoader]:
+        """A factory of this format's loaders set by `options`, the `key=value` pairs after the
+        colon of a format spec (`columns:arrival=ts,…`). Formats with a fixed layout take none."""
+        if options:
+            raise InputError(where, None, None, f"trace format {cls.name!r} takes no options "
+                             f"(given: {', '.join(options)}); only a generic format such as 'columns' does")
+        return cls
+
     @abstractmethod
     def sniff(self, first_bytes: bytes, path: Path) -> bool:
         """True when `first_bytes` (the start of the file; empty for a directory) look like this format."""
@@ -77,7 +86,7 @@ class TraceLoader(ABC):
 #: per-file state such as the next request id).
 #: Adding a format = its module + one line in this list.
 LOADERS: Registry[type[TraceLoader]] = Registry("trace format", modules=[
-    f"kvwear.workloads.loaders.{m}" for m in ("aiperf", "mooncake", "qwen", "weka")])
+    f"kvwear.workloads.loaders.{m}" for m in ("aiperf", "mooncake", "qwen", "weka", "columns")])
 
 
 # ----------------------------------------------------------------------------------------------

@@ -160,8 +160,7 @@ class JsonlLoader(TraceLoader):
         log = skipped if skipped is not None else SkipLog()
         self._skip_bad, self._log = skip_bad, log
         self.reset(path)
-        for chunk, first_line in read_line_chunks(path, progress=progress):
-            raw, lines, errors = self._parse_chunk(chunk, first_line, path)
+        for raw, lines, errors in self.raw_chunks(path, progress):
             bad = np.zeros(raw.num_rows, dtype=bool)
             checks = self._generic_checks(raw) + (self.extra_checks(raw) if raw.num_rows else [])
             for _f, mask, _msg in checks:
@@ -182,6 +181,14 @@ class JsonlLoader(TraceLoader):
             out = self.to_requests(raw, lines, path)
             for start in range(0, out.num_rows, batch_rows):
                 yield out.slice(start, batch_rows)
+
+    def raw_chunks(self, path: Path, progress: ProgressFn | None
+                   ) -> Iterator[tuple[pa.Table, np.ndarray, list[InputError]]]:
+        """(raw rows typed as `raw_schema`, their 1-based line numbers, the errors of the lines
+        that could not be read) per chunk of the file: the source the checks above run on. JSONL
+        here; a loader reading another container (CSV, Parquet) yields the same triples."""
+        for chunk, first_line in read_line_chunks(path, progress=progress):
+            yield self._parse_chunk(chunk, first_line, path)
 
     def _generic_checks(self, raw: pa.Table) -> list[Check]:
         checks: list[Check] = []

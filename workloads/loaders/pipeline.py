@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +28,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kvwear import tables
-from kvwear.errors import InputError
+from kvwear.errors import InputError, KvwearError
+from kvwear.kv import parse_kv
 from kvwear.tables import TableWriter, iter_table_batches
 from kvwear.workloads.blocks import convert_block_size, prefix_keys
 from kvwear.workloads.loaders.base import LOADERS, ProgressFn, SkipLog, TraceLoader, make_list
@@ -99,12 +100,24 @@ def _check_output(trace: Path, out: Path) -> None:
         raise InputError(str(out), None, None, "is the input trace: converting would replace it; write elsewhere")
 
 
+def loader_factory(fmt: str) -> tuple[str, Callable[[], TraceLoader]]:
+    """(format name, a factory of its loaders) for a format spec: a registered name, or a name
+    and its options (`columns:arrival=ts,input_tokens=prompt_len`, pairs split by the one
+    `key=value` parser). An unknown name is answered with the valid ones; options a format does
+    not take are refused by the format."""
+    name, colon, rest = fmt.partition(":")
+    cls = LOADERS.get(name.strip())  # unknown name → UnknownNameError listing the valid ones
+    options = parse_kv([item for item in rest.split(",") if item.strip()], f"format {name.strip()}",
+                       error=KvwearError) if colon else {}
+    return name.strip(), cls.configured(options, f"format {fmt!r}")
+
+
 def resolve_format(path: str | Path, fmt: str | None) -> tuple[Path, str]:
-    """(path, format name): `fmt` checked against the registry, or detected."""
+    """(path, format spec): `fmt` checked against the registry (with its options), or detected."""
     p = _check_path(path)
     if fmt is None:
         return p, detect_format(p)
-    LOADERS.get(fmt)  # unknown name → UnknownNameError listing the valid ones
+    loader_factory(fmt)
     return p, fmt
 
 
@@ -242,13 +255,14 @@ def load_requests(
     of raising `InputError`; `block_tokens` converts to that simulator block size.
     """
     p, name = resolve_format(path, fmt)
-    cls = LOADERS.get(name)
-    derive, note = not cls.chained, "" if cls.chained else f"{name} does not promise prefix chaining"
+    base, make = loader_factory(name)
+    chained = make().chained
+    derive, note = not chained, "" if chained else f"{base} does not promise prefix chaining"
     counter = _Counter(progress)
     while True:
         log = SkipLog()
         try:
-            batches = list(_stream(cls(), p, derive=derive, skip_bad=skip_bad, batch_rows=batch_rows,
+            batches = list(_stream(make(), p, derive=derive, skip_bad=skip_bad, batch_rows=batch_rows,
                                    log=log, progress=counter, block_tokens=block_tokens))
         except ChainViolation as v:
             derive, note = True, f"chaining broken: {v}"
@@ -281,8 +295,9 @@ def convert_trace(
     p, name = resolve_format(path, fmt)
     out = Path(out_parquet)
     _check_output(p, out)
-    cls = LOADERS.get(name)
-    derive, note = not cls.chained, "" if cls.chained else f"{name} does not promise prefix chaining"
+    base, make = loader_factory(name)
+    chained = make().chained
+    derive, note = not chained, "" if chained else f"{base} does not promise prefix chaining"
     counter = _Counter(progress)
     while True:
         log = SkipLog()
@@ -291,7 +306,7 @@ def convert_trace(
             with TableWriter(REQUESTS, out) as writer:
                 pending: list[pa.RecordBatch] = []
                 n_pending = b_pending = 0
-                for batch in _stream(cls(), p, derive=derive, skip_bad=skip_bad, batch_rows=batch_rows,
+                for batch in _stream(make(), p, derive=derive, skip_bad=skip_bad, batch_rows=batch_rows,
                                      log=log, progress=counter, block_tokens=block_tokens):
                     arr = np.asarray(batch.column("arrival_s").to_numpy(), dtype=np.float64)
                     if len(arr):
