@@ -280,7 +280,7 @@ policies by projected SSD lifetime, then the offline bounds.</caption>
 <td{% if loop.index <= 2 %} class="text"{% endif %}>{{ c }}</td>{% endfor %}</tr>{% endfor %}</table>
 <p class="inputs" id="inputs">{{ inputs }}</p>
 <p class="inputs">{{ summary }}</p>
-<details id="full-results"><summary>All results ({{ full_count }} columns, in {{ full | length }} tables)</summary>
+<details id="full-results"><summary>All results ({{ full_count }} columns, in {{ full | length }} table{{ "s" if full | length != 1 }})</summary>
 {% for title, headings, rows in full %}<h3>{{ title }}</h3>
 <table><tr>{% for h in headings %}<th>{{ h }}</th>{% endfor %}</tr>
 {% for row in rows %}<tr>{% for c in row %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}</table>{% endfor %}
@@ -459,9 +459,12 @@ def build_run_report(run_dir: str | Path, notes: list[str] | None = None, waf: s
         tick(len(drawn), total)
 
     rank_headings, rank_rows = ranking_table(ranked, life_waf)
+    # a group none of whose fields any row holds (the device's, in a run without replay) is left out
+    groups = [(title, cols) for title, cols in FULL_TABLES
+              if any(field_value(r, f) is not None for r in results for f, _, _ in cols)]
     full = [(title, ["policy", *(h for _, h, _ in cols)],
              [[r.policy, *(_fmt(field_value(r, f), k) for f, _, k in cols)] for r in results])
-            for title, cols in FULL_TABLES]
+            for title, cols in groups]
     check_rows: list[dict[str, Any]] = [
         {"policy": c.policy, "kind": c.kind, "quantity": c.name, "source": c.source, "passed": c.passed,
          "predicted": _num(c.predicted), "measured": _num(c.measured),
@@ -484,7 +487,7 @@ def build_run_report(run_dir: str | Path, notes: list[str] | None = None, waf: s
     inputs = lifetime_inputs(results)
     p_headings, p_rows, p_notes = placement_section(df)
     html = _HTML.render(name=name, css=_CSS, headline=lines, ranking_headings=rank_headings, ranking=rank_rows,
-                        inputs=inputs, summary=summary, full=full, full_count=sum(len(c) for _, c in FULL_TABLES),
+                        inputs=inputs, summary=summary, full=full, full_count=sum(len(c) for _, c in groups),
                         figs=figs, checks=check_rows,
                         placement_headings=p_headings, placement_rows=p_rows, placement_notes=p_notes,
                         sections=CHECK_SECTIONS, workload=workload, workload_figs=workload_figs,
@@ -535,7 +538,7 @@ def ranking_table(ranked: list[Ranked], waf: str) -> tuple[list[str], list[dict[
     """The first screen's ranking: headings (units in each) and one row per policy."""
     headings = ["#", "policy", "miss ratio (tokens)", "host writes (TB / day)", "DWPD (drive writes / day)",
                 f"WAF ({'measured' if waf == 'measured' else WAF_NAMES[waf]})", "projected lifetime",
-                "× LRU write-back", "estimate vs drive (lifetime error)"]
+                "× LRU write-back", "estimate vs drive (lifetime error, tolerance)"]
     rows = []
     n = 0
     for x in ranked:
@@ -553,6 +556,6 @@ def ranking_table(ranked: list[Ranked], waf: str) -> tuple[list[str], list[dict[
             _fmt(waf_value, "f2"),
             format_lifetime(x.lifetime_days),
             "—" if x.gain_vs_baseline is None else f"{x.gain_vs_baseline:,.1f}×",
-            "—" if c is None else f"{c.rel_error:.1%} ({'within' if c.passed else 'outside'} ±{c.tolerance:.0%})",
+            "—" if c is None else f"{c.rel_error:.1%} {'≤' if c.passed else '>'} ±{c.tolerance:.0%}",
         ]})
     return headings, rows

@@ -74,6 +74,8 @@ def test_report_files_and_contents(tmp_path: Path) -> None:
     assert "byte accounting: 1 of 2 checks within tolerance." in html and "Models against" not in html
     assert "the run did not characterize its workload" in html
     assert "gandalf:gamma=8" in html
+    # the full results: the P/E table, whose fields no row holds, is left out
+    assert "All results (22 columns, in 3 tables)" in html and "P/E cycles of the full-size drive" not in html
     md = files.markdown.read_text()
     assert "| lru |" in md and "![lifetime_vs_miss](figures/lifetime_vs_miss.png)" in md
     assert pd.read_csv(files.csv)["policy"].tolist() == ["lru", "gandalf:gamma=1", "gandalf:gamma=8"]
@@ -101,6 +103,7 @@ def test_missing_columns_say_why(tmp_path: Path) -> None:
     files = build_run_report(run)
     html = files.html.read_text()
     assert "not drawn" in html and "the device does not report NAND writes" in html
+    assert "All results (8 columns, in 1 table)" in html and "<h3>Device</h3>" not in html
 
 
 def test_every_figure_loads_in_chromium(tmp_path: Path) -> None:
