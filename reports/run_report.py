@@ -280,7 +280,7 @@ policies by projected SSD lifetime, then the offline bounds.</caption>
 <td{% if loop.index <= 2 %} class="text"{% endif %}>{{ c }}</td>{% endfor %}</tr>{% endfor %}</table>
 <p class="inputs" id="inputs">{{ inputs }}</p>
 <p class="inputs">{{ summary }}</p>
-<details id="full-results"><summary>All results ({{ full_count }} columns, in {{ full | length }} table{{ "s" if full | length != 1 }})</summary>
+<details id="full-results"><summary>All results ({{ full_size }})</summary>
 {% for title, headings, rows in full %}<h3>{{ title }}</h3>
 <table><tr>{% for h in headings %}<th>{{ h }}</th>{% endfor %}</tr>
 {% for row in rows %}<tr>{% for c in row %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}</table>{% endfor %}
@@ -462,6 +462,7 @@ def build_run_report(run_dir: str | Path, notes: list[str] | None = None, waf: s
     # a group none of whose fields any row holds (the device's, in a run without replay) is left out
     groups = [(title, cols) for title, cols in FULL_TABLES
               if any(field_value(r, f) is not None for r in results for f, _, _ in cols)]
+    full_size = f"{sum(len(c) for _, c in groups)} columns, in {len(groups)} table{'s' if len(groups) != 1 else ''}"
     full = [(title, ["policy", *(h for _, h, _ in cols)],
              [[r.policy, *(_fmt(field_value(r, f), k) for f, _, k in cols)] for r in results])
             for title, cols in groups]
@@ -487,7 +488,7 @@ def build_run_report(run_dir: str | Path, notes: list[str] | None = None, waf: s
     inputs = lifetime_inputs(results)
     p_headings, p_rows, p_notes = placement_section(df)
     html = _HTML.render(name=name, css=_CSS, headline=lines, ranking_headings=rank_headings, ranking=rank_rows,
-                        inputs=inputs, summary=summary, full=full, full_count=sum(len(c) for _, c in groups),
+                        inputs=inputs, summary=summary, full=full, full_size=full_size,
                         figs=figs, checks=check_rows,
                         placement_headings=p_headings, placement_rows=p_rows, placement_notes=p_notes,
                         sections=CHECK_SECTIONS, workload=workload, workload_figs=workload_figs,
