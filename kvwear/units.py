@@ -71,6 +71,26 @@ def format_bytes(n: float, binary: bool = True) -> str:
     raise AssertionError("unreachable")
 
 
+DAYS_PER_YEAR = 365.0
+
+
+def format_lifetime(days: float | None, *, short: bool = False) -> str:
+    """A projected lifetime in the one unit kvwear shows it in: years, or days where it is under a
+    year; '∞' when nothing was written, '—' when there is none. `short`:
+    '2.4 y', '131 d' (tables, figures); else '2.4 years', '131 days' (sentences)."""
+    if days is None or (isinstance(days, float) and math.isnan(days)):
+        return "—"
+    if math.isinf(days):
+        return "∞"
+    if days >= DAYS_PER_YEAR:
+        years = days / DAYS_PER_YEAR
+        value, unit = (f"{years:,.1f}" if years < 100 else f"{years:,.0f}"), ("y" if short else "years")
+    else:
+        value = f"{days:,.0f}" if days >= 10 else f"{days:.2g}"
+        unit = "d" if short else ("day" if value == "1" else "days")
+    return f"{value} {unit}"
+
+
 #: Smallest memory budget accepted (`--memory-budget` of characterize and inspect): below it the
 #: characterization's SHARDS sample (a few hundred blocks) means little.
 MIN_MEMORY_BUDGET_BYTES = 1 << 16

@@ -193,6 +193,21 @@ def resolve_spec(spec: str | PolicySpec) -> PolicySpec:
     return PolicySpec(name, build_params(cls.Params, kv, name))
 
 
+def resolve_label(text: str) -> PolicySpec:
+    """A policy by its spec ('gandalf:gamma=8') or by its label ('gandalf,gamma=8.0', what
+    `PolicySpec.label` makes and results rows carry)."""
+    if ":" not in text and "," in text:
+        name, _, rest = text.partition(",")
+        text = f"{name}:{rest}"
+    return resolve_spec(text)
+
+
+def is_offline(policy: str) -> bool:
+    """Whether the policy (a spec or a label) is an offline oracle: it reads the future
+    (`Policy.needs_future`), so no deployed cache can run it and its results are a bound."""
+    return POLICIES.get(resolve_label(policy).name).needs_future
+
+
 @dataclass(frozen=True)
 class RequestInfo:
     """The request being simulated, as policies see it."""
@@ -357,6 +372,6 @@ def obj_keys(obj: Obj) -> list[tuple[int, int]]:
 
 __all__ = [
     "DRAM", "HBM", "POLICIES", "SSD", "ParamInfo", "Policy", "PolicyParams", "PolicySpec",
-    "PolicySpecError", "RequestInfo", "SimContext", "build_params", "obj_keys", "param", "param_infos",
-    "parse_spec", "resolve_spec", "tier_name",
+    "PolicySpecError", "RequestInfo", "SimContext", "build_params", "is_offline", "obj_keys", "param",
+    "param_infos", "parse_spec", "resolve_label", "resolve_spec", "tier_name",
 ]

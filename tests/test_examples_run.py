@@ -32,6 +32,8 @@ from pathlib import Path
 import pytest
 
 from kvwear.harness.estimate.estimator import Estimate
+from kvwear.reports.run_report import build_run_report
+from tests.reports.browser import assert_reads_well
 from tests.test_examples import EXAMPLES
 
 pytestmark = pytest.mark.slow
@@ -145,7 +147,11 @@ def test_examples_in_a_fresh_clone(tmp_path: Path) -> None:
     work = fresh_clone(tmp_path)
     for example in ordered(LOCAL):
         run_example(example, work)
-    assert "Projected lifetime under WAF uniform" in (work / "runs/demo/report/report.html").read_text()
+    assert "log axis, the uniform-random reference WAF" in (work / "runs/demo/report/report.html").read_text()
+    # the demo's report as a reader sees it (issue #25): headline and ranking on the first 1,280 × 800
+    # screen, nothing wider than the window, every image loaded, no console error, no clipped text
+    build_run_report(work / "runs/demo")            # with the default lifetime, as `kvwear run` wrote it
+    assert_reads_well(work / "runs/demo/report/report.html", "demo-report", first_screen=("#headline", "#ranking"))
     # --placement kind: the byte checks, per placement handle too, hold
     for label in ("lru", "gandalf"):
         checks = Estimate.load(work / f"runs/fdp/estimate/{label}/crossval.json").checks
@@ -214,6 +220,8 @@ def test_sweep_examples_in_a_fresh_clone(tmp_path: Path, dask_cluster: str) -> N
         assert (work / store / "report/sweep_report.html").is_file()
         assert len(list((work / store / "results").glob("*.parquet"))) == total
     assert n == 20
+    # the README sweep's report as a reader sees it (issue #25): panels within 1,280 px, readable
+    assert_reads_well(work / store / "report/sweep_report.html", "sweep-report")
     shutil.rmtree(work / "sweeps")
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +14,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kvwear.harness.cli.apps import EXIT_ACCOUNTING_FAULT, app, echo_json
+from kvwear.harness.estimate.estimator import Check
 from kvwear.harness.estimate.schema import ResultsRow
 from kvwear.harness.pipeline.config import RunConfig, load_config, with_overrides
 from kvwear.kv import parse_kv
-from kvwear.units import format_bytes
+from kvwear.reports.headline import auto_waf, headline, rank
+from kvwear.units import format_bytes, format_lifetime
 from kvwear.values import toml_scalar
 
 console = Console(stderr=True)
@@ -134,15 +137,7 @@ def run_cmd(
     cfg = with_overrides(cfg, ov) if ov else cfg
 
     t0 = time.monotonic()
-    with Progress(TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=False) as bar:
-        tasks: dict[str, Any] = {}
-
-        def progress(stage: str, done: int, total: int | None) -> None:
-            if stage not in tasks:
-                tasks[stage] = bar.add_task(stage, total=total)
-            bar.update(tasks[stage], completed=done, total=total)
-
+    with stage_bars() as progress:
         outcome = run(cfg, out, resume=resume, replay=not no_replay, report=not no_report, progress=progress)
     for line in outcome.reruns:
         console.print(f"resume: {line}")
@@ -156,7 +151,7 @@ def run_cmd(
                    "resumed": list(outcome.reruns), "accounting_faults": faults,
                    "results": [r.as_dict() for r in outcome.rows]})
     else:
-        _summary(outcome.rows, time.monotonic() - t0)
+        _summary(outcome.rows, [c for o in outcome.outcomes for c in o.checks], time.monotonic() - t0)
         if outcome.tiers is not None:
             console.print(f"tiers: {outcome.tiers.note}")
         for line in _drive_lines(outcome.rows):
@@ -191,7 +186,26 @@ def _drive_lines(rows: Sequence[ResultsRow]) -> list[str]:
     return out
 
 
-def _summary(rows: Sequence[ResultsRow], wall_s: float) -> None:
+@contextmanager
+def stage_bars() -> Iterator[Callable[[str, int, int | None], None]]:
+    """A progress callback (kvwear.harness.pipeline.run.Progress) drawing one bar per stage, each
+    moving as its stage works, on a terminal; nothing when stderr is not one (a log, CI)."""
+    if not console.is_terminal:
+        yield lambda _stage, _done, _total: None
+        return
+    with Progress(TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=False) as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(stage: str, done: int, total: int | None) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(stage, total=total)
+            bar.update(tasks[stage], completed=done, total=total)
+
+        yield progress
+
+
+def _summary(rows: Sequence[ResultsRow], checks: Sequence[Check], wall_s: float) -> None:
     t = Table(title=f"kvwear run — {len(rows)} policies in {wall_s:.1f} s",
               caption="checks within tolerance — bytes: the same bytes counted at two points (a failure is a "
                       "fault); models: the workload WAF model's predictions against the measurement (a failure is "
@@ -201,10 +215,6 @@ def _summary(rows: Sequence[ResultsRow], wall_s: float) -> None:
                 "models"):
         t.add_column(col, justify="left" if col == "policy" else "right")
 
-    def years(days: float | None) -> str:
-        if days is None:
-            return "—"
-        return "∞" if days == float("inf") else f"{days / 365:.2f} y"
 
     def tally(passed: int | None, total: int | None) -> str:
         return f"{passed or 0}/{total}" if total else "—"     # --no-replay rows measure nothing to check
@@ -215,10 +225,16 @@ def _summary(rows: Sequence[ResultsRow], wall_s: float) -> None:
     for r in rows:
         t.add_row(r.policy, f"{r.miss_ratio_tokens or 0:.4f}", format_bytes(r.ssd_write_bytes or 0),
                   f"{r.linear_share_of_ssd_write_bytes or 0:.0%}", f2(r.waf_uniform), f2(r.waf_workload),
-                  f2(r.waf_measured), years(r.lifetime_days_waf1), years(r.lifetime_days_workload),
-                  years(r.lifetime_days_measured), tally(r.accounting_checks_passed, r.accounting_checks_total),
+                  f2(r.waf_measured), format_lifetime(r.lifetime_days_waf1, short=True),
+                  format_lifetime(r.lifetime_days_workload, short=True),
+                  format_lifetime(r.lifetime_days_measured, short=True),
+                  tally(r.accounting_checks_passed, r.accounting_checks_total),
                   tally(r.model_checks_passed, r.model_checks_total))
     Console(width=max(Console().width, 160)).print(t)
+    waf = auto_waf(rows)
+    if waf is not None:         # the report's headline, in the same words
+        for line in headline(rank(rows, checks, waf), checks, waf):
+            console.print(f"• {line.replace('**', '')}", highlight=False, soft_wrap=False)
 
 
 @app.command("report", epilog="Examples:\n\n  kvwear report runs/demo\n\n  kvwear report runs/demo --waf uniform"
@@ -238,7 +254,9 @@ def report_cmd(run_dir: Path = typer.Argument(..., help="A run directory (or a s
     else:
         from kvwear.reports.run_report import build_run_report
 
-        files, kind = build_run_report(run_dir, waf=waf), "run"
+        with stage_bars() as progress:      # the figures drawn (a bar on a terminal only)
+            files = build_run_report(run_dir, waf=waf, progress=lambda done, total: progress("report", done, total))
+        kind = "run"
     if as_json:
         echo_json({"version": 1, "kind": kind, "dir": str(run_dir), "html": str(files.html),
                    "markdown": str(files.markdown) if files.markdown else None,

@@ -55,9 +55,9 @@ from kvwear.harness.wear.base import NVME_DATA_UNIT_BYTES, CounterSource
 from kvwear.harness.wear.snapshot import duw_bytes_bounds
 from kvwear.policies.metrics import SimSummary
 from kvwear.records import dump, load
+from kvwear.units import DAYS_PER_YEAR
 
 SECONDS_PER_DAY = 86_400.0
-DAYS_PER_YEAR = 365.0
 
 # Cross-validation tolerances (relative errors; stated in the report).
 # Host bytes: planned vs counted by the device/fio/eBPF. The only legitimate difference is the
@@ -74,6 +74,9 @@ DUW_NOTE = "SMART Data Units Written count 512,000-byte units, rounded up"
 WAF_REL_TOL = 0.10
 # Lifetime inherits both errors (product of host bytes and WAF), so the sum of the two.
 LIFETIME_REL_TOL = HOST_BYTES_REL_TOL + WAF_REL_TOL
+# The names of the workload model's two checks (the report's headline reads them)
+WAF_MODEL_CHECK = "WAF (workload model)"
+LIFETIME_MODEL_CHECK = "lifetime days (workload model)"
 
 
 def tbw_from_dwpd(capacity_bytes: int, dwpd: float, warranty_years: float) -> float:
@@ -469,7 +472,7 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
                     + (f"; {measured_note}" if measured_note else ""))
     if measured_waf is not None:
         if prediction is not None:
-            checks.append(Check.of("WAF (workload model)", prediction.waf, measured_waf, r.tool, WAF_REL_TOL,
+            checks.append(Check.of(WAF_MODEL_CHECK, prediction.waf, measured_waf, r.tool, WAF_REL_TOL,
                                    kind="model", note=model_note))
         checks.append(Check.of("WAF (uniform reference)", inp.waf_uniform, measured_waf, r.tool, WAF_REL_TOL,
                                kind="reference", note=uniform_note))
@@ -488,7 +491,7 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
     if life_measured is not None:
         # Each projection against the measurement; only the workload model's counts in the tally.
         if life_workload is not None:
-            checks.append(Check.of("lifetime days (workload model)", life_workload, life_measured,
+            checks.append(Check.of(LIFETIME_MODEL_CHECK, life_workload, life_measured,
                                    "measured host bytes × WAF", LIFETIME_REL_TOL, kind="model", note=model_note))
         checks.append(Check.of("lifetime days (WAF 1)", life_waf1, life_measured, "measured host bytes × WAF",
                                LIFETIME_REL_TOL, kind="reference", note="reference only: Gandalf's assumption"))

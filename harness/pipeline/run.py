@@ -97,6 +97,38 @@ def _no_progress(_stage: str, _done: int, _total: int | None) -> None:
     return None
 
 
+class StageTicks:
+    """One stage's progress: announced when it starts (its clock starts then, not when it ends),
+    advanced in the stage's own units (requests, plan rows, models, figures), and complete when
+    it finishes — also when a resume found it finished and did not run it."""
+
+    def __init__(self, progress: Progress, stage: str, total: int | None = None) -> None:
+        self.progress, self.stage, self.total, self.done = progress, stage, total, 0
+        progress(stage, 0, total)
+
+    def __call__(self, done: int, total: int | None = None) -> None:
+        self.done = done
+        if total is not None:
+            self.total = total
+        self.progress(self.stage, done, self.total)
+
+    def add(self, n: int) -> None:
+        self(self.done + n)
+
+    def finish(self) -> None:
+        n = self.total if self.total else max(self.done, 1)
+        self.progress(self.stage, n, n)
+
+
+def counted(batches: Iterator[pa.RecordBatch], tick: StageTicks) -> Iterator[pa.RecordBatch]:
+    """`batches`, advancing `tick` by each batch's rows as it is handed on (one pass: the count
+    starts again at 0)."""
+    tick(0)
+    for b in batches:
+        yield b
+        tick.add(b.num_rows)
+
+
 @dataclass(frozen=True)
 class PolicyOutcome:
     label: str
@@ -183,11 +215,13 @@ def workload_stage(cfg: RunConfig, rd: RunDir) -> Workload:
     return Stage("workload", compute, load, outputs=(path,)).run(rd)
 
 
-def characterize_stage(rd: RunDir, workload: Workload, profile: ModelProfile) -> None:
+def characterize_stage(rd: RunDir, workload: Workload, profile: ModelProfile,
+                       progress: Progress = _no_progress) -> None:
     """The workload's characterization (ideal hit ratio, reuse times, lifespans, capacity needed)
     for the report; kvwear.workloads.characterize does the analyses, streamed over the run's requests
     table in bounded batches (kvwear.workloads.characterize_stream), which is in arrival order."""
     folder = rd.stage_dir("workload") / "characterization"
+    tick = StageTicks(progress, "characterize", workload.rows)
 
     def compute() -> tuple[None, Mapping[str, Any]]:
         from kvwear.reports.characterization import plot_characterization
@@ -199,11 +233,13 @@ def characterize_stage(rd: RunDir, workload: Workload, profile: ModelProfile) ->
             raise KvwearError(f"{workload.path}: row {i:,} arrives before row {i - 1:,} (arrival_s "
                               f"{arrival[i]} < {arrival[i - 1]}): the run's requests table must be in arrival order")
         del arrival
-        res, _ = characterize_batches(lambda: iter_table_batches(REQUESTS, workload.path), profile, folder)
+        res, _ = characterize_batches(lambda: counted(iter_table_batches(REQUESTS, workload.path), tick), profile,
+                                      folder)
         plot_characterization(folder)
         return None, {"token_hit_ratio": res.token_hit_ratio, "capacity_bytes": res.capacity_bytes}
 
     Stage("characterize", compute, lambda: None, outputs=(folder,), after=("workload",)).run(rd)
+    tick.finish()
 
 
 # -- per policy ---------------------------------------------------------------------------------
@@ -220,18 +256,15 @@ def simulate_stage(cfg: RunConfig, rd: RunDir, spec: str, label: str, workload: 
     streaming the workload's Parquet."""
     d = rd.stage_dir("policies", label)
     stage = f"simulate/{label}"
+    tick = StageTicks(progress, stage, workload.rows)
 
     def compute() -> tuple[SimOutput, Mapping[str, Any]]:
-        done = [0]
-
-        def tick(n: int) -> None:
-            done[0] += n
-            progress(stage, done[0], workload.rows)
-
-        out = simulate_policy(parquet_source(workload.path), sim_config(cfg, profile), spec, d, progress=tick)
+        out = simulate_policy(parquet_source(workload.path), sim_config(cfg, profile), spec, d, progress=tick.add)
         return out, {"ssd_ops": out.ssd_ops_rows}
 
-    return Stage(stage, compute, lambda: read_output(d, label), outputs=(d,), after=("workload",)).run(rd)
+    sim = Stage(stage, compute, lambda: read_output(d, label), outputs=(d,), after=("workload",)).run(rd)
+    tick.finish()
+    return sim
 
 
 @dataclass(frozen=True)
@@ -263,7 +296,8 @@ class Plan:
 PLAN_COLUMNS = ["t_s", "op", "obj_id", "obj_kind", "bytes"]
 
 
-def plan_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, capacity: int) -> Plan:
+def plan_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, capacity: int,
+               progress: Progress = _no_progress) -> Plan:
     """Lay the policy's ssd_ops out as block_ops on the device's capacity (kvwear.harness.plan.planner), then the
     placement post-pass; plan.json holds the plan's accounting. The planner reads ssd_ops.parquet
     in record batches (its state is the live objects', bounded by the device). Without placement
@@ -275,10 +309,11 @@ def plan_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, capacity: int) -> Pla
 
     label = sim.label
     d = rd.stage_dir("plan", label)
+    tick = StageTicks(progress, f"plan/{label}", sim.ssd_ops_rows)
 
     def compute() -> tuple[Plan, Mapping[str, Any]]:
-        def ops() -> Iterator[pa.RecordBatch]:
-            return iter_table_batches(SSD_OPS, sim.ssd_ops_path, columns=PLAN_COLUMNS)
+        def ops() -> Iterator[pa.RecordBatch]:      # the planner's progress: the ssd_ops rows it read
+            return counted(iter_table_batches(SSD_OPS, sim.ssd_ops_path, columns=PLAN_COLUMNS), tick)
 
         r = cfg.replay
         rc = replay_config(cfg, capacity)
@@ -308,8 +343,10 @@ def plan_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, capacity: int) -> Pla
         PlanRecord(counts, placed, plan_death_summary(path, capacity)).dump(d / "plan.json")
         return Plan.read(label, d), {"write_ios": plan.write_ios}
 
-    return Stage(f"plan/{label}", compute, lambda: Plan.read(label, d), outputs=(d,),
+    plan = Stage(f"plan/{label}", compute, lambda: Plan.read(label, d), outputs=(d,),
                  after=(f"simulate/{label}",)).run(rd)
+    tick.finish()
+    return plan
 
 
 def replay_config(cfg: RunConfig, capacity: int) -> ReplayConfig:
@@ -399,19 +436,22 @@ def device_stage(cfg: RunConfig, rd: RunDir, plan: Plan, capacity: int,
     def load() -> DeviceMeasurement:
         return DeviceMeasurement.load(d / "result.json")
 
+    tick = StageTicks(progress, stage)
+
     def compute() -> tuple[DeviceMeasurement, Mapping[str, Any]]:
-        res = _replay_on_device(cfg, d, plan, label, capacity, progress)
+        res = _replay_on_device(cfg, d, plan, label, capacity, tick)
         return res, {"write_bytes": res.replay.write_bytes}
 
-    return Stage(stage, compute, load, outputs=(d,), after=(f"plan/{label}",)).run(rd)
+    measurement = Stage(stage, compute, load, outputs=(d,), after=(f"plan/{label}",)).run(rd)
+    tick.finish()
+    return measurement
 
 
 def _replay_on_device(cfg: RunConfig, d: Path, plan: Plan, label: str, capacity: int,
-                      progress: Progress) -> DeviceMeasurement:
+                      tick: StageTicks) -> DeviceMeasurement:
     """Play the plan on the device with wear snapshots and the eBPF capture around it; writes
     result.json (the DeviceMeasurement), wear.parquet and (where the backend counts intervals)
     timeline.parquet."""
-    stage = f"device/{label}"
     streams = device_backend(cfg).capabilities.streams_plan
     block_ops = plan.block_ops_path if streams else read_table(BLOCK_OPS, plan.block_ops_path)
     readers = wear_readers(cfg)
@@ -421,7 +461,7 @@ def _replay_on_device(cfg: RunConfig, d: Path, plan: Plan, label: str, capacity:
         t0 = time.monotonic()
         with _capture(cfg, cfg.device.target, d) as cap:
             res: ReplayResult = dev.replay(block_ops, d, timed=cfg.replay.time_mode != "afap",
-                                           progress=lambda done, total: progress(stage, done, total))
+                                           progress=tick)
         after = snapshot(cfg.device.target, readers) if readers else []
         ident = dev.identity()
     finally:
@@ -503,7 +543,7 @@ def emulator_waf(cfg: RunConfig, rd: RunDir, label: str) -> float | None:
 
 
 def estimate_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, plan: Plan, device: DeviceMeasurement,
-                   capacity: int) -> PolicyOutcome:
+                   capacity: int, progress: Progress = _no_progress) -> PolicyOutcome:
     """The estimator (kvwear.harness.estimate.estimator.estimate_policy) on what the policy's stages counted, with
     the device's models (uniform WAF, workload model, FTL twin); writes crossval.json, which also
     keeps the results row, so a resumed run does not run the models (the twin's replay) again."""
@@ -514,24 +554,33 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, plan: Plan, devic
         est = Estimate.load(path)
         return PolicyOutcome(label, est.row, est.checks)
 
+    # the estimate's steps: the uniform reference, the workload model, the FTL twin's replay, the checks
+    tick = StageTicks(progress, f"estimate/{label}", 4)
+
     def compute() -> tuple[PolicyOutcome, Mapping[str, Any]]:
         tbw, duration = tbw_and_duration(cfg, sim.summary.span_s, capacity)
         waf_uniform, waf_uniform_src = uniform_waf(cfg, capacity)
         raw, rating = pe_rating(cfg, capacity)
+        tick(1)
+        prediction = plan_workload_waf(cfg, plan, capacity)
+        tick(2)
+        twin = emulator_waf(cfg, rd, label)
+        tick(3)
         est = estimate_policy(EstimateInputs(
             label=label, model=cfg.model, device_kind=cfg.device.kind, dram_bytes=cfg.tiers.dram_bytes,
             ssd_bytes=cfg.tiers.ssd_bytes, sample_fraction=cfg.workload.sample_fraction, summary=sim.summary,
             plan=plan.bytes, device=device, tbw_bytes=tbw, duration_s=duration, waf_uniform=waf_uniform,
-            waf_uniform_source=waf_uniform_src, prediction=plan_workload_waf(cfg, plan, capacity),
-            waf_emulator=emulator_waf(cfg, rd, label),
+            waf_uniform_source=waf_uniform_src, prediction=prediction, waf_emulator=twin,
             preconditioned=device_backend(cfg).preconditioned(device_spec(cfg, capacity)),
             layout=cfg.replay.layout, raw_nand_bytes=raw, pe_rating_cycles=rating,
             rating_source=drive_rating(cfg, capacity).source))
         est.dump(path)
         return PolicyOutcome(label, est.row, est.checks), {}
 
-    return Stage(f"estimate/{label}", compute, load, outputs=(path,),
-                 after=(f"simulate/{label}", f"plan/{label}", f"device/{label}")).run(rd)
+    outcome = Stage(f"estimate/{label}", compute, load, outputs=(path,),
+                    after=(f"simulate/{label}", f"plan/{label}", f"device/{label}")).run(rd)
+    tick.finish()
+    return outcome
 
 
 # -- the run ------------------------------------------------------------------------------------
@@ -556,11 +605,11 @@ def _run_stages(cfg: RunConfig, sizing: TierSizing, rd: RunDir, *, resume: bool,
                 progress: Progress) -> RunOutcome:
     rd.prepare(cfg.to_toml(), resume)
     profile = resolve_profile(cfg.model)
+    tick = StageTicks(progress, "workload")
     workload = workload_stage(cfg, rd)
-    progress("workload", 1, 1)
+    tick.finish()
     if report:          # it feeds the report only (sweep points run without one)
-        characterize_stage(rd, workload, profile)
-        progress("characterize", 1, 1)
+        characterize_stage(rd, workload, profile, progress)
     capacity = device_capacity(cfg)
     placement_config(cfg)                     # a bad placement setting fails before any simulation
     labels = [policy_label(s) for s in cfg.policies]
@@ -576,11 +625,9 @@ def _run_stages(cfg: RunConfig, sizing: TierSizing, rd: RunDir, *, resume: bool,
         if not replay:
             outcomes.append(PolicyOutcome(label, _row_without_device(cfg, label, sim.summary), ()))
             continue
-        plan = plan_stage(cfg, rd, sim, capacity)
-        progress(f"plan/{label}", 1, 1)
+        plan = plan_stage(cfg, rd, sim, capacity, progress)
         device = device_stage(cfg, rd, plan, capacity, progress)
-        progress(f"device/{label}", 1, 1)
-        outcomes.append(estimate_stage(cfg, rd, sim, plan, device, capacity))
+        outcomes.append(estimate_stage(cfg, rd, sim, plan, device, capacity, progress))
     rows = placement_gains([o.row for o in outcomes]) if replay else [o.row for o in outcomes]
     results = results_table(rows)
     write_table(RESULTS, results, rd.results_path)
@@ -589,7 +636,9 @@ def _run_stages(cfg: RunConfig, sizing: TierSizing, rd: RunDir, *, resume: bool,
     if report:
         from kvwear.reports.run_report import build_run_report
 
-        html = build_run_report(rd.root).html
+        tick = StageTicks(progress, "report")
+        html = build_run_report(rd.root, progress=tick).html
+        tick.finish()
         rd.mark_done("report")
     return RunOutcome(rd.root, results, tuple(outcomes), tuple(rows), html, sizing, tuple(rd.reruns))
 

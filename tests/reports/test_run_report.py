@@ -6,6 +6,8 @@ import dataclasses
 import json
 from pathlib import Path
 
+import matplotlib.ticker
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -20,7 +22,8 @@ from kvwear.harness.wear.identify import DeviceIdentity
 from kvwear.reports.figures import pareto_mask
 from kvwear.reports.run_report import build_run_report, device_notes, placement_section
 from kvwear.tables import write_table
-from tests.reports.chromium import CHROMIUM, image_status
+from tests.reports.browser import need_chromium
+from tests.reports.chromium import image_status
 
 GIB = 2**30
 
@@ -64,13 +67,15 @@ def test_report_files_and_contents(tmp_path: Path) -> None:
     run = tmp_path / "run"
     _make_run(run)
     files = build_run_report(run)
-    assert all(p is not None and p.stat().st_size > 1000 for p in files.figures.values())
+    assert all(f is not None and f.path.stat().st_size > 1000 and not f.problems for f in files.figures.values())
     html = files.html.read_text()
     assert html.count("data:image/png;base64,") == 6
     assert "FAIL" in html and "pass" in html            # one check passes, one fails
     assert "byte accounting: 1 of 2 checks within tolerance." in html and "Models against" not in html
     assert "the run did not characterize its workload" in html
     assert "gandalf:gamma=8" in html
+    # the full results: the P/E table, whose fields no row holds, is left out
+    assert "All results (22 columns, in 3 tables)" in html and "P/E cycles of the full-size drive" not in html
     md = files.markdown.read_text()
     assert "| lru |" in md and "![lifetime_vs_miss](figures/lifetime_vs_miss.png)" in md
     assert pd.read_csv(files.csv)["policy"].tolist() == ["lru", "gandalf:gamma=1", "gandalf:gamma=8"]
@@ -98,16 +103,17 @@ def test_missing_columns_say_why(tmp_path: Path) -> None:
     files = build_run_report(run)
     html = files.html.read_text()
     assert "not drawn" in html and "the device does not report NAND writes" in html
+    assert "All results (8 columns, in 1 table)" in html and "<h3>Device</h3>" not in html
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")
 def test_every_figure_loads_in_chromium(tmp_path: Path) -> None:
+    need_chromium()
     run = tmp_path / "run"
     _make_run(run)
     files = build_run_report(run)
     status = image_status(files.html)
     assert len(status) == 6
-    assert all(s["ok"] and s["w"] > 100 for s in status), status
+    assert all(s["ok"] and s["naturalWidth"] > 100 for s in status), status
 
 
 def test_unfinished_run_is_named(tmp_path: Path) -> None:
@@ -139,7 +145,7 @@ def test_lifetime_figures_pick_the_named_waf(tmp_path: Path) -> None:
     run = tmp_path / "run"
     _make_run(run)
     html = build_run_report(run, waf="uniform").html.read_text()
-    assert "Projected lifetime under WAF uniform" in html
+    assert "log axis, the uniform-random reference WAF" in html
 
 
 def test_placement_section_says_why_a_drive_took_no_handles() -> None:
@@ -175,8 +181,15 @@ def test_sweep_lifetime_figure_with_a_panel_that_never_wrote(tmp_path: Path) -> 
                        "axis_policy": ["lru", "gandalf:gamma=4", "lru", "gandalf:gamma=4"],
                        "miss_ratio_tokens": [0.30, 0.35, 0.31, 0.36],
                        "lifetime_days_workload": [8.5, inf, inf, inf]})
-    path = fig_lifetime_vs_miss(df, tmp_path / "f.png", "lifetime_days_workload")
-    assert path is not None and path.stat().st_size > 0
+    fig = fig_lifetime_vs_miss(df, tmp_path / "f.png", "lifetime_days_workload")
+    assert fig is not None and fig.path.stat().st_size > 0 and not fig.problems
+    # the cell that never wrote gets a sentence, not an empty panel; the other draws its finite point
+    assert fig.notes == ("synthetic · kimi-k3 · DRAM 4 GB · SSD 12 GB: no point wrote to the SSD, so every "
+                         "lifetime is unbounded (no panel).",)
+    assert fig.data["lifetime_days"].tolist() == [8.5] and fig.data["cell"].str.contains("SSD 16 GB").all()
+    everything_unbounded = fig_lifetime_vs_miss(df.assign(lifetime_days_workload=inf), tmp_path / "g.png",
+                                                "lifetime_days_workload")
+    assert everything_unbounded is None
 
 
 def test_sweep_model_figure_draws_unbounded_lifetimes_without_warnings(tmp_path: Path) -> None:
@@ -196,5 +209,32 @@ def test_sweep_model_figure_draws_unbounded_lifetimes_without_warnings(tmp_path:
                      ("all unbounded", pd.DataFrame(rows).assign(lifetime_days_x=inf))):
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            path = fig_models(df, tmp_path / f"{case}.png", "lifetime_days_x")
-        assert path is not None and path.stat().st_size > 0, case
+            fig = fig_models(df, tmp_path / f"{case}.png", "lifetime_days_x")
+        assert fig is not None and fig.path.stat().st_size > 0 and not fig.problems, case
+
+
+def test_save_figure_keeps_text_inside_and_ticks_apart(tmp_path: Path) -> None:
+    """A title wider than its figure is reported (the old predicted-vs-measured title was cut to
+    '…green: within t'); tick labels that overlap ('0.19000.19250.1950') are thinned until apart."""
+    import matplotlib.pyplot as plt
+
+    from kvwear.reports.figures import save_figure
+
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.plot([0, 1], [0, 1])
+    ax.set_title("Predicted vs measured (green: within tolerance, red: outside it, black: the tolerance)")
+    cut = save_figure(fig, tmp_path / "cut.png")
+    assert cut.problems and "text cut off at the" in cut.problems[0]
+
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.plot([0.19, 0.21], [1, 2])
+    ax.set_xticks(np.linspace(0.19, 0.21, 9), [f"{v:.4f}" for v in np.linspace(0.19, 0.21, 9)])
+    fixed_labels = save_figure(fig, tmp_path / "fixed.png")     # categories the figure chose: never dropped
+    assert fixed_labels.problems == ("a panel: the x axis' labels overlap",)
+
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.plot([0.19, 0.21], [1, 2])
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(nbins=12))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%.4f"))
+    thinned = save_figure(fig, tmp_path / "thinned.png")
+    assert thinned.problems == ()
