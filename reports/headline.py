@@ -53,12 +53,42 @@ def offline(policy: str) -> bool:
         return False
 
 
+# How a drive was preconditioned before the workload (kvwear.emulator.precondition's modes), in words.
+PRECONDITIONING = {"none": "not preconditioned (fresh)", "fill": "preconditioned by a sequential fill",
+                   "steady": "preconditioned to steady state"}
+
+
+def drive_of(row: ResultsRow, short: bool = False, scaling: bool = False) -> str | None:
+    """The drive behind the row's measured WAF: its preset (with how it was scaled to the run, when
+    `scaling`) and its preconditioning; None when the device named neither (a drive of one's own)."""
+    if row.drive_preset is None and row.precondition is None:
+        return None
+    mode = row.precondition or "none"
+    unreached = mode == "steady" and row.precondition_steady is False
+    if short:
+        pre = "steady not reached" if unreached else {"none": "fresh", "fill": "filled", "steady": "steady"}.get(mode,
+                                                                                                             mode)
+        return f"{row.drive_preset or 'options'}, {pre}"
+    pre = ("preconditioned toward steady state, which it did not reach" if unreached else
+           PRECONDITIONING.get(mode, f"preconditioned: {mode}"))
+    scale = f" ({row.drive_scaling})" if scaling and row.drive_scaling else ""
+    return f"preset {row.drive_preset or '(the device options)'}{scale}, {pre}"
+
+
 def waf_basis(row: ResultsRow, waf: str) -> str:
-    """Which WAF a lifetime is projected with, and on what drive (one line per WAF)."""
+    """Which WAF a lifetime is projected with, and on what drive: a measured WAF says whether it is
+    the workload's steady state's, names the drive's preset and preconditioning, and has the
+    transient's WAF beside it (one line per WAF)."""
     if waf != "measured":
         return WAF_NAMES[waf]
     device = f"the {row.device} device" if row.device else "the device"
-    return f"measured on {device}"
+    steady = row.steady_state_reached
+    value = "" if row.waf_measured is None else (
+        ("steady-state " if steady else "") + f"WAF {row.waf_measured:.2f} "
+        + ("(no steady state reached) " if steady is False else ""))
+    drive = drive_of(row)
+    transient = f"; transient WAF {row.waf_transient:.2f}" if row.waf_transient is not None else ""
+    return f"{value}measured on {device}" + (f", {drive}" if drive else "") + transient
 
 
 @dataclass(frozen=True)
@@ -118,8 +148,8 @@ def headline(ranked: Sequence[Ranked], checks: Sequence[Check], waf: str) -> lis
         s = (f"**{best.row.policy}** projects the longest SSD life of the deployable policies: **{life}** "
              f"({waf_basis(best.row, waf)}")
         if base is not None and best is not base and base.lifetime_days is not None:
-            s += (f"), **{_gain(best.gain_vs_baseline)}** LRU write-back's {format_lifetime(base.lifetime_days)}, "
-                  + _miss_cost(best.row, base.row) + ".")
+            s += (f"), **{_gain(best.gain_vs_baseline)}** LRU write-back's {format_lifetime(base.lifetime_days)}"
+                  f"{_waf_brief(base.row, waf)}, " + _miss_cost(best.row, base.row) + ".")
         elif best is base:
             s += "): no other deployable policy outlives LRU write-back."
         else:
@@ -131,7 +161,7 @@ def headline(ranked: Sequence[Ranked], checks: Sequence[Check], waf: str) -> lis
                        "LRU write-back.")
         elif near is not None and near is not best and base is not None:
             out.append(f"Within {NEAR_MISS_POINTS:g} points of LRU's miss ratio, **{near.row.policy}** projects the "
-                       f"longest life: **{format_lifetime(near.lifetime_days)}**, "
+                       f"longest life: **{format_lifetime(near.lifetime_days)}**{_waf_brief(near.row, waf)}, "
                        f"**{_gain(near.gain_vs_baseline)}** LRU write-back's, " + _miss_cost(near.row, base.row) + ".")
     else:
         out.append(f"No deployable policy has a lifetime under {WAF_NAMES[waf]}.")
@@ -139,10 +169,49 @@ def headline(ranked: Sequence[Ranked], checks: Sequence[Check], waf: str) -> lis
         miss = x.row.miss_ratio_tokens
         out.append(f"Offline bound: **{x.row.policy}** is an oracle that knows every future request, so no "
                    f"deployed cache can run it; it bounds what one could reach at "
-                   f"**{format_lifetime(x.lifetime_days)}**"
+                   f"**{format_lifetime(x.lifetime_days)}**{_waf_brief(x.row, waf)}"
                    + (f" and a miss ratio of {miss:.4f}" if miss is not None else "") + ".")
+    drives = drive_sentence([x.row for x in ranked])
+    if drives and waf == "measured":
+        out.append(drives)
     out.append(agreement(ranked, checks))
     return out
+
+
+def _waf_brief(row: ResultsRow, waf: str) -> str:
+    """A measured WAF and its transient beside a lifetime already introduced (empty otherwise)."""
+    if waf != "measured" or row.waf_measured is None:
+        return ""
+    transient = f", transient {row.waf_transient:.2f}" if row.waf_transient is not None else ""
+    return f" (WAF {row.waf_measured:.2f}{transient})"
+
+
+def drive_sentence(rows: Sequence[ResultsRow]) -> str | None:
+    """The drives behind the measured WAFs, one clause per preset and preconditioning: what the
+    preconditioning wrote before the workload (its bytes kept apart from the workload's) and how many
+    workloads reached their steady state (the lifetime's WAF is then the steady state's)."""
+    groups: dict[str, list[ResultsRow]] = {}
+    for r in rows:
+        d = drive_of(r)
+        if d is not None and r.waf_measured is not None:
+            groups.setdefault(d, []).append(r)
+    if not groups:
+        return None
+    clauses = []
+    for d, members in groups.items():
+        r = members[0]
+        c = drive_of(r, scaling=True) or d
+        if r.precondition_host_bytes and r.precondition_waf is not None:
+            c += (f", which wrote {r.precondition_host_bytes / 1e9:,.0f} GB at WAF {r.precondition_waf:.2f} before "
+                  "the workload (counted apart from it)")
+        known = [m.steady_state_reached for m in members if m.steady_state_reached is not None]
+        if len(known) > 1:
+            c += f"; {sum(known)} of {len(known)} workloads reached their steady state"
+        elif known:
+            c += "; the workload " + ("reached" if known[0] else "did not reach") + " its steady state"
+        clauses.append(c if len(groups) == 1 else f"{', '.join(m.policy for m in members)} on {c}")
+    return ("Drive behind every measured WAF: " if len(groups) == 1 else "Drives behind the measured WAFs: ") \
+        + " | ".join(clauses) + "."
 
 
 def _near_baseline(deployable: Sequence[Ranked], base: Ranked | None) -> Ranked | None:
@@ -205,7 +274,8 @@ def lifetime_inputs(rows: Sequence[ResultsRow]) -> str:
     parts = ["Lifetime = TBW ÷ (host writes per day × WAF)."]
     tier = f" of the {r.ssd_bytes / 1e9:,.0f} GB SSD tier" if r.ssd_bytes else ""
     drive_writes = f" = {r.tbw_bytes / r.ssd_bytes:,.0f} full-drive writes" if r.ssd_bytes else ""
-    parts.append(f"TBW {r.tbw_bytes / 1e12:,.1f} TB{tier}{drive_writes}.")
+    ratings = f" (ratings from {r.rating_source})" if r.rating_source else ""
+    parts.append(f"TBW {r.tbw_bytes / 1e12:,.1f} TB{tier}{drive_writes}{ratings}.")
     if r.span_s is not None:
         sample = (f", {r.sample_fraction:.0%} of its sessions sampled and scaled back"
                   if r.sample_fraction is not None and r.sample_fraction < 1 else "")

@@ -29,7 +29,7 @@ from kvwear.harness.estimate.estimator import Check, Estimate, PlanRecord
 from kvwear.harness.estimate.schema import ResultsRow, read_results
 from kvwear.reports import figures
 from kvwear.reports.figures import Figure, ReportFiles
-from kvwear.reports.headline import WAF_NAMES, Ranked, headline, lifetime_inputs, offline, rank
+from kvwear.reports.headline import WAF_NAMES, Ranked, drive_of, headline, lifetime_inputs, offline, rank
 from kvwear.reports.sweep_report import lifetime_col
 from kvwear.units import format_lifetime
 
@@ -65,6 +65,27 @@ FULL_TABLES: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
         ("lifetime_days_uniform", "at the uniform ref. WAF", "life"),
         ("lifetime_days_workload", "at the model's WAF", "life"),
         ("lifetime_days_measured", "at the measured WAF", "life"),
+    )),
+    ("Drive and preconditioning (where the device names them)", (
+        ("drive_preset", "drive preset", "s"),
+        ("drive_scaling", "scaled to the run", "s"),
+        ("precondition", "preconditioning", "s"),
+        ("precondition_host_bytes", "preconditioning host writes (GiB)", "gib"),
+        ("precondition_nand_bytes", "preconditioning NAND writes (GiB)", "gib"),
+        ("precondition_gc_bytes", "preconditioning GC writes (GiB)", "gib"),
+        ("precondition_waf", "preconditioning WAF", "f2"),
+        ("precondition_steady", "preconditioning reached steady state", "yn"),
+        ("rating_source", "endurance ratings from", "s"),
+    )),
+    ("Replay phases: transient and steady state", (
+        ("workload_passes", "passes of the plan", "s"),
+        ("workload_rounds", "rounds", "s"),
+        ("waf_replay", "WAF, whole replay", "f2"),
+        ("waf_transient", "WAF, transient", "f2"),
+        ("waf_steady", "WAF, steady state", "f2"),
+        ("steady_state_round", "steady state from round", "s"),
+        ("waf_last_window", "WAF, last window", "f2"),
+        ("waf_lifetime_source", "the lifetime's WAF", "s"),
     )),
     ("P/E cycles of the full-size drive", (
         ("pe_cycles_per_day_workload", "P/E cycles per day, model WAF", "f4"),
@@ -110,6 +131,8 @@ def _fmt(value: Any, kind: str) -> str:
             return f"{value:,.3f}"
         case "x":
             return f"{value:,.2f}×"
+        case "yn":
+            return "yes" if value else "no"
     return str(value)
 
 
@@ -459,7 +482,8 @@ def build_run_report(run_dir: str | Path, notes: list[str] | None = None, waf: s
         tick(len(drawn), total)
 
     rank_headings, rank_rows = ranking_table(ranked, life_waf)
-    # a group none of whose fields any row holds (the device's, in a run without replay) is left out
+    # a group none of whose fields any row holds is left out (the device's, in a run without replay;
+    # the drive's and its phases', on a device that names no drive)
     groups = [(title, cols) for title, cols in FULL_TABLES
               if any(field_value(r, f) is not None for r in results for f, _, _ in cols)]
     full_size = f"{sum(len(c) for _, c in groups)} columns, in {len(groups)} table{'s' if len(groups) != 1 else ''}"
@@ -536,9 +560,16 @@ def _md_table(headings: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def ranking_table(ranked: list[Ranked], waf: str) -> tuple[list[str], list[dict[str, Any]]]:
-    """The first screen's ranking: headings (units in each) and one row per policy."""
+    """The first screen's ranking: headings (units in each) and one row per policy; where the
+    device named the drive behind its WAF, that drive (preset, preconditioning) and the replay's
+    transient WAF beside the lifetime's (the steady state's where the workload reached it)."""
+    drives = waf == "measured" and any(drive_of(x.row) for x in ranked)
+    phases = waf == "measured" and any(x.row.waf_transient is not None for x in ranked)
     headings = ["#", "policy", "miss ratio (tokens)", "host writes (TB / day)", "DWPD (drive writes / day)",
-                f"WAF ({'measured' if waf == 'measured' else WAF_NAMES[waf]})", "projected lifetime",
+                *(["drive (preset, preconditioning)"] if drives else []),
+                *(["WAF, transient"] if phases else []),
+                ("WAF, steady state (* not reached)" if phases else
+                 f"WAF ({'measured' if waf == 'measured' else WAF_NAMES[waf]})"), "projected lifetime",
                 "× LRU write-back", "estimate vs drive (lifetime error, tolerance)"]
     rows = []
     n = 0
@@ -554,7 +585,9 @@ def ranking_table(ranked: list[Ranked], waf: str) -> tuple[list[str], list[dict[
             _fmt(r.miss_ratio_tokens, "ratio"),
             _fmt(r.host_bytes_per_day, "tb"),
             _fmt(field_value(r, "dwpd"), "g3"),
-            _fmt(waf_value, "f2"),
+            *([drive_of(r, short=True) or "—"] if drives else []),
+            *([_fmt(r.waf_transient, "f2")] if phases else []),
+            _fmt(waf_value, "f2") + ("*" if phases and r.steady_state_reached is False else ""),
             format_lifetime(x.lifetime_days),
             "—" if x.gain_vs_baseline is None else f"{x.gain_vs_baseline:,.1f}×",
             "—" if c is None else f"{c.rel_error:.1%} {'≤' if c.passed else '>'} ±{c.tolerance:.0%}",
