@@ -99,7 +99,13 @@ from kvwear.harness.devices.fdp_host import FdpGate, fdp_capability, host_dw_bin
 from kvwear.harness.devices.fio_iolog import export_iolog_v3
 from kvwear.harness.devices.identity import path_identity
 from kvwear.harness.devices.measurement import FdpLogCount, MediaCount, ReplayResult, TrimCount, TrimMode
-from kvwear.harness.devices.safety import DeviceFacts, check_block_device, check_file_target, loop_serial
+from kvwear.harness.devices.safety import (
+    DeviceFacts,
+    check_block_device,
+    check_block_path,
+    check_file_target,
+    loop_serial,
+)
 from kvwear.harness.plan.placement import plan_handles
 from kvwear.harness.wear.base import CommandRunner, CounterSource, run_command
 from kvwear.harness.wear.fdp import FdpStats, parse_fdp_stats_binary
@@ -544,7 +550,9 @@ class Block(Backend):
 
     @classmethod
     def fixed_capacity(cls, spec: DeviceSpec) -> FixedCapacity:
-        return FixedCapacity(int(path_identity(_target(spec)).capacity_bytes or 0), whole=False)
+        target = _target(spec)
+        check_block_path(target)
+        return FixedCapacity(int(path_identity(target).capacity_bytes or 0), whole=False)
 
     @classmethod
     def default_wear_readers(cls, spec: DeviceSpec) -> tuple[str, ...]:
@@ -556,6 +564,7 @@ class Block(Backend):
     def preflight(cls, spec: DeviceSpec) -> None:
         """The safety guard accepts it, it is writable, and no other kvwear holds it."""
         p = FioParams.of(spec)
+        check_block_path(_target(spec))
         facts = check_block_device(_target(spec), p.confirm_serial)
         ro = Path(f"/sys/class/block/{facts.name}/ro")
         if not os.access(spec.target, os.W_OK) or (ro.exists() and ro.read_text().strip() == "1"):
