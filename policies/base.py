@@ -99,10 +99,38 @@ class PolicyParams:
     """Base of every policy's parameters (a frozen dataclass; no fields = no parameters)."""
 
 
+#: The allowed range of a numeric parameter that declares none: finite and of a magnitude no
+#: rule means (a count of 10^15 or a weight of 1e308 is a typo, not a setting).
+DEFAULT_VALID = (-1e12, 1e12)
+
+#: A year in seconds: the longest time window or threshold a parameter may name (traces span at
+#: most that much: kvwear.workloads.bounds).
+YEAR_S = 366 * 86400.0
+
+
 def param(default: Any, sweep: tuple[float, float] | tuple[Any, ...] | None = None,
-          help: str = "") -> Any:
-    """A policy parameter with its default, its documented sweep range and a one-line help."""
-    return field(default=default, metadata={"sweep": sweep, "help": help})
+          help: str = "", valid: tuple[float, float] | None = None, above: bool = False) -> Any:
+    """A policy parameter with its default, its documented sweep range, a one-line help and (a
+    number) its allowed range `valid` = (lo, hi), inclusive (`above`: lo itself excluded);
+    DEFAULT_VALID when not given. `build_params` refuses a value outside it, naming the range."""
+    return field(default=default, metadata={"sweep": sweep, "help": help, "valid": valid, "above": above})
+
+
+def _num(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+def valid_range(f: dataclasses.Field[Any]) -> str:
+    """A parameter's allowed range as text: [lo, hi] or (lo, hi]."""
+    lo, hi = f.metadata.get("valid") or DEFAULT_VALID
+    return f"{'(' if f.metadata.get('above') else '['}{_num(lo)}, {_num(hi)}]"
+
+
+def _in_range(value: Any, f: dataclasses.Field[Any]) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return True
+    lo, hi = f.metadata.get("valid") or DEFAULT_VALID
+    return (value > lo if f.metadata.get("above") else value >= lo) and value <= hi
 
 
 @dataclass(frozen=True)
@@ -185,8 +213,12 @@ def build_params(params_cls: type[PolicyParams], values: dict[str, str], policy:
             valid = ", ".join(names) if names else "(none: this policy takes no parameters)"
             raise PolicySpecError(f"policy {policy!r}: unknown parameter {k!r}; valid: {valid}")
         kwargs[k] = _convert(v, hints[k], f"policy {policy!r} parameter {k!r}")
+        f = next(f for f in dataclasses.fields(params_cls) if f.name == k)
+        if not _in_range(kwargs[k], f):
+            raise PolicySpecError(f"policy {policy!r} parameter {k!r}: {v} is outside the allowed range "
+                                  f"{valid_range(f)}")
     try:
-        p = params_cls(**kwargs)
+        p = params_cls(**kwargs)          # then the rules between parameters
     except ValueError as exc:
         raise PolicySpecError(f"policy {policy!r}: {exc}") from None
     return p

@@ -121,9 +121,11 @@ Precondition = Literal["none", "fill", "steady"]
 
 
 def option(default: Any = dataclasses.MISSING, *, ge: float | None = None, gt: float | None = None,
-           choices: tuple[str, ...] = (), default_factory: Any = dataclasses.MISSING) -> Any:
-    """A Params field with a lower bound (`ge`/`gt`) or a set of `choices` that `DeviceParams.parse` checks."""
-    meta = {"ge": ge, "gt": gt, "choices": choices}
+           le: float | None = None, choices: tuple[str, ...] = (),
+           default_factory: Any = dataclasses.MISSING) -> Any:
+    """A Params field with a lower bound (`ge`/`gt`), an upper bound `le` or a set of `choices`
+    that `DeviceParams.parse` checks (a bad value is refused naming the allowed range)."""
+    meta = {"ge": ge, "gt": gt, "le": le, "choices": choices}
     if default_factory is not dataclasses.MISSING:
         return field(default_factory=default_factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -225,10 +227,16 @@ def _read_option(where: str, name: str, v: Any, tp: Any, meta: Mapping[str, Any]
             raise fail("a finite number")
     else:                                                           # a Params field of a type not read here
         raise TypeError(f"{where}: option {name} has type {tp!r}, which DeviceParams.parse cannot read")
-    for key, ok, word in (("ge", lambda b: out >= b, "≥"), ("gt", lambda b: out > b, ">")):
-        bound = meta.get(key)
-        if bound is not None and not ok(bound):
-            raise KvwearError(f"{where}: option {name} must be {word} {bound:g}, got {v!r}")
+    lo, hi = meta.get("ge", meta.get("gt")), meta.get("le")
+    lo = meta.get("gt") if lo is None else lo
+    if (meta.get("ge") is not None and out < meta["ge"]) or (meta.get("gt") is not None and out <= meta["gt"]) \
+            or (hi is not None and out > hi):
+        if hi is None:
+            word = "≥" if meta.get("ge") is not None else ">"
+            raise KvwearError(f"{where}: option {name} must be {word} {lo:g}, got {v!r}")
+        left = "(" if meta.get("gt") is not None else "["
+        low = "-inf" if lo is None else f"{lo:g}"
+        raise KvwearError(f"{where}: option {name} must be in {left}{low}, {hi:g}], got {v!r}")
     return out
 
 

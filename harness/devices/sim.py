@@ -100,7 +100,7 @@ class SimParams(DeviceParams):
     geometry: Literal["block", "femu"] = "block"
     interval_host_pages: int = option(0, ge=0)        # 0: about 1/200 of the plan's written pages
     capacity_bytes: int | None = option(None, gt=0)
-    op_ratio: float = option(0.07, ge=0)
+    op_ratio: float = option(0.07, ge=0, le=1.0)     # spare at most the user capacity (datasheets: 7-28%)
     page_bytes: int = option(4096, gt=0)
     pages_per_block: int = option(64, gt=0)
     reserve_lines: int = option(2, ge=0)
