@@ -4,10 +4,11 @@ ways, then resume the run and rebuild its report, and tally what kvwear did.
     python scripts/adversary.py WORKDIR [--kvwear "python -m kvwear.harness.cli.main"] [--only SUBSTR]
 
 It makes one small run (sim device, 3 sessions × 2 turns, lru and gandalf; ~20 s) in WORKDIR/base,
-then for every file of it that a resume or a report reads (figures and the report's own output
-excepted) and every damage that fits it (truncated to half, emptied, `{}`, `[]`, garbage bytes,
-deleted), copies the run, damages the copy, runs `kvwear run --resume` with the same arguments
-and then `kvwear report`. Plus: config.toml deleted and the run resumed with another config, and
+then for every file of it that a resume or a report reads (figures, the report's own output, the
+second policy's files and all but two characterization tables excepted: they are of the same
+kinds) and every damage that fits it (truncated to half, garbage bytes, deleted; a JSON file also
+`{}` and `[]`, another file also emptied), copies the run, damages the copy, runs
+`kvwear run --resume` with the same arguments and then `kvwear report`. Plus: config.toml deleted and the run resumed with another config, and
 a `.partial-<pid>` file left by a killed writer. Each case is one of:
   ok         the resume exits 0 and its results table equals the undamaged run's;
   error      exit status 2 and one line `kvwear: error: ...` (a clear refusal);
@@ -38,10 +39,12 @@ SKIP_SUFFIXES = (".png", ".svg", ".html", ".md", ".csv")
 def damages(path: Path) -> list[tuple[str, bytes | None]]:
     """(name, new bytes or None for deleted) for a file."""
     body = path.read_bytes()
-    out: list[tuple[str, bytes | None]] = [("truncated", body[: len(body) // 2]), ("empty", b""),
+    out: list[tuple[str, bytes | None]] = [("truncated", body[: len(body) // 2]),
                                            ("garbage", b"\x00\xffnot what was written\n" * 3), ("deleted", None)]
     if path.suffix == ".json":
         out += [("{}", b"{}\n"), ("[]", b"[]\n")]
+    else:
+        out += [("empty", b"")]
     return out
 
 
@@ -92,8 +95,11 @@ def main() -> None:
         rc, err = run(cmd, ["run", *RUN_ARGS, "-o", str(base)])
         assert rc == 0, err
     want = results_of(base)
+    # one policy's files (the other's are the same kinds) and two of the characterization's tables
     files = sorted(p for p in base.rglob("*") if p.is_file() and not p.name.endswith(SKIP_SUFFIXES)
-                   and "report" not in p.relative_to(base).parts[:1])
+                   and "report" not in p.relative_to(base).parts[:1] and "gandalf" not in p.parts)
+    charac = [p for p in files if "characterization" in p.parts]
+    files = [p for p in files if p not in charac[2:]]
     tally: collections.Counter[str] = collections.Counter()
     bad: list[str] = []
 

@@ -73,6 +73,29 @@ def mark_created(path: str | Path) -> None:
         os.setxattr(path, FILE_MARKER_XATTR, b"1")
 
 
+#: Set on an image a backend created and will delete when the device closes (not kept): a run
+#: killed before it closed leaves the image with this mark, and the resumed run adopts it.
+TRANSIENT_XATTR = "user.kvwear.transient"
+
+
+def transient_image(path: str | Path, created: bool, keep: bool) -> bool:
+    """Whether the device deletes image `path` when it closes: it created it now, or a killed run
+    did (the TRANSIENT_XATTR mark: a resumed run removes what its killed predecessor left), and it
+    is not to be kept (`keep`: the mark is cleared, the image stays). A filesystem without user
+    extended attributes marks nothing: only an image created now is deleted."""
+    try:
+        marked = os.getxattr(path, TRANSIENT_XATTR) == b"1"
+    except OSError:
+        marked = False
+    owned = created or marked
+    with contextlib.suppress(OSError):
+        if owned and not keep:
+            os.setxattr(path, TRANSIENT_XATTR, b"1")
+        elif marked:
+            os.removexattr(path, TRANSIENT_XATTR)
+    return owned and not keep
+
+
 class DeviceBackend(Protocol):
     """A device that plays block plans. Construct with `open_device(spec, workdir)`."""
 

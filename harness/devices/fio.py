@@ -92,6 +92,7 @@ from kvwear.harness.devices.base import (
     ReplayProgress,
     mark_created,
     option,
+    transient_image,
 )
 from kvwear.harness.devices.deferred_trims import DEFAULT_SEGMENT_OPS, device_segments, trim_accounting
 from kvwear.harness.devices.directive_plan import DW_TOOL, encode_plan, handle_accounting, parse_report, report_details
@@ -263,6 +264,9 @@ class FioDevice:
         if not stat.S_ISREG(p.stat().st_mode):
             raise KvwearError(f"{p}: file: backend needs a regular file (use block: for devices)")
         mark_created(p)
+        # a file a killed run created (and would have deleted) is this run's to delete
+        if transient_image(p, self.created is not None, self.p.keep_image):
+            self.created = p
         if cap is not None and p.stat().st_size < cap:
             os.truncate(p, cap)   # grow (sparse) to the configured size; never shrink
 
