@@ -8,8 +8,9 @@ then for every file of it that a resume or a report reads (figures, the report's
 second policy's files and all but two characterization tables excepted: they are of the same
 kinds) and every damage that fits it (truncated to half, garbage bytes, deleted; a JSON file also
 `{}` and `[]`, another file also emptied), copies the run, damages the copy, runs
-`kvwear run --resume` with the same arguments and then `kvwear report`. Plus: config.toml deleted and the run resumed with another config, and
-a `.partial-<pid>` file left by a killed writer. Each case is one of:
+`kvwear run --resume` with the same arguments and then `kvwear report`. Plus: config.toml
+deleted and the run resumed with another config, and a `.partial-<pid>` file left by a killed
+writer. Each case is one of:
   ok         the resume exits 0 and its results table equals the undamaged run's;
   error      exit status 2 and one line `kvwear: error: ...` (a clear refusal);
   traceback  a Python traceback on stderr;
