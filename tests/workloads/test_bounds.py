@@ -152,3 +152,13 @@ def test_the_bounds_follow_their_environment(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setenv("KVWEAR_MAX_SPAN_S", "-1")
     with pytest.raises(InputError, match=r"\$KVWEAR_MAX_SPAN_S: expected a positive number"):
         load_requests(path, "mooncake")
+
+
+def test_converting_a_requests_table_says_it_is_one(requests_file: Path, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="is already a kvwear requests table"):
+        convert_trace(requests_file, tmp_path / "again.parquet")
+    other = tmp_path / "other.parquet"
+    pq.write_table(pa.table({"x": [1]}), other)
+    with pytest.raises(InputError, match=r"a Parquet file \(not kvwear's\).*--format columns:"):
+        convert_trace(other, tmp_path / "again.parquet")
+    assert not (tmp_path / "again.parquet").exists()

@@ -82,6 +82,14 @@ def detect_format(path: str | Path) -> str:
     for name in LOADERS:
         if LOADERS.get(name)().sniff(head, p):
             return name
+    if head.startswith(b"PAR1"):
+        kind = tables.table_kind(p)[0]
+        if kind == REQUESTS.kind:
+            raise InputError(str(p), None, None, "is already a kvwear requests table (what trace convert and "
+                             "trace generate write): kvwear simulate --trace and kvwear trace inspect read it as "
+                             "it is; there is nothing to convert")
+        raise InputError(str(p), None, None, f"a Parquet file ({kind or 'not kvwear'}'s), not a trace kvwear can "
+                         "tell the format of; a generic table is read with --format columns:arrival=COL,...")
     raise InputError(str(p), None, None, "cannot tell the trace format from its first line; pass a "
                      f"format explicitly (one of: {', '.join(LOADERS.names())})")
 
