@@ -1,7 +1,7 @@
 """Adversarial harness for issue #28: damage a real run directory's files one at a time in several
 ways, then resume the run and rebuild its report, and tally what kvwear did.
 
-    python scripts/adversary.py WORKDIR [--kvwear "python -m kvwear.harness.cli.main"] [--only SUBSTR]
+    python scripts/adversary.py WORKDIR [--kvwear "python -m kvwear.harness.cli.main"] [--only SUBSTR] [--kills]
 
 It makes one small run (sim device, 3 sessions × 2 turns, lru and gandalf; ~20 s) in WORKDIR/base,
 then for every file of it that a resume or a report reads (figures, the report's own output, the
@@ -10,7 +10,8 @@ kinds) and every damage that fits it (truncated to half, garbage bytes, deleted;
 `{}` and `[]`, another file also emptied), copies the run, damages the copy, runs
 `kvwear run --resume` with the same arguments and then `kvwear report`. Plus: config.toml
 deleted and the run resumed with another config, and a `.partial-<pid>` file left by a killed
-writer. Each case is one of:
+writer. With --kills: a `file:` run killed (SIGKILL, its process group) as each of its stage
+markers appears, then resumed. Each case is one of:
   ok         the resume exits 0 and its results table equals the undamaged run's;
   error      exit status 2 and one line `kvwear: error: ...` (a clear refusal);
   traceback  a Python traceback on stderr;
@@ -87,6 +88,7 @@ def main() -> None:
     ap.add_argument("workdir", type=Path)
     ap.add_argument("--kvwear", default=f"{sys.executable} -m kvwear.harness.cli.main")
     ap.add_argument("--only", default="")
+    ap.add_argument("--kills", action="store_true", help="also kill -9 a file: run as each stage finishes")
     a = ap.parse_args()
     cmd = shlex.split(a.kvwear)
     work: Path = a.workdir
@@ -155,9 +157,53 @@ def main() -> None:
         (d / ".stages" / "device__lru.json").unlink()
     case("a killed writer's .partial file", partial)
 
+    if a.kills:
+        kill_cases(cmd, work, tally, bad)
     print(dict(sorted(tally.items())), "cases:", sum(tally.values()))
     for line in bad:
         print(line)
+
+
+def kill_cases(cmd: list[str], work: Path, tally: collections.Counter[str], bad: list[str]) -> None:
+    """For each stage marker of a `file:` run (in the order they appear): start the run, kill -9 its
+    process group as that marker appears, resume; ok when the results equal an uninterrupted
+    file: run's and no image or partial file is left."""
+    import os
+    import signal
+    import time
+
+    img = work / "drive.img"
+    args = [*RUN_ARGS, "--device", f"file:{img}"]
+    ref_dir = work / "kill-ref"
+    shutil.rmtree(ref_dir, ignore_errors=True)
+    rc, err = run(cmd, ["run", *args, "-o", str(ref_dir)])
+    assert rc == 0, err
+    ref = results_of(ref_dir)
+    stages = sorted((ref_dir / ".stages").glob("*.json"), key=lambda p: p.stat().st_mtime)
+    for marker in [m.name for m in stages]:
+        d = work / "case"
+        shutil.rmtree(d, ignore_errors=True)
+        proc = subprocess.Popen([*cmd, "run", *args, "-o", str(d)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 600
+        while proc.poll() is None and not (d / ".stages" / marker).exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        rc, err = run(cmd, ["run", *args, "--resume", "-o", str(d)])
+        verdict = classify(rc, err)
+        if verdict == "ok":
+            if results_of(d) != ref:
+                verdict = "wrong"
+            elif img.exists() or any(d.rglob("*.partial-*")):
+                verdict = "leftover"
+        tally[verdict] += 1
+        if verdict not in ("ok", "error"):
+            bad.append(f"{verdict:10s} kill -9 as {marker} appears: {(err.strip().splitlines() or [''])[-1][:160]}")
+        img.unlink(missing_ok=True)
+        shutil.rmtree(d, ignore_errors=True)
+    shutil.rmtree(ref_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":
