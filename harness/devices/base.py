@@ -257,9 +257,11 @@ def _read_option(where: str, name: str, v: Any, tp: Any, meta: Mapping[str, Any]
         if hi is None:
             word = "≥" if meta.get("ge") is not None else ">"
             raise KvwearError(f"{where}: option {name} must be {word} {lo:g}, got {v!r}")
+        def num(x: float) -> str:
+            return str(int(x)) if float(x).is_integer() else f"{x:g}"
         left = "(" if meta.get("gt") is not None else "["
-        low = "-inf" if lo is None else f"{lo:g}"
-        raise KvwearError(f"{where}: option {name} must be in {left}{low}, {hi:g}], got {v!r}")
+        low = "-inf" if lo is None else num(lo)
+        raise KvwearError(f"{where}: option {name} must be in {left}{low}, {num(hi)}], got {v!r}")
     return out
 
 

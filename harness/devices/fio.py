@@ -188,17 +188,17 @@ class FioParams(DeviceParams):
     """The `file` and `block` backends' options (module docstring)."""
 
     ioengine: str = option("libaio", choices=fiolib.IOENGINES)
-    iodepth: int = option(16, ge=1)
+    iodepth: int = option(16, ge=1, le=65536)
     confirm_serial: str | None = None
     confirm_overwrite: str | None = None
     precondition: Precondition = "none"
-    fill_loops: int = option(2, ge=1)
+    fill_loops: int = option(2, ge=1, le=1000)
     ss_criterion: str = "iops_slope:10%"
-    ss_dur_s: int = option(60, ge=1)
-    ss_ramp_s: int = option(10, ge=1)
-    ss_max_runtime_s: int = option(3600, ge=1)
-    trim_segment_ops: int = option(DEFAULT_SEGMENT_OPS, ge=1)
-    trim_segment_bytes: int | None = option(None, gt=0)
+    ss_dur_s: int = option(60, ge=1, le=366 * 86400)
+    ss_ramp_s: int = option(10, ge=1, le=366 * 86400)
+    ss_max_runtime_s: int = option(3600, ge=1, le=366 * 86400)
+    trim_segment_ops: int = option(DEFAULT_SEGMENT_OPS, ge=1, le=2**40)
+    trim_segment_bytes: int | None = option(None, gt=0, le=2**62)
     skip_trims: bool = False
     keep_image: bool = False
 

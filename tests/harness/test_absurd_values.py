@@ -137,3 +137,21 @@ def test_absurd_values_on_the_command_line_are_one_line(
                           capsys, monkeypatch)
     assert names.replace("{d}", str(tmp_path)) in line, line
     assert not out.exists()
+
+
+def bounded_device_options() -> list[tuple[type, str, float]]:
+    from kvwear.harness.devices.fio import FioParams
+
+    return [(cls, f.name, f.metadata["le"]) for cls in (FioParams, SimParams) for f in dataclasses.fields(cls)
+            if f.metadata.get("le") is not None]
+
+
+@SETTINGS
+@given(case=st.sampled_from(bounded_device_options()), data=st.data())
+def test_a_device_option_above_its_range_names_the_range(case: tuple, data: st.DataObject) -> None:
+    cls, name, hi = case
+    value = data.draw(st.one_of(st.integers(int(hi) + 1, 2**80).map(str), st.floats(hi, 1e308, exclude_min=True)
+                                .map(lambda v: repr(v) if cls is SimParams else str(int(v) + 1))))
+    shown = str(int(hi)) if float(hi).is_integer() else f"{hi:g}"
+    with pytest.raises(KvwearError, match=rf"option {name} must be in [\[(][-\d.e+]+, {re.escape(shown)}\], got"):
+        cls.parse({name: value}, "device x")
