@@ -3,7 +3,7 @@ ways, then resume the run and rebuild its report, and tally what kvwear did.
 
     python scripts/adversary.py WORKDIR [--kvwear "python -m kvwear.harness.cli.main"] [--only SUBSTR] [--kills]
 
-It makes one small run (sim device, 3 sessions × 2 turns, lru and gandalf; ~20 s) in WORKDIR/base,
+It makes one small run (sim device, 3 sessions × 2 turns, lru and gandalf; ~20 s) in WORKDIR/base/case,
 then for every file of it that a resume or a report reads (figures, the report's own output, the
 second policy's files and all but two characterization tables excepted: they are of the same
 kinds) and every damage that fits it (truncated to half, garbage bytes, deleted; a JSON file also
@@ -68,7 +68,7 @@ def kept(damaged: tuple[Path, bytes] | None, d: Path) -> bool:
     """The damage is still in place (the same bytes) after a resume that succeeded."""
     if damaged is None or not damaged[0].exists():
         return False
-    base = d.parent / "base" / damaged[0].relative_to(d)
+    base = d.parent / "base" / "case" / damaged[0].relative_to(d)
     return damaged[0].read_bytes() == damaged[1] != base.read_bytes()
 
 
@@ -92,7 +92,7 @@ def main() -> None:
     a = ap.parse_args()
     cmd = shlex.split(a.kvwear)
     work: Path = a.workdir
-    base = work / "base"
+    base = work / "base" / "case"          # the run's name is its folder's: the copies are named the same
     if not (base / "results.parquet").exists():
         shutil.rmtree(base, ignore_errors=True)
         rc, err = run(cmd, ["run", *RUN_ARGS, "-o", str(base)])
@@ -174,7 +174,7 @@ def kill_cases(cmd: list[str], work: Path, tally: collections.Counter[str], bad:
 
     img = work / "drive.img"
     args = [*RUN_ARGS, "--device", f"file:{img}"]
-    ref_dir = work / "kill-ref"
+    ref_dir = work / "kill-ref" / "case"
     shutil.rmtree(ref_dir, ignore_errors=True)
     rc, err = run(cmd, ["run", *args, "-o", str(ref_dir)])
     assert rc == 0, err

@@ -273,7 +273,12 @@ class RunDir:
                     f"{self.root}: written by a kvwear with run-directory layout {layout}, this one reads "
                     f"layout {RUNDIR_LAYOUT}: it cannot be resumed; remove it or choose another --out"
                 )
-            if self.config_path.read_text() != config_toml:
+            try:
+                stored = self.config_path.read_bytes()
+            except OSError as exc:
+                raise KvwearError(f"{self.config_path}: unreadable ({exc.strerror}); cannot check the run's "
+                                  "config") from None
+            if stored != config_toml.encode():
                 raise KvwearError(
                     f"{self.root}: the stored config.toml differs from this run's config; "
                     "resume only with the same config (or choose another --out)"

@@ -137,3 +137,11 @@ def test_a_killed_writers_partial_files_are_removed_on_resume(tmp_path: Path) ->
     rd2.prepare("name = 'x'\n", resume=True)
     assert not any(p.exists() for p in leftovers)
     assert len([r for r in rd2.reruns if "a killed writer's partial file" in r]) == 2
+
+
+@pytest.mark.parametrize("body", [b"\xff\xfe\x00garbage", b"", b"name = 'x'"])
+def test_a_damaged_config_is_another_config(tmp_path: Path, body: bytes) -> None:
+    rd, _ = fresh(tmp_path / "r")
+    rd.config_path.write_bytes(body)
+    with pytest.raises(KvwearError, match="the stored config.toml differs from this run's config"):
+        RunDir(rd.root).prepare("name = 'x'\n", resume=True)
