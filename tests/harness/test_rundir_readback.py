@@ -143,5 +143,5 @@ def test_a_killed_writers_partial_files_are_removed_on_resume(tmp_path: Path) ->
 def test_a_damaged_config_is_another_config(tmp_path: Path, body: bytes) -> None:
     rd, _ = fresh(tmp_path / "r")
     rd.config_path.write_bytes(body)
-    with pytest.raises(KvwearError, match="the stored config.toml differs from this run's config"):
+    with pytest.raises(KvwearError, match=r"the stored config\.toml differs from this run's config"):
         RunDir(rd.root).prepare("name = 'x'\n", resume=True)
