@@ -244,7 +244,8 @@ class ColumnsLoader(JsonlLoader):
             elif f.kind == "num":
                 cols[f.name] = pc.cast(pc.utf8_trim_whitespace(col), pa.float64())
             elif f.kind == "ids":
-                inner = pc.replace_substring_regex(col, r"[\[\]]", "")
+                # brackets and any whitespace the pattern allowed (tabs, form feeds) become one space
+                inner = pc.replace_substring_regex(col, r"[\[\]\s]+", " ")
                 inner = pc.utf8_trim(inner, " ,;")
                 parts = pc.split_pattern_regex(inner, r"\s*[,; ]\s*")
                 cols[f.name] = _ids_from_parts(parts)
