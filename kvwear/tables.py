@@ -7,7 +7,7 @@ half-written table that looks complete. Reading checks the kind and the major ve
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +31,9 @@ class TableSpec:
     # columns added in a later version, with the value a table written without them means:
     # `conform` fills them in, so producers that predate the column keep working
     defaults: tuple[tuple[str, object], ...] = ()
+    # what a reader checks of the values (a table's bounds): a factory of a check that is fed the
+    # file's batches in order (path, index of its first row, batch) and raises on a bad row
+    rows_check: Callable[[], Callable[[str, int, pa.RecordBatch], None]] | None = None
 
     def with_metadata(self) -> pa.Schema:
         meta = dict(self.schema.metadata or {})
@@ -157,30 +160,86 @@ class TableWriter:
             self.abort()
 
 
+class TableError(KvwearError):
+    """A table file that is missing, not Parquet, truncated, of another kind or schema, or holds a
+    value outside its table's bounds."""
+
+
+def _damaged(path: str | Path, exc: BaseException) -> TableError:
+    if isinstance(exc, FileNotFoundError):
+        return TableError(f"{path}: missing")
+    text = " ".join(str(exc).split())[:200]
+    return TableError(f"{path}: not a readable Parquet table (truncated or damaged): {text}")
+
+
+#: What pyarrow raises on a damaged file (ArrowInvalid is a ValueError; a short read an OSError).
+READ_ERRORS = (pa.ArrowException, OSError, ValueError)
+
+
 def table_kind(path: str | Path) -> tuple[str | None, int | None]:
     """The (kind, version) recorded in a Parquet file's metadata."""
-    meta = pq.read_schema(path).metadata or {}
+    try:
+        meta = pq.read_schema(path).metadata or {}
+    except READ_ERRORS as exc:
+        raise _damaged(path, exc) from None
     kind = meta.get(KIND_KEY)
     ver = meta.get(VERSION_KEY)
-    return (kind.decode() if kind else None, int(ver) if ver else None)
+    try:
+        return (kind.decode() if kind else None, int(ver) if ver else None)
+    except ValueError:
+        raise TableError(f"{path}: its schema version {ver!r} is not a number (damaged metadata)") from None
 
 
 def check_kind(spec: TableSpec, path: str | Path) -> None:
-    """Refuse a file that holds another kind of table or a newer major version of `spec`."""
+    """Refuse a file that holds another kind of table, a newer major version of `spec`, or lacks
+    one of its columns (or holds it with another type)."""
     kind, version = table_kind(path)
     if kind != spec.kind:
-        raise KvwearError(f"{path}: holds a {kind or 'foreign'} table, expected {spec.kind}")
+        raise TableError(f"{path}: holds a {kind or 'foreign'} table, expected {spec.kind}")
     if version is None or version > spec.version:
-        raise KvwearError(
+        raise TableError(
             f"{path}: {spec.kind} schema version {version} is newer than this kvwear "
             f"understands ({spec.version}); upgrade kvwear"
         )
+    schema = pq.read_schema(path)
+    defaults = dict(spec.defaults)
+    for f in spec.schema:
+        if f.name not in schema.names:
+            if f.name not in defaults:
+                raise TableError(f"{path}: {spec.kind} table lacks its column {f.name!r}")
+            continue
+        have = schema.field(f.name).type
+        if have != f.type and not _castable(have, f.type):
+            raise TableError(f"{path}: column {f.name!r} holds {have}, expected {f.type}")
+
+
+def _castable(have: pa.DataType, want: pa.DataType) -> bool:
+    """A column written with a narrower or dictionary type that `conform` casts (int32 → int64,
+    dictionary<string> → string) is the same column."""
+    if pa.types.is_dictionary(have):
+        have = have.value_type
+    if have == want:
+        return True
+    return ((pa.types.is_integer(have) and pa.types.is_integer(want))
+            or (pa.types.is_floating(have) and pa.types.is_floating(want))
+            or ((pa.types.is_string(have) or pa.types.is_large_string(have)) and pa.types.is_string(want)))
 
 
 def read_table(spec: TableSpec, path: str | Path, columns: list[str] | None = None) -> pa.Table:
-    """Read a table written for `spec`; refuses another kind or a newer major version."""
+    """Read a table written for `spec`; refuses another kind, a newer major version, a damaged file
+    and (reading every column) a value outside the spec's bounds, each with one TableError."""
     check_kind(spec, path)
-    return pq.read_table(path, columns=columns)
+    try:
+        table = pq.read_table(path, columns=columns)
+    except READ_ERRORS as exc:
+        raise _damaged(path, exc) from None
+    if spec.rows_check is not None and columns is None:
+        check = spec.rows_check()
+        first = 0
+        for batch in table.to_batches():
+            check(str(path), first, batch)
+            first += batch.num_rows
+    return table
 
 
 #: `iter_table_batches` yields batches of at most this many values of the widest column.
@@ -199,8 +258,13 @@ def iter_table_batches(spec: TableSpec, path: str | Path, columns: list[str] | N
     requests file of bench/scale.py's 4× workload, 18 MB flat read this way), so the memory of
     a read is one row group's, whatever the file's length."""
     check_kind(spec, path)
-    pf = pq.ParquetFile(path)
+    try:
+        pf = pq.ParquetFile(path)
+    except READ_ERRORS as exc:
+        raise _damaged(path, exc) from None
     meta = pf.metadata
+    check = spec.rows_check() if spec.rows_check is not None and columns is None else None
+    first = 0
 
     def widest(groups: range) -> int:
         return max((sum(meta.row_group(g).column(c).num_values for g in groups)
@@ -215,4 +279,12 @@ def iter_table_batches(spec: TableSpec, path: str | Path, columns: list[str] | N
         rows = meta.row_group(g).num_rows
         if rows:
             batch_rows = min(whole, rows_per_batch(widest(range(g, g + 1)), rows))
-            yield from pf.iter_batches(batch_size=batch_rows, row_groups=[g], columns=columns)
+            try:
+                batches = list(pf.iter_batches(batch_size=batch_rows, row_groups=[g], columns=columns))
+            except READ_ERRORS as exc:
+                raise _damaged(path, exc) from None
+            for batch in batches:
+                if check is not None:
+                    check(str(path), first, batch)
+                first += batch.num_rows
+                yield batch

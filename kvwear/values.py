@@ -127,12 +127,24 @@ def _read_float(v: Any, unit: str | None) -> float:
     return float(v)
 
 
+def _num(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
 def _check_bounds(out: Any, meta: Mapping[str, Any]) -> None:
-    for key, word, ok in (("ge", "≥", lambda b: out >= b), ("gt", ">", lambda b: out > b),
-                          ("le", "≤", lambda b: out <= b), ("lt", "<", lambda b: out < b)):
-        b = meta.get(key)
-        if b is not None and not ok(b):
-            raise ValueError(f"must be {word} {b:g}, got {out!r}")
+    """The value inside the field's bounds, else 'must be in [lo, hi]' (or '≥ lo', '< hi', …)."""
+    ge, gt, le, lt = (meta.get(k) for k in ("ge", "gt", "le", "lt"))
+    ok = ((ge is None or out >= ge) and (gt is None or out > gt) and (le is None or out <= le)
+          and (lt is None or out < lt))
+    if ok:
+        return
+    lo, hi = (ge if ge is not None else gt), (le if le is not None else lt)
+    if lo is not None and hi is not None:
+        rng = f"{'[' if ge is not None else '('}{_num(lo)}, {_num(hi)}{']' if le is not None else ')'}"
+        raise ValueError(f"must be in {rng}, got {out!r}")
+    word = "≥" if ge is not None else ">" if gt is not None else "≤" if le is not None else "<"
+    bound = float(lo if lo is not None else hi)
+    raise ValueError(f"must be {word} {_num(bound)}, got {out!r}")
 
 
 def read_value(value: Any, tp: Any, *, name: str, meta: Mapping[str, Any] | None = None) -> Any:

@@ -86,7 +86,7 @@ from kvwear.kv import parse_kv
 from kvwear.policies.config import SimConfig
 from kvwear.policies.tree import DRAM, HBM, SSD, TIER_NAMES, Obj, Segment, State
 from kvwear.registry import Registry
-from kvwear.values import BadValue, read_value
+from kvwear.values import BadValue, bounds, read_value
 
 
 class PolicySpecError(KvwearError, ValueError):
@@ -98,10 +98,34 @@ class PolicyParams:
     """Base of every policy's parameters (a frozen dataclass; no fields = no parameters)."""
 
 
+#: The allowed range of a numeric parameter that declares none: finite and of a magnitude no
+#: rule means (a count of 10^15 or a weight of 1e308 is a typo, not a setting).
+DEFAULT_VALID = (-1e12, 1e12)
+
+#: A year in seconds: the longest time window or threshold a parameter may name (traces span at
+#: most that much: kvwear.workloads.bounds).
+YEAR_S = 366 * 86400.0
+
+
 def param(default: Any, sweep: tuple[float, float] | tuple[Any, ...] | None = None,
-          help: str = "") -> Any:
-    """A policy parameter with its default, its documented sweep range and a one-line help."""
-    return field(default=default, metadata={"sweep": sweep, "help": help})
+          help: str = "", valid: tuple[float, float] | None = None, above: bool = False) -> Any:
+    """A policy parameter with its default, its documented sweep range, a one-line help and (a
+    number) its allowed range `valid` = (lo, hi), inclusive (`above`: lo itself excluded);
+    DEFAULT_VALID when not given. `build_params` refuses a value outside it, naming the range
+    (kvwear.values reads and bounds it, as every other setting)."""
+    lo, hi = valid or DEFAULT_VALID
+    return field(default=default, metadata={"sweep": sweep, "help": help, "valid": valid, "above": above,
+                                            **bounds(ge=None if above else lo, gt=lo if above else None, le=hi)})
+
+
+def _num(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+def valid_range(f: dataclasses.Field[Any]) -> str:
+    """A parameter's allowed range as text: [lo, hi] or (lo, hi]."""
+    lo, hi = f.metadata.get("valid") or DEFAULT_VALID
+    return f"{'(' if f.metadata.get('above') else '['}{_num(lo)}, {_num(hi)}]"
 
 
 @dataclass(frozen=True)
@@ -160,7 +184,7 @@ def build_params(params_cls: type[PolicyParams], values: dict[str, str], policy:
             raise PolicySpecError(f"policy {policy!r}: unknown parameter {k!r}; valid: {valid}")
         kwargs[k] = _convert(v, hints[k], f"policy {policy!r} parameter {k!r}", fields[k].metadata)
     try:
-        p = params_cls(**kwargs)
+        p = params_cls(**kwargs)          # then the rules between parameters
     except ValueError as exc:
         raise PolicySpecError(f"policy {policy!r}: {exc}") from None
     return p

@@ -164,7 +164,7 @@ from kvwear.policies.tree import DRAM, NEVER, SSD, Obj, Segment, State, depth_bl
 class BeladyParams(PolicyParams):
     mode: Literal["wear", "min"] = param("wear", sweep=("wear", "min"),
                                          help="wear: the write-filtering oracle; min: MIN + write-back")
-    gamma: float = param(1.0, sweep=(0.0, 4096.0), help="weight of the SSD write cost (wear mode)")
+    gamma: float = param(1.0, sweep=(0.0, 4096.0), help="weight of the SSD write cost (wear mode)", valid=(0.0, 1e6))
     ssd_evict: Literal["min", "fewest"] = param(
         "min", sweep=("min", "fewest"),
         help="SSD victims (wear mode): fewest future hits per byte, or furthest next use (MIN)")
@@ -178,10 +178,10 @@ class BeladyParams(PolicyParams):
         "keep", sweep=("keep", "first"),
         help="an SSD copy of a DRAM-resident object: the SSD's first victim, or keyed by its own next use")
     max_write_bytes: int = param(-1, sweep=None,
-                                 help="total SSD write budget in bytes (wear mode); -1 = unlimited")
+                                 help="total SSD write budget in bytes (wear mode); -1 = unlimited", valid=(-1, 2**62))
     passes: int = param(1, sweep=(1, 4),
                         help="hindsight passes: pass k refuses the writes passes 1..k-1 found dead "
-                             "(never read before leaving the SSD); 1 = none")
+                             "(never read before leaving the SSD); 1 = none", valid=(1, 64))
 
     def __post_init__(self) -> None:
         if self.gamma < 0:

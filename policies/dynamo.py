@@ -17,14 +17,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvwear.policies.base import POLICIES, Policy, PolicyParams, RequestInfo, SimContext, obj_keys, param
+from kvwear.policies.base import POLICIES, YEAR_S, Policy, PolicyParams, RequestInfo, SimContext, obj_keys, param
 from kvwear.policies.tree import DRAM, SSD, Obj
 
 
 @dataclass(frozen=True)
 class DynamoParams(PolicyParams):
-    min_frequency: int = param(2, sweep=(1, 8), help="offload to SSD iff the count reaches this")
-    decay_s: float = param(600.0, sweep=(60.0, 3600.0), help="all counts drop by 1 this often")
+    min_frequency: int = param(2, sweep=(1, 8), help="offload to SSD iff the count reaches this", valid=(1, 10**6))
+    decay_s: float = param(600.0, sweep=(60.0, 3600.0), help="all counts drop by 1 this often",
+                           valid=(0.0, YEAR_S), above=True)
 
     def __post_init__(self) -> None:
         if self.min_frequency < 1 or self.decay_s <= 0:

@@ -227,38 +227,44 @@ from typing import Literal
 from kvwear.errors import KvwearError
 from kvwear.policies._estimators import ReuseHistogram, SlidingExpFit, WriteBudget, move_cost
 from kvwear.policies._history import GhostTable
-from kvwear.policies.base import POLICIES, Policy, PolicyParams, RequestInfo, SimContext, param
+from kvwear.policies.base import POLICIES, YEAR_S, Policy, PolicyParams, RequestInfo, SimContext, param
 from kvwear.policies.tree import DRAM, FULL, LINEAR, SSD, Obj, Segment, State, depth_blocks
 
 
 @dataclass(frozen=True)
 class GandalfParams(PolicyParams):
     gamma: float = param(8.0, sweep=(0.0, 64.0),
-                         help="weight of the SSD wear cost of a move against a drop's recompute cost")
+                         help="weight of the SSD wear cost of a move against a drop's recompute cost", valid=(0.0, 1e6))
     dwpd: float = param(1.0, sweep=(0.1, 10.0),
-                        help="write budget in drive writes per day of the simulated SSD (budget=ratio)")
+                        help="write budget in drive writes per day of the simulated SSD (budget=ratio)",
+                        valid=(0.0, 1e6), above=True)
     budget: Literal["fixed", "ratio"] = param("fixed", sweep=("fixed", "ratio"),
                                               help="μ(t) rule: 1, or (written/budget)^gain")
-    budget_gain: float = param(1.0, sweep=(0.5, 2.0), help="exponent of the μ(t) ratio rule")
+    budget_gain: float = param(1.0, sweep=(0.5, 2.0), help="exponent of the μ(t) ratio rule",
+                               valid=(0.0, 100.0), above=True)
     idle_model: Literal["hist", "exp"] = param(
         "hist", sweep=("hist", "exp"),
         help="P(idle≥w): empirical reuse-gap survival per class, or q·e^(−λw)")
-    min_idle_s: float = param(1.0, sweep=(0.1, 60.0), help="floor of the idle time w in D and M")
-    window_s: float = param(3600.0, sweep=(600.0, 7200.0), help="time constant of the estimators")
-    scan: int = param(4, sweep=(1, 16), help="entries per list examined for the leaf and root-side tests")
+    min_idle_s: float = param(1.0, sweep=(0.1, 60.0), help="floor of the idle time w in D and M",
+                              valid=(0.0, YEAR_S), above=True)
+    window_s: float = param(3600.0, sweep=(600.0, 7200.0), help="time constant of the estimators",
+                            valid=(0.0, YEAR_S), above=True)
+    scan: int = param(4, sweep=(1, 16), help="entries per list examined for the leaf and root-side tests",
+                      valid=(1, 10**6))
     move_candidates: int = param(1, sweep=(1, 64),
-                                 help="root-side move candidates judged per kind × size class list")
+                                 help="root-side move candidates judged per kind × size class list", valid=(1, 10**6))
     state_tokens: Literal["segment", "marginal", "prefix"] = param(
         "marginal", sweep=("segment", "marginal", "prefix"),
         help="n of a state: tokens since the previous checkpoint position on its path, tokens back to "
              "the deepest resident state above it, or its whole prefix")
     superseded_weight: float = param(
         0.0, sweep=(0.0, 1.0),
-        help="P multiplier for a state whose prefix a later request already extended")
+        help="P multiplier for a state whose prefix a later request already extended", valid=(0.0, 1.0))
     ghost_credit: Literal["ends", "inside"] = param(
         "ends", sweep=("ends", "inside"),
         help="where a passing request finds a dropped state to credit: at segment ends, or anywhere")
-    ghosts: int = param(1 << 20, sweep=(0, 1 << 22), help="forgotten objects remembered for reuse counts")
+    ghosts: int = param(1 << 20, sweep=(0, 1 << 22), help="forgotten objects remembered for reuse counts",
+                        valid=(0, 1 << 30))
 
     def __post_init__(self) -> None:
         if (self.gamma < 0 or self.dwpd <= 0 or self.min_idle_s <= 0 or self.window_s <= 0 or self.scan < 1

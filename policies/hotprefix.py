@@ -53,12 +53,12 @@ from kvwear.policies.tree import DRAM, SSD, Obj, Segment, State, depth_blocks
 
 @dataclass(frozen=True)
 class HotPrefixParams(PolicyParams):
-    theta: int = param(2, sweep=(1, 10), help="hotness a DRAM victim needs to be written to SSD")
+    theta: int = param(2, sweep=(1, 10), help="hotness a DRAM victim needs to be written to SSD", valid=(1, 10**6))
     hotness: Literal["node", "block-min"] = param(
         "node", sweep=("node", "block-min"),
         help="node: requests that reached the object's prefix node; block-min: its coldest block")
     history_requests: int = param(100_000, sweep=(1_000, 1_000_000),
-                                  help="forget references unseen for this many requests")
+                                  help="forget references unseen for this many requests", valid=(1, 10**9))
 
     def __post_init__(self) -> None:
         if self.theta < 1 or self.history_requests < 1:

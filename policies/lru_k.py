@@ -32,15 +32,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvwear.policies._history import KeyHistory
-from kvwear.policies.base import POLICIES, Policy, PolicyParams, RequestInfo, SimContext, param
+from kvwear.policies.base import POLICIES, YEAR_S, Policy, PolicyParams, RequestInfo, SimContext, param
 from kvwear.policies.tree import Obj
 
 
 @dataclass(frozen=True)
 class LruKParams(PolicyParams):
-    k: int = param(2, sweep=(1, 10), help="references needed before a DRAM victim is written to SSD")
+    k: int = param(2, sweep=(1, 10), help="references needed before a DRAM victim is written to SSD", valid=(1, 1000))
     retain_s: float = param(3600.0, sweep=(600.0, 86_400.0),
-                            help="retained information period: history of unreferenced objects (s)")
+                            help="retained information period: history of unreferenced objects (s)",
+                            valid=(0.0, YEAR_S))
 
     def __post_init__(self) -> None:
         if self.k < 1:

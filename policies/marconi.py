@@ -63,15 +63,18 @@ EDGE_SEGMENTS = 64  # bound on the walk from a state to the previous checkpoint
 
 @dataclass(frozen=True)
 class MarconiParams(PolicyParams):
-    alpha: float = param(1.0, sweep=(0.0, 2.0), help="weight of FLOP efficiency against recency")
+    alpha: float = param(1.0, sweep=(0.0, 2.0), help="weight of FLOP efficiency against recency", valid=(0.0, 1e3))
     admit: Literal["all", "branch"] = param("all", sweep=("all", "branch"),
                                             help="which request-end states to cache")
     active_params: float | None = param(None, sweep=None,
-                                        help="active parameters (default: the model profile's)")
+                                        help="active parameters (default: the model profile's)",
+                                        valid=(0.0, 1e15), above=True)
     attn_flops_per_token: float | None = param(
-        None, sweep=None, help="attention FLOPs per token per context token (default: the model profile's)")
-    bin_ratio: float = param(1.25, sweep=(1.05, 2.0), help="width of the FLOP-efficiency bins")
-    scan: int = param(64, sweep=(1, 256), help="entries per bin examined for a leaf")
+        None, sweep=None, help="attention FLOPs per token per context token (default: the model profile's)",
+        valid=(0.0, 1e15), above=True)
+    bin_ratio: float = param(1.25, sweep=(1.05, 2.0), help="width of the FLOP-efficiency bins",
+                             valid=(1.0, 100.0), above=True)
+    scan: int = param(64, sweep=(1, 256), help="entries per bin examined for a leaf", valid=(1, 10**6))
 
     def __post_init__(self) -> None:
         if (self.alpha < 0 or (self.active_params is not None and self.active_params <= 0)

@@ -35,18 +35,19 @@ from dataclasses import dataclass
 
 from kvwear.policies._estimators import merit_score
 from kvwear.policies._history import KeyHistory
-from kvwear.policies.base import POLICIES, Policy, PolicyParams, RequestInfo, SimContext, param
+from kvwear.policies.base import POLICIES, YEAR_S, Policy, PolicyParams, RequestInfo, SimContext, param
 from kvwear.policies.tree import DRAM, SSD, Obj, Segment, State
 
 
 @dataclass(frozen=True)
 class MeritKvParams(PolicyParams):
-    tau_s: float = param(0.0, sweep=(0.0, 0.5), help="admission threshold on merit (GPU seconds)")
-    warmup: int = param(3, sweep=(0, 10), help="demands of an object admitted unconditionally")
-    lookup_s: float = param(50e-6, sweep=(0.0, 1e-3), help="cost of an SSD index lookup")
-    write_weight: float = param(1.0, sweep=(0.0, 64.0), help="weight of the SSD wear cost")
+    tau_s: float = param(0.0, sweep=(0.0, 0.5), help="admission threshold on merit (GPU seconds)", valid=(0.0, 1e12))
+    warmup: int = param(3, sweep=(0, 10), help="demands of an object admitted unconditionally", valid=(0, 10**6))
+    lookup_s: float = param(50e-6, sweep=(0.0, 1e-3), help="cost of an SSD index lookup", valid=(0.0, 1.0))
+    write_weight: float = param(1.0, sweep=(0.0, 64.0), help="weight of the SSD wear cost", valid=(0.0, 1e6))
     window_s: float = param(3600.0, sweep=(600.0, 7200.0),
-                            help="time constant of the hit history and retention of demand counts")
+                            help="time constant of the hit history and retention of demand counts",
+                            valid=(0.0, YEAR_S), above=True)
     compulsory: bool = param(False, sweep=(False, True),
                              help="count an object's first demand as an SSD miss")
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kvwear.policies._estimators import SlidingExpFit, log_reuse_prob
-from kvwear.policies.base import POLICIES, Policy, PolicyParams, RequestInfo, SimContext, param
+from kvwear.policies.base import POLICIES, YEAR_S, Policy, PolicyParams, RequestInfo, SimContext, param
 from kvwear.policies.tree import DRAM, SSD, Obj, Segment, depth_blocks
 
 Workload = tuple[str, int | None]
@@ -40,11 +40,13 @@ Workload = tuple[str, int | None]
 class WaParams(PolicyParams):
     key: Literal["category-turn", "category"] = param(
         "category-turn", sweep=("category-turn", "category"), help="what defines a workload")
-    max_turn: int = param(8, sweep=(1, 100), help="turns above this share one workload bucket")
+    max_turn: int = param(8, sweep=(1, 100), help="turns above this share one workload bucket", valid=(1, 10**6))
     life_s: float = param(0.0, sweep=(0.0, 3600.0),
-                          help="ReuseProb horizon in s; 0 = each workload's mean reuse time")
-    window_s: float = param(3600.0, sweep=(600.0, 7200.0), help="sliding window of the reuse-time fits")
-    prior_reuse_s: float = param(60.0, sweep=(1.0, 3600.0), help="prior mean reuse time (one pseudo-sample)")
+                          help="ReuseProb horizon in s; 0 = each workload's mean reuse time", valid=(0.0, YEAR_S))
+    window_s: float = param(3600.0, sweep=(600.0, 7200.0), help="sliding window of the reuse-time fits",
+                            valid=(0.0, YEAR_S), above=True)
+    prior_reuse_s: float = param(60.0, sweep=(1.0, 3600.0), help="prior mean reuse time (one pseudo-sample)",
+                                 valid=(0.0, YEAR_S), above=True)
 
     def __post_init__(self) -> None:
         if self.max_turn < 1 or self.life_s < 0 or self.window_s <= 0 or self.prior_reuse_s <= 0:

@@ -397,6 +397,22 @@ def _num(v: Any) -> str:
     return str(v)
 
 
+def _manifest(path: Path) -> dict[str, Any]:
+    """RUN/manifest.json (shown in the report), or a one-line error naming it when damaged
+    (a resume writes it again)."""
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise KvwearError(f"{path}: does not read back ({type(exc).__name__}); kvwear run --resume writes it "
+                          "again") from None
+    if not isinstance(data, dict):
+        raise KvwearError(f"{path}: holds {type(data).__name__}, not the run's manifest; kvwear run --resume "
+                          "writes it again")
+    return data
+
+
 def build_run_report(run_dir: str | Path, notes: list[str] | None = None, waf: str = "auto",
                      progress: Callable[[int, int], None] | None = None) -> ReportFiles:
     """Write RUN/report/{report.html, report.md, results.csv, figures/*.png}; lifetimes are
@@ -411,7 +427,7 @@ def build_run_report(run_dir: str | Path, notes: list[str] | None = None, waf: s
     results = read_results(run / "results.parquet")
     # a column no policy has a value for (the device's, in a run without replay) is left out
     df = pd.DataFrame([r.as_dict() for r in results]).dropna(axis=1, how="all")
-    manifest = json.loads((run / "manifest.json").read_text()) if (run / "manifest.json").exists() else {}
+    manifest = _manifest(run / "manifest.json")
     check_list = load_checks(run)
     checks = checks_frame(check_list)
     timelines = load_timelines(run)

@@ -23,6 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 from matplotlib.ticker import MaxNLocator
 
@@ -44,8 +45,29 @@ def read_results(root: Path) -> pd.DataFrame:
     files = sorted((root / "results").glob("*.parquet"))
     if not files:
         return pd.DataFrame()
-    df = pd.concat([pq.read_table(f).to_pandas() for f in files], ignore_index=True)
+    df = pd.concat([_point_rows(f) for f in files], ignore_index=True)
     return df.drop_duplicates("point_key", keep="last").reset_index(drop=True)
+
+
+def _point_rows(path: Path) -> pd.DataFrame:
+    """One point's results file, or a one-line error naming it (a resumed sweep runs it again)."""
+    try:
+        df = pq.read_table(path).to_pandas()
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise KvwearError(f"{path}: not a readable Parquet table (truncated or damaged: "
+                          f"{' '.join(str(exc).split())[:120]}); resume the sweep to run this point again") from None
+    if "point_key" not in df.columns or "policy" not in df.columns or list(df["point_key"]) != [path.stem]:
+        raise KvwearError(f"{path}: not the results row of point {path.stem}; resume the sweep to run this point "
+                          "again")
+    return df
+
+
+def _json_or(path: Path, default: Any) -> Any:
+    """A store's JSON file, or `default` with the damage noted (the report says what it could read)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return default
 
 
 # The WAFs a lifetime can be projected with (results columns lifetime_days_<name>): Gandalf's 1, the
@@ -309,8 +331,11 @@ def build_sweep_report(root: str | Path, waf: str = "auto") -> ReportFiles:
     out = root / "report"
     fig_dir = out / "figures"
     df = read_results(root)
-    errors = [json.loads(p.read_text()) for p in sorted((root / "errors").glob("*.json"))]
-    meta = json.loads((root / "sweep.json").read_text()) if (root / "sweep.json").exists() else {}
+    errors = [_json_or(p, {"point_key": p.stem, "error": f"{p} does not read back"})
+              for p in sorted((root / "errors").glob("*.json"))]
+    errors = [e if isinstance(e, dict) else {"point_key": "?", "error": "damaged error record"} for e in errors]
+    meta = _json_or(root / "sweep.json", {}) if (root / "sweep.json").exists() else {}
+    meta = meta if isinstance(meta, dict) else {}
     specs = [
         ("lifetime_vs_miss", "Lifetime vs miss ratio per policy (Figure 7 form)", fig_lifetime_vs_miss,
          "no results yet, or no point with a finite lifetime"),

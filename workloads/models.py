@@ -464,6 +464,10 @@ _DTYPE_BYTES = {
 }
 
 
+#: The largest value a model config's dimension or count may hold (no dimension of any model
+#: comes near 2^31; a larger one is a damaged file and would overflow the byte counts).
+MAX_DIMENSION = 2**31
+
 class _Source:
     """A parsed config file with its text, so errors can point at the line of a key."""
 
@@ -491,6 +495,8 @@ class _Source:
             raise self.error(key, f"missing; needed for {why}")
         if isinstance(v, bool) or not isinstance(v, int):
             raise self.error(key, f"expected an integer, got {v!r}")
+        if not 0 <= v <= MAX_DIMENSION:
+            raise self.error(key, f"{v} is outside [0, {MAX_DIMENSION:,}] (a model dimension or count)")
         return v
 
     def opt_int(self, key: str, mapping: Mapping[str, Any] | None = None) -> int | None:
@@ -499,6 +505,8 @@ class _Source:
             return None
         if isinstance(v, bool) or not isinstance(v, int):
             raise self.error(key, f"expected an integer, got {v!r}")
+        if not 0 <= v <= MAX_DIMENSION:
+            raise self.error(key, f"{v} is outside [0, {MAX_DIMENSION:,}] (a model dimension or count)")
         return v
 
     def dtype_bytes(self, *keys: str) -> int | None:
@@ -589,11 +597,20 @@ def profile_from_hf_config(
         raise src.error("layer_types", "expected a list of layer-type strings")
     model_dtype = src.dtype_bytes("torch_dtype", "dtype") or 2
 
+    if L < 1:
+        raise src.error("num_hidden_layers", f"{L}; a model has at least one layer")
+
     def gqa(why: str) -> dict[str, int]:
         heads = src.opt_int("num_attention_heads")
-        kvh = src.opt_int("num_key_value_heads") or heads
+        given = src.opt_int("num_key_value_heads")
+        kvh = heads if given is None else given        # absent: MHA (one KV head per query head)
         if kvh is None:
             raise src.error("num_key_value_heads", f"missing; needed for {why}")
+        # GQA shares each KV head among attn_heads / kv_heads query heads: 1 ≤ kv_heads ≤ attn_heads,
+        # and kv_heads divides attn_heads (0 is not "absent": it would turn a GQA model into MHA)
+        if kvh < 1 or (heads is not None and (heads < 1 or kvh > heads or heads % kvh)):
+            raise src.error("num_key_value_heads", f"{kvh} with num_attention_heads {heads}: GQA needs "
+                            f"1 ≤ num_key_value_heads ≤ num_attention_heads, dividing it")
         hd = src.opt_int("head_dim") or src.opt_int("attention_head_dim")
         if hd is None:
             hidden = src.opt_int("hidden_size")
@@ -601,6 +618,8 @@ def profile_from_hf_config(
                 raise src.error("head_dim", f"missing (and no hidden_size/num_attention_heads); "
                                 f"needed for {why}")
             hd = hidden // heads
+        if hd < 1:
+            raise src.error("head_dim", f"{hd}; a head has at least one dimension")
         return {"kv_heads": kvh, "head_dim": hd, "kv_dtype_bytes": model_dtype}
 
     def mla(why: str) -> dict[str, int]:

@@ -8,10 +8,27 @@ last block may be partial; Weka hashes only full blocks).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pyarrow as pa
 
-from kvwear.tables import TableSpec
+from kvwear.errors import InputError
+from kvwear.tables import TableError, TableSpec
+from kvwear.workloads.bounds import SpanCheck, check_requests
+
+
+def _requests_check() -> Callable[[str, int, pa.RecordBatch], None]:
+    """Every row of a requests file read back inside kvwear.workloads.bounds (one span over the file)."""
+    span = SpanCheck()
+
+    def check(path: str, first_row: int, batch: pa.RecordBatch) -> None:
+        try:
+            check_requests(batch, path, first_row, span)
+        except InputError as exc:
+            raise TableError(str(exc)) from None
+    return check
+
 
 REQUESTS = TableSpec(
     kind="requests",
@@ -34,6 +51,7 @@ REQUESTS = TableSpec(
             pa.field("hashed_tokens", pa.int64(), nullable=False),
         ]
     ),
+    rows_check=_requests_check,
 )
 
 

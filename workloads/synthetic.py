@@ -83,11 +83,18 @@ def format_category_map(pairs: CategoryMap) -> str:
     return ",".join(f"{k}={v:g}" for k, v in pairs)
 
 
+#: The largest count, size or rate a generator option may take: a billion sessions, turns or
+#: tokens is already more than any machine holds once generated (a requests row is ~100 bytes
+#: plus its hash ids), so a larger value is a typo (1e30), refused before numpy is asked for it.
+MAX_OPTION_VALUE = 10**9
+
+
 def _check_positive(cfg: object, *names: str, allow_zero: tuple[str, ...] = ()) -> None:
     for name in names:
         v = getattr(cfg, name)
-        if not (v > 0 or (name in allow_zero and v == 0)) or not math.isfinite(v):
-            raise ValueError(f"{name} must be {'≥ 0' if name in allow_zero else '> 0'}, got {v!r}")
+        if not (v > 0 or (name in allow_zero and v == 0)) or not math.isfinite(v) or v > MAX_OPTION_VALUE:
+            raise ValueError(f"{name} must be in {'[0' if name in allow_zero else '(0'}, {MAX_OPTION_VALUE:,}], "
+                             f"got {v!r}")
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,10 @@ def sweep_cmd(
                        eta="—" if eta is None else f"{eta:,.0f} s")
 
         final = run_sweep(plan, out, jobs=jobs, scheduler=scheduler, on_progress=show, retry_failed=retry_failed)
-    console.print(f"done {final.done}, failed {final.failed}, already finished {final.skipped}")
+    for line in final.retried:
+        console.print(line)
+    console.print(f"done {final.done}, failed {final.failed}, already finished {final.skipped}"
+                  + (f", retried {len(final.retried)} (above)" if final.retried else ""))
     if final.failed:
         console.print(f"failed points are recorded in {out / 'errors'}; rerun with --retry-failed")
     html = None
@@ -72,7 +75,7 @@ def sweep_cmd(
     faults = accounting_faults([{str(k): v for k, v in r.items()} for r in rows.to_dict("records")])
     if as_json:
         echo_json({"version": 1, "store": str(out), "points": len(plan.points), "done": final.done,
-                   "failed": final.failed, "already_finished": final.skipped,
+                   "failed": final.failed, "already_finished": final.skipped, "retried": final.retried,
                    "errors_dir": str(out / "errors") if final.failed else None,
                    "report": str(html) if html else None, "accounting_faults": faults})
     if faults:

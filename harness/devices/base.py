@@ -72,6 +72,29 @@ def mark_created(path: str | Path) -> None:
         os.setxattr(path, FILE_MARKER_XATTR, b"1")
 
 
+#: Set on an image a backend created and will delete when the device closes (not kept): a run
+#: killed before it closed leaves the image with this mark, and the resumed run adopts it.
+TRANSIENT_XATTR = "user.kvwear.transient"
+
+
+def transient_image(path: str | Path, created: bool, keep: bool) -> bool:
+    """Whether the device deletes image `path` when it closes: it created it now, or a killed run
+    did (the TRANSIENT_XATTR mark: a resumed run removes what its killed predecessor left), and it
+    is not to be kept (`keep`: the mark is cleared, the image stays). A filesystem without user
+    extended attributes marks nothing: only an image created now is deleted."""
+    try:
+        marked = os.getxattr(path, TRANSIENT_XATTR) == b"1"
+    except OSError:
+        marked = False
+    owned = created or marked
+    with contextlib.suppress(OSError):
+        if owned and not keep:
+            os.setxattr(path, TRANSIENT_XATTR, b"1")
+        elif marked:
+            os.removexattr(path, TRANSIENT_XATTR)
+    return owned and not keep
+
+
 class DeviceBackend(Protocol):
     """A device that plays block plans. Construct with `open_device(spec, workdir)`."""
 
@@ -108,7 +131,7 @@ def option(default: Any = dataclasses.MISSING, *, ge: float | None = None, gt: f
            le: float | None = None, lt: float | None = None, choices: tuple[str, ...] = (),
            default_factory: Any = dataclasses.MISSING) -> Any:
     """A Params field with bounds (`ge`/`gt`/`le`/`lt`) or a set of `choices` that `DeviceParams.parse`
-    checks (kvwear.values.bounds)."""
+    checks (kvwear.values.bounds: a bad value is refused naming the allowed range)."""
     meta = bounds(ge=ge, gt=gt, le=le, lt=lt, choices=choices)
     if default_factory is not dataclasses.MISSING:
         return field(default_factory=default_factory, metadata=meta)

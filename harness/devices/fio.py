@@ -92,6 +92,7 @@ from kvwear.harness.devices.base import (
     ReplayProgress,
     mark_created,
     option,
+    transient_image,
 )
 from kvwear.harness.devices.deferred_trims import DEFAULT_SEGMENT_OPS, device_segments, trim_accounting
 from kvwear.harness.devices.directive_plan import DW_TOOL, encode_plan, handle_accounting, parse_report, report_details
@@ -99,7 +100,13 @@ from kvwear.harness.devices.fdp_host import FdpGate, fdp_capability, host_dw_bin
 from kvwear.harness.devices.fio_iolog import export_iolog_v3
 from kvwear.harness.devices.identity import path_identity
 from kvwear.harness.devices.measurement import FdpLogCount, MediaCount, ReplayResult, TrimCount, TrimMode
-from kvwear.harness.devices.safety import DeviceFacts, check_block_device, check_file_target, loop_serial
+from kvwear.harness.devices.safety import (
+    DeviceFacts,
+    check_block_device,
+    check_block_path,
+    check_file_target,
+    loop_serial,
+)
 from kvwear.harness.plan.placement import plan_handles
 from kvwear.harness.wear.base import CommandRunner, CounterSource, run_command
 from kvwear.harness.wear.fdp import FdpStats, parse_fdp_stats_binary
@@ -181,17 +188,17 @@ class FioParams(DeviceParams):
     """The `file` and `block` backends' options (module docstring)."""
 
     ioengine: str = option("libaio", choices=fiolib.IOENGINES)
-    iodepth: int = option(16, ge=1)
+    iodepth: int = option(16, ge=1, le=65536)
     confirm_serial: str | None = None
     confirm_overwrite: str | None = None
     precondition: Precondition = "none"
-    fill_loops: int = option(2, ge=1)
+    fill_loops: int = option(2, ge=1, le=1000)
     ss_criterion: str = "iops_slope:10%"
-    ss_dur_s: int = option(60, ge=1)
-    ss_ramp_s: int = option(10, ge=1)
-    ss_max_runtime_s: int = option(3600, ge=1)
-    trim_segment_ops: int = option(DEFAULT_SEGMENT_OPS, ge=1)
-    trim_segment_bytes: int | None = option(None, gt=0)
+    ss_dur_s: int = option(60, ge=1, le=366 * 86400)
+    ss_ramp_s: int = option(10, ge=1, le=366 * 86400)
+    ss_max_runtime_s: int = option(3600, ge=1, le=366 * 86400)
+    trim_segment_ops: int = option(DEFAULT_SEGMENT_OPS, ge=1, le=2**40)
+    trim_segment_bytes: int | None = option(None, gt=0, le=2**62)
     skip_trims: bool = False
     keep_image: bool = False
 
@@ -257,6 +264,9 @@ class FioDevice:
         if not stat.S_ISREG(p.stat().st_mode):
             raise KvwearError(f"{p}: file: backend needs a regular file (use block: for devices)")
         mark_created(p)
+        # a file a killed run created (and would have deleted) is this run's to delete
+        if transient_image(p, self.created is not None, self.p.keep_image):
+            self.created = p
         if cap is not None and p.stat().st_size < cap:
             os.truncate(p, cap)   # grow (sparse) to the configured size; never shrink
 
@@ -544,7 +554,9 @@ class Block(Backend):
 
     @classmethod
     def fixed_capacity(cls, spec: DeviceSpec) -> FixedCapacity:
-        return FixedCapacity(int(path_identity(_target(spec)).capacity_bytes or 0), whole=False)
+        target = _target(spec)
+        check_block_path(target)
+        return FixedCapacity(int(path_identity(target).capacity_bytes or 0), whole=False)
 
     @classmethod
     def default_wear_readers(cls, spec: DeviceSpec) -> tuple[str, ...]:
@@ -556,6 +568,7 @@ class Block(Backend):
     def preflight(cls, spec: DeviceSpec) -> None:
         """The safety guard accepts it, it is writable, and no other kvwear holds it."""
         p = FioParams.of(spec)
+        check_block_path(_target(spec))
         facts = check_block_device(_target(spec), p.confirm_serial)
         ro = Path(f"/sys/class/block/{facts.name}/ro")
         if not os.access(spec.target, os.W_OK) or (ro.exists() and ro.read_text().strip() == "1"):

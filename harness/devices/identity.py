@@ -44,10 +44,17 @@ def path_identity(path: str | os.PathLike[str]) -> DeviceIdentity:
     """Identity of a plain file (kind 'file': its size, the block size of the disk under it) or a
     block device (kind 'block': BLKGETSIZE64, sysfs logical_block_size, sysfs model/serial)."""
     p = Path(path)
-    st = os.stat(p)
+    try:
+        st = os.stat(p)
+    except OSError as exc:
+        raise InputError(str(p), None, None, f"cannot look it up: {exc.strerror}") from None
     if stat.S_ISBLK(st.st_mode):
-        with open(p, "rb") as fh:       # read-only open: the ioctl needs a descriptor
-            buf = fcntl.ioctl(fh.fileno(), BLKGETSIZE64, b"\0" * 8)
+        try:
+            with open(p, "rb") as fh:       # read-only open: the ioctl needs a descriptor
+                buf = fcntl.ioctl(fh.fileno(), BLKGETSIZE64, b"\0" * 8)
+        except OSError as exc:
+            raise InputError(str(p), None, None, f"cannot read its size: {exc.strerror} "
+                             f"(run kvwear as root, or as a user with access to the device)") from None
         size = struct.unpack("<Q", buf)[0]
         sysdir = _sysfs_block_dir(st, True)
         extra: dict[str, Any] = {"dev": f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"}

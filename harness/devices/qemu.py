@@ -112,6 +112,7 @@ from kvwear.harness.devices.base import (
     ReplayProgress,
     mark_created,
     option,
+    transient_image,
 )
 from kvwear.harness.devices.deferred_trims import DEFAULT_SEGMENT_OPS, PlanSegment, device_segments, trim_accounting
 from kvwear.harness.devices.directive_plan import (
@@ -395,9 +396,11 @@ class GuestDevice:
             # a drive image kvwear did not create is refused unless confirmed; held exclusively
             if self.drive_image.is_file():       # not a file: _prepare_image refuses it
                 check_file_target(str(self.drive_image), p.confirm_overwrite)
-            if self._prepare_image(self.drive_image, size):
-                self.created_image = self.drive_image
+            created = self._prepare_image(self.drive_image, size)
             mark_created(self.drive_image)
+            # an image a killed run created (and would have deleted) is this run's to delete
+            if transient_image(self.drive_image, created, p.keep_image) or created:
+                self.created_image = self.drive_image
             self._claim.enter_context(claim_file(str(self.drive_image)))
         self.fio_version = _fio_version_from_stamp(self.image.stamp)
         self._identity: DeviceIdentity | None = None

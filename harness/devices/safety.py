@@ -22,6 +22,7 @@ writing and never writes a file.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import stat
@@ -298,14 +299,58 @@ def device_serial(path: str, name: str) -> str | None:
     return None
 
 
-def inspect_block_device(path: str, runner: ProbeRunner = run_probe) -> DeviceFacts:
-    """Gather the facts `assess` judges. Raises SafetyError if `path` is not a block device."""
+def check_block_path(path: str, *, open_it: bool = True) -> os.stat_result:
+    """`path` as a `block:` target: it exists, is a block device with a medium and this user may open
+    it (`open_it`: read-only, the preflight asks for write access); otherwise InputError, one line
+    saying what to do. Returns its stat."""
+    where = f"block:{path}"
     try:
         st = os.stat(path)
+    except FileNotFoundError:
+        raise InputError(where, None, None, "no such device; list the block devices with `lsblk -p` "
+                         "and give one of them (or file:PATH to write into a regular file)") from None
+    except PermissionError:
+        raise InputError(where, None, None, "permission denied looking it up; run kvwear as root "
+                         "(or as a user who may read its folder)") from None
     except OSError as exc:
-        raise SafetyError(f"{path}: cannot stat: {exc.strerror}") from None
+        raise InputError(where, None, None, f"cannot look it up: {exc.strerror}") from None
     if not stat.S_ISBLK(st.st_mode):
-        raise SafetyError(f"{path}: not a block device (use the file: backend for regular files)")
+        kind = ("a regular file: use file:" + path + " to replay into a file" if stat.S_ISREG(st.st_mode)
+                else "a folder" if stat.S_ISDIR(st.st_mode) else "not a block device")
+        raise InputError(where, None, None, f"not a block device ({kind}); `lsblk -p` lists the block devices")
+    if not open_it:
+        return st
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except PermissionError:
+        if os.geteuid() == 0:
+            raise InputError(where, None, None, "permission denied opening it although kvwear runs as root "
+                             "(a container's device rules or a security module forbid it); give the "
+                             "container or the policy access to the device") from None
+        raise InputError(where, None, None, "permission denied opening it; run "
+                         "kvwear as root, or give your user read-write access to the device "
+                         "(e.g. the `disk` group)") from None
+    except OSError as exc:
+        if exc.errno in (errno.ENXIO, errno.ENODEV):
+            raise InputError(where, None, None, "no medium behind this device node (an unattached loop "
+                             "device? attach a backing file with `losetup`)") from None
+        if exc.errno == errno.EBUSY:
+            return st      # held open exclusively by another user: the exclusive claim reports who
+        raise InputError(where, None, None, f"cannot open it: {exc.strerror}") from None
+    try:
+        size = os.lseek(fd, 0, os.SEEK_END)
+    finally:
+        os.close(fd)
+    if size <= 0:
+        raise InputError(where, None, None, "the device has 0 bytes (an unattached loop device? attach a "
+                         "backing file with `losetup --find --show FILE`)")
+    return st
+
+
+def inspect_block_device(path: str, runner: ProbeRunner = run_probe) -> DeviceFacts:
+    """Gather the facts `assess` judges. Raises InputError if `path` is not a usable block device
+    (`check_block_path`; not opened here: what cannot be read is judged by `assess`)."""
+    st = check_block_path(path, open_it=False)
     dev = (os.major(st.st_rdev), os.minor(st.st_rdev))
     name = _name_of(dev) or Path(path).name
     family = stacked_on(name)

@@ -149,7 +149,8 @@ class SimParams(DeviceParams):
     geometry: Literal["block", "femu"] = "block"       # block: the preset's geometry; femu: FEMU -device options
     interval_host_pages: int = option(0, ge=0)        # 0: about 1/200 of a pass's written pages
     capacity_bytes: int | None = option(None, gt=0)
-    op_ratio: float | None = option(None, ge=0)
+    # spare at most the user capacity (datasheets: 7-28 %)
+    op_ratio: float | None = option(None, ge=0, le=1.0)
     page_bytes: int | None = option(None, gt=0)
     pages_per_block: int | None = option(None, gt=0)
     reserve_lines: int | None = option(None, ge=0)

@@ -201,17 +201,21 @@ _RANGES: dict[tuple[str, str], tuple[Callable[[Any], bool], str]] = {
     ("workload", "seed"): (lambda v: 0 <= v < 2**63, "0 … 2^63 − 1"),
     ("replay", "align_bytes"): (lambda v: v >= 512 and v & (v - 1) == 0, "a power of two ≥ 512"),
     ("replay", "max_io_bytes"): (lambda v: v >= 512, "≥ 512"),
-    ("replay", "time_compression"): (lambda v: v > 0, "> 0"),
+    ("replay", "time_compression"): (lambda v: 0 < v <= 1e9, "in (0, 1e9]"),
     ("simulator", "ssd_read_bytes_per_s"): (lambda v: v > 0, "> 0"),
     ("simulator", "dram_to_hbm_bytes_per_s"): (lambda v: v > 0, "> 0"),
     ("simulator", "recompute_tokens_per_s"): (lambda v: v > 0, "> 0"),
     ("simulator", "gpu_usd_per_hour"): (lambda v: v > 0, "> 0"),
     ("simulator", "ssd_usd_per_tb_written"): (lambda v: v >= 0, "≥ 0"),
     ("simulator", "interval_s"): (lambda v: v > 0, "> 0"),
-    ("estimate", "dwpd"): (lambda v: v >= 0, "≥ 0 (0: the drive's rating, else 1)"),
-    ("estimate", "warranty_years"): (lambda v: v >= 0, "≥ 0 (0: the drive's rating, else 5)"),
-    ("estimate", "rated_pe_cycles"): (lambda v: v >= 0, "≥ 0 (0: use dwpd)"),
-    ("estimate", "trace_day_fraction"): (lambda v: v >= 0, "≥ 0 (0: the trace's own span)"),
+    # a drive's rating: datasheets give 0.1 to 100 DWPD, up to 10 years and ≤ 10^5 P/E cycles (SLC);
+    # the bounds are a decade wider each way, so only an absurd value (1e308 → TBW inf) is refused;
+    # 0 takes the drive's own rating (a sim preset's), else the defaults
+    ("estimate", "dwpd"): (lambda v: 0 <= v <= 1000,
+                           "in [0, 1000] drive writes per day (0: the drive's rating, else 1)"),
+    ("estimate", "warranty_years"): (lambda v: 0 <= v <= 100, "in [0, 100] years (0: the drive's rating, else 5)"),
+    ("estimate", "rated_pe_cycles"): (lambda v: 0 <= v <= 10**6, "0 … 1,000,000 (0: use dwpd)"),
+    ("estimate", "trace_day_fraction"): (lambda v: 0 <= v <= 1000, "0 … 1000 (0: the trace's own span)"),
 }
 
 

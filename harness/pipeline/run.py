@@ -63,7 +63,7 @@ from kvwear.harness.estimate.estimator import (
 from kvwear.harness.estimate.schema import RESULTS, ResultsRow
 from kvwear.harness.estimate.waf_model import PAGE_BYTES, DeathCounter, DeathSummary, WafPrediction, workload_waf
 from kvwear.harness.pipeline.config import RunConfig
-from kvwear.harness.pipeline.rundir import RunDir, Stage, build_manifest, input_sha256, write_json
+from kvwear.harness.pipeline.rundir import ResumeRefused, RunDir, Stage, build_manifest, input_sha256, write_json
 from kvwear.harness.pipeline.simulate import SimOutput, parquet_source, read_output, sim_config, simulate_policy
 from kvwear.harness.pipeline.sizing import (
     TierSizing,
@@ -203,7 +203,7 @@ def workload_stage(cfg: RunConfig, rd: RunDir) -> Workload:
         stored = rd.done_info("workload").get("inputs_sha256", {})
         for k, p in inputs.items():
             if k in stored and stored[k] != input_sha256(p):
-                raise KvwearError(f"{p} changed since {rd.root} sampled it; resume only with the same input "
+                raise ResumeRefused(f"{p} changed since {rd.root} sampled it; resume only with the same input "
                                   "(or choose another --out)")
         return Workload(path, pq.ParquetFile(path).metadata.num_rows, inputs)
 

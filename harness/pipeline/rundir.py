@@ -30,10 +30,13 @@ with an error because the run can always rebuild it: its inputs are the earlier 
 checked the same way, and at the start the trace or the generator's parameters in config.toml,
 which `prepare` compared; an error would leave the user to find and delete the right markers by
 hand. On a real device a device stage that runs again replays again (more wear, as after an
-interruption). The check is of presence, not content: a file edited by hand is still trusted
-(checksumming every output on each resume would read the whole run). A marker written before
-markers listed files and times is checked against what its stage declares (each output holds a
-file, each input stage finished before it). This module holds the skeleton; it must not know
+interruption). The check is of content: the marker records each file's size and sha256, and a
+resume compares both (a resume reads the run's outputs once; sha256 runs at ~1 GB/s, against the
+minutes a stage takes to make them). A damaged marker (truncated, `[]`) makes its stage run again
+too. A marker written before markers recorded hashes is checked for presence; one written before
+they listed files and times is checked against what its stage declares (each output holds a
+file, each input stage finished before it). Markers without a config.toml are refused; a resume
+removes the `.partial-<pid>` files a killed writer left. This module holds the skeleton; it must not know
 what any stage computes.
 """
 
@@ -41,6 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import platform
 import shutil
 import subprocess
@@ -55,10 +59,13 @@ from typing import Any, Generic, TypeVar
 from kvwear import __version__
 from kvwear.errors import KvwearError
 from kvwear.memory import release_freed_memory
-from kvwear.records import RecordError
 from kvwear.tables import atomic_write
 
 MANIFEST_VERSION = 1
+
+
+class ResumeRefused(KvwearError):
+    """A finished stage's `load` found that the run cannot go on (its input changed): stop, do not rerun."""
 
 
 def write_json(path: Path, data: Any) -> Path:
@@ -136,15 +143,45 @@ class RunDir:
     def mark_done(self, stage: str, info: Mapping[str, Any] | None = None, *, outputs: Iterable[Path] = (),
                   after: Iterable[str] = ()) -> None:
         """Write `stage`'s marker: `info`, the files under `outputs` (files or folders in the run
-        directory) and the finish time of each stage in `after`, which `stale_reason` checks."""
+        directory) with each one's size and sha256, and the finish time of each stage in `after`,
+        which `stale_reason` checks."""
         now = time.monotonic()
-        files = sorted(f.relative_to(self.root).as_posix() for p in outputs
-                       for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file())
+        paths = sorted({f for p in outputs for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file()})
+        files = {f.relative_to(self.root).as_posix(): {"bytes": f.stat().st_size, "sha256": file_sha256(f)}
+                 for f in paths if ".partial-" not in f.name}
         write_json(self._marker(stage), {"stage": stage, "finished_unix_s": time.time(),
                                          "elapsed_s": now - self._last_mark, "files": files,
                                          "after": {s: self.done_info(s)["finished_unix_s"] for s in after},
                                          **(info or {})})
         self._last_mark = now
+
+    def marker_problem(self, stage: str) -> str | None:
+        """What is wrong with `stage`'s marker file (truncated, not an object, a field missing or of
+        the wrong type), or None when it reads back whole."""
+        path = self._marker(stage)
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            return f"its marker {path} does not read back ({type(exc).__name__}: {exc})"
+        if not isinstance(data, dict):
+            return f"its marker {path} holds {type(data).__name__}, not an object"
+        if data.get("stage") != stage:
+            return f"its marker {path} names stage {data.get('stage')!r}"
+        t = data.get("finished_unix_s")
+        if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
+            return f"its marker {path} has no finish time"
+        files = data.get("files", [])
+        if isinstance(files, list):
+            if not all(isinstance(f, str) for f in files):
+                return f"its marker {path} lists files that are not paths"
+        elif not (isinstance(files, dict) and all(
+                isinstance(v, dict) and isinstance(v.get("bytes"), int) and isinstance(v.get("sha256"), str)
+                for v in files.values())):
+            return f"its marker {path} lists files without their size and sha256"
+        after = data.get("after", {})
+        if not isinstance(after, dict) or not all(isinstance(v, int | float) for v in after.values()):
+            return f"its marker {path} records its input stages' finish times wrongly"
+        return None
 
     def stale_reason(self, stage: str, outputs: Iterable[Path] = (), after: Iterable[str] = ()) -> str | None:
         """Why finished `stage`'s marker no longer holds, or None when it holds: a file it lists is
@@ -152,14 +189,24 @@ class RunDir:
         than the marker records (ran again since; for a marker that records no times, finished
         after it)."""
         info = self.done_info(stage)
-        for f in info.get("files", ()):
-            if not (self.root / f).is_file():
-                return f"{self.root / f} is missing"
+        files = info.get("files", ())
+        for f in files:
+            path = self.root / f
+            if not path.is_file():
+                return f"{path} is missing"
+            if isinstance(files, dict):       # a marker that records sizes and hashes (older ones: presence)
+                size = path.stat().st_size
+                if size != files[f]["bytes"]:
+                    return f"{path} holds {size:,} bytes, its stage wrote {files[f]['bytes']:,} (truncated or changed)"
+                if file_sha256(path) != files[f]["sha256"]:
+                    return f"{path} changed since its stage wrote it (sha256 differs)"
         for p in outputs:
             if not (p.is_file() or any(f.is_file() for f in p.rglob("*"))):
                 return f"{p} is missing" if not p.is_dir() else f"{p} holds no file"
         recorded = info.get("after")
         for dep in after:
+            if not self.is_done(dep) or self.marker_problem(dep) is not None:
+                return f"stage {dep} has no sound marker"
             finished = self.done_info(dep)["finished_unix_s"]
             # an older marker records no times: its inputs must have finished before it
             ran_again = (finished > info["finished_unix_s"]) if recorded is None else (finished != recorded.get(dep))
@@ -170,7 +217,7 @@ class RunDir:
     def invalidate(self, stage: str, reason: str) -> None:
         """Remove `stage`'s marker before it runs again (an interrupted rerun must not leave the
         old marker over a mix of old and new files); `reruns` keeps why, for the user."""
-        self._marker(stage).unlink()
+        self._marker(stage).unlink(missing_ok=True)
         self.reruns.append(f"{stage} ran again: {reason}")
 
     def skip(self) -> None:
@@ -184,7 +231,8 @@ class RunDir:
         d = self.root / ".stages"
         if not d.is_dir():
             return []
-        return sorted(json.loads(p.read_text())["stage"] for p in d.glob("*.json"))
+        names = (p.stem.replace("__", "/") for p in d.glob("*.json"))
+        return sorted(n for n in names if self.marker_problem(n) is None)
 
     @property
     def lock_path(self) -> Path:
@@ -203,7 +251,15 @@ class RunDir:
             raise KvwearError(f"--out {self.root}: cannot create a run directory there: {exc.strerror}") from None
 
     def prepare(self, config_toml: str, resume: bool) -> None:
-        """Create the run directory; on resume the stored config must equal `config_toml`."""
+        """Create the run directory; on resume the stored config must equal `config_toml`, and
+        what a killed writer left (`.partial-<pid>` files) is removed. Stage markers without the
+        config.toml they were computed under are refused (their config cannot be compared)."""
+        markers = sorted((self.root / ".stages").glob("*.json")) if (self.root / ".stages").is_dir() else []
+        if markers and not self.config_path.is_file():
+            raise KvwearError(
+                f"{self.root}: holds {len(markers)} finished stage(s) (.stages/) but no config.toml, so "
+                "the config they were computed with cannot be checked; remove the run directory (or its "
+                ".stages folder to recompute everything) or choose another --out")
         if self.config_path.exists():
             if not resume:
                 raise KvwearError(
@@ -211,21 +267,44 @@ class RunDir:
                     "another --out"
                 )
             layout_file = self.root / ".layout"
-            layout = int(layout_file.read_text()) if layout_file.exists() else 1
+            layout = read_layout(layout_file) if layout_file.exists() else 1
             if layout != RUNDIR_LAYOUT:
                 raise KvwearError(
                     f"{self.root}: written by a kvwear with run-directory layout {layout}, this one reads "
                     f"layout {RUNDIR_LAYOUT}: it cannot be resumed; remove it or choose another --out"
                 )
-            if self.config_path.read_text() != config_toml:
+            try:
+                stored = self.config_path.read_bytes()
+            except OSError as exc:
+                raise KvwearError(f"{self.config_path}: unreadable ({exc.strerror}); cannot check the run's "
+                                  "config") from None
+            if stored != config_toml.encode():
                 raise KvwearError(
                     f"{self.root}: the stored config.toml differs from this run's config; "
                     "resume only with the same config (or choose another --out)"
                 )
         self.root.mkdir(parents=True, exist_ok=True)
+        if resume:
+            # the caller holds the run's lock: any partial file is a killed writer's
+            for partial in self.root.rglob(".*.partial-*"):
+                if partial.is_file():
+                    partial.unlink(missing_ok=True)
+                    self.reruns.append(f"removed {partial.relative_to(self.root)}, a killed writer's partial file")
         write_text(self.root / ".layout", f"{RUNDIR_LAYOUT}\n")
         write_text(self.config_path, config_toml)
         self._last_mark = time.monotonic()
+
+
+def read_layout(path: Path) -> int:
+    """The layout number in RUN/.layout, or a one-line error naming the file."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KvwearError(f"{path}: unreadable ({exc}); remove the run directory or choose another --out") from None
+    if not text.strip().isdigit():
+        raise KvwearError(f"{path}: holds {text[:40]!r}, not a layout number (damaged); remove the run "
+                          "directory or choose another --out")
+    return int(text)
 
 
 R = TypeVar("R")
@@ -247,11 +326,13 @@ class Stage(Generic[R]):
 
     def run(self, rd: RunDir) -> R:
         if rd.is_done(self.name):
-            reason = rd.stale_reason(self.name, self.outputs, self.after)
+            reason = rd.marker_problem(self.name) or rd.stale_reason(self.name, self.outputs, self.after)
             if reason is None:
                 try:
                     record = self.load()
-                except RecordError as exc:     # its record is damaged or of another kvwear: run it again
+                except ResumeRefused:
+                    raise
+                except KvwearError as exc:     # a record or table damaged or of another kvwear: run it again
                     reason = f"its record does not read back ({exc})"
                 else:
                     rd.skip()

@@ -56,6 +56,7 @@ from kvwear.harness.estimate.schema import RESULTS, ResultsRow
 from kvwear.harness.pipeline.config import DEFAULT_SSD_BYTES, RunConfig, config_from_mapping, read_toml
 from kvwear.harness.pipeline.rundir import write_json
 from kvwear.kv import parse_kv
+from kvwear.tables import READ_ERRORS as TABLE_READ_ERRORS
 from kvwear.tables import atomic_write
 
 SWEEP_VERSION = 1
@@ -245,8 +246,29 @@ class ResultsStore:
         self.results = self.root / "results"
         self.errors = self.root / "errors"
 
+    def damage(self, path: Path) -> str | None:
+        """What is wrong with a point's results file (unreadable, truncated, another table, another
+        point's row), or None when it reads back as one row of its point."""
+        try:
+            t = pq.read_table(path)
+        except TABLE_READ_ERRORS as exc:
+            return f"not a readable Parquet table (truncated or damaged): {' '.join(str(exc).split())[:160]}"
+        missing = [n for n in ("point_key", *RESULTS.schema.names) if n not in t.column_names]
+        if missing:
+            return f"lacks the column(s) {', '.join(missing[:5])} (not a sweep point's row)"
+        if t.num_rows != 1 or t.column("point_key")[0].as_py() != path.stem:
+            return f"holds {t.num_rows} row(s), expected the one row of point {path.stem}"
+        return None
+
+    def damaged(self) -> dict[str, str]:
+        """Results files that do not read back: key → what is wrong (their points count as not done)."""
+        files = sorted(self.results.glob("*.parquet")) if self.results.is_dir() else []
+        return {p.stem: why for p in files if (why := self.damage(p)) is not None}
+
     def done_keys(self) -> set[str]:
-        return {p.stem for p in self.results.glob("*.parquet")} if self.results.is_dir() else set()
+        if not self.results.is_dir():
+            return set()
+        return {p.stem for p in self.results.glob("*.parquet")} - set(self.damaged())
 
     def failed_keys(self) -> set[str]:
         return {p.stem for p in self.errors.glob("*.json")} if self.errors.is_dir() else set()
@@ -271,13 +293,27 @@ class ResultsStore:
         files = sorted(self.results.glob("*.parquet")) if self.results.is_dir() else []
         if not files:
             return pd.DataFrame()
+        for f in files:
+            why = self.damage(f)
+            if why is not None:
+                raise KvwearError(f"{f}: {why}; resume the sweep to run this point again")
         df = pd.concat([pq.read_table(f).to_pandas() for f in files], ignore_index=True)
         return df.drop_duplicates("point_key", keep="last").reset_index(drop=True)
 
     def read_errors(self) -> list[dict[str, Any]]:
         if not self.errors.is_dir():
             return []
-        return [json.loads(p.read_text()) for p in sorted(self.errors.glob("*.json"))]
+        out = []
+        for p in sorted(self.errors.glob("*.json")):
+            try:
+                rec = json.loads(p.read_text())
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+                rec = None
+                why = f"{p} does not read back ({type(exc).__name__})"
+            if not (isinstance(rec, dict) and isinstance(rec.get("error"), str)):
+                rec = {"point_key": p.stem, "axes": {}, "error": why if rec is None else f"{p} is damaged"}
+            out.append(rec)
+        return out
 
 
 def execute_point(point: SweepPoint, store_root: str, replay: bool) -> tuple[str, bool, str]:
@@ -305,6 +341,7 @@ class SweepProgress:
     failed: int = 0
     running: int = 0
     lost_workers: int = 0          # points whose pool worker died (each is retried once)
+    retried: list[str] = field(default_factory=list)   # each retried point and why, for the user
     started_s: float = field(default_factory=time.monotonic)
 
     def eta_s(self) -> float | None:
@@ -333,10 +370,36 @@ def run_sweep(
     `scheduler` ("tcp://host:port") or `client` (a distributed.Client) runs on Dask; otherwise a
     local process pool with `jobs` workers (jobs=1 runs in this process).
     """
+    from kvwear.exclusive import locked
+
     store = ResultsStore(root)
-    store.root.mkdir(parents=True, exist_ok=True)
+    try:
+        store.root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise KvwearError(f"{store.root}: cannot create the sweep store there: {exc.strerror}") from None
+    # one sweep at a time per store, like a run directory (two would run the same points twice)
+    with locked(store.root / ".lock", f"sweep store {store.root}"):
+        return _run_sweep(plan, store, jobs=jobs, scheduler=scheduler, client=client, on_progress=on_progress,
+                          retry_failed=retry_failed)
+
+
+def _previous_replay(path: Path) -> bool | None:
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        data = None
+    if not isinstance(data, dict) or not isinstance(data.get("replay"), bool):
+        raise KvwearError(f"{path}: damaged (it records whether the stored points were replayed); restore it, "
+                          "or remove it if they were run with this sweep's [sweep] replay setting")
+    return bool(data["replay"])
+
+
+def _run_sweep(plan: SweepPlan, store: ResultsStore, *, jobs: int, scheduler: str | None, client: Any,
+               on_progress: ProgressCallback | None, retry_failed: bool) -> SweepProgress:
     prev = store.root / "sweep.json"
-    if prev.is_file() and bool(json.loads(prev.read_text()).get("replay")) != plan.replay:
+    if _previous_replay(prev) not in (None, plan.replay):
         # A point's key is its config, not the replay flag: its stored row would be reused as if
         # it had (or had not) been replayed.
         raise KvwearError(f"{store.root} holds a sweep with replay = {not plan.replay}; resume it with the "
@@ -344,10 +407,13 @@ def run_sweep(
     write_json(store.root / "sweep.json", {"sweep_version": SWEEP_VERSION, "name": plan.name,
                                           "replay": plan.replay, "points": len(plan.points)})
     write_json(store.root / "points.json", [{"key": p.key, "axes": dict(p.axes)} for p in plan.points])
+    damaged = store.damaged()
     done = store.done_keys()
     failed = store.failed_keys()
     todo = [p for p in plan.points if p.key not in done and (retry_failed or p.key not in failed)]
     progress = SweepProgress(total=len(plan.points), skipped=len(plan.points) - len(todo))
+    progress.retried += [f"point {k} runs again: results/{k}.parquet {why}" for k, why in sorted(damaged.items())
+                         if k in {p.key for p in todo}]
     report = on_progress or (lambda _p: None)
     report(progress)
     if not todo:
@@ -399,6 +465,8 @@ def _run_pool(todo: Sequence[SweepPoint], store: ResultsStore, replay: bool, job
                     except BrokenProcessPool:
                         progress.lost_workers += 1
                         lost[point.key] = lost.get(point.key, 0) + 1
+                        progress.retried.append(f"point {point.key} was in flight when a pool worker died "
+                                                f"(attempt {lost[point.key]})")
                         if lost[point.key] <= LOST_WORKER_RETRIES:
                             queue.append(point)
                             continue

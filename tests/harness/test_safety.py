@@ -87,7 +87,7 @@ def test_the_running_system_disk_is_refused() -> None:
 
 def test_a_regular_file_is_not_a_block_device(tmp_path: Path) -> None:
     (tmp_path / "f").write_bytes(b"")
-    with pytest.raises(SafetyError, match="not a block device"):
+    with pytest.raises(InputError, match="not a block device"):
         check_block_device(str(tmp_path / "f"))
 
 

@@ -196,7 +196,8 @@ def test_resume_runs_again_a_finished_stage_whose_files_were_deleted(tmp_path: P
         path.write_text(text)
         r = runner.invoke(app, [*args, "--resume"])
         assert r.exit_code == 0, r.output
-        assert f"{path}" in r.output.replace("\n", "") and "does not read back" in r.output.replace("\n", "")
+        said = r.output.replace("\n", "")
+        assert f"{path}" in said and ("(truncated or changed)" in said or "sha256 differs" in said), said
         assert read_table(RESULTS, out / "results.parquet").equals(first)
         after = finished()
         return {s for s in after if after[s] != before[s]} - {"results"}
@@ -204,6 +205,24 @@ def test_resume_runs_again_a_finished_stage_whose_files_were_deleted(tmp_path: P
     result = out / "device" / "lru" / "result.json"
     assert damage(result, result.read_text()[:200]) == {"device/lru", "estimate/lru"}
     assert damage(out / "estimate" / "fifo" / "crossval.json", "{}") == {"estimate/fifo"}
+    # the same size, one byte changed: only the content hash sees it
+    ops = out / "policies" / "fifo" / "ssd_ops.parquet"
+    body = bytearray(ops.read_bytes())
+    body[len(body) // 2] ^= 0xFF
+    before = finished()
+    ops.write_bytes(bytes(body))
+    r = runner.invoke(app, [*args, "--resume"])
+    assert r.exit_code == 0 and f"{ops} changed since its stage wrote it (sha256 differs)" in r.output.replace("\n", "")
+    assert read_table(RESULTS, out / "results.parquet").equals(first)
+    assert {s for s, t in finished().items() if t != before[s]} - {"results"} == {
+        f"{s}/fifo" for s in ("simulate", "plan", "device", "estimate")}
+    # a marker truncated or not an object: its stage runs again, saying so
+    for text in ("{", "[]"):
+        marker = out / ".stages" / "plan__lru.json"
+        marker.write_text(text)
+        r = runner.invoke(app, [*args, "--resume"])
+        assert r.exit_code == 0 and "plan/lru ran again: its marker" in r.output.replace("\n", ""), r.output
+        assert read_table(RESULTS, out / "results.parquet").equals(first)
 
 
 def test_results_rows_must_fit_the_contract() -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from kvwear.policies.base import POLICIES, param_infos, resolve_spec
+from kvwear.policies.base import POLICIES, PolicySpec, param_infos, resolve_spec
 from kvwear.policies.config import SimConfig
 from kvwear.policies.gandalf import GandalfParams
+from kvwear.policies.meritkv import MeritKvParams
 from kvwear.policies.sim import Simulator, simulate
 from kvwear.policies.tree import DRAM, SSD, Obj, Segment
 from kvwear.workloads.schema import REQUESTS
@@ -67,7 +68,8 @@ def test_meritkv_threshold_and_warmup() -> None:
     reqs = generate_multi_round(MultiRoundConfig(seed=3, sessions=40, turns=4))
     cfg = SimConfig(dram_bytes=2 * 10**6, ssd_bytes=10**9, kv_bytes_per_token=100, state_bytes=0)
     lru = simulate(reqs, cfg, "lru").summary
-    low = simulate(reqs, cfg, "meritkv:tau_s=-1e9").summary
+    # a threshold below any merit: outside the range a spec may name (τ ≥ 0), built directly
+    low = simulate(reqs, cfg, PolicySpec("meritkv", MeritKvParams(tau_s=-1e9))).summary
     sim = Simulator(cfg, "meritkv:tau_s=1e9")
     demanded: list[tuple[int, bool]] = []
     orig = sim.policy.admit_to_ssd

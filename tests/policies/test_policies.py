@@ -181,12 +181,12 @@ def test_policy_specs() -> None:
 @pytest.mark.parametrize(("spec", "error", "says"), [
     ("lru-k:q=3", PolicySpecError, "unknown parameter 'q'; valid: k"),
     ("lru-k:k=2.5", PolicySpecError, "expected an integer, got .2.5."),
-    ("lru-k:k=0", PolicySpecError, "k must be >= 1"),
+    ("lru-k:k=0", PolicySpecError, r"'k': must be in \[1, 1,000\], got 0"),
     ("lru-k:k", PolicySpecError, "not key=value"),
     ("nosuch", KeyError, r"valid: .*lru-k"),
     ("gandalf:gama=8", PolicySpecError, "valid: gamma"),
     ("wa:key=user", PolicySpecError, "must be one of"),
-    ("gandalf:gamma=-1", PolicySpecError, "gamma >= 0"),
+    ("gandalf:gamma=-1", PolicySpecError, r"'gamma': must be in \[0, 1,000,000\], got -1"),
 ])
 def test_bad_policy_specs_are_refused(spec: str, error: type[Exception], says: str) -> None:
     with pytest.raises(error, match=says):

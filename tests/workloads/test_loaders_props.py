@@ -40,6 +40,7 @@ JSONL_FIELDS = {
 
 
 def valid_row(fmt: str, i: int, n_ids: int) -> dict[str, Any]:
+    n_ids = max(n_ids, 1)        # a request reads at least one token (kvwear.workloads.bounds)
     ids = list(range(n_ids))
     if fmt == "mooncake":
         return {"timestamp": i, "input_length": 512 * n_ids, "output_length": 3, "hash_ids": ids}

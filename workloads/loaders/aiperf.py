@@ -38,11 +38,11 @@ class AiperfLoader(JsonlLoader):
     description = "AIPerf mooncake_trace JSONL (Mooncake fields + optional session_id, delay ms)"
     chained = True
     fields: ClassVar[tuple[JsonField, ...]] = (
-        JsonField("timestamp", "num", required=False, nonneg=True),
+        JsonField("timestamp", "num", required=False, nonneg=True, bound="ms"),
         JsonField("session_id", "str", required=False),
-        JsonField("delay", "num", required=False, nonneg=True),
-        JsonField("input_length", "int", nonneg=True),
-        JsonField("output_length", "int", required=False, nonneg=True),
+        JsonField("delay", "num", required=False, nonneg=True, bound="ms"),
+        JsonField("input_length", "int", nonneg=True, bound="prompt"),
+        JsonField("output_length", "int", required=False, nonneg=True, bound="tokens"),
         JsonField("hash_ids", "ids", required=False),
     )
 

@@ -154,7 +154,8 @@ class ColumnsLoader(JsonlLoader):
         required = {"arrival", "input_tokens", "hash_ids", "token_ids"}
         # (fields is a ClassVar of the fixed formats; here it is per mapping)
         self.fields = tuple(  # type: ignore[misc]
-            JsonField(src, _KINDS[key], required=key in required, nonneg=key in ("input_tokens", "output_tokens"))
+            JsonField(src, _KINDS[key], required=key in required, nonneg=key in ("input_tokens", "output_tokens"),
+                      bound={"input_tokens": "prompt", "output_tokens": "tokens"}.get(key))
             for key, src in self.map.columns)
         self._next_id = 0
         self._sessions: dict[str, tuple[int, int]] = {}

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from kvwear.errors import InputError
+from kvwear.workloads.bounds import context_rule, max_context_tokens, max_span_s, span_rule
 from kvwear.workloads.loaders.base import ProgressFn, SkipLog, TraceLoader
 
 # a whitespace-only line: the first one (match) or a later one (search; the literal "\n" first
@@ -58,13 +59,16 @@ _KIND_TYPES: dict[str, pa.DataType] = {
 
 @dataclass(frozen=True)
 class JsonField:
-    """One field of a JSONL record: its kind (int, num, str, ids), whether required, and whether
-    negative values are refused."""
+    """One field of a JSONL record: its kind (int, num, str, ids), whether required, whether
+    negative values are refused, and what bounds its value (kvwear.workloads.bounds): `bound`
+    "prompt" (1 to the maximum context tokens), "tokens" (at most the maximum context), "ms" or
+    "s" (a time from the trace's start: at most the maximum span)."""
 
     name: str
     kind: str
     required: bool = True
     nonneg: bool = False
+    bound: str | None = None
 
 
 #: A vectorized check: (field, bad-row mask, message for a bad row index).
@@ -207,6 +211,8 @@ class JsonlLoader(TraceLoader):
                 neg = pc.fill_null(pc.less(col, 0), False).to_numpy(zero_copy_only=False)
                 if neg.any():
                     checks.append((f.name, np.asarray(neg, dtype=bool), _negative_msg(col)))
+            if f.bound is not None and f.kind in ("int", "num") and raw.num_rows:
+                checks += _bound_checks(f, col)
             if f.kind == "ids" and raw.num_rows:
                 arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
                 flat_nulls = arr.values.null_count if len(arr) else 0
@@ -317,6 +323,24 @@ class JsonlLoader(TraceLoader):
             lines.append(no)
         table = pa.table({f.name: pa.array(cols[f.name], _KIND_TYPES[f.kind]) for f in self.fields})
         return table, np.asarray(lines, dtype=np.int64), errors
+
+
+def _bound_checks(f: JsonField, col: pa.ChunkedArray) -> list[Check]:
+    """Rows whose `f` lies outside its `bound` (JsonField; nulls are judged by `required`)."""
+    # int64 counts stay integers (a float64 cast is lossy above 2^53 and Arrow refuses it)
+    v = np.asarray(pc.fill_null(col, 0).to_numpy(zero_copy_only=False))
+    if f.bound in ("prompt", "tokens"):
+        hi, lo = max_context_tokens(), 1 if f.bound == "prompt" else 0
+        null = np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        mask = ((v > hi) | (v < lo)) & ~null
+        return [(f.name, mask, lambda i: f"{int(v[i])} tokens; expected {lo} to {hi:,} "
+                 f"({'a request reads at least one token, ' if lo else ''}{context_rule()})")] if mask.any() else []
+    scale = 1000.0 if f.bound == "ms" else 1.0
+    limit = max_span_s() * scale
+    mask = v.astype(np.float64) > limit
+    unit = "ms" if f.bound == "ms" else "s"
+    return [(f.name, mask, lambda i: f"{v[i]:g} {unit} from the trace's start; expected at most "
+             f"{limit:,.0f} {unit} (a trace spans {span_rule()})")] if mask.any() else []
 
 
 class _RepeatedField(ValueError):

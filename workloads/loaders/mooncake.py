@@ -44,9 +44,9 @@ class MooncakeLoader(JsonlLoader):
     description = "Mooncake FAST'25 JSONL (timestamp ms, 512-token prefix-chained hash_ids)"
     chained = True
     fields: ClassVar[tuple[JsonField, ...]] = (
-        JsonField("timestamp", "num", nonneg=True),
-        JsonField("input_length", "int", nonneg=True),
-        JsonField("output_length", "int", nonneg=True),
+        JsonField("timestamp", "num", nonneg=True, bound="ms"),
+        JsonField("input_length", "int", nonneg=True, bound="prompt"),
+        JsonField("output_length", "int", nonneg=True, bound="tokens"),
         JsonField("hash_ids", "ids"),
     )
 

@@ -32,6 +32,7 @@ from kvwear.errors import InputError, KvwearError
 from kvwear.kv import parse_kv
 from kvwear.tables import TableWriter, iter_table_batches
 from kvwear.workloads.blocks import convert_block_size, prefix_keys
+from kvwear.workloads.bounds import SpanCheck, first_problem, request_problems
 from kvwear.workloads.loaders.base import LOADERS, ProgressFn, SkipLog, TraceLoader, make_list
 from kvwear.workloads.loaders.chain import ChainChecker, ChainViolation
 from kvwear.workloads.schema import REQUESTS, list_parts
@@ -81,6 +82,14 @@ def detect_format(path: str | Path) -> str:
     for name in LOADERS:
         if LOADERS.get(name)().sniff(head, p):
             return name
+    if head.startswith(b"PAR1"):
+        kind = tables.table_kind(p)[0]
+        if kind == REQUESTS.kind:
+            raise InputError(str(p), None, None, "is already a kvwear requests table (what trace convert and "
+                             "trace generate write): kvwear simulate --trace and kvwear trace inspect read it as "
+                             "it is; there is nothing to convert")
+        raise InputError(str(p), None, None, f"a Parquet file ({kind or 'not kvwear'}'s), not a trace kvwear can "
+                         "tell the format of; a generic table is read with --format columns:arrival=COL,...")
     raise InputError(str(p), None, None, "cannot tell the trace format from its first line; pass a "
                      f"format explicitly (one of: {', '.join(LOADERS.names())})")
 
@@ -140,8 +149,12 @@ def _stream(
     block_tokens: int | None,
 ) -> Iterator[pa.RecordBatch]:
     checker = None if derive else ChainChecker()
+    span = SpanCheck()
     for batch in loader.iter_batches(path, skip_bad=skip_bad, batch_rows=batch_rows, skipped=log,
                                      progress=progress):
+        batch = _within_bounds(batch, path, span, skip_bad, log)
+        if not batch.num_rows:
+            continue
         if checker is not None:
             checker.feed(batch)
         else:
@@ -150,6 +163,24 @@ def _stream(
             yield from convert_block_size(batch, block_tokens).to_batches()
         else:
             yield batch
+
+
+def _within_bounds(batch: pa.RecordBatch, path: Path, span: SpanCheck, skip_bad: bool,
+                   log: SkipLog) -> pa.RecordBatch:
+    """`batch` with every row inside kvwear.workloads.bounds, or InputError (the loader's own
+    checks name the line; what only the whole row shows — a span, a hash list against
+    hashed_tokens — is named by its request id). Under `skip_bad` bad rows are dropped, counted."""
+    bad, checks = request_problems(batch, span)
+    if not bad.any():
+        return batch
+    ids = batch.column("request_id").to_numpy()
+    for i in np.flatnonzero(bad):
+        field, msg = first_problem(checks, int(i))
+        err = InputError(str(path), None, field, f"request {int(ids[i])}: {msg}")
+        if not skip_bad:
+            raise err
+        log.add(err)
+    return batch.filter(pa.array(~bad))
 
 
 class _Counter:

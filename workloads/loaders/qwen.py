@@ -37,9 +37,9 @@ class QwenBailianLoader(JsonlLoader):
     fields: ClassVar[tuple[JsonField, ...]] = (
         JsonField("chat_id", "int"),
         JsonField("parent_chat_id", "int"),
-        JsonField("timestamp", "num", nonneg=True),
-        JsonField("input_length", "int", nonneg=True),
-        JsonField("output_length", "int", nonneg=True),
+        JsonField("timestamp", "num", nonneg=True, bound="s"),
+        JsonField("input_length", "int", nonneg=True, bound="prompt"),
+        JsonField("output_length", "int", nonneg=True, bound="tokens"),
         JsonField("type", "str"),
         JsonField("turn", "int", nonneg=True),
         JsonField("hash_ids", "ids"),

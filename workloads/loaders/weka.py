@@ -37,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 
 from kvwear.errors import InputError
+from kvwear.workloads.bounds import context_rule, max_context_tokens, max_span_s, span_rule
 from kvwear.workloads.loaders.base import LOADERS, ProgressFn, SkipLog, TraceLoader, make_list, requests_batch
 from kvwear.workloads.loaders.jsonl import _type_name
 
@@ -223,8 +224,15 @@ class WekaLoader(TraceLoader):
                     rows.spawn.setdefault(agent, t0 + t)
                     self._walk(sub, f"{w}requests", t0 + t, agent, block, rows, p, fail)
                     continue
+                if t0 + t > max_span_s():
+                    raise _Bad(f"{w}t", f"{t0 + t:g} s from the trace's start; expected at most {span_rule()}")
                 n_in = _int(r, "in", w)
                 n_out = _int(r, "out", w)
+                ctx = max_context_tokens()
+                if not 1 <= n_in <= ctx:
+                    raise _Bad(f"{w}in", f"{n_in} tokens; a request reads 1 to {ctx:,} tokens ({context_rule()})")
+                if not 0 <= n_out <= ctx:
+                    raise _Bad(f"{w}out", f"{n_out} tokens; expected 0 to {ctx:,} ({context_rule()})")
                 model = _str(r, "model", w, required=False)
                 for k in ("api_time", "think_time"):
                     _num(r, k, w, required=False)
