@@ -143,7 +143,8 @@ def _check_bounds(out: Any, meta: Mapping[str, Any]) -> None:
         rng = f"{'[' if ge is not None else '('}{_num(lo)}, {_num(hi)}{']' if le is not None else ')'}"
         raise ValueError(f"must be in {rng}, got {out!r}")
     word = "≥" if ge is not None else ">" if gt is not None else "≤" if le is not None else "<"
-    bound = float(lo if lo is not None else hi)
+    bound = lo if lo is not None else hi
+    assert bound is not None                      # not ok: some bound was given
     raise ValueError(f"must be {word} {_num(bound)}, got {out!r}")
 
 
