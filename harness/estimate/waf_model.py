@@ -873,15 +873,16 @@ class RegimeError:
         return self.within_10pct / self.cases if self.cases else math.nan
 
 
-_BENCH_RUN = "bench/waf_model.py default matrix, 2026-12-03 (docs/results/2026-12-03-waf-model.md)"
+_BENCH_RUN = ("bench/waf_model.py default matrix on the FEMU-twin FTL, 2026-12-03 "
+              "(docs/results/2026-12-03-waf-model.md)")
 # Pasted from the bench's "REGIME_ERRORS" lines (it prints them); a regime the run never reached
 # is absent (the estimate then has no measured error to quote).
 REGIME_ERRORS: Mapping[str, RegimeError] = {
     "on-demand light": RegimeError(168, 154, 0.0013, 0.0956, _BENCH_RUN),
     "on-demand": RegimeError(36, 16, 0.1075, 0.3743, _BENCH_RUN),
-    "line light": RegimeError(72, 23, 0.3404, 0.8124, _BENCH_RUN),
-    "line background": RegimeError(61, 5, 0.5014, 0.6726, _BENCH_RUN),
-    "line forced": RegimeError(17, 2, 1.5646, 6.3182, _BENCH_RUN),
+    "line light": RegimeError(72, 23, 0.3257, 0.8229, _BENCH_RUN),
+    "line background": RegimeError(61, 5, 0.4853, 0.7025, _BENCH_RUN),
+    "line forced": RegimeError(17, 3, 1.3938, 5.9813, _BENCH_RUN),
 }
 
 
