@@ -128,7 +128,7 @@ def _read_float(v: Any, unit: str | None) -> float:
 
 
 def _num(x: float) -> str:
-    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e21 else f"{x:g}"
 
 
 def _check_bounds(out: Any, meta: Mapping[str, Any]) -> None:

@@ -34,6 +34,7 @@ class _Demo:
     maybe: int | None = None
     tags: tuple[str, ...] = ()
     k: int = field(default=2, metadata=bounds(ge=1, le=8))
+    w: float = field(default=1.0, metadata=bounds(gt=0))
 
 
 @pytest.mark.parametrize(("name", "value", "expected"), [
@@ -55,8 +56,9 @@ def test_values_are_read_by_their_fields_type(name: str, value: object, expected
     ("cap_bytes", "lots", "expected a size in bytes (4096, 64MiB, 1GB), got 'lots'"),
     ("cap_bytes", "2000PiB", "larger than 1 EiB"),
     ("wait_s", "soon", "expected a number of seconds or a duration (250ms, 10min), got 'soon'"),
-    ("k", 0, "must be ≥ 1, got 0"), ("k", "9", "must be ≤ 8, got 9"), ("tags", [1], "expected a list of strings"),
-    ("nope", 1, "unknown setting; valid: cap_bytes, k, maybe, mode, n, name, on, tags, wait_s, x"),
+    ("k", 0, "must be in [1, 8], got 0"), ("k", "9", "must be in [1, 8], got 9"), ("tags", [1], "expected a list of strings"),
+    ("w", "0", "must be > 0, got 0.0"),
+    ("nope", 1, "unknown setting; valid: cap_bytes, k, maybe, mode, n, name, on, tags, w, wait_s, x"),
 ])
 def test_bad_values_name_the_field_and_what_it_takes(name: str, value: object, reason: str) -> None:
     with pytest.raises(BadValue) as err:
@@ -126,7 +128,7 @@ def test_policy_spec_reads_parameters_by_the_same_rules() -> None:
 def test_device_option_bounds_and_choices_read_as_the_config_file_does() -> None:
     with pytest.raises(KvwearError, match=r"device sim: option precondition: must be one of none, fill, steady"):
         SimParams.of(DeviceSpec("sim", "", None, {"precondition": "always"}))
-    with pytest.raises(KvwearError, match=r"option op_ratio: must be ≥ 0, got -0.1"):
+    with pytest.raises(KvwearError, match=r"option op_ratio: must be in \[0, 1\], got -0.1"):
         SimParams.of(DeviceSpec("sim", "", None, {"op_ratio": "-0.1"}))
     assert SimParams.of(DeviceSpec("sim", "", None, {"op_ratio": "0.28"})).op_ratio == 0.28
     assert _config("16.0") == 16 and _config(32) == 32

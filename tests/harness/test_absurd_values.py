@@ -98,7 +98,7 @@ def test_a_generator_count_beyond_any_machine_is_refused_not_allocated(kind: str
 @SETTINGS
 @given(op=st.one_of(st.floats(1.0, 1e308, exclude_min=True), st.floats(-1e308, 0, exclude_max=True)))
 def test_an_absurd_over_provisioning_is_refused(op: float) -> None:
-    with pytest.raises(KvwearError, match=r"option op_ratio must be in \[0, 1\]"):
+    with pytest.raises(KvwearError, match=r"option op_ratio: must be in \[0, 1\]"):
         SimParams.parse({"op_ratio": op}, "device sim")
 
 
@@ -119,11 +119,11 @@ def test_kv_heads_checked_against_attention_heads(heads: int, kvh: int) -> None:
 
 @pytest.mark.parametrize(("argv", "names"), [
     (["--policy", "gandalf:gamma=1e308"], "parameter 'gamma': must be in [0, 1,000,000], got 1e+308"),
-    (["--policy", "meritkv:tau_s=-0.5"], "parameter 'tau_s': must be in [0, 31,622,400], got -0.5"),
+    (["--policy", "meritkv:tau_s=-0.5"], "parameter 'tau_s': must be in [0, 1,000,000,000,000], got -0.5"),
     (["--device-option", "op_ratio=1e30"], "option op_ratio: must be in [0, 1]"),
     (["--param", "sessions=1e30"], "sessions must be in (0, 1,000,000,000]"),
     (["--model", "{d}/kv0.json"], "kv0.json:1: field 'num_key_value_heads': 0 with num_attention_heads 32"),
-    (["{d}/dwpd.toml"], "field 'estimate.dwpd': must be in (0, 1000]"),
+    (["{d}/dwpd.toml"], "field 'estimate.dwpd': must be in [0, 1000]"),
 ], ids=["gamma", "tau", "op-ratio", "sessions", "kv-heads", "dwpd"])
 def test_absurd_values_on_the_command_line_are_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str], names: str,
