@@ -97,7 +97,7 @@ def test_femu_geometry_rejects(bad: dict[str, int], msg: str) -> None:
 
 def test_femu_geometry_from_options_names_unknown_fields() -> None:
     assert FemuGeometry.from_options({"devsz_mb": "96", "blks_per_pl": 32}).blks_per_pl == 32
-    with pytest.raises(KvwearError, match=r"unknown FEMU geometry setting\(s\) channels; valid: .*nchs"):
+    with pytest.raises(KvwearError, match=r"device.options.channels: unknown FEMU geometry setting; valid: .*nchs"):
         FemuGeometry.from_options({"channels": 4})
 
 

@@ -157,7 +157,7 @@ def test_handles_on_a_qemu_without_fdp_are_refused_naming_its_version(guest_imag
     dev = _device(tmp_path)
     with pytest.raises(KvwearError, match=rf"3 FDP handles.*\(QEMU {emulator_version(QEMU)}\).*drop_handles=true"):
         dev.replay(_plan(PLACED), tmp_path / "r")
-    with pytest.raises(KvwearError, match="player must be one of auto, fio, kvwear-dw"):
+    with pytest.raises(KvwearError, match="player: must be one of auto, fio, kvwear-dw"):
         _device(tmp_path, player="nvme-cli")
 
 
