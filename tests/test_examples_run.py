@@ -19,15 +19,19 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import shlex
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -65,12 +69,43 @@ PROMISES: dict[str, str] = {
 }
 
 
-def fresh_clone(tmp_path: Path) -> Path:
-    """A `git clone` of this repository's HEAD into tmp_path/kvwear."""
-    dest = tmp_path / "kvwear"
+def _world_readable(path: Path) -> bool:
+    """Can another user reach `path` (every folder on the way traversable by others)?"""
+    return all(p.stat().st_mode & 0o001 for p in [path, *path.parents] if p.is_dir())
+
+
+def as_newcomer() -> dict[str, Any]:
+    """subprocess arguments that run an example as a newcomer would: not as root. Under root (CI)
+    the examples run as `nobody`, provided the interpreter and this checkout are reachable by
+    others (a checkout under /root is not: then they run as root and the test says so)."""
+    if os.geteuid() != 0:
+        return {}
+    interpreter = Path(sys.executable).resolve()
+    if not all(_world_readable(p) for p in (Path(sys.prefix) / "bin", interpreter.parent, REPO)):
+        warnings.warn(f"examples run as root: the interpreter ({interpreter}), {sys.prefix} or {REPO} is not "
+                      "reachable by other users", stacklevel=2)
+        return {}
+    pw = pwd.getpwnam("nobody")
+    return {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
+
+
+@pytest.fixture
+def clone() -> Iterator[Path]:
+    """A `git clone` of this repository's HEAD (what a newcomer gets), owned by the user the
+    examples run as, in a folder of its own that others can reach; removed afterwards."""
+    base = Path(tempfile.mkdtemp(prefix="kvwear-examples-"))
+    base.chmod(0o755)
+    dest = base / "kvwear"
     subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(REPO), str(dest)], check=True, timeout=300)
     assert not (dest / ".." / "shared").exists()
-    return dest
+    (dest / ".home").mkdir()
+    who = as_newcomer()
+    if who:
+        subprocess.run(["chown", "-R", f"{who['user']}:{who['group']}", str(dest)], check=True)
+    try:
+        yield dest
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def outputs(example: str) -> list[str]:
@@ -110,9 +145,9 @@ def run_example(example: str, work: Path, *, replace: dict[str, str] | None = No
         line = line.replace(old, new)
     argv = [str(KVWEAR), *shlex.split(line)[1:]]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(work), os.environ.get("PYTHONPATH", "")]),
-           "COLUMNS": "200"}
+           "COLUMNS": "200", "HOME": str(work / ".home")}
     t0 = time.monotonic()
-    proc = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=1800, **as_newcomer())
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"{example}: exit {proc.returncode} after {time.monotonic() - t0:.0f} s\n{out[-3000:]}"
     for f in outputs(example):
@@ -143,8 +178,8 @@ def test_ordering_puts_writers_first() -> None:
 
 
 @pytest.mark.timeout(5400)   # ~15 min on an idle machine; several times that on a loaded one
-def test_examples_in_a_fresh_clone(tmp_path: Path) -> None:
-    work = fresh_clone(tmp_path)
+def test_examples_in_a_fresh_clone(clone: Path) -> None:
+    work = clone
     for example in ordered(LOCAL):
         run_example(example, work)
     assert "log axis, the uniform-random reference WAF" in (work / "runs/demo/report/report.html").read_text()
@@ -179,6 +214,12 @@ def dask_cluster(tmp_path: Path) -> Iterator[str]:
     address = f"tcp://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     log = (tmp_path / "dask.log").open("w")
+    # the worker writes the sweep's points into the example's store: it runs as the examples do,
+    # in a scratch folder of that user's
+    who = as_newcomer()
+    scratch = Path(tempfile.mkdtemp(prefix="kvwear-dask-"))
+    if who:
+        os.chown(scratch, who["user"], who["group"])
     procs = [subprocess.Popen([str(dask), "scheduler", "--host", "127.0.0.1", "--port", str(port),
                                "--no-dashboard"], stdout=log, stderr=subprocess.STDOUT, env=env)]
     try:
@@ -191,8 +232,9 @@ def dask_cluster(tmp_path: Path) -> Iterator[str]:
                 assert time.monotonic() < deadline, (tmp_path / "dask.log").read_text()
                 time.sleep(0.3)
         procs.append(subprocess.Popen([str(dask), "worker", address, "--nworkers", "1", "--nthreads", "1",
-                                       "--no-dashboard"], stdout=log, stderr=subprocess.STDOUT, env=env,
-                                      cwd=tmp_path))
+                                       "--no-dashboard", "--local-directory", str(scratch)], stdout=log,
+                                      stderr=subprocess.STDOUT, env={**env, "HOME": str(scratch)}, cwd=scratch,
+                                      **who))
         yield address
     finally:
         for p in reversed(procs):
@@ -203,11 +245,12 @@ def dask_cluster(tmp_path: Path) -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 p.kill()
         log.close()
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 @pytest.mark.timeout(3600)
-def test_sweep_examples_in_a_fresh_clone(tmp_path: Path, dask_cluster: str) -> None:
-    work = fresh_clone(tmp_path)
+def test_sweep_examples_in_a_fresh_clone(clone: Path, dask_cluster: str) -> None:
+    work = clone
     n = None
     for example in sorted(SWEEPS, key=lambda e: "--scheduler" not in e):     # the Dask one on an empty store
         out = run_example(example, work, replace={"tcp://127.0.0.1:8786": dask_cluster})
@@ -225,10 +268,10 @@ def test_sweep_examples_in_a_fresh_clone(tmp_path: Path, dask_cluster: str) -> N
     shutil.rmtree(work / "sweeps")
 
 
-def test_femu_example(tmp_path: Path) -> None:
+def test_femu_example(clone: Path) -> None:
     binary = Path(next(a for a in shlex.split(FEMU_EXAMPLE) if a.endswith("qemu-system-x86_64"))).expanduser()
     if not binary.is_file():
         pytest.skip(f"{FEMU_EXAMPLE!r} needs the user's FEMU build, and {binary} does not exist")
-    work = fresh_clone(tmp_path)
+    work = clone
     # as a shell would expand them: ~ and $HOME
     run_example(os.path.expandvars(FEMU_EXAMPLE.replace("~", str(Path.home()))), work)
