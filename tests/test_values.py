@@ -56,7 +56,8 @@ def test_values_are_read_by_their_fields_type(name: str, value: object, expected
     ("cap_bytes", "lots", "expected a size in bytes (4096, 64MiB, 1GB), got 'lots'"),
     ("cap_bytes", "2000PiB", "larger than 1 EiB"),
     ("wait_s", "soon", "expected a number of seconds or a duration (250ms, 10min), got 'soon'"),
-    ("k", 0, "must be in [1, 8], got 0"), ("k", "9", "must be in [1, 8], got 9"), ("tags", [1], "expected a list of strings"),
+    ("k", 0, "must be in [1, 8], got 0"), ("k", "9", "must be in [1, 8], got 9"),
+    ("tags", [1], "expected a list of strings"),
     ("w", "0", "must be > 0, got 0.0"),
     ("nope", 1, "unknown setting; valid: cap_bytes, k, maybe, mode, n, name, on, tags, w, wait_s, x"),
 ])
