@@ -36,7 +36,7 @@ SMOKE: dict[str, tuple[list[str], str, str]] = {
     "frontier": (["--quick", "--models", "kimi-k3", "--only", "mooncake", "--policies", "lru,gandalf"],
                  "Gandalf dominates", ""),
     "simulator": (["--policies", "lru", "--requests", "300"], "libCacheSim", ""),
-    "waf_model": (["--sessions", "3", "--ssd-mb", "40", "--only-uniform"], "WAF", ""),
+    "waf_model": (["--smoke"], "GC-active", ""),
     "placement": (["--sessions", "3", "--turns", "3", "--dram", "100MB", "--ssd", "200MB", "--devsz-mb", "256",
                    "--policy", "lru"], "lru", ""),
 }
