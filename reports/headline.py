@@ -71,7 +71,9 @@ def drive_of(row: ResultsRow, short: bool = False, scaling: bool = False) -> str
         return f"{row.drive_preset or 'options'}, {pre}"
     pre = ("preconditioned toward steady state, which it did not reach" if unreached else
            PRECONDITIONING.get(mode, f"preconditioned: {mode}"))
-    scale = f" ({row.drive_scaling})" if scaling and row.drive_scaling else ""
+    # the device's scaling note starts with the preset's name, which this sentence already gives
+    note = (row.drive_scaling or "").removeprefix(f"preset {row.drive_preset}: ")
+    scale = f" ({note})" if scaling and note else ""
     return f"preset {row.drive_preset or '(the device options)'}{scale}, {pre}"
 
 
