@@ -371,9 +371,16 @@ def placement_result(plan: PlanBytes, device: DeviceMeasurement, measured_waf: f
     }
     checks = []
     if handles is not None:
-        for h, (want, got) in enumerate(zip(handles.plan_write_bytes, handles.host_bytes, strict=True)):
+        # each handle's bytes at the drive against the plan record's (× the passes the device played),
+        # and against what the player read from the plan: the two must agree too
+        passes = r.phases.passes if r.phases is not None else 1
+        for h, (read, got) in enumerate(zip(handles.plan_write_bytes, handles.host_bytes, strict=True)):
+            want = (plan.write_bytes_by_handle[h] if h < len(plan.write_bytes_by_handle) else 0) * passes
             checks.append(Check.of(f"host bytes, handle {h}", want, got, f"{handles.measured_by} fdp", 0.0,
                                    kind="accounting"))
+            if read != want:
+                checks.append(Check.of(f"plan bytes read, handle {h}", want, read, handles.measured_by, 0.0,
+                                       kind="accounting"))
     # an FDP statistics log (22h): its host bytes are the plan's; a drive without an FTL (stock
     # QEMU) must count the media bytes its reclaim-unit accounting makes of the plan
     log = r.fdp_log

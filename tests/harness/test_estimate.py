@@ -192,3 +192,24 @@ def test_a_capture_that_lost_events_or_was_not_drained_fails_its_byte_check() ->
     assert "lost up to 3 events" in c.note and c.source == "ebpf:bpftrace"
     undrained = capture_check("trim bytes", 1_000_000, 1_000_000, _capture("bpftrace", 1_000_000, drained=False))
     assert not undrained.passed and "flush barrier" in undrained.note
+
+
+def test_per_handle_bytes_are_checked_against_the_plan_record() -> None:
+    """Each handle's host bytes at the drive are checked against the plan record's bytes for that
+    handle, not only against what the player says it read from the plan: a player that misread the
+    plan (and wrote what it misread) fails both checks."""
+    from kvwear.harness.devices.measurement import HandleCount, ReplayResult, TrimCount, TrimMode
+    from kvwear.harness.estimate.estimator import PlanBytes, placement_result
+
+    plan = PlanBytes(object_write_bytes=12, aligned_write_bytes=12, trim_bytes=0, placement="kind",
+                     write_bytes_by_handle=(8, 4))
+    ident = DeviceIdentity("sim", "")
+
+    def checks(read: tuple[int, ...], host: tuple[int, ...]) -> list[tuple[str, bool]]:
+        replay = ReplayResult("sim", "kvwear-ftl", sum(host), 0, 0, 2, 0, 0.1, TrimCount(TrimMode.NONE, 0),
+                              handles=HandleCount("kvwear-ftl", read, host, host, 0))
+        return [(c.name, c.passed) for c in placement_result(plan, DeviceMeasurement(replay, ident), 1.0)[1]]
+
+    assert checks((8, 4), (8, 4)) == [("host bytes, handle 0", True), ("host bytes, handle 1", True)]
+    assert checks((8, 5), (8, 5)) == [("host bytes, handle 0", True), ("host bytes, handle 1", False),
+                                      ("plan bytes read, handle 1", False)]
