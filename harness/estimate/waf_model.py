@@ -100,7 +100,7 @@ from kvwear.emulator.ftl import OP_WRITE, FtlConfig
 from kvwear.errors import KvwearError
 from kvwear.harness.plan.planner import slot_hash
 
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2                  # 2: run_cells and write_ios (the run-level model's input)
 PAGE_BYTES = 4096                    # the summary's page: the plan's 4 KiB alignment unit
 GRID_POINTS_PER_OCTAVE = 8           # survival grid resolution (log-spaced distances)
 # Write-time bands with a survival curve each: a plan is not stationary (the first pass over an
@@ -111,6 +111,17 @@ BANDS = 16
 # line, or the nearest of these (FEMU's fixture: 1,024; the block-level default: 64).
 LINE_PAGES = (64, 256, 1024, 4096)      # powers of two (the summary pass shifts by them)
 MODEL_NAME = "fluid log-structured cleaning over page and line death distances"
+# Runs of deaths (`DeathSummary.run_cells`): binned by death distance at this many bins per octave
+# (each cell keeps its exact smallest and largest distance, so a single death distance — a circular
+# log's — stays exact) and by run length at one bin per octave (each cell keeps its pages: the mean).
+RUN_BINS_PER_OCTAVE = 32
+# run_cells kinds: how the run's pages die
+RUN_SAME_DISTANCE = 0     # one after another, each the same distance after its write (overwritten in order)
+RUN_SAME_TIME = 1         # all at one host time (a TRIM, or an overwrite of pages written apart)
+RUN_SURVIVOR = 2          # live when the plan ends (distance: none)
+RUN_NEXT_SAME_DISTANCE = 3   # a survivor's death in the plan's next pass, as kind 0 …
+RUN_NEXT_SAME_TIME = 4       # … and as kind 1 (the plan played again: the first touch of its page)
+RUN_KINDS = 5
 
 # The model's regime (`WafPrediction.regime`): which GC did most of the copying in the model (the
 # FTL's GC triggers, FtlConfig.gc_mode: on-demand block GC, FEMU's line background / forced), and
@@ -132,7 +143,15 @@ class DeathSummary:
     `hist_pages[i]` = deaths with distance in [grid_pages[i], grid_pages[i+1]) (the last bin open),
     `survivor_pages` never died. `band_line_survival[k][b][i]`: the share of band b's pages whose
     line — an aligned run of `line_pages[k]` consecutive host pages — still holds a valid page at
-    age `grid_pages[i]` (greedy GC reclaims an emptied line for free)."""
+    age `grid_pages[i]` (greedy GC reclaims an emptied line for free). `write_ios`: the plan's write
+    requests. `run_cells`: the plan's *runs* — maximal sequences of pages with consecutive write
+    times that die together (kind `RUN_SAME_DISTANCE`: one after another, each at the same distance
+    after its write, as pages overwritten in the order they were written; `RUN_SAME_TIME`: all at
+    one host time, as a TRIM of an object), survive (`RUN_SURVIVOR`), or, for the survivors, die in
+    the plan's next pass (`RUN_NEXT_*`: at their page's first write or TRIM in the plan) — counted
+    per (write-time band of the run's first page, kind, length octave, distance bin) as rows
+    (band, kind, runs, pages, smallest, largest distance of the run's first page); survivors'
+    distances are 0."""
 
     version: int
     page_bytes: int
@@ -150,6 +169,8 @@ class DeathSummary:
     band_survival: tuple[tuple[float, ...], ...]
     line_pages: tuple[int, ...]
     band_line_survival: tuple[tuple[tuple[float, ...], ...], ...]
+    write_ios: int = 0
+    run_cells: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
         if self.version != SUMMARY_VERSION:
@@ -161,6 +182,11 @@ class DeathSummary:
                 or len(self.band_line_survival) != len(self.line_pages) \
                 or any(len(k) != bands or any(len(b) != g for b in k) for k in self.band_line_survival):
             raise KvwearError("death_summary grid, survival, observed, hist and bands differ in length")
+        for row in self.run_cells:
+            if len(row) != 6 or not 0 <= row[0] < bands or not 0 <= row[1] < RUN_KINDS or row[2] <= 0 \
+                    or row[3] < row[2] or row[4] > row[5]:
+                raise KvwearError(f"death_summary run cell {list(row)}: not (band, kind, runs, pages, "
+                                  "smallest distance, largest distance)")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -259,7 +285,7 @@ def _short_runs(short, m, lt, lt_n, pend, grid, total, band_len, line_shifts, li
 
 @numba.njit(cache=True)
 def _deaths(ops, first, npages, last_lo, last_hi, now, grid, total, band_len, dead_diff, hist, counts, line_shifts,
-            lt, lt_n, pend, line_hist, short):
+            lt, lt_n, pend, line_hist, short, rs, rcell, nlb, ndb, ft, ft_flag):
     """One pass over the page requests. The page's live write's host time (−1: never written,
     −2: trimmed) is held in 40 bits split over last_lo (uint32) and last_hi (uint8) (_page_time).
     dead_diff[band]: +1/−1 over the grid range [d, T − t) where a death at distance d is visible.
@@ -271,6 +297,12 @@ def _deaths(ops, first, npages, last_lo, last_hi, now, grid, total, band_len, de
     (`line_shifts` ascending) and hands each run on (_line_run) when the line changes; runs
     shorter than _LONG_RUN are held back in `short` (rows: line, deaths, last death) and applied
     in line order when it fills and at the end (_short_runs).
+    Runs of deaths (DeathSummary.run_cells): a death continues the run `rs` (its first page's
+    write time, last page's write time, last death time, kind −1 undecided / 0 / 1, length, first
+    page's distance) when its page was written right after the run's last page and it dies at the
+    same host time (kind 1) or one host page later (kind 0); otherwise the run goes to `rcell`
+    (_run_flush) and a new one starts. `ft[lpn]`: 1 + the host time of the page's first write or
+    TRIM in the plan (+ `ft_flag` for a TRIM), 0 before; the survivors' next-pass deaths follow.
     `now`: the host pages written before these requests (a plan fed in batches); returns
     (now, lt), the table grown when it filled."""
     s0 = line_shifts[0]
@@ -288,10 +320,24 @@ def _deaths(ops, first, npages, last_lo, last_hi, now, grid, total, band_len, de
         op = ops[r]
         if op == 1:
             continue
+        if op == 0:
+            counts[3] += 1
         for lpn in range(first[r], first[r] + npages[r]):
+            if ft[lpn] == 0:
+                ft[lpn] = now + 1 + (ft_flag if op == 2 else 0)
             tw = _page_time(last_lo, last_hi, lpn)
             if tw >= 0:
                 d = now - tw - 1
+                if rs[4] > 0 and tw == rs[1] + 1 and ((now == rs[2] and rs[3] != 0)
+                                                      or (now == rs[2] + 1 and rs[3] != 1)):
+                    if rs[3] == -1:
+                        rs[3] = 1 if now == rs[2] else 0
+                    rs[1] = tw
+                    rs[2] = now
+                    rs[4] += 1
+                else:
+                    _run_flush(rs, rcell, band_len, nlb, ndb)
+                    rs[0], rs[1], rs[2], rs[3], rs[4], rs[5] = tw, tw, now, -1, 1, d
                 if tw < b_start or tw >= b_start + band_len:
                     b = tw // band_len             # a 64-bit division: only when the band changes
                     b_start = b * band_len
@@ -346,6 +392,104 @@ def _deaths(ops, first, npages, last_lo, last_hi, now, grid, total, band_len, de
     for k in range(line_shifts.shape[0]):
         lt = _line_flush(lt, lt_n, pend, k, grid, total, band_len, line_shifts, line_hist)
     return now, lt
+
+
+@numba.njit(cache=True, inline="always")
+def _bitlen(x):
+    n = 0
+    while x > 0:
+        n += 1
+        x >>= 1
+    return n
+
+
+@numba.njit(cache=True)
+def _dist_bin(d):
+    """The distance bin of d ≥ 0: RUN_BINS_PER_OCTAVE linear bins in each octave of d + 1 (integers only)."""
+    o = _bitlen(d + 1) - 1
+    return o * RUN_BINS_PER_OCTAVE + (((d + 1 - (1 << o)) * RUN_BINS_PER_OCTAVE) >> o)
+
+
+def run_bins(total_pages: int) -> tuple[int, int]:
+    """(length bins, distance bins) of a plan of `total_pages` written pages."""
+    nlb = max(1, int(total_pages).bit_length()) + 1
+    return nlb, (nlb + 1) * RUN_BINS_PER_OCTAVE
+
+
+@numba.njit(cache=True)
+def _run_flush(rs, rcell, band_len, nlb, ndb):
+    """The finished run `rs` (_deaths) into the dense cells `rcell` (rows: runs, pages, smallest and
+    largest first-page distance; cells (band, kind 0/1, length octave, distance bin))."""
+    n = rs[4]
+    if n == 0:
+        return
+    kind = 1 if rs[3] == 1 else 0
+    d = rs[5]
+    i = (((rs[0] // band_len) * 2 + kind) * nlb + min(_bitlen(n) - 1, nlb - 1)) * ndb + min(_dist_bin(d), ndb - 1)
+    if rcell[0, i] == 0 or d < rcell[2, i]:
+        rcell[2, i] = d
+    if rcell[0, i] == 0 or d > rcell[3, i]:
+        rcell[3, i] = d
+    rcell[0, i] += 1
+    rcell[1, i] += n
+    rs[4] = 0
+
+
+@numba.njit(cache=True)
+def _sorted_runs(tw, dt):
+    """Runs (the _deaths rule) over pages sorted by write time `tw` dying at host times `dt`
+    (dt < 0: they survive; runs then only need consecutive write times). Returns (first write
+    time, length, kind −1/0/1, first page's distance) per run."""
+    n = tw.shape[0]
+    out = np.empty((4, n), np.int64)
+    m = 0
+    i = 0
+    while i < n:
+        j = i + 1
+        kind = -1
+        while j < n and tw[j] == tw[j - 1] + 1:
+            if dt[i] >= 0:
+                if dt[j] == dt[j - 1] and kind != 0:
+                    kind = 1
+                elif dt[j] == dt[j - 1] + 1 and kind != 1:
+                    kind = 0
+                else:
+                    break
+            j += 1
+        out[0, m], out[1, m], out[2, m] = tw[i], j - i, kind
+        out[3, m] = dt[i] - tw[i] - 1 if dt[i] >= 0 else 0
+        m += 1
+        i = j
+    return out[:, :m]
+
+
+def _bitlens(x: np.ndarray) -> np.ndarray:
+    """Bit lengths of positive int64s below 2⁵³ (exact: frexp's exponent)."""
+    return np.frexp(x.astype(np.float64))[1].astype(np.int64)
+
+
+def _cells_of_runs(runs: np.ndarray, kind: np.ndarray, band_len: int, nlb: int, ndb: int
+                   ) -> list[tuple[int, int, int, int, int, int]]:
+    """run_cells rows of runs (rows of _sorted_runs) of the given kinds."""
+    if runs.shape[1] == 0:
+        return []
+    band = runs[0] // band_len
+    lb = np.minimum(_bitlens(runs[1]) - 1, nlb - 1)
+    d1 = runs[3] + 1
+    o = _bitlens(d1) - 1
+    db = np.minimum(o * RUN_BINS_PER_OCTAVE + (((d1 - (np.int64(1) << o)) * RUN_BINS_PER_OCTAVE) >> o), ndb - 1)
+    key = ((band * RUN_KINDS + kind) * nlb + lb) * ndb + db
+    uk, inv = np.unique(key, return_inverse=True)
+    cnt = np.bincount(inv, minlength=len(uk))
+    pages = np.bincount(inv, weights=runs[1], minlength=len(uk)).astype(np.int64)
+    dmin = np.full(len(uk), np.iinfo(np.int64).max)
+    dmax = np.full(len(uk), -1)
+    np.minimum.at(dmin, inv, runs[3])
+    np.maximum.at(dmax, inv, runs[3])
+    kinds = (uk // (nlb * ndb)) % RUN_KINDS
+    bands = uk // (nlb * ndb * RUN_KINDS)
+    return [(int(b), int(k), int(c), int(p), int(lo), int(hi))
+            for b, k, c, p, lo, hi in zip(bands, kinds, cnt, pages, dmin, dmax, strict=True)]
 
 
 # pend rows (one column per line size): the pending run's line, its dead pages, its last death time
@@ -496,7 +640,7 @@ class DeathCounter:
         self.nb = max(1, -(-total // self.band_len))
         self.dead_diff = np.zeros((self.nb, len(self.grid) + 1), np.int64)
         self.hist = np.zeros(len(self.grid), np.int64)
-        self.counts = np.zeros(3, np.int64)
+        self.counts = np.zeros(4, np.int64)         # overwritten, trimmed, footprint, write requests
         self.sizes = np.asarray(LINE_PAGES, np.int64)
         self.shifts = np.log2(self.sizes).astype(np.int64)        # LINE_PAGES are powers of two
         # the open lines only (bounded by the device's live pages), never one entry per line of the plan
@@ -508,6 +652,14 @@ class DeathCounter:
         self.line_hist = np.zeros((len(self.sizes), self.nb * (len(self.grid) + 1)), np.int64)
         self.ended = False
         self.now = 0
+        # runs of deaths (DeathSummary.run_cells): the open run, the dense cells of kinds 0 and 1,
+        # and each page's first touch (4 B a page below 2³¹ written pages, else 8)
+        self.nlb, self.ndb = run_bins(total)
+        self.run = np.zeros(6, np.int64)
+        self.rcell = np.zeros((4, self.nb * 2 * self.nlb * self.ndb), np.int64)
+        wide = total + 1 >= (1 << 31)
+        self.ft = np.zeros(self.exposed_pages, np.int64 if wide else np.uint32)
+        self.ft_flag = (1 << 62) if wide else (1 << 31)
 
     def feed(self, op_codes: np.ndarray, first_page: np.ndarray, npages: np.ndarray) -> None:
         """The next requests of the plan."""
@@ -518,7 +670,8 @@ class DeathCounter:
             raise KvwearError("internal error: death_summary fed after its summary")
         self.now, self.lines = _deaths(ops, first, n, self.last_lo, self.last_hi, self.now, self.grid, self.total,
                                        self.band_len, self.dead_diff, self.hist, self.counts, self.shifts,
-                                       self.lines, self.lines_n, self.pend, self.line_hist, self.short)
+                                       self.lines, self.lines_n, self.pend, self.line_hist, self.short,
+                                       self.run, self.rcell, self.nlb, self.ndb, self.ft, self.ft_flag)
 
     def summary(self) -> DeathSummary:
         """The summary of everything fed (which must be the `total_pages` announced)."""
@@ -539,6 +692,7 @@ class DeathCounter:
         band_s = np.where(np.isnan(band_s), pooled[None, :], band_s)
         if not self.ended:
             _end_lines(self.lines, self.lines_n, grid, total, band_len, self.shifts, self.line_hist)
+            _run_flush(self.run, self.rcell, band_len, self.nlb, self.ndb)
             self.ended = True
         line_s = []
         for k in range(len(sizes)):
@@ -558,7 +712,35 @@ class DeathCounter:
             band_start_pages=tuple(int(x) for x in starts),
             band_survival=_rows(band_s), line_pages=tuple(int(w) for w in sizes),
             band_line_survival=tuple(_rows(e) for e in line_s),
+            write_ios=int(counts[3]), run_cells=self._run_cells(),
         )
+
+    def _run_cells(self) -> tuple[tuple[int, ...], ...]:
+        """run_cells (DeathSummary): the runs of deaths counted during the pass, then the survivors'
+        runs and their deaths in a next pass (at their page's first touch in the plan)."""
+        nlb, ndb, bl = self.nlb, self.ndb, self.band_len
+        rows: list[tuple[int, int, int, int, int, int]] = []
+        for i in np.flatnonzero(self.rcell[0]):
+            b, rest = divmod(int(i), 2 * nlb * ndb)
+            c = self.rcell[:, i]
+            rows.append((b, rest // (nlb * ndb), int(c[0]), int(c[1]), int(c[2]), int(c[3])))
+        code = self.last_lo.astype(np.int64)
+        if self.last_hi.size:
+            code |= self.last_hi.astype(np.int64) << 32
+        live = np.flatnonzero(code >= 2)
+        order = np.argsort(code[live], kind="stable")
+        lpn = live[order]
+        tw = code[lpn] - 2
+        ft = self.ft[lpn].astype(np.int64)
+        trim = (ft & self.ft_flag) != 0
+        dt = self.total + (ft & (self.ft_flag - 1)) - 1          # the next pass's host time of the first touch
+        surv = _sorted_runs(tw, np.full(len(tw), -1, np.int64))
+        rows += _cells_of_runs(surv, np.full(surv.shape[1], RUN_SURVIVOR), bl, nlb, ndb)
+        nxt = _sorted_runs(tw, dt)
+        del trim
+        kind = np.where(nxt[2] == 1, RUN_NEXT_SAME_TIME, RUN_NEXT_SAME_DISTANCE)
+        rows += _cells_of_runs(nxt, kind, bl, nlb, ndb)
+        return tuple(sorted(rows))
 
 
 def _rows(a: np.ndarray) -> tuple[tuple[float, ...], ...]:
@@ -985,3 +1167,277 @@ def workload_waf(summary: DeathSummary, config: FtlConfig) -> WafPrediction:
     share = config.min_invalid_pages / config.pages_per_line
     waf, regime = fluid_waf(summary, p_bg, p_high, share, line, greedy=greedy, separate=greedy)
     return WafPrediction(waf, p_bg, regime)
+
+
+# -- the run-level model: a unit-level simulation over runs drawn from the summary -----------------
+#
+# What it is. The fluid above is a mean field: it knows how many pages of an age are valid, not how
+# they sit in the drive's units, so it misses what makes WAF on line GC (a circular log's pages all
+# die at one distance; FEMU's background GC takes a line as soon as 1/8 of it died and copies the
+# rest a moment before it dies) and on drives of few units (GC cleans a tenth of the drive at once).
+# The run-level model draws a synthetic write stream from the summary's `run_cells` — runs of pages
+# written together that die together, each with a length and a death distance drawn from the
+# plan's own distribution in its write-time band — and plays it on a drive of the real geometry
+# with the real GC rules (the embedded FTL's GC kernel: greedy or FEMU's line GC, its thresholds,
+# victim order and copy order). It is a model, not the measurement: it never sees the plan's page
+# stream, its addresses or its order — only the distribution of (band, run length, death distance,
+# kind) the summary keeps; the runs of one band are drawn independently, so whatever the plan's
+# order holds beyond them (which object dies before which, the addresses) is not in it. What the
+# model keeps exact is what WAF depends on: the share of pages dying at each distance (binned at
+# 32 per octave, each bin with its exact smallest and largest distance: a single death distance
+# stays one) and how many die together. A drive larger than MODEL_PAGES is simulated at scale:
+# the same number of units and OP, units of fewer pages, every distance and run length scaled
+# alike (WAF depends on them only relative to the drive).
+#
+# Preconditioning. A drive in service (precondition = fill | steady) holds data written before the
+# plan: the model preconditions its drive exactly as the device does (kvwear.emulator.precondition:
+# the SNIA PTS procedure on the same geometry; the data is the procedure's, not the plan's). The
+# plan's pages then take the addresses of its footprint (`footprint_pages`): they overwrite
+# preconditioning data as the plan first writes them, and the rest of the drive stays valid
+# preconditioning data that GC must move. Played until steady (the default run), the stream is the
+# plan repeated: its survivors die in the next pass at their page's first touch
+# (`RUN_NEXT_*`), rounds of the device's size are split by the same steady-state criterion, and
+# the model's WAF is the one the device's lifetime takes (steady window, else the last window).
+
+MODEL_PAGES = 1 << 17            # exposed pages of the simulated drive at most (scaled above this)
+RUN_MODEL_NAME = "run-level simulation of the drive's GC over runs drawn from the death summary"
+_INF = np.iinfo(np.int64).max
+
+
+@numba.njit(cache=True, inline="always")
+def _hpush(hk, hl, hv, hn, key, lpn, ver):
+    i = hn[0]
+    hn[0] += 1
+    while i > 0:
+        p = (i - 1) >> 1
+        if hk[p] <= key:
+            break
+        hk[i], hl[i], hv[i] = hk[p], hl[p], hv[p]
+        i = p
+    hk[i], hl[i], hv[i] = key, lpn, ver
+
+
+@numba.njit(cache=True, inline="always")
+def _hpop(hk, hl, hv, hn):
+    """Remove the top (the caller read it at index 0)."""
+    hn[0] -= 1
+    n = hn[0]
+    key, lpn, ver = hk[n], hl[n], hv[n]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and hk[c + 1] < hk[c]:
+            c += 1
+        if hk[c] >= key:
+            break
+        hk[i], hl[i], hv[i] = hk[c], hl[c], hv[c]
+        i = c
+    hk[i], hl[i], hv[i] = key, lpn, ver
+
+
+@numba.njit(cache=True)
+def _seed(seed):
+    np.random.seed(seed)
+
+
+@numba.njit(cache=True)
+def _synth(n_pages, pass_pages, band_len, c_off, c_cum, c_kind, c_len, c_dlo, c_dhi, req_pages, pool, pn,
+           ver, ow, tr, st, ops, first, npages):
+    """`n_pages` more host pages of the synthetic stream (the run-level model above) as requests
+    written into ops / first / npages; returns the requests written. The stream's state persists
+    between calls: `pool` (free addresses, a stack of `pn[0]`), `ver` (each address's write
+    count: a heap entry of an older write is stale), the heaps `ow` (pages overwritten by the write
+    at their due host page) and `tr` (pages trimmed when the host has written their due pages),
+    each (keys, addresses, versions, size), and `st` (host pages so far, the open run: pages left,
+    kind, due, distance). Band b's runs are drawn from c_*[c_off[b]:c_off[b+1]] with weights
+    c_cum (cumulative run counts); lengths c_len are means (rounded at random, the mean kept),
+    distances uniform in [c_dlo, c_dhi]; kind 0 dies page by page `distance` after its write, 1
+    all at once, 2 never."""
+    ok, ol, ov, on = ow
+    tk, tl, tv, tn = tr
+    m = 0
+    end = st[0] + n_pages
+    while st[0] < end:
+        s0 = st[0]
+        # trims due by now, in address order, as requests of contiguous addresses
+        k0 = m
+        while tn[0] > 0 and tk[0] <= s0:
+            lpn, v = tl[0], tv[0]
+            _hpop(tk, tl, tv, tn)
+            if ver[lpn] == v:
+                ver[lpn] += 1
+                first[m] = lpn
+                m += 1
+        if m > k0:
+            seg = np.sort(first[k0:m])
+            w = k0
+            for j in range(seg.shape[0]):
+                lpn = seg[j]
+                if w > k0 and first[w - 1] + npages[w - 1] == lpn:
+                    npages[w - 1] += 1
+                else:
+                    ops[w], first[w], npages[w] = 2, lpn, 1
+                    w += 1
+            for j in range(seg.shape[0] - 1, -1, -1):
+                pool[pn[0]] = seg[j]
+                pn[0] += 1
+            m = w
+        # one write request of up to req_pages pages (split where the addresses are not contiguous)
+        for _ in range(min(req_pages, end - s0)):
+            s = st[0]
+            lpn = -1
+            while on[0] > 0 and lpn < 0 and (ok[0] <= s or pn[0] == 0):
+                if ver[ol[0]] == ov[0]:
+                    lpn = ol[0]
+                _hpop(ok, ol, ov, on)
+            if lpn < 0:
+                if pn[0] > 0:
+                    pn[0] -= 1
+                    lpn = pool[pn[0]]
+                else:
+                    while tn[0] > 0 and lpn < 0:
+                        if ver[tl[0]] == tv[0]:
+                            lpn = tl[0]
+                        _hpop(tk, tl, tv, tn)
+                    if lpn < 0:
+                        lpn = np.random.randint(0, pool.shape[0])
+            ver[lpn] += 1
+            if m > 0 and ops[m - 1] == 0 and first[m - 1] + npages[m - 1] == lpn and s > s0:
+                npages[m - 1] += 1
+            else:
+                ops[m], first[m], npages[m] = 0, lpn, 1
+                m += 1
+            # this page's death: from the open run, or a new run drawn from the page's band
+            while st[1] <= 0:
+                b = min((s % pass_pages) // band_len, c_off.shape[0] - 2)
+                lo, hi = c_off[b], c_off[b + 1]
+                if hi <= lo:
+                    st[1], st[2] = 1, 2
+                    break
+                base = c_cum[lo - 1] if lo > 0 else 0.0
+                c = lo + np.searchsorted(c_cum[lo:hi], base + np.random.random() * (c_cum[hi - 1] - base), "right")
+                c = min(c, hi - 1)
+                n = int(c_len[c] + np.random.random())
+                if n <= 0:
+                    continue
+                d = int(c_dlo[c] + np.random.random() * (c_dhi[c] - c_dlo[c]) + 0.5)
+                st[1], st[2], st[4] = n, c_kind[c], d
+                st[3] = s + d + 1                      # kind 1: every page of the run dies then
+            kind = st[2]
+            if kind == 0:
+                _hpush(ok, ol, ov, on, s + st[4] + 1, lpn, ver[lpn])
+            elif kind == 1:
+                _hpush(tk, tl, tv, tn, st[3], lpn, ver[lpn])
+            st[1] -= 1
+            st[0] += 1
+    return m
+
+
+@dataclass(frozen=True)
+class RunModelResult:
+    """The run-level model's answer: `waf` (the one the device's lifetime would take: one pass's,
+    or the steady state's), the passes and rounds it played, whether it reached steady state, the
+    scale it simulated at (simulated exposed pages ÷ the drive's) and its GC copies by trigger."""
+
+    waf: float
+    passes: int
+    rounds: int
+    steady: bool | None
+    scale: float
+    background_pages: int
+    forced_pages: int
+
+
+def _scaled(config: FtlConfig) -> tuple[FtlConfig, float]:
+    """The drive at most MODEL_PAGES exposed: as many units, the same OP, fewer pages a block."""
+    if config.exposed_pages <= MODEL_PAGES:
+        return config.with_(interval_host_pages=0), 1.0
+    ppb = max(1, round(config.pages_per_block * MODEL_PAGES / config.exposed_pages))
+    f = ppb / config.pages_per_block
+    exposed = max(1, int(config.exposed_pages * f))
+    return config.with_(pages_per_block=ppb, exposed_pages=exposed, interval_host_pages=0), f
+
+
+def run_model_waf(summary: DeathSummary, config: FtlConfig, precondition: Any = None, until_steady: bool = False,
+                  seed: int = 1) -> RunModelResult:
+    """The run-level model (above) of `summary`'s plan on drive `config`, preconditioned as
+    `precondition` (a kvwear.emulator.precondition.PreconditionSpec, None: fresh out of box) and
+    played once or, `until_steady`, in passes until the device's steady-state criterion holds."""
+    from kvwear.emulator.ftl import Ftl
+    from kvwear.emulator.precondition import PreconditionSpec, default_round_pages, precondition as run_precondition
+    from kvwear.emulator.precondition import split_phases
+
+    t = summary.host_pages
+    if t == 0:
+        return RunModelResult(1.0, 0, 0, None, 1.0, 0, 0)
+    cfg, f = _scaled(config)
+    k = f * PAGE_BYTES / config.page_bytes                  # summary pages -> simulated FTL pages
+    cyclic = until_steady and precondition is not None
+    kinds = {RUN_SAME_DISTANCE: 0, RUN_SAME_TIME: 1, RUN_SURVIVOR: 2}
+    if cyclic:
+        kinds = {RUN_SAME_DISTANCE: 0, RUN_SAME_TIME: 1, RUN_NEXT_SAME_DISTANCE: 0, RUN_NEXT_SAME_TIME: 1}
+    rows = np.array([r for r in summary.run_cells if r[1] in kinds], np.int64).reshape(-1, 6)
+    nb = len(summary.band_start_pages)
+    rows = rows[np.lexsort((rows[:, 1], rows[:, 0]))]
+    c_off = np.searchsorted(rows[:, 0], np.arange(nb + 1)).astype(np.int64)
+    c_cum = np.cumsum(rows[:, 2]).astype(np.float64)
+    c_kind = np.array([kinds[int(x)] for x in rows[:, 1]], np.int64)
+    c_len = rows[:, 3] / np.maximum(rows[:, 2], 1) * k
+    c_dlo, c_dhi = rows[:, 4] * k, rows[:, 5] * k
+    pass_pages = max(1, round(t * k))
+    band_len = max(1, round(summary.band_start_pages[1] * k)) if nb > 1 else pass_pages
+    req = max(1, round(t / max(summary.write_ios, 1) * k))
+    ftl = Ftl(cfg)
+    n = cfg.exposed_pages
+    if precondition is not None:
+        spec = precondition if isinstance(precondition, PreconditionSpec) else PreconditionSpec(precondition)
+        rp = spec.round_pages or default_round_pages(config.exposed_pages)
+        spec = PreconditionSpec(spec.mode, spec.fill_loops, spec.fill_io_bytes, max(1, round(rp * f)), spec.criterion,
+                                spec.seed)
+        run_precondition(ftl, spec)
+        foot = min(n, max(1, round(summary.footprint_pages * k)))
+        round_pages, crit = spec.round_pages, spec.criterion
+    else:
+        foot = n
+        round_pages, crit = default_round_pages(n), None
+    pool = np.arange(foot - 1, -1, -1, dtype=np.int64)
+    pn = np.array([foot], np.int64)
+    ver = np.zeros(n, np.int64)
+    cap = n + 16
+
+    def heap() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64), np.zeros(1, np.int64)
+
+    ow, tr = heap(), heap()
+    st = np.zeros(5, np.int64)
+    _seed(seed)
+    before = ftl.counters()
+    ftl.restart_intervals(round_pages if until_steady and crit is not None else 0)
+    passes = 0
+    phases = None
+    while True:
+        buf = 3 * pass_pages + 16
+        ops, first, npg = np.empty(buf, np.int8), np.empty(buf, np.int64), np.empty(buf, np.int64)
+        m = _synth(pass_pages, pass_pages, band_len, c_off, c_cum, c_kind, c_len, c_dlo, c_dhi, req, pool, pn, ver,
+                   ow, tr, st, ops, first, npg)
+        ftl.apply_ops(ops[:m], first[:m], npg[:m])
+        passes += 1
+        if not (until_steady and crit is not None):
+            break
+        iv = ftl.intervals()
+        c = ftl.counters()
+        phases = split_phases(iv.host_pages - before.host_pages, iv.gc_pages - before.gc_pages, round_pages, crit,
+                              end=(c.host_pages - before.host_pages, c.gc_pages - before.gc_pages))
+        if phases.reached or len(phases.host_per_round) >= crit.max_rounds:
+            break
+    d = ftl.counters().minus(before)
+    waf = d.waf
+    if phases is not None:
+        if phases.steady is not None and phases.steady.waf is not None:
+            waf = phases.steady.waf
+        elif len(phases.host_per_round) >= phases.criterion.window and phases.last_window.waf is not None:
+            waf = phases.last_window.waf
+    return RunModelResult(float(waf), passes, len(phases.host_per_round) if phases is not None else 0,
+                          phases.reached if phases is not None else None, f, 0, 0)

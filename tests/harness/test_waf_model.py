@@ -14,10 +14,12 @@ from kvwear.harness.estimate.waf_model import (
     BANDS,
     LINE_PAGES,
     PAGE_BYTES,
+    RUN_BINS_PER_OCTAVE,
     SUMMARY_VERSION,
     DeathCounter,
     DeathSummary,
     death_summary,
+    run_bins,
     steady_state_waf,
     survival_grid,
     workload_waf,
@@ -73,14 +75,21 @@ def _brute_force_summary(ops: np.ndarray, first: np.ndarray, n: np.ndarray, expo
     seen: set[int] = set()
     died: dict[int, int] = {}                       # host time -> host pages written when it died
     counts = [0, 0, 0]                              # overwritten, trimmed, footprint
+    touched: dict[int, int] = {}                    # page -> host time of its first write or TRIM
+    runs: list[list[int]] = []                      # deaths in the order they happen: [tw, ..]
+    deaths: list[tuple[int, int]] = []              # (tw, death time) in that order
+    write_ios = 0
     now = start
     for op, f, k in zip(ops.tolist(), first.tolist(), n.tolist(), strict=True):
         if op == OP_READ:
             continue
+        write_ios += op == OP_WRITE
         for lpn in range(f, f + k):
+            touched.setdefault(lpn, now)
             tw = live.pop(lpn, None)
             if tw is not None:
                 died[tw] = now
+                deaths.append((tw, now))
                 counts[0 if op == OP_WRITE else 1] += 1
             elif op == OP_WRITE and lpn not in seen:
                 counts[2] += 1
@@ -118,13 +127,59 @@ def _brute_force_summary(ops: np.ndarray, first: np.ndarray, n: np.ndarray, expo
                         empty[s0 // band_len][i] += s1 - s0
         lines.append(_shares(np.array([[max(1.0 - empty[b][i] / obs[b][i] if obs[b][i] else 1.0, band_s[b][i])
                                         for i in range(len(x))] for b in range(nb)])))
+    del runs
+    surv = sorted((tw, lpn) for lpn, tw in live.items())
     return DeathSummary(
         version=SUMMARY_VERSION, page_bytes=PAGE_BYTES, exposed_pages=exposed, host_pages=total,
         overwritten_pages=counts[0], trimmed_pages=counts[1], survivor_pages=len(live), footprint_pages=counts[2],
         grid_pages=tuple(x), survival=tuple(min(max(v, 0.0), 1.0) for v in pooled),
         observed=tuple(sum(o[i] for o in obs) for i in range(len(x))), hist_pages=tuple(hist),
         band_start_pages=tuple(starts), band_survival=_shares(np.array(band_s)), line_pages=LINE_PAGES,
-        band_line_survival=tuple(lines))
+        band_line_survival=tuple(lines), write_ios=write_ios,
+        run_cells=_brute_force_cells(deaths, [(tw, None) for tw, _ in surv],
+                                     [(tw, total + touched[lpn]) for tw, lpn in surv], total, band_len))
+
+
+def _brute_force_runs(deaths: list[tuple[int, int | None]]) -> list[tuple[int, int, int, int]]:
+    """Runs over (write time, death time or None) in the given order: a page continues the run
+    when written right after its last page and dying at the same time (kind 1) or one page later
+    (kind 0); survivors (None) only need the write times. (first tw, length, kind, distance)."""
+    out: list[list[int]] = []
+    for tw, dt in deaths:
+        if out:
+            r = out[-1]
+            if tw == r[1] + 1 and dt is None:
+                r[1], r[3] = tw, r[3] + 1
+                continue
+            if tw == r[1] + 1 and dt is not None and ((dt == r[2] and r[4] != 0) or (dt == r[2] + 1 and r[4] != 1)):
+                if r[4] == -1:
+                    r[4] = 1 if dt == r[2] else 0
+                r[1], r[2], r[3] = tw, dt, r[3] + 1
+                continue
+        out.append([tw, tw, -1 if dt is None else dt, 1, -1, 0 if dt is None else dt - tw - 1])
+    return [(r[0], r[3], r[4], r[5]) for r in out]
+
+
+def _brute_force_cells(deaths: list[tuple[int, int]], survivors: list[tuple[int, None]],
+                       next_pass: list[tuple[int, int]], total: int, band_len: int) -> tuple[tuple[int, ...], ...]:
+    def dbin(d: int) -> int:
+        o = (d + 1).bit_length() - 1
+        return o * RUN_BINS_PER_OCTAVE + (((d + 1 - (1 << o)) * RUN_BINS_PER_OCTAVE) >> o)
+
+    nlb, ndb = run_bins(total)
+    cells: dict[tuple[int, int, int, int], list[int]] = {}
+    for runs, kinds in ((_brute_force_runs(list(deaths)), (0, 1)),
+                        (_brute_force_runs(list(survivors)), (2, 2)),
+                        (_brute_force_runs(list(next_pass)), (3, 4))):
+        for tw, length, kind, d in runs:
+            k = kinds[1] if kind == 1 else kinds[0]
+            key = (tw // band_len, k, min(length.bit_length() - 1, nlb - 1), min(dbin(d), ndb - 1))
+            c = cells.setdefault(key, [0, 0, d, d])
+            c[0] += 1
+            c[1] += length
+            c[2] = min(c[2], d)
+            c[3] = max(c[3], d)
+    return tuple(sorted((k[0], k[1], *v) for k, v in cells.items()))
 
 
 def _mixed_plan(seed: int, pages: int, requests: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
