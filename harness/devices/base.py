@@ -280,6 +280,13 @@ class Backend:
         return None
 
     @classmethod
+    def precondition_plan(cls, spec: DeviceSpec) -> tuple[Any, bool]:
+        """How kvwear preconditions the drive, where it does so itself (a
+        kvwear.emulator.precondition.PreconditionSpec, or None), and whether the plan then plays in
+        passes until the workload's steady state: the workload WAF model takes both."""
+        return None, False
+
+    @classmethod
     def preconditioned(cls, spec: DeviceSpec) -> bool:
         """Whether the drive is written (filled, or driven to steady state) before the plan plays,
         so it does not start empty (the workload WAF model assumes an empty drive)."""

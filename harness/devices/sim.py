@@ -708,6 +708,11 @@ class Sim(Backend):
         return ftl_config_from_spec(spec)
 
     @classmethod
+    def precondition_plan(cls, spec: DeviceSpec) -> tuple[PreconditionSpec | None, bool]:
+        d = sim_drive(spec)
+        return d.precondition, d.until_steady
+
+    @classmethod
     def preflight(cls, spec: DeviceSpec) -> None:
         sim_drive(spec)
 

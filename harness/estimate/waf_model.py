@@ -122,15 +122,19 @@ RUN_SURVIVOR = 2          # live when the plan ends (distance: none)
 RUN_NEXT_SAME_DISTANCE = 3   # a survivor's death in the plan's next pass, as kind 0 …
 RUN_NEXT_SAME_TIME = 4       # … and as kind 1 (the plan played again: the first touch of its page)
 RUN_KINDS = 5
+# Neighbouring runs (`DeathSummary.run_transitions`): their distance bins, coarser (16 per octave:
+# the fine bin >> 1), counted pair by pair in write order; a survivor's bin is -1 in the rows.
+RUN_COARSE_SHIFT = 1                 # 16 per octave
 
 # The model's regime (`WafPrediction.regime`): which GC did most of the copying in the model (the
 # FTL's GC triggers, FtlConfig.gc_mode: on-demand block GC, FEMU's line background / forced), and
 # "light" where the model predicts WAF < LIGHT_WAF (GC barely runs: the error there is of a
 # different kind, a missed onset rather than a misjudged amount). "no GC": the plan fits in the
 # space GC leaves alone.
-Regime = Literal["no GC", "on-demand light", "on-demand", "line light", "line background", "line forced"]
+Regime = Literal["no GC", "on-demand light", "on-demand", "line light", "line background", "line forced",
+                 "preconditioned"]
 REGIMES: tuple[Regime, ...] = ("no GC", "on-demand light", "on-demand", "line light", "line background",
-                              "line forced")
+                              "line forced", "preconditioned")
 LIGHT_WAF = 1.1
 
 
@@ -151,7 +155,10 @@ class DeathSummary:
     the plan's next pass (`RUN_NEXT_*`: at their page's first write or TRIM in the plan) — counted
     per (write-time band of the run's first page, kind, length octave, distance bin) as rows
     (band, kind, runs, pages, smallest, largest distance of the run's first page); survivors'
-    distances are 0."""
+    distances are 0. `run_transitions`: rows (table, band, bin before, bin after, count) — how
+    often a run whose first page's distance is in coarse bin `before` (16 per octave; −1: a
+    survivor) is followed in write order by one in bin `after`, counted in the later run's band;
+    table 0 with the survivors as survivors, table 1 with their next-pass deaths (RUN_NEXT_*)."""
 
     version: int
     page_bytes: int
@@ -171,6 +178,7 @@ class DeathSummary:
     band_line_survival: tuple[tuple[tuple[float, ...], ...], ...]
     write_ios: int = 0
     run_cells: tuple[tuple[int, ...], ...] = ()
+    run_transitions: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
         if self.version != SUMMARY_VERSION:
@@ -285,7 +293,7 @@ def _short_runs(short, m, lt, lt_n, pend, grid, total, band_len, line_shifts, li
 
 @numba.njit(cache=True)
 def _deaths(ops, first, npages, last_lo, last_hi, now, grid, total, band_len, dead_diff, hist, counts, line_shifts,
-            lt, lt_n, pend, line_hist, short, rs, rcell, nlb, ndb, ft, ft_flag):
+            lt, lt_n, pend, line_hist, short, rs, rcell, nlb, ndb, ft, ft_flag, bt, bt_n, trans):
     """One pass over the page requests. The page's live write's host time (−1: never written,
     −2: trimmed) is held in 40 bits split over last_lo (uint32) and last_hi (uint8) (_page_time).
     dead_diff[band]: +1/−1 over the grid range [d, T − t) where a death at distance d is visible.
@@ -303,8 +311,9 @@ def _deaths(ops, first, npages, last_lo, last_hi, now, grid, total, band_len, de
     same host time (kind 1) or one host page later (kind 0); otherwise the run goes to `rcell`
     (_run_flush) and a new one starts. `ft[lpn]`: 1 + the host time of the page's first write or
     TRIM in the plan (+ `ft_flag` for a TRIM), 0 before; the survivors' next-pass deaths follow.
+    Each finished run is paired with its neighbours in write order (_adjacent: `bt`, `trans`).
     `now`: the host pages written before these requests (a plan fed in batches); returns
-    (now, lt), the table grown when it filled."""
+    (now, lt, bt), the tables grown when they filled."""
     s0 = line_shifts[0]
     lo = 0
     hi = 0
@@ -336,7 +345,7 @@ def _deaths(ops, first, npages, last_lo, last_hi, now, grid, total, band_len, de
                     rs[2] = now
                     rs[4] += 1
                 else:
-                    _run_flush(rs, rcell, band_len, nlb, ndb)
+                    bt = _run_flush(rs, rcell, band_len, nlb, ndb, bt, bt_n, trans)
                     rs[0], rs[1], rs[2], rs[3], rs[4], rs[5] = tw, tw, now, -1, 1, d
                 if tw < b_start or tw >= b_start + band_len:
                     b = tw // band_len             # a 64-bit division: only when the band changes
@@ -391,7 +400,7 @@ def _deaths(ops, first, npages, last_lo, last_hi, now, grid, total, band_len, de
     lt = _short_runs(short, n_short, lt, lt_n, pend, grid, total, band_len, line_shifts, line_hist)
     for k in range(line_shifts.shape[0]):
         lt = _line_flush(lt, lt_n, pend, k, grid, total, band_len, line_shifts, line_hist)
-    return now, lt
+    return now, lt, bt
 
 
 @numba.njit(cache=True, inline="always")
@@ -417,12 +426,55 @@ def run_bins(total_pages: int) -> tuple[int, int]:
 
 
 @numba.njit(cache=True)
-def _run_flush(rs, rcell, band_len, nlb, ndb):
+def _bt_put(bt, bt_n, key, value):
+    """Insert into the boundary table (rows: key, value; key −1 empty); returns it (doubled when 70 % full)."""
+    if 10 * (bt_n[0] + 1) > 7 * bt.shape[1]:
+        old = bt
+        bt = np.full((2, 2 * old.shape[1]), -1, np.int64)
+        for j in range(old.shape[1]):
+            if old[0, j] != -1:
+                i = _line_slot(bt, old[0, j])
+                bt[0, i] = old[0, j]
+                bt[1, i] = old[1, j]
+    i = _line_slot(bt, key)
+    bt[0, i] = key
+    bt[1, i] = value
+    bt_n[0] += 1
+    return bt
+
+
+@numba.njit(cache=True)
+def _adjacent(bt, bt_n, trans, tw0, tw1, cb, band_len):
+    """Pair the run of write times [tw0, tw1] (coarse distance bin `cb`) with its neighbours in write
+    order: a boundary (the write time where a run starts) seen from one side waits in `bt` (value:
+    side << 32 | bin; side 0: the run before it, 1: the run after it) until the other side's run
+    ends too, and then counts trans[band of the boundary, bin before, bin after]. Returns bt."""
+    i = _line_slot(bt, tw0)
+    if bt[0, i] == tw0 and bt[1, i] >> 32 == 0:
+        trans[tw0 // band_len, bt[1, i] & 0xFFFFFFFF, cb] += 1
+        _line_drop(bt, i)
+        bt_n[0] -= 1
+    else:
+        bt = _bt_put(bt, bt_n, tw0, (np.int64(1) << 32) | cb)
+    b = tw1 + 1
+    i = _line_slot(bt, b)
+    if bt[0, i] == b and bt[1, i] >> 32 == 1:
+        trans[b // band_len, cb, bt[1, i] & 0xFFFFFFFF] += 1
+        _line_drop(bt, i)
+        bt_n[0] -= 1
+    else:
+        bt = _bt_put(bt, bt_n, b, cb)
+    return bt
+
+
+@numba.njit(cache=True)
+def _run_flush(rs, rcell, band_len, nlb, ndb, bt, bt_n, trans):
     """The finished run `rs` (_deaths) into the dense cells `rcell` (rows: runs, pages, smallest and
-    largest first-page distance; cells (band, kind 0/1, length octave, distance bin))."""
+    largest first-page distance; cells (band, kind 0/1, length octave, distance bin)), and paired
+    with its write-order neighbours (_adjacent). Returns bt."""
     n = rs[4]
     if n == 0:
-        return
+        return bt
     kind = 1 if rs[3] == 1 else 0
     d = rs[5]
     i = (((rs[0] // band_len) * 2 + kind) * nlb + min(_bitlen(n) - 1, nlb - 1)) * ndb + min(_dist_bin(d), ndb - 1)
@@ -433,6 +485,15 @@ def _run_flush(rs, rcell, band_len, nlb, ndb):
     rcell[0, i] += 1
     rcell[1, i] += n
     rs[4] = 0
+    return _adjacent(bt, bt_n, trans, rs[0], rs[0] + n - 1, min(_dist_bin(d), ndb - 1) >> RUN_COARSE_SHIFT, band_len)
+
+
+@numba.njit(cache=True)
+def _adjacent_all(bt, bt_n, trans, runs, cb, band_len):
+    """_adjacent for every run (rows of _sorted_runs) with its coarse bin; returns bt."""
+    for r in range(runs.shape[1]):
+        bt = _adjacent(bt, bt_n, trans, runs[0, r], runs[0, r] + runs[1, r] - 1, cb[r], band_len)
+    return bt
 
 
 @numba.njit(cache=True)
@@ -468,6 +529,13 @@ def _bitlens(x: np.ndarray) -> np.ndarray:
     return np.frexp(x.astype(np.float64))[1].astype(np.int64)
 
 
+def _dist_bins(d: np.ndarray) -> np.ndarray:
+    """_dist_bin of each distance (vectorised, exact)."""
+    d1 = np.asarray(d, np.int64) + 1
+    o = _bitlens(d1) - 1
+    return o * RUN_BINS_PER_OCTAVE + (((d1 - (np.int64(1) << o)) * RUN_BINS_PER_OCTAVE) >> o)
+
+
 def _cells_of_runs(runs: np.ndarray, kind: np.ndarray, band_len: int, nlb: int, ndb: int
                    ) -> list[tuple[int, int, int, int, int, int]]:
     """run_cells rows of runs (rows of _sorted_runs) of the given kinds."""
@@ -475,9 +543,7 @@ def _cells_of_runs(runs: np.ndarray, kind: np.ndarray, band_len: int, nlb: int, 
         return []
     band = runs[0] // band_len
     lb = np.minimum(_bitlens(runs[1]) - 1, nlb - 1)
-    d1 = runs[3] + 1
-    o = _bitlens(d1) - 1
-    db = np.minimum(o * RUN_BINS_PER_OCTAVE + (((d1 - (np.int64(1) << o)) * RUN_BINS_PER_OCTAVE) >> o), ndb - 1)
+    db = np.minimum(_dist_bins(runs[3]), ndb - 1)
     key = ((band * RUN_KINDS + kind) * nlb + lb) * ndb + db
     uk, inv = np.unique(key, return_inverse=True)
     cnt = np.bincount(inv, minlength=len(uk))
@@ -660,6 +726,10 @@ class DeathCounter:
         wide = total + 1 >= (1 << 31)
         self.ft = np.zeros(self.exposed_pages, np.int64 if wide else np.uint32)
         self.ft_flag = (1 << 62) if wide else (1 << 31)
+        self.nc = (self.ndb >> RUN_COARSE_SHIFT) + 2                  # coarse bins, the last: survivors
+        self.bt = np.full((2, 1 << 10), -1, np.int64)
+        self.bt_n = np.zeros(1, np.int64)
+        self.trans = np.zeros((self.nb, self.nc, self.nc), np.int64)
 
     def feed(self, op_codes: np.ndarray, first_page: np.ndarray, npages: np.ndarray) -> None:
         """The next requests of the plan."""
@@ -668,10 +738,10 @@ class DeathCounter:
             raise KvwearError(f"internal error: death_summary fed more than the {self.total} host pages announced")
         if self.ended:
             raise KvwearError("internal error: death_summary fed after its summary")
-        self.now, self.lines = _deaths(ops, first, n, self.last_lo, self.last_hi, self.now, self.grid, self.total,
-                                       self.band_len, self.dead_diff, self.hist, self.counts, self.shifts,
-                                       self.lines, self.lines_n, self.pend, self.line_hist, self.short,
-                                       self.run, self.rcell, self.nlb, self.ndb, self.ft, self.ft_flag)
+        self.now, self.lines, self.bt = _deaths(
+            ops, first, n, self.last_lo, self.last_hi, self.now, self.grid, self.total, self.band_len, self.dead_diff,
+            self.hist, self.counts, self.shifts, self.lines, self.lines_n, self.pend, self.line_hist, self.short,
+            self.run, self.rcell, self.nlb, self.ndb, self.ft, self.ft_flag, self.bt, self.bt_n, self.trans)
 
     def summary(self) -> DeathSummary:
         """The summary of everything fed (which must be the `total_pages` announced)."""
@@ -692,8 +762,9 @@ class DeathCounter:
         band_s = np.where(np.isnan(band_s), pooled[None, :], band_s)
         if not self.ended:
             _end_lines(self.lines, self.lines_n, grid, total, band_len, self.shifts, self.line_hist)
-            _run_flush(self.run, self.rcell, band_len, self.nlb, self.ndb)
+            self.bt = _run_flush(self.run, self.rcell, band_len, self.nlb, self.ndb, self.bt, self.bt_n, self.trans)
             self.ended = True
+        cells, trans = self._run_cells()
         line_s = []
         for k in range(len(sizes)):
             flat = self.line_hist[k].astype(np.float64)       # whole pages: exact
@@ -712,12 +783,13 @@ class DeathCounter:
             band_start_pages=tuple(int(x) for x in starts),
             band_survival=_rows(band_s), line_pages=tuple(int(w) for w in sizes),
             band_line_survival=tuple(_rows(e) for e in line_s),
-            write_ios=int(counts[3]), run_cells=self._run_cells(),
+            write_ios=int(counts[3]), run_cells=cells, run_transitions=trans,
         )
 
-    def _run_cells(self) -> tuple[tuple[int, ...], ...]:
-        """run_cells (DeathSummary): the runs of deaths counted during the pass, then the survivors'
-        runs and their deaths in a next pass (at their page's first touch in the plan)."""
+    def _run_cells(self) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]]:
+        """run_cells and run_transitions (DeathSummary): the runs of deaths counted during the pass,
+        then the survivors' runs and their deaths in a next pass (at their page's first touch in
+        the plan), each paired with its write-order neighbours."""
         nlb, ndb, bl = self.nlb, self.ndb, self.band_len
         rows: list[tuple[int, int, int, int, int, int]] = []
         for i in np.flatnonzero(self.rcell[0]):
@@ -740,7 +812,19 @@ class DeathCounter:
         del trim
         kind = np.where(nxt[2] == 1, RUN_NEXT_SAME_TIME, RUN_NEXT_SAME_DISTANCE)
         rows += _cells_of_runs(nxt, kind, bl, nlb, ndb)
-        return tuple(sorted(rows))
+        surv_cb = np.full(surv.shape[1], self.nc - 1, np.int64)
+        nxt_cb = np.minimum(_dist_bins(nxt[3]), ndb - 1) >> RUN_COARSE_SHIFT
+        tables = []
+        for runs, cb in ((surv, surv_cb), (nxt, nxt_cb)):
+            trans = self.trans.copy()
+            _adjacent_all(self.bt.copy(), self.bt_n.copy(), trans, runs, cb, bl)
+            tables.append(trans)
+        out = []
+        for t, trans in enumerate(tables):
+            for b, i, j in zip(*np.nonzero(trans), strict=True):
+                out.append((t, int(b), -1 if i == self.nc - 1 else int(i), -1 if j == self.nc - 1 else int(j),
+                            int(trans[b, i, j])))
+        return tuple(sorted(rows)), tuple(sorted(out))
 
 
 def _rows(a: np.ndarray) -> tuple[tuple[float, ...], ...]:
@@ -1152,8 +1236,26 @@ def _pages4k(config: FtlConfig, lines_unusable: float) -> float:
     return (config.lines - lines_unusable) * config.pages_per_line * config.page_bytes / PAGE_BYTES
 
 
-def workload_waf(summary: DeathSummary, config: FtlConfig) -> WafPrediction:
-    """The workload model on drive `config` (see the module docstring for the derivation)."""
+def workload_waf(summary: DeathSummary, config: FtlConfig, precondition: Any = None,
+                 until_steady: bool = False) -> WafPrediction:
+    """The workload model on drive `config` (see the module docstring for the derivation). A drive
+    preconditioned before the plan (`precondition`: a kvwear.emulator.precondition.PreconditionSpec;
+    `until_steady`: the plan played in passes until the workload's steady state, the default run)
+    takes the run-level model (`run_model_waf`, regime "preconditioned"): the fluid knows no data
+    written before the plan."""
+    if precondition is not None:
+        r = run_model_waf(summary, config, precondition, until_steady)
+        p = _pages4k(config, config.reserve_lines + config.open_lines * (1.0 - OPEN_LINE_FILL))
+        return WafPrediction(r.waf, p, "preconditioned", RUN_MODEL_NAME)
+    if config.gc_mode == "line":
+        # FEMU's line GC: its victim rule and forced GC act on single lines, which the fluid cannot resolve
+        r = run_model_waf(summary, config)
+        p_bg = _pages4k(config, config.gc_thres_lines + config.open_lines * (1.0 - OPEN_LINE_FILL))
+        if r.host_pages <= p_bg:
+            return WafPrediction(1.0, p_bg, "no GC", RUN_MODEL_NAME)
+        regime: Regime = ("line light" if r.waf < LIGHT_WAF
+                          else "line forced" if 2 * r.forced_gc_runs > r.gc_runs else "line background")
+        return WafPrediction(r.waf, p_bg, regime, RUN_MODEL_NAME)
     open_lines = config.open_lines * (1.0 - OPEN_LINE_FILL)  # one per write frontier (FDP handles included)
     line = config.pages_per_line * config.page_bytes / PAGE_BYTES
     # greedy over line groups where GC copies have lines of their own (module docstring)
@@ -1243,16 +1345,19 @@ def _seed(seed):
 
 
 @numba.njit(cache=True)
-def _synth(n_pages, pass_pages, band_len, c_off, c_cum, c_kind, c_len, c_dlo, c_dhi, req_pages, pool, pn,
-           ver, ow, tr, st, ops, first, npages):
+def _synth(n_pages, pass_pages, band_len, c_off, nc, tc, c_cb, c_cum, c_kind, c_len, c_dlo, c_dhi, req_pages, pool,
+           pn, ver, ow, tr, st, ops, first, npages):
     """`n_pages` more host pages of the synthetic stream (the run-level model above) as requests
     written into ops / first / npages; returns the requests written. The stream's state persists
     between calls: `pool` (free addresses, a stack of `pn[0]`), `ver` (each address's write
     count: a heap entry of an older write is stale), the heaps `ow` (pages overwritten by the write
     at their due host page) and `tr` (pages trimmed when the host has written their due pages),
     each (keys, addresses, versions, size), and `st` (host pages so far, the open run: pages left,
-    kind, due, distance). Band b's runs are drawn from c_*[c_off[b]:c_off[b+1]] with weights
-    c_cum (cumulative run counts); lengths c_len are means (rounded at random, the mean kept),
+    kind, due, distance, the last run's coarse bin). A run of band b is drawn in two steps: its
+    coarse distance bin from the transitions `tc[b, bin of the run before]` (cumulative counts; the
+    band's cells when that row is empty), then a cell of that band and bin, c_*[c_off[b·nc + bin] :
+    c_off[b·nc + bin + 1]], with weights c_cum (cumulative run counts); lengths c_len are means
+    (rounded at random, the mean kept),
     distances uniform in [c_dlo, c_dhi]; kind 0 dies page by page `distance` after its write, 1
     all at once, 2 never."""
     ok, ol, ov, on = ow
@@ -1311,11 +1416,17 @@ def _synth(n_pages, pass_pages, band_len, c_off, c_cum, c_kind, c_len, c_dlo, c_
                 m += 1
             # this page's death: from the open run, or a new run drawn from the page's band
             while st[1] <= 0:
-                b = min((s % pass_pages) // band_len, c_off.shape[0] - 2)
-                lo, hi = c_off[b], c_off[b + 1]
+                b = min((s % pass_pages) // band_len, tc.shape[0] - 1)
+                lo, hi = c_off[b * nc], c_off[(b + 1) * nc]
                 if hi <= lo:
                     st[1], st[2] = 1, 2
                     break
+                prev = st[5]
+                if prev >= 0 and tc[b, prev, nc - 1] > 0:
+                    row = tc[b, prev]
+                    cb = min(np.searchsorted(row, np.random.random() * row[nc - 1], "right"), nc - 1)
+                    if c_off[b * nc + cb + 1] > c_off[b * nc + cb]:
+                        lo, hi = c_off[b * nc + cb], c_off[b * nc + cb + 1]
                 base = c_cum[lo - 1] if lo > 0 else 0.0
                 c = lo + np.searchsorted(c_cum[lo:hi], base + np.random.random() * (c_cum[hi - 1] - base), "right")
                 c = min(c, hi - 1)
@@ -1323,7 +1434,7 @@ def _synth(n_pages, pass_pages, band_len, c_off, c_cum, c_kind, c_len, c_dlo, c_
                 if n <= 0:
                     continue
                 d = int(c_dlo[c] + np.random.random() * (c_dhi[c] - c_dlo[c]) + 0.5)
-                st[1], st[2], st[4] = n, c_kind[c], d
+                st[1], st[2], st[4], st[5] = n, c_kind[c], d, c_cb[c]
                 st[3] = s + d + 1                      # kind 1: every page of the run dies then
             kind = st[2]
             if kind == 0:
@@ -1339,15 +1450,16 @@ def _synth(n_pages, pass_pages, band_len, c_off, c_cum, c_kind, c_len, c_dlo, c_
 class RunModelResult:
     """The run-level model's answer: `waf` (the one the device's lifetime would take: one pass's,
     or the steady state's), the passes and rounds it played, whether it reached steady state, the
-    scale it simulated at (simulated exposed pages ÷ the drive's) and its GC copies by trigger."""
+    scale it simulated at (simulated exposed pages ÷ the drive's) and its GC runs by trigger."""
 
     waf: float
     passes: int
     rounds: int
     steady: bool | None
     scale: float
-    background_pages: int
-    forced_pages: int
+    host_pages: int                    # of the summary's plan (4 KiB pages)
+    gc_runs: int                       # the simulated drive's GC runs, and the forced ones among them
+    forced_gc_runs: int
 
 
 def _scaled(config: FtlConfig) -> tuple[FtlConfig, float]:
@@ -1366,12 +1478,12 @@ def run_model_waf(summary: DeathSummary, config: FtlConfig, precondition: Any = 
     `precondition` (a kvwear.emulator.precondition.PreconditionSpec, None: fresh out of box) and
     played once or, `until_steady`, in passes until the device's steady-state criterion holds."""
     from kvwear.emulator.ftl import Ftl
-    from kvwear.emulator.precondition import PreconditionSpec, default_round_pages, precondition as run_precondition
-    from kvwear.emulator.precondition import split_phases
+    from kvwear.emulator.precondition import PreconditionSpec, default_round_pages, split_phases
+    from kvwear.emulator.precondition import precondition as run_precondition
 
     t = summary.host_pages
     if t == 0:
-        return RunModelResult(1.0, 0, 0, None, 1.0, 0, 0)
+        return RunModelResult(1.0, 0, 0, None, 1.0, 0, 0, 0)
     cfg, f = _scaled(config)
     k = f * PAGE_BYTES / config.page_bytes                  # summary pages -> simulated FTL pages
     cyclic = until_steady and precondition is not None
@@ -1380,8 +1492,18 @@ def run_model_waf(summary: DeathSummary, config: FtlConfig, precondition: Any = 
         kinds = {RUN_SAME_DISTANCE: 0, RUN_SAME_TIME: 1, RUN_NEXT_SAME_DISTANCE: 0, RUN_NEXT_SAME_TIME: 1}
     rows = np.array([r for r in summary.run_cells if r[1] in kinds], np.int64).reshape(-1, 6)
     nb = len(summary.band_start_pages)
-    rows = rows[np.lexsort((rows[:, 1], rows[:, 0]))]
-    c_off = np.searchsorted(rows[:, 0], np.arange(nb + 1)).astype(np.int64)
+    ndb = run_bins(t)[1]
+    nc = (ndb >> RUN_COARSE_SHIFT) + 2
+    cb = np.where(rows[:, 1] == RUN_SURVIVOR, nc - 1, np.minimum(_dist_bins(rows[:, 4]), ndb - 1) >> RUN_COARSE_SHIFT)
+    key = rows[:, 0] * nc + cb
+    order = np.argsort(key, kind="stable")
+    rows, key, cb = rows[order], key[order], cb[order].astype(np.int64)
+    c_off = np.searchsorted(key, np.arange(nb * nc + 1)).astype(np.int64)
+    tc = np.zeros((nb, nc, nc))
+    for tab, b, i, j, cnt in summary.run_transitions:
+        if tab == (1 if cyclic else 0):
+            tc[b, nc - 1 if i < 0 else i, nc - 1 if j < 0 else j] += cnt
+    tc = np.cumsum(tc, axis=2)
     c_cum = np.cumsum(rows[:, 2]).astype(np.float64)
     c_kind = np.array([kinds[int(x)] for x in rows[:, 1]], np.int64)
     c_len = rows[:, 3] / np.maximum(rows[:, 2], 1) * k
@@ -1411,7 +1533,8 @@ def run_model_waf(summary: DeathSummary, config: FtlConfig, precondition: Any = 
         return np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64), np.zeros(1, np.int64)
 
     ow, tr = heap(), heap()
-    st = np.zeros(5, np.int64)
+    st = np.zeros(6, np.int64)
+    st[5] = -1
     _seed(seed)
     before = ftl.counters()
     ftl.restart_intervals(round_pages if until_steady and crit is not None else 0)
@@ -1420,8 +1543,8 @@ def run_model_waf(summary: DeathSummary, config: FtlConfig, precondition: Any = 
     while True:
         buf = 3 * pass_pages + 16
         ops, first, npg = np.empty(buf, np.int8), np.empty(buf, np.int64), np.empty(buf, np.int64)
-        m = _synth(pass_pages, pass_pages, band_len, c_off, c_cum, c_kind, c_len, c_dlo, c_dhi, req, pool, pn, ver,
-                   ow, tr, st, ops, first, npg)
+        m = _synth(pass_pages, pass_pages, band_len, c_off, nc, tc, cb, c_cum, c_kind, c_len, c_dlo, c_dhi, req, pool,
+                   pn, ver, ow, tr, st, ops, first, npg)
         ftl.apply_ops(ops[:m], first[:m], npg[:m])
         passes += 1
         if not (until_steady and crit is not None):
@@ -1440,4 +1563,4 @@ def run_model_waf(summary: DeathSummary, config: FtlConfig, precondition: Any = 
         elif len(phases.host_per_round) >= phases.criterion.window and phases.last_window.waf is not None:
             waf = phases.last_window.waf
     return RunModelResult(float(waf), passes, len(phases.host_per_round) if phases is not None else 0,
-                          phases.reached if phases is not None else None, f, 0, 0)
+                          phases.reached if phases is not None else None, f, t, d.gc_runs, d.forced_gc_runs)

@@ -529,7 +529,10 @@ def plan_workload_waf(cfg: RunConfig, plan: Plan, capacity: int) -> WafPredictio
     """The workload model (kvwear.harness.estimate.waf_model) over the plan's death summary, for the device's
     geometry; None where the geometry is unknown."""
     ftl = device_ftl_config(cfg, capacity)
-    return None if ftl is None else workload_waf(plan.death_summary, ftl)
+    if ftl is None:
+        return None
+    pre, until_steady = device_backend(cfg).precondition_plan(device_spec(cfg, capacity))
+    return workload_waf(plan.death_summary, ftl, pre, until_steady)
 
 
 def emulator_waf(cfg: RunConfig, rd: RunDir, label: str) -> float | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -15,6 +16,7 @@ from kvwear.harness.estimate.waf_model import (
     LINE_PAGES,
     PAGE_BYTES,
     RUN_BINS_PER_OCTAVE,
+    RUN_COARSE_SHIFT,
     SUMMARY_VERSION,
     DeathCounter,
     DeathSummary,
@@ -137,7 +139,32 @@ def _brute_force_summary(ops: np.ndarray, first: np.ndarray, n: np.ndarray, expo
         band_start_pages=tuple(starts), band_survival=_shares(np.array(band_s)), line_pages=LINE_PAGES,
         band_line_survival=tuple(lines), write_ios=write_ios,
         run_cells=_brute_force_cells(deaths, [(tw, None) for tw, _ in surv],
-                                     [(tw, total + touched[lpn]) for tw, lpn in surv], total, band_len))
+                                     [(tw, total + touched[lpn]) for tw, lpn in surv], total, band_len),
+        run_transitions=_brute_force_transitions(deaths, [(tw, None) for tw, _ in surv],
+                                                 [(tw, total + touched[lpn]) for tw, lpn in surv], total, band_len))
+
+
+def _brute_force_transitions(deaths: list[tuple[int, int]], survivors: list[tuple[int, None]],
+                             next_pass: list[tuple[int, int]], total: int,
+                             band_len: int) -> tuple[tuple[int, ...], ...]:
+    """Every pair of runs adjacent in write order: (table, band of the later, coarse bin before, after)."""
+    def cb(d: int | None) -> int:
+        if d is None:
+            return -1
+        o = (d + 1).bit_length() - 1
+        return min(o * RUN_BINS_PER_OCTAVE + (((d + 1 - (1 << o)) * RUN_BINS_PER_OCTAVE) >> o),
+                   run_bins(total)[1] - 1) >> RUN_COARSE_SHIFT
+
+    dead = [(tw, n, cb(d)) for tw, n, _, d in _brute_force_runs(list(deaths))]
+    out: dict[tuple[int, int, int, int], int] = {}
+    for table, rest in ((0, [(tw, n, -1) for tw, n, _, _ in _brute_force_runs(list(survivors))]),
+                        (1, [(tw, n, cb(d)) for tw, n, _, d in _brute_force_runs(list(next_pass))])):
+        runs = sorted(dead + rest)
+        for (t0, n0, b0), (t1, _, b1) in itertools.pairwise(runs):
+            if t1 == t0 + n0:
+                key = (table, t1 // band_len, b0, b1)
+                out[key] = out.get(key, 0) + 1
+    return tuple(sorted((*k, v) for k, v in out.items()))
 
 
 def _brute_force_runs(deaths: list[tuple[int, int | None]]) -> list[tuple[int, int, int, int]]:
