@@ -496,6 +496,47 @@ def _adjacent_all(bt, bt_n, trans, runs, cb, band_len):
     return bt
 
 
+_RADIX_BITS = 11
+_RADIX = 1 << _RADIX_BITS
+
+
+@numba.njit(cache=True)
+def _live_by_time(lo, hi):
+    """The live pages (their last write not trimmed) and their write times, in write-time order: an
+    LSD radix sort on 11-bit digits (numpy's argsort of the 62 M survivors of the default run's
+    268.8 GB drive took 9–15 s, this 1–2 s; 16-bit digits scatter into 65,536 places at once and
+    miss the TLB on nearly every page: 11 s)."""
+    n = _live_pages(lo, hi)
+    lpn = np.empty(n, np.int64)
+    key = np.empty(n, np.int64)
+    m = 0
+    for i in range(lo.shape[0]):
+        t = _page_time(lo, hi, i)
+        if t >= 0:
+            lpn[m] = i
+            key[m] = t
+            m += 1
+    top = key.max() if n else 0
+    l2 = np.empty(n, np.int64)
+    k2 = np.empty(n, np.int64)
+    shift = 0
+    while shift == 0 or (top >> shift) > 0:
+        cnt = np.zeros(_RADIX + 1, np.int64)
+        for i in range(n):
+            cnt[((key[i] >> shift) & (_RADIX - 1)) + 1] += 1
+        for j in range(_RADIX):
+            cnt[j + 1] += cnt[j]
+        for i in range(n):
+            d = (key[i] >> shift) & (_RADIX - 1)
+            k2[cnt[d]] = key[i]
+            l2[cnt[d]] = lpn[i]
+            cnt[d] += 1
+        key, k2 = k2, key
+        lpn, l2 = l2, lpn
+        shift += _RADIX_BITS
+    return lpn, key
+
+
 @numba.njit(cache=True)
 def _sorted_runs(tw, dt):
     """Runs (the _deaths rule) over pages sorted by write time `tw` dying at host times `dt`
@@ -796,13 +837,7 @@ class DeathCounter:
             b, rest = divmod(int(i), 2 * nlb * ndb)
             c = self.rcell[:, i]
             rows.append((b, rest // (nlb * ndb), int(c[0]), int(c[1]), int(c[2]), int(c[3])))
-        code = self.last_lo.astype(np.int64)
-        if self.last_hi.size:
-            code |= self.last_hi.astype(np.int64) << 32
-        live = np.flatnonzero(code >= 2)
-        order = np.argsort(code[live], kind="stable")
-        lpn = live[order]
-        tw = code[lpn] - 2
+        lpn, tw = _live_by_time(self.last_lo, self.last_hi)
         ft = self.ft[lpn].astype(np.int64)
         trim = (ft & self.ft_flag) != 0
         dt = self.total + (ft & (self.ft_flag - 1)) - 1          # the next pass's host time of the first touch
