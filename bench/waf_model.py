@@ -42,7 +42,7 @@ from kvwear.emulator.ftl import OP_WRITE, Ftl, FtlConfig
 from kvwear.emulator.precondition import PreconditionSpec, default_round_pages, precondition, split_phases
 from kvwear.errors import KvwearError
 from kvwear.harness.devices.sim import plan_to_requests
-from kvwear.harness.estimate.waf_model import PAGE_BYTES, REGIMES, death_summary, run_model_waf, workload_waf
+from kvwear.harness.estimate.waf_model import PAGE_BYTES, REGIMES, death_summary, fluid_workload_waf, workload_waf
 from kvwear.harness.plan.planner import ReplayConfig, plan_block_ops
 
 CAPACITY = 192 << 20
@@ -188,7 +188,7 @@ class Case:
     ftl: float
     model: float
     regime: str
-    run: float = math.nan    # the run-level model (waf_model.run_model_waf), for comparison
+    fluid: float = math.nan  # the fluid model (waf_model.fluid_workload_waf, fresh drives only), for comparison
     pre: str = "none"        # the drive's preconditioning (steady: played until the workload's steady state)
 
     @property
@@ -206,7 +206,7 @@ def run_cases(plans: Iterator[tuple[str, str, bool, Requests]], drive_set: dict[
     cases: list[Case] = []
     t_model = t_ftl = 0.0
     out(f"{'plan':<14} {'layout':<7} {'trim':<5} {'drive':<19} {'pre':<6} {'host×':>5} {'FTL':>6} {'model':>6} "
-        f"{'err':>7} {'runsim':>6}  regime")
+        f"{'err':>7} {'fluid':>6}  regime")
     for name, layout, trim, req in plans:
         t = time.process_time()
         summary = death_summary(*req, EXPOSED_PAGES)
@@ -220,16 +220,16 @@ def run_cases(plans: Iterator[tuple[str, str, bool, Requests]], drive_set: dict[
             for pre in pres:
                 t = time.process_time()
                 pred = workload_waf(summary, cfg, pre, until_steady=pre is not None)
-                run = pred.waf if pre is not None else run_model_waf(summary, cfg).waf
+                fluid = math.nan if pre is not None else fluid_workload_waf(summary, cfg).waf
                 t_model += time.process_time() - t
                 t = time.process_time()
                 measured = ftl_waf(cfg, req, pre)
                 t_ftl += time.process_time() - t
                 c = Case(name, layout, trim, dname, summary.host_pages / EXPOSED_PAGES, measured, pred.waf, pred.regime,
-                         run, "none" if pre is None else pre.mode)
+                         fluid, "none" if pre is None else pre.mode)
                 cases.append(c)
                 out(f"{name:<14} {layout:<7} {'on' if trim else 'off':<5} {dname:<19} {c.pre:<6} {c.host_x:>5.1f} "
-                    f"{measured:>6.3f} {pred.waf:>6.3f} {c.err:>+7.1%} {run:>6.3f}  {pred.regime}")
+                    f"{measured:>6.3f} {pred.waf:>6.3f} {c.err:>+7.1%} {fluid:>6.3f}  {pred.regime}")
     return cases, t_model, t_ftl
 
 
@@ -258,8 +258,8 @@ def report(cases: list[Case], out: Callable[[str], None]) -> None:
         cs = [c for c in fresh if c.drive.startswith("femu") == line]
         if cs:
             e_f = np.abs([c.err for c in cs])
-            e_r = np.abs([c.run / c.ftl - 1 for c in cs])
-            out(f"fresh {label}: within 10 %: fluid {int(np.sum(e_f <= WITHIN))} / {len(cs)}, run-level "
+            e_r = np.abs([c.fluid / c.ftl - 1 for c in cs])
+            out(f"fresh {label}: within 10 %: the model {int(np.sum(e_f <= WITHIN))} / {len(cs)}, the fluid "
                 f"{int(np.sum(e_r <= WITHIN))} / {len(cs)} (medians {np.median(e_f):.1%}, {np.median(e_r):.1%})")
     out("\nby the model's regime (GC-active cases | GC-idle):")
     out(head)
@@ -316,10 +316,10 @@ def main(argv: list[str] | None = None) -> int:
     report(cases, print)
     if args.csv:
         with open(args.csv, "w") as f:
-            f.write("plan,layout,trim,drive,precondition,host_x,ftl_waf,model_waf,error,regime,run_model_waf\n")
+            f.write("plan,layout,trim,drive,precondition,host_x,ftl_waf,model_waf,error,regime,fluid_waf\n")
             for c in cases:
                 f.write(f"{c.plan},{c.layout},{int(c.trim)},{c.drive},{c.pre},{c.host_x:.3f},{c.ftl:.5f},{c.model:.5f},"
-                        f"{c.err:.5f},{c.regime},{c.run:.5f}\n")
+                        f"{c.err:.5f},{c.regime},{c.fluid:.5f}\n")
     print(f"\nCPU: model {t_model:.1f} s (death summary + GC model), FTL {t_ftl:.1f} s; "
           f"wall total {time.perf_counter() - t0:.1f} s")
     return 0
