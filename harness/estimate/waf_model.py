@@ -1,6 +1,6 @@
 """The workload WAF model: a GC model solved over the block plan's page death distances.
 
-Two parts.
+Three parts.
 
 1. The plan summary (`death_summary`, one numba pass over the plan's page requests). Every written
    4 KiB page gets a *death distance*: the host pages written after it and before its invalidation
@@ -15,7 +15,8 @@ Two parts.
    model below. It is versioned (`SUMMARY_VERSION`) and stored in the
    plan's `plan.json`.
 
-2. The model (`workload_waf`): log-structured cleaning over the death distances, in two forms that
+2. The fluid model (`fluid_workload_waf`, the workload model until 2026-12-03): log-structured
+   cleaning over the death distances, in two forms that
    share one derivation.
    Derivation. GC reclaims the physical space P_eff that it can use (`ftl_alpha`'s accounting:
    raw minus the GC reserve minus the open line(s)) as a log: a page written at physical position p
@@ -76,14 +77,20 @@ Two parts.
    one invalid, is outside it (the estimate says so when the device preconditions).
 
    Regimes and their measured error. `regime` says which GC did most of the copying in the model
-   and whether it predicts GC at all (`Regime`); `REGIME_ERRORS` holds the model's error measured in
-   each regime by bench/waf_model.py (pasted from its output), which the estimate quotes beside
-   the model's WAF. Measured there (docs/results/2026-12-03-waf-model.md): block GC within 10 % of
-   the FTL on 16 of 36 cases in "on-demand" (median |error| 11 %), 154 of 168 in "on-demand light";
-   FEMU's line GC misses by a median 34–156 % — the plans' log and no-TRIM cases set off cascades
-   of forced GC on victims 7/8 valid that a mean field over death distances does not resolve.
+   and whether it predicts GC at all (`Regime`; "preconditioned" for a drive written before the
+   plan); `REGIME_ERRORS` holds the model's error measured in each regime by bench/waf_model.py
+   (pasted from its output), which the estimate quotes beside the model's WAF
+   (docs/results/2026-12-03-waf-model.md).
 
-Must not: read files or run an FTL; it takes page requests (numpy arrays) and numbers.
+3. The run-level model (`run_model_waf`, below; the workload model since 2026-12-03, the fluid
+   above kept as `fluid_workload_waf`): a synthetic write stream drawn from the summary's runs
+   (`run_cells`, `run_transitions`) played on the drive's geometry by the FTL's GC kernel, and on a
+   preconditioned drive after the device's own preconditioning procedure; the section above
+   `run_model_waf` says what it is and why it is a model, not the measurement.
+
+Must not: read files, or play the plan on an FTL (the measurement it is checked against): the summary
+takes page requests (numpy arrays); the model takes the summary, an FtlConfig and the preconditioning,
+and runs the FTL's GC kernel only on the stream it draws from the summary.
 """
 
 from __future__ import annotations
@@ -1174,16 +1181,17 @@ class RegimeError:
         return self.within_10pct / self.cases if self.cases else math.nan
 
 
-_BENCH_RUN = ("bench/waf_model.py default matrix on the FEMU-twin FTL, 2026-12-03 "
+_BENCH_RUN = ("bench/waf_model.py default matrix (run-level model, branch wafmodel2), 2026-12-03 "
               "(docs/results/2026-12-03-waf-model.md)")
 # Pasted from the bench's "REGIME_ERRORS" lines (it prints them); a regime the run never reached
 # is absent (the estimate then has no measured error to quote).
 REGIME_ERRORS: Mapping[str, RegimeError] = {
-    "on-demand light": RegimeError(168, 154, 0.0013, 0.0956, _BENCH_RUN),
-    "on-demand": RegimeError(36, 16, 0.1075, 0.3743, _BENCH_RUN),
-    "line light": RegimeError(72, 23, 0.3257, 0.8229, _BENCH_RUN),
-    "line background": RegimeError(61, 5, 0.4853, 0.7025, _BENCH_RUN),
-    "line forced": RegimeError(17, 3, 1.3938, 5.9813, _BENCH_RUN),
+    "on-demand light": RegimeError(77, 77, 0.0000, 0.0140, _BENCH_RUN),
+    "on-demand": RegimeError(31, 17, 0.0789, 0.2811, _BENCH_RUN),
+    "line light": RegimeError(14, 8, 0.0505, 0.3311, _BENCH_RUN),
+    "line background": RegimeError(58, 19, 0.1922, 0.7352, _BENCH_RUN),
+    "line forced": RegimeError(6, 1, 1.0889, 1.3576, _BENCH_RUN),
+    "preconditioned": RegimeError(72, 46, 0.0438, 0.4227, _BENCH_RUN),
 }
 
 
