@@ -188,7 +188,7 @@ class Case:
     ftl: float
     model: float
     regime: str
-    fluid: float = math.nan  # the fluid model (waf_model.fluid_workload_waf, fresh drives only), for comparison
+    fluid: float = math.nan  # the fluid model (waf_model.fluid_workload_waf: the model before), for comparison
     pre: str = "none"        # the drive's preconditioning (steady: played until the workload's steady state)
 
     @property
@@ -220,7 +220,7 @@ def run_cases(plans: Iterator[tuple[str, str, bool, Requests]], drive_set: dict[
             for pre in pres:
                 t = time.process_time()
                 pred = workload_waf(summary, cfg, pre, until_steady=pre is not None)
-                fluid = math.nan if pre is not None else fluid_workload_waf(summary, cfg).waf
+                fluid = fluid_workload_waf(summary, cfg).waf    # main's model before: it took every drive as empty
                 t_model += time.process_time() - t
                 t = time.process_time()
                 measured = ftl_waf(cfg, req, pre)
@@ -253,13 +253,13 @@ def report(cases: list[Case], out: Callable[[str], None]) -> None:
     out(_row("GC-active, fresh drives", [c for c in act if c.pre == "none"]))
     out(_row("GC-active, preconditioned", [c for c in act if c.pre != "none"]))
     out(_row("all, preconditioned", [c for c in cases if c.pre != "none"]))
-    fresh = [c for c in act if c.pre == "none"]
-    for label, line in (("block GC", False), ("line GC", True)):
-        cs = [c for c in fresh if c.drive.startswith("femu") == line]
+    for label, line, pre in (("fresh block GC", False, False), ("fresh line GC", True, False),
+                             ("preconditioned", None, True)):
+        cs = [c for c in act if (c.pre != "none") == pre and (line is None or c.drive.startswith("femu") == line)]
         if cs:
             e_f = np.abs([c.err for c in cs])
             e_r = np.abs([c.fluid / c.ftl - 1 for c in cs])
-            out(f"fresh {label}: within 10 %: the model {int(np.sum(e_f <= WITHIN))} / {len(cs)}, the fluid "
+            out(f"GC-active, {label}: within 10 %: the model {int(np.sum(e_f <= WITHIN))} / {len(cs)}, the fluid "
                 f"{int(np.sum(e_r <= WITHIN))} / {len(cs)} (medians {np.median(e_f):.1%}, {np.median(e_r):.1%})")
     out("\nby the model's regime (GC-active cases | GC-idle):")
     out(head)

@@ -289,7 +289,8 @@ class Backend:
     @classmethod
     def preconditioned(cls, spec: DeviceSpec) -> bool:
         """Whether the drive is written (filled, or driven to steady state) before the plan plays,
-        so it does not start empty (the workload WAF model assumes an empty drive)."""
+        so it does not start empty (the workload WAF model takes the drive as empty unless
+        `precondition_plan` says how it was preconditioned)."""
         return str(getattr(cls.params(spec), "precondition", "none")) != "none"
 
     @classmethod

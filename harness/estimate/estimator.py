@@ -472,7 +472,7 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
         model_note = (f"{prediction.model} (the workload WAF model) on {prediction.p_eff_pages * 4096 / 2**20:,.0f} "
                       f"MiB of GC space; regime {prediction.regime}" + _regime_error_note(prediction)
                       + ("; the model plays the plan on an empty drive, this one was preconditioned first"
-                         if inp.preconditioned else "")
+                         if inp.preconditioned and prediction.regime != "preconditioned" else "")
                       + (f"; {measured_note}" if measured_note else ""))
     uniform_note = ("reference only: uniform random overwrites of the whole exposed space; "
                     f"the {inp.layout} layout's write pattern is not that"
