@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 
 from kvwear.emulator.ftl import OP_WRITE, Ftl, FtlConfig
-from kvwear.emulator.precondition import PreconditionSpec, default_round_pages, precondition, split_phases
+from kvwear.emulator.precondition import PreconditionSpec, default_round_pages, passes_until_steady, precondition
 from kvwear.errors import KvwearError
 from kvwear.harness.devices.sim import plan_to_requests
 from kvwear.harness.estimate.waf_model import PAGE_BYTES, REGIMES, death_summary, fluid_workload_waf, workload_waf
@@ -161,21 +161,10 @@ def ftl_waf(cfg: FtlConfig, req: Requests, pre: PreconditionSpec | None) -> floa
         ftl.apply_ops(*req)
         return ftl.counters().waf
     precondition(ftl, pre)
-    rp = default_round_pages(cfg.exposed_pages)
     before = ftl.counters()
-    ftl.restart_intervals(rp)
-    while True:
-        ftl.apply_ops(*req)
-        iv, c = ftl.intervals(), ftl.counters()
-        ph = split_phases(iv.host_pages - before.host_pages, iv.gc_pages - before.gc_pages, rp, pre.criterion,
-                          end=(c.host_pages - before.host_pages, c.gc_pages - before.gc_pages))
-        if ph.reached or len(ph.host_per_round) >= pre.criterion.max_rounds:
-            break
-    if ph.steady is not None and ph.steady.waf is not None:
-        return ph.steady.waf
-    if len(ph.host_per_round) >= pre.criterion.window and ph.last_window.waf is not None:
-        return ph.last_window.waf
-    return ftl.counters().minus(before).waf
+    ph, _ = passes_until_steady(ftl, lambda: ftl.apply_ops(*req), default_round_pages(cfg.exposed_pages),
+                                pre.criterion)
+    return ph.lifetime_waf() or ftl.counters().minus(before).waf
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ Must not: read or write files, or know about runs, plans and devices.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -155,6 +156,15 @@ class Phases:
         return self._span(len(self.host_per_round) if self.steady_round is None else self.steady_round + 1,
                           len(self.host_per_round))
 
+    def lifetime_waf(self) -> float | None:
+        """The WAF a lifetime takes from these rounds: the steady window's, else the last window's
+        (None with fewer rounds than a window; kvwear.harness.estimate.phases says the same of a run)."""
+        if self.steady is not None and self.steady.waf is not None:
+            return self.steady.waf
+        if len(self.host_per_round) >= self.criterion.window:
+            return self.last_window.waf
+        return None
+
     @property
     def last_window(self) -> Phase:
         n = len(self.host_per_round)
@@ -206,6 +216,24 @@ def split_phases(host_pages: np.ndarray, gc_pages: np.ndarray, round_pages: int,
     tail = Phase(1 if eh > last_h else 0, eh - last_h, eg - last_g)
     return Phases(criterion, round_pages, tuple(int(x) for x in dh), tuple(int(x) for x in dg),
                   criterion.first_window(tracked(dh, dg)), tail)
+
+
+def passes_until_steady(ftl: Ftl, play: Callable[[], None], round_pages: int, criterion: SteadyCriterion
+                        ) -> tuple[Phases, int]:
+    """Call `play` (one pass of a workload on `ftl`) until its rounds of `round_pages` host pages reach
+    `criterion`'s steady state or its `max_rounds` (whole passes; the sim device's rule); returns the
+    rounds split (`split_phases`, counted from the first pass) and the passes played."""
+    before = ftl.counters()
+    ftl.restart_intervals(round_pages)
+    passes = 0
+    while True:
+        play()
+        passes += 1
+        iv, c = ftl.intervals(), ftl.counters()
+        ph = split_phases(iv.host_pages - before.host_pages, iv.gc_pages - before.gc_pages, round_pages, criterion,
+                          end=(c.host_pages - before.host_pages, c.gc_pages - before.gc_pages))
+        if ph.reached or len(ph.host_per_round) >= criterion.max_rounds:
+            return ph, passes
 
 
 def default_round_pages(exposed_pages: int) -> int:

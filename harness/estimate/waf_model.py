@@ -433,16 +433,24 @@ def run_bins(total_pages: int) -> tuple[int, int]:
 
 
 @numba.njit(cache=True)
+def _grown(table, n):
+    """A hash table (rows: key, value; key −1 empty) holding n entries, doubled and rehashed when one
+    more would fill it past 70 %; else the table itself."""
+    if 10 * (n + 1) <= 7 * table.shape[1]:
+        return table
+    out = np.full((2, 2 * table.shape[1]), -1, np.int64)
+    for j in range(table.shape[1]):
+        if table[0, j] != -1:
+            i = _line_slot(out, table[0, j])
+            out[0, i] = table[0, j]
+            out[1, i] = table[1, j]
+    return out
+
+
+@numba.njit(cache=True)
 def _bt_put(bt, bt_n, key, value):
     """Insert into the boundary table (rows: key, value; key −1 empty); returns it (doubled when 70 % full)."""
-    if 10 * (bt_n[0] + 1) > 7 * bt.shape[1]:
-        old = bt
-        bt = np.full((2, 2 * old.shape[1]), -1, np.int64)
-        for j in range(old.shape[1]):
-            if old[0, j] != -1:
-                i = _line_slot(bt, old[0, j])
-                bt[0, i] = old[0, j]
-                bt[1, i] = old[1, j]
+    bt = _grown(bt, bt_n[0])
     i = _line_slot(bt, key)
     bt[0, i] = key
     bt[1, i] = value
@@ -646,14 +654,7 @@ def _line_flush(lt, lt_n, pend, k, grid, total, band_len, line_shifts, line_hist
     so 23–46 B a line held, where three rows at half load took 48–96)."""
     if pend[_P_DEAD, k] == 0:
         return lt
-    if 10 * (lt_n[0] + 1) > 7 * lt.shape[1]:
-        old = lt
-        lt = np.full((2, 2 * old.shape[1]), -1, np.int64)
-        for j in range(old.shape[1]):
-            if old[0, j] != -1:
-                i = _line_slot(lt, old[0, j])
-                lt[0, i] = old[0, j]
-                lt[1, i] = old[1, j]
+    lt = _grown(lt, lt_n[0])
     sh = line_shifts[k]
     line = pend[_P_LINE, k]
     key = (line << 2) | k
@@ -1533,7 +1534,7 @@ def run_model_waf(summary: DeathSummary, config: FtlConfig, precondition: Any = 
     `precondition` (a kvwear.emulator.precondition.PreconditionSpec, None: fresh out of box) and
     played once or, `until_steady`, in passes until the device's steady-state criterion holds."""
     from kvwear.emulator.ftl import Ftl
-    from kvwear.emulator.precondition import PreconditionSpec, default_round_pages, split_phases
+    from kvwear.emulator.precondition import PreconditionSpec, default_round_pages, passes_until_steady
     from kvwear.emulator.precondition import precondition as run_precondition
 
     t = summary.host_pages
@@ -1591,31 +1592,23 @@ def run_model_waf(summary: DeathSummary, config: FtlConfig, precondition: Any = 
     st = np.zeros(6, np.int64)
     st[5] = -1
     _seed(seed)
-    before = ftl.counters()
-    ftl.restart_intervals(round_pages if until_steady and crit is not None else 0)
-    passes = 0
-    phases = None
-    while True:
+    def play() -> None:
         buf = 3 * pass_pages + 16
         ops, first, npg = np.empty(buf, np.int8), np.empty(buf, np.int64), np.empty(buf, np.int64)
         m = _synth(pass_pages, pass_pages, band_len, c_off, nc, tc, cb, c_cum, c_kind, c_len, c_dlo, c_dhi, req, pool,
                    pn, ver, ow, tr, st, ops, first, npg)
         ftl.apply_ops(ops[:m], first[:m], npg[:m])
-        passes += 1
-        if not (until_steady and crit is not None):
-            break
-        iv = ftl.intervals()
-        c = ftl.counters()
-        phases = split_phases(iv.host_pages - before.host_pages, iv.gc_pages - before.gc_pages, round_pages, crit,
-                              end=(c.host_pages - before.host_pages, c.gc_pages - before.gc_pages))
-        if phases.reached or len(phases.host_per_round) >= crit.max_rounds:
-            break
+
+    before = ftl.counters()
+    phases = None
+    if until_steady and crit is not None:
+        phases, passes = passes_until_steady(ftl, play, round_pages, crit)
+    else:
+        play()
+        passes = 1
     d = ftl.counters().minus(before)
     waf = d.waf
     if phases is not None:
-        if phases.steady is not None and phases.steady.waf is not None:
-            waf = phases.steady.waf
-        elif len(phases.host_per_round) >= phases.criterion.window and phases.last_window.waf is not None:
-            waf = phases.last_window.waf
+        waf = phases.lifetime_waf() or waf
     return RunModelResult(float(waf), passes, len(phases.host_per_round) if phases is not None else 0,
                           phases.reached if phases is not None else None, f, t, d.gc_runs, d.forced_gc_runs)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kvwear.emulator.ftl import OP_READ, OP_TRIM, OP_WRITE, Ftl, FtlConfig
-from kvwear.emulator.precondition import PreconditionSpec, default_round_pages, precondition, split_phases
+from kvwear.emulator.precondition import PreconditionSpec, default_round_pages, passes_until_steady, precondition
 from kvwear.errors import KvwearError
 from kvwear.harness.estimate.estimator import analytical_waf, ftl_alpha
 from kvwear.harness.estimate.waf_model import (
@@ -354,16 +354,8 @@ def _ftl_until_steady(cfg: FtlConfig, req: tuple[np.ndarray, np.ndarray, np.ndar
     state (rounds of 1/4 of the drive); the steady window's WAF."""
     ftl = Ftl(cfg)
     precondition(ftl, spec)
-    rp = default_round_pages(cfg.exposed_pages)
-    before = ftl.counters()
-    ftl.restart_intervals(rp)
-    while True:
-        ftl.apply_ops(*req)
-        iv, c = ftl.intervals(), ftl.counters()
-        ph = split_phases(iv.host_pages - before.host_pages, iv.gc_pages - before.gc_pages, rp, spec.criterion,
-                          end=(c.host_pages - before.host_pages, c.gc_pages - before.gc_pages))
-        if ph.reached or len(ph.host_per_round) >= spec.criterion.max_rounds:
-            break
+    ph, _ = passes_until_steady(ftl, lambda: ftl.apply_ops(*req), default_round_pages(cfg.exposed_pages),
+                                spec.criterion)
     assert ph.steady is not None and ph.steady.waf is not None
     return ph.steady.waf
 
