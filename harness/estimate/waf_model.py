@@ -516,14 +516,13 @@ _RADIX = 1 << _RADIX_BITS
 
 
 @numba.njit(cache=True)
-def _live_by_time(lo, hi):
-    """The live pages (their last write not trimmed) and their write times, in write-time order: an
-    LSD radix sort on 11-bit digits (numpy's argsort of the 62 M survivors of the default run's
-    268.8 GB drive took 9–15 s, this 1–2 s; 16-bit digits scatter into 65,536 places at once and
-    miss the TLB on nearly every page: 11 s)."""
-    n = _live_pages(lo, hi)
-    lpn = np.empty(n, np.int64)
-    key = np.empty(n, np.int64)
+def _live_by_time(lo, hi, lpn, key, l2, k2):
+    """The live pages (their last write not trimmed) and their write times, in write-time order, into
+    two of the four arrays given (each of `_live_pages` entries; 4-byte where the addresses and
+    times fit), returned: an LSD radix sort on 11-bit digits (numpy's argsort of the 62 M
+    survivors of the default run's 268.8 GB drive took 9–15 s, this 1–2 s; 16-bit digits scatter
+    into 65,536 places at once and miss the TLB on nearly every page: 11 s)."""
+    n = lpn.shape[0]
     m = 0
     for i in range(lo.shape[0]):
         t = _page_time(lo, hi, i)
@@ -531,18 +530,16 @@ def _live_by_time(lo, hi):
             lpn[m] = i
             key[m] = t
             m += 1
-    top = key.max() if n else 0
-    l2 = np.empty(n, np.int64)
-    k2 = np.empty(n, np.int64)
+    top = np.int64(key.max()) if n else 0
     shift = 0
     while shift == 0 or (top >> shift) > 0:
         cnt = np.zeros(_RADIX + 1, np.int64)
         for i in range(n):
-            cnt[((key[i] >> shift) & (_RADIX - 1)) + 1] += 1
+            cnt[((np.int64(key[i]) >> shift) & (_RADIX - 1)) + 1] += 1
         for j in range(_RADIX):
             cnt[j + 1] += cnt[j]
         for i in range(n):
-            d = (key[i] >> shift) & (_RADIX - 1)
+            d = (np.int64(key[i]) >> shift) & (_RADIX - 1)
             k2[cnt[d]] = key[i]
             l2[cnt[d]] = lpn[i]
             cnt[d] += 1
@@ -553,31 +550,41 @@ def _live_by_time(lo, hi):
 
 
 @numba.njit(cache=True)
-def _sorted_runs(tw, dt):
-    """Runs (the _deaths rule) over pages sorted by write time `tw` dying at host times `dt`
-    (dt < 0: they survive; runs then only need consecutive write times). Returns (first write
-    time, length, kind −1/0/1, first page's distance) per run."""
+def _sorted_runs(tw, lpn, ft, ft_flag, total, next_pass):
+    """Runs (the _deaths rule) over the live pages `lpn` sorted by write time `tw`: survivors (runs of
+    consecutive write times), or, `next_pass`, their deaths in the plan's next pass at host time
+    total + first touch (`ft`, _deaths) − 1. Returns (first write time, length, kind −1/0/1, first
+    page's distance; 0 for survivors) per run. Two passes (count, then fill): the rows of 62 M
+    single-page runs would be 2 GB."""
     n = tw.shape[0]
-    out = np.empty((4, n), np.int64)
-    m = 0
-    i = 0
-    while i < n:
-        j = i + 1
-        kind = -1
-        while j < n and tw[j] == tw[j - 1] + 1:
-            if dt[i] >= 0:
-                if dt[j] == dt[j - 1] and kind != 0:
-                    kind = 1
-                elif dt[j] == dt[j - 1] + 1 and kind != 1:
-                    kind = 0
-                else:
-                    break
-            j += 1
-        out[0, m], out[1, m], out[2, m] = tw[i], j - i, kind
-        out[3, m] = dt[i] - tw[i] - 1 if dt[i] >= 0 else 0
-        m += 1
-        i = j
-    return out[:, :m]
+    out = np.empty((4, 0), np.int64)
+    for fill in range(2):
+        m = 0
+        i = 0
+        while i < n:
+            dti = total + (np.int64(ft[lpn[i]]) & (ft_flag - 1)) - 1 if next_pass else -1
+            j = i + 1
+            kind = -1
+            prev = dti
+            while j < n and np.int64(tw[j]) == np.int64(tw[j - 1]) + 1:
+                if next_pass:
+                    dtj = total + (np.int64(ft[lpn[j]]) & (ft_flag - 1)) - 1
+                    if dtj == prev and kind != 0:
+                        kind = 1
+                    elif dtj == prev + 1 and kind != 1:
+                        kind = 0
+                    else:
+                        break
+                    prev = dtj
+                j += 1
+            if fill:
+                out[0, m], out[1, m], out[2, m] = tw[i], j - i, kind
+                out[3, m] = dti - np.int64(tw[i]) - 1 if next_pass else 0
+            m += 1
+            i = j
+        if not fill:
+            out = np.empty((4, m), np.int64)
+    return out
 
 
 def _bitlens(x: np.ndarray) -> np.ndarray:
@@ -845,14 +852,15 @@ class DeathCounter:
             b, rest = divmod(int(i), 2 * nlb * ndb)
             c = self.rcell[:, i]
             rows.append((b, rest // (nlb * ndb), int(c[0]), int(c[1]), int(c[2]), int(c[3])))
-        lpn, tw = _live_by_time(self.last_lo, self.last_hi)
-        ft = self.ft[lpn].astype(np.int64)
-        trim = (ft & self.ft_flag) != 0
-        dt = self.total + (ft & (self.ft_flag - 1)) - 1          # the next pass's host time of the first touch
-        surv = _sorted_runs(tw, np.full(len(tw), -1, np.int64))
+        n = int(_live_pages(self.last_lo, self.last_hi))
+        adt = np.uint32 if self.exposed_pages < 1 << 32 else np.int64
+        tdt = np.uint32 if self.total < 1 << 32 else np.int64
+        lpn, tw = _live_by_time(self.last_lo, self.last_hi, np.empty(n, adt), np.empty(n, tdt), np.empty(n, adt),
+                                np.empty(n, tdt))
+        surv = _sorted_runs(tw, lpn, self.ft, self.ft_flag, self.total, False)
         rows += _cells_of_runs(surv, np.full(surv.shape[1], RUN_SURVIVOR), bl, nlb, ndb)
-        nxt = _sorted_runs(tw, dt)
-        del trim
+        nxt = _sorted_runs(tw, lpn, self.ft, self.ft_flag, self.total, True)
+        del lpn, tw
         kind = np.where(nxt[2] == 1, RUN_NEXT_SAME_TIME, RUN_NEXT_SAME_DISTANCE)
         rows += _cells_of_runs(nxt, kind, bl, nlb, ndb)
         surv_cb = np.full(surv.shape[1], self.nc - 1, np.int64)
