@@ -1,0 +1,182 @@
+"""kvwear's file player on real file systems on loop devices this test creates: ext4 and xfs, each
+with and without online discard (and ext4 with periodic fstrim); object → file → block bytes
+(the device's counters and the eBPF capture) → NAND bytes (the trace on the embedded FTL), every
+identity asserted; the file system's overhead and the FTL's WAF printed (`pytest -s`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from kvwear.errors import KvwearError, SafetyError
+from kvwear.harness.capture import TracerUnavailable, kernel_dev_t, open_tracer
+from kvwear.harness.capture.schema import BLOCK_TRACE
+from kvwear.harness.devices.base import DeviceSpec, open_device
+from kvwear.harness.devices.fio import FioParams, loop_device
+from kvwear.harness.devices.fs_player import FsDevice, missing_for, replay_trace_on_ftl
+from kvwear.harness.devices.measurement import CaptureCount, ReplayResult
+from kvwear.harness.devices.safety import loop_serial
+from kvwear.harness.estimate.fs_checks import fs_checks
+from kvwear.harness.plan.files import FsLayoutConfig, plan_file_ops
+from kvwear.harness.plan.planner import ReplayConfig
+from kvwear.tables import read_table
+from tests.harness.test_plan import ssd_ops
+
+MiB = 1 << 20
+DEVICE_BYTES = 320 * MiB          # mkfs.xfs refuses file systems below 300 MB
+LIVE_BYTES = 120 * MiB            # the store's budget: it evicts its oldest objects beyond it
+
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="mkfs, mount and loop devices need root")
+
+
+def needs(filesystem: str) -> pytest.MarkDecorator:
+    why = missing_for(filesystem)
+    return pytest.mark.skipif(why is not None, reason=f"{filesystem}: {why}")
+
+
+@pytest.fixture
+def loop(tmp_path: Path) -> Iterator[str]:
+    """A loop device over a sparse file of DEVICE_BYTES, detached and removed afterwards (the
+    player unmounts what it mounts, also when it fails)."""
+    free = shutil.disk_usage(tmp_path).free
+    if free < 4 * DEVICE_BYTES:
+        pytest.skip(f"{tmp_path}: {free:,} bytes free, the test wants {4 * DEVICE_BYTES:,}")
+    backing = tmp_path / "fs.img"
+    try:
+        with loop_device(backing, DEVICE_BYTES) as dev:
+            yield dev
+    finally:
+        backing.unlink(missing_ok=True)
+
+
+def workload(n: int = 600, seed: int = 7) -> pa.Table:
+    """A store's stream: objects of 64 KiB – 1 MiB written in turn, the oldest evicted while the
+    live bytes exceed LIVE_BYTES, a read of a recent object now and then."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(16, 257, n) * 4096
+    rows: list[tuple[str, int, int]] = []
+    live: list[int] = []
+    live_bytes = 0
+    for i, size in enumerate(sizes.tolist()):
+        while live_bytes + size > LIVE_BYTES:
+            old = live.pop(0)
+            live_bytes -= int(sizes[old])
+            rows.append(("evict", old, 0))
+        rows.append(("write", i, size))
+        live.append(i)
+        live_bytes += size
+        if i % 10 == 9:
+            rows.append(("read", live[-2], 0))
+    return ssd_ops(rows)
+
+
+def play(dev: str, tmp_path: Path, filesystem: str, discard: str, *, fsync: bool = True,
+         capture: bool = False, **extra: object) -> tuple[ReplayResult, CaptureCount | None, pa.Table | None]:
+    options = {"filesystem": filesystem, "discard": discard, "fsync": fsync, **extra}
+    device = open_device(DeviceSpec("block", dev, options=options), tmp_path)
+    assert isinstance(device, FsDevice)
+    try:
+        plan, _ = plan_file_ops(workload(), ReplayConfig(capacity_bytes=device.capacity_bytes(), layout="fs"),
+                                fs=FsLayoutConfig(model="test-model"))
+        tracer = None
+        if capture:
+            tracer = open_tracer("auto")
+            try:
+                tracer.start(kernel_dev_t(dev), tmp_path / "trace.parquet")
+            except TracerUnavailable as exc:
+                pytest.skip(f"eBPF capture unavailable: {exc}")
+        try:
+            res = device.replay(plan, tmp_path)
+        finally:
+            c = tracer.stop() if tracer is not None else None
+    finally:
+        device.close()
+    if c is None:
+        return res, None, None
+    count = CaptureCount(tracer=c.tracer, events=c.events, lost_events=c.lost_events,
+                         bytes_by_op=dict(c.bytes_by_op), requests_by_op=dict(c.requests_by_op),
+                         unmatched_completions=c.unmatched_completions, no_completion=c.no_completion,
+                         drained=bool(c.extra.get("flushed", True)), parquet_path=str(c.parquet_path))
+    return res, count, read_table(BLOCK_TRACE, c.parquet_path)
+
+
+def assert_identities(res: ReplayResult, capture: CaptureCount | None, trace: pa.Table | None,
+                      tmp_path: Path, label: str) -> None:
+    f = res.files
+    assert f is not None
+    _, plan = plan_file_ops(workload(), ReplayConfig(capacity_bytes=DEVICE_BYTES, layout="fs"))
+    nand = None
+    if trace is not None:
+        on_ftl = replay_trace_on_ftl(trace, DEVICE_BYTES, tmp_path / "ftl")
+        nand = on_ftl.replay.media
+    checks = fs_checks(f, plan, capture, nand, on_ftl.expected_host_bytes if trace is not None else None)
+    failed = [c for c in checks if not c.passed]
+    assert not failed, failed
+    assert capture is None or (len(checks) >= 8 and nand is not None)
+    waf = f"{nand.waf:.3f}" if nand is not None and nand.waf else "-"
+    print(f"\n{label}: object {f.object_write_bytes:,} B → file {f.file_write_bytes:,} B → block "
+          f"{f.block.write_bytes:,} B (overhead {f.overhead_bytes:,} B = "
+          f"{f.overhead_bytes / f.file_write_bytes:+.2%}; discarded {f.block.discard_bytes:,} B, "
+          f"fstrim {f.fstrims}×) → NAND {nand.media_bytes if nand else '-'} B, FTL WAF {waf}; "
+          f"checks {len(checks)} passed")
+
+
+@root_only
+@pytest.mark.parametrize("filesystem", [pytest.param("ext4", marks=needs("ext4")),
+                                        pytest.param("xfs", marks=needs("xfs"))])
+@pytest.mark.parametrize("discard", ["online", "none"])
+def test_identities_at_every_level(loop: str, tmp_path: Path, filesystem: str, discard: str) -> None:
+    res, capture, trace = play(loop, tmp_path, filesystem, discard, capture=True)
+    f = res.files
+    assert f is not None and f.filesystem == filesystem and f.discard == discard
+    assert f.files_created == f.fsyncs == 600 and f.mkfs_block.write_bytes > 0
+    assert f.block.write_bytes > f.file_write_bytes            # fsync: data plus journal/metadata
+    if discard == "online":
+        # unlinking freed every evicted file's blocks: the device was told of (nearly) all of them
+        assert f.block.discard_bytes >= 0.9 * f.unlinked_bytes
+    assert_identities(res, capture, trace, tmp_path, f"{filesystem} discard={discard}")
+
+
+@root_only
+@needs("ext4")
+def test_periodic_fstrim_and_no_fsync(loop: str, tmp_path: Path) -> None:
+    res, _, _ = play(loop, tmp_path, "ext4", "fstrim", fsync=False, fstrim_interval_s=200.0)
+    f = res.files
+    assert f is not None and f.fsyncs == 0
+    # afap time: t_s is the row, so fstrim runs before rows 200, 400, …
+    rows = plan_file_ops(workload(), ReplayConfig(capacity_bytes=DEVICE_BYTES, layout="fs"))[0].num_rows
+    assert f.fstrims == (rows - 1) // 200 and f.fstrim_interval_s == 200.0
+    assert f.fstrim_bytes > 0 and f.block.discard_bytes > 0
+    assert_identities(res, None, None, tmp_path, "ext4 fstrim/200 rows, no fsync")
+
+
+@root_only
+@needs("ext4")
+def test_mkfs_goes_through_the_safety_guard(loop: str, tmp_path: Path) -> None:
+    res, _, _ = play(loop, tmp_path, "ext4", "none")
+    assert res.files is not None
+    # the device now carries the ext4 kvwear made: a second run must be confirmed, like a raw replay
+    with pytest.raises(SafetyError, match=r"ext4 filesystem.*--confirm-serial"):
+        open_device(DeviceSpec("block", loop, options={"filesystem": "xfs"}), tmp_path)
+    if missing_for("xfs") is None:
+        dev = open_device(DeviceSpec("block", loop, options={"filesystem": "xfs",
+                                                             "confirm_serial": loop_serial(loop)}), tmp_path)
+        assert isinstance(dev, FsDevice) and dev.filesystem == "xfs"
+        dev.close()
+
+
+def test_filesystem_options_read_by_the_one_parser() -> None:
+    p = FioParams.parse({"filesystem": "xfs", "discard": "fstrim", "fstrim_interval_s": "10min",
+                         "fsync": "off"}, "device block")
+    assert (p.filesystem, p.discard, p.fstrim_interval_s, p.fsync) == ("xfs", "fstrim", 600.0, False)
+    with pytest.raises(KvwearError, match="option filesystem: must be one of ext4, xfs, f2fs"):
+        FioParams.parse({"filesystem": "btrfs"}, "device block")
+    with pytest.raises(KvwearError, match="option discard: must be one of online, none, fstrim"):
+        FioParams.parse({"discard": "async"}, "device block")
+    assert FioParams.parse({}, "device block").filesystem is None     # raw replay stays the default
