@@ -23,7 +23,9 @@ device option `filesystem` is set (kvwear.harness.devices.fio.Block):
    unmounts (always, also on failure). The device's own counters are read just before the mount
    and just after the unmount: `FileSystemCount.block` is everything the file system wrote for
    the plan, including the unmount's writeback.
-4. `close()` releases the lock. The file system stays on the device (a later run must confirm it).
+4. `close()` erases the file system's signatures (`wipefs -a`), so the device is blank again to
+   the guard — the next policy of the run makes its own file system on it, as a raw replay's next
+   policy writes over the last one's blocks — and releases the lock.
 
 Data: every write() writes from one buffer of random bytes (drawn once per device), so no layer
 below can shortcut zeros. Reads may be served by the page cache; they are counted as the player
@@ -347,6 +349,7 @@ class FsDevice:
         if why:
             raise KvwearError(f"device block:{self.path}: filesystem={p.filesystem}: {why}")
         self._claim = contextlib.ExitStack()
+        self._made = False
         # the safety guard first: mkfs destroys what is on the device, as a raw replay would
         self.safety: DeviceFacts = check_block_device(self.path, p.confirm_serial)
         ident = block_identity(self.safety.serial, self.safety.dev)
@@ -354,20 +357,21 @@ class FsDevice:
         try:
             self._identity = path_identity(self.path)
             size = int(self._identity.capacity_bytes or 0)
-            if spec.capacity_bytes is not None and spec.capacity_bytes != size:
-                # a file system spans its device: a smaller capacity would be a partition kvwear does not make
-                raise KvwearError(f"{self.path}: filesystem={p.filesystem} uses the whole device ({size} bytes), "
-                                  f"not a capacity of {spec.capacity_bytes}")
-            self._capacity = size
+            if spec.capacity_bytes is not None and not 0 < spec.capacity_bytes <= size:
+                raise KvwearError(f"{self.path}: capacity {spec.capacity_bytes} bytes outside the device's {size}")
+            # the file system spans the whole device (kvwear makes no partition); the capacity is what
+            # the plan's live bytes were sized to fit
+            self._capacity = int(spec.capacity_bytes or size)
             self.dev = str(self._identity.extra.get("dev"))
             self.mkfs_argv = (*_MKFS[p.filesystem], self.path)
             before = block_counters(self.dev)
+            self._made = True          # from here on the device may carry kvwear's file system
             _run(self.mkfs_argv, f"making {p.filesystem} on {self.path}")
             _run(["sync"], "sync")
             self.mkfs_block = delta(block_counters(self.dev), before)
             self.fs_tools = tool_version(p.filesystem)
         except BaseException:
-            self._claim.close()
+            self.close()
             raise
 
     def identity(self) -> DeviceIdentity:
@@ -428,4 +432,12 @@ class FsDevice:
             files=files, notes=tuple(notes))
 
     def close(self) -> None:
-        self._claim.close()
+        """Erase the signatures of the file system kvwear made (`wipefs -a`: its superblocks' magic,
+        not its data), so the device is as blank to the safety guard as a raw replay leaves it and
+        the next policy's device makes its own file system without a confirmation; then release it."""
+        try:
+            if self._made:
+                _run(["wipefs", "-a", "-q", self.path],
+                     f"erasing the {self.filesystem} signature kvwear made on {self.path}")
+        finally:
+            self._claim.close()

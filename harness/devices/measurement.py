@@ -170,6 +170,17 @@ class FileSystemCount:
 
 
 @dataclass(frozen=True)
+class TraceOnFtlCount:
+    """A file-layout replay's captured block trace played on the embedded FTL (the `sim` drive
+    `drive`): the NAND bytes the file system's writes and discards cost there, and the host bytes
+    the FTL's page accounting must show for the trace (its writes' pages × page size)."""
+
+    drive: str
+    media: MediaCount
+    expected_host_bytes: int
+
+
+@dataclass(frozen=True)
 class DrivePhases:
     """The drive behind a replay's counts and the phases of the replay, from a backend that
     preconditions the drive and plays the plan in passes until the workload's own steady state (the
@@ -267,6 +278,7 @@ class DeviceMeasurement:
     capture: CaptureCount | None = None
     wear: tuple[WearDelta, ...] = ()
     wear_unsupported: Mapping[str, str] = field(default_factory=dict)   # reader → why it had no sample
+    trace_on_ftl: TraceOnFtlCount | None = None   # a file-layout replay's block trace on the embedded FTL
 
     def measured_waf(self) -> tuple[float | None, int | None, str | None]:
         """(WAF, media bytes, source): the drive's own media count, else the first wear reader that

@@ -159,16 +159,18 @@ def test_periodic_fstrim_and_no_fsync(loop: str, tmp_path: Path) -> None:
 @root_only
 @needs("ext4")
 def test_mkfs_goes_through_the_safety_guard(loop: str, tmp_path: Path) -> None:
-    res, _, _ = play(loop, tmp_path, "ext4", "none")
-    assert res.files is not None
-    # the device now carries the ext4 kvwear made: a second run must be confirmed, like a raw replay
+    import subprocess
+
+    subprocess.run(["mkfs.ext4", "-q", "-F", loop], check=True)          # somebody's file system
     with pytest.raises(SafetyError, match=r"ext4 filesystem.*--confirm-serial"):
-        open_device(DeviceSpec("block", loop, options={"filesystem": "xfs"}), tmp_path)
-    if missing_for("xfs") is None:
-        dev = open_device(DeviceSpec("block", loop, options={"filesystem": "xfs",
-                                                             "confirm_serial": loop_serial(loop)}), tmp_path)
-        assert isinstance(dev, FsDevice) and dev.filesystem == "xfs"
-        dev.close()
+        open_device(DeviceSpec("block", loop, options={"filesystem": "ext4"}), tmp_path)
+    res, _, _ = play(loop, tmp_path, "ext4", "none", confirm_serial=loop_serial(loop))
+    assert res.files is not None and res.files.file_write_bytes > 0
+    # what kvwear made it erased on close: the device is blank to the guard again
+    probe = subprocess.run(["blkid", "-p", loop], capture_output=True, text=True, check=False)
+    assert probe.returncode == 2 and not probe.stdout, probe.stdout
+    dev = open_device(DeviceSpec("block", loop, options={"filesystem": "ext4"}), tmp_path)
+    dev.close()
 
 
 def test_filesystem_options_read_by_the_one_parser() -> None:
@@ -180,3 +182,50 @@ def test_filesystem_options_read_by_the_one_parser() -> None:
     with pytest.raises(KvwearError, match="option discard: must be one of online, none, fstrim"):
         FioParams.parse({"discard": "async"}, "device block")
     assert FioParams.parse({}, "device block").filesystem is None     # raw replay stays the default
+
+
+@root_only
+@needs("ext4")
+def test_kvwear_run_with_the_fs_layout(tmp_path: Path) -> None:
+    """`kvwear run --layout fs --device block:LOOP --device-option filesystem=ext4 --tracer auto`: per
+    policy, the plan is files, the device measurement carries the file system's counts and the trace
+    on the embedded FTL, every identity passes, and the results row has the fs fields."""
+    from typer.testing import CliRunner
+
+    from kvwear.harness.cli.main import app
+    from kvwear.harness.devices.measurement import DeviceMeasurement
+    from kvwear.harness.estimate.estimator import Estimate, PlanRecord
+    from kvwear.harness.estimate.schema import read_results
+
+    out = tmp_path / "run"
+    backing = tmp_path / "drive.img"
+    try:
+        with loop_device(backing, DEVICE_BYTES) as dev:
+            res = CliRunner().invoke(app, [
+                "run", "-o", str(out), "--device", f"block:{dev}", "--layout", "fs",
+                "--device-option", "filesystem=ext4", "--device-option", "discard=online", "--tracer", "auto",
+                "--policy", "lru", "--policy", "type-aware", "--param", "sessions=3", "--param", "turns=3",
+                "--dram", "1GB", "--ssd", "250MB", "--no-report"])
+            assert res.exit_code == 0, res.output + repr(res.exception)
+    finally:
+        backing.unlink(missing_ok=True)
+    rows = {r.policy: r for r in read_results(out / "results.parquet")}
+    for label in ("lru", "type-aware"):
+        plan = PlanRecord.load(out / "plan" / label / "plan.json")
+        assert plan.files is not None and (out / "plan" / label / "file_ops.parquet").exists()
+        m = DeviceMeasurement.load(out / "device" / label / "result.json")
+        f = m.replay.files
+        assert f is not None and m.trace_on_ftl is not None and m.capture is not None
+        assert f.file_write_bytes == plan.files.object_write_bytes > 0
+        checks = Estimate.load(out / "estimate" / label / "crossval.json").checks
+        acc = [c for c in checks if c.kind == "accounting"]
+        assert acc and all(c.passed for c in acc), [c for c in acc if not c.passed]
+        names = {c.name for c in acc}
+        assert {"file bytes = object bytes", "capture write bytes = device counters",
+                "FTL host bytes = trace pages", "block bytes ≥ file bytes (fsync)"} <= names
+        row = rows[label]
+        assert row.fs_filesystem == "ext4" and row.fs_discard == "online"
+        assert row.file_write_bytes == f.file_write_bytes and row.fs_overhead_bytes == f.overhead_bytes
+        assert row.fs_ftl_waf is not None and row.fs_ftl_waf >= 1.0
+        print(f"\n{label}: file {f.file_write_bytes:,} B, block {f.block.write_bytes:,} B, overhead "
+              f"{f.overhead_bytes / f.file_write_bytes:+.2%}, FTL WAF {row.fs_ftl_waf:.3f}")
