@@ -91,7 +91,7 @@ def markdown(rows: Sequence[SideBySide]) -> str:
 def main(argv: Sequence[str]) -> int:
     runs: dict[str, Path] = {}
     for a in argv:
-        name, eq, path = a.partition("=")
+        name, eq, path = a.rpartition("=")
         if not eq:
             print(f"usage: python -m kvwear.reports.fs_compare NAME=RUN_DIR ...; got {a!r}", file=sys.stderr)
             return 2
