@@ -189,7 +189,8 @@ def test_filesystem_options_read_by_the_one_parser() -> None:
 def test_kvwear_run_with_the_fs_layout(tmp_path: Path) -> None:
     """`kvwear run --layout fs --device block:LOOP --device-option filesystem=ext4 --tracer auto`: per
     policy, the plan is files, the device measurement carries the file system's counts and the trace
-    on the embedded FTL, every identity passes, and the results row has the fs fields."""
+    on the embedded FTL, every identity passes, the results row has the fs fields and the report
+    its file-system table."""
     from typer.testing import CliRunner
 
     from kvwear.harness.cli.main import app
@@ -205,7 +206,7 @@ def test_kvwear_run_with_the_fs_layout(tmp_path: Path) -> None:
                 "run", "-o", str(out), "--device", f"block:{dev}", "--layout", "fs",
                 "--device-option", "filesystem=ext4", "--device-option", "discard=online", "--tracer", "auto",
                 "--policy", "lru", "--policy", "type-aware", "--param", "sessions=3", "--param", "turns=3",
-                "--dram", "1GB", "--ssd", "250MB", "--no-report"])
+                "--dram", "1GB", "--ssd", "250MB"])
             assert res.exit_code == 0, res.output + repr(res.exception)
     finally:
         backing.unlink(missing_ok=True)
@@ -227,5 +228,6 @@ def test_kvwear_run_with_the_fs_layout(tmp_path: Path) -> None:
         assert row.fs_filesystem == "ext4" and row.fs_discard == "online"
         assert row.file_write_bytes == f.file_write_bytes and row.fs_overhead_bytes == f.overhead_bytes
         assert row.fs_ftl_waf is not None and row.fs_ftl_waf >= 1.0
+        assert f"| {label} | ext4 | online | yes |" in (out / "report" / "report.md").read_text()
         print(f"\n{label}: file {f.file_write_bytes:,} B, block {f.block.write_bytes:,} B, overhead "
               f"{f.overhead_bytes / f.file_write_bytes:+.2%}, FTL WAF {row.fs_ftl_waf:.3f}")
