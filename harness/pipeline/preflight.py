@@ -59,10 +59,9 @@ def _check_workload(cfg: RunConfig) -> None:
 def _check_device(cfg: RunConfig) -> None:
     from kvwear.harness.pipeline.sizing import device_backend, device_capacity, device_spec
 
-    spec = device_spec(cfg, device_capacity(cfg))
-    device_backend(cfg).preflight(spec)
     # the fs layout's plan is files: only a device that makes a file system plays it, and such a
-    # device plays nothing else (asked of its options, not its name)
+    # device plays nothing else (asked of its options, not its name; before the device is looked at)
+    spec = device_spec(cfg, None)
     filesystem = getattr(device_backend(cfg).params(spec), "filesystem", None)
     if cfg.replay.layout == "fs" and filesystem is None:
         raise KvwearError("replay.layout fs: the device must make a file system to play files on: "
@@ -70,3 +69,4 @@ def _check_device(cfg: RunConfig) -> None:
     if filesystem is not None and cfg.replay.layout != "fs":
         raise KvwearError(f"device option filesystem={filesystem} plays file plans: add --layout fs "
                           f"(replay.layout is {cfg.replay.layout})")
+    device_backend(cfg).preflight(device_spec(cfg, device_capacity(cfg)))

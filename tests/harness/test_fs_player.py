@@ -129,7 +129,8 @@ def assert_identities(res: ReplayResult, capture: CaptureCount | None, trace: pa
 
 @root_only
 @pytest.mark.parametrize("filesystem", [pytest.param("ext4", marks=needs("ext4")),
-                                        pytest.param("xfs", marks=needs("xfs"))])
+                                        pytest.param("xfs", marks=needs("xfs")),
+                                        pytest.param("f2fs", marks=needs("f2fs"))])
 @pytest.mark.parametrize("discard", ["online", "none"])
 def test_identities_at_every_level(loop: str, tmp_path: Path, filesystem: str, discard: str) -> None:
     res, capture, trace = play(loop, tmp_path, filesystem, discard, capture=True)
@@ -231,3 +232,20 @@ def test_kvwear_run_with_the_fs_layout(tmp_path: Path) -> None:
         assert f"| {label} | ext4 | online | yes |" in (out / "report" / "report.md").read_text()
         print(f"\n{label}: file {f.file_write_bytes:,} B, block {f.block.write_bytes:,} B, overhead "
               f"{f.overhead_bytes / f.file_write_bytes:+.2%}, FTL WAF {row.fs_ftl_waf:.3f}")
+
+
+def test_preflight_pairs_the_fs_layout_with_a_file_system() -> None:
+    from dataclasses import replace
+
+    from kvwear.harness.pipeline.config import DeviceConfig, ReplaySettings, RunConfig
+    from kvwear.harness.pipeline.preflight import preflight
+
+    cfg = RunConfig()
+    cfg = replace(cfg, tiers=replace(cfg.tiers, ssd_bytes=1 << 30))
+    with pytest.raises(KvwearError, match=r"replay\.layout fs: the device must make a file system"):
+        preflight(replace(cfg, replay=ReplaySettings(layout="fs")), replay=True)
+    blk = DeviceConfig(kind="block", target="/dev/kvwear-no-such-device", options={"filesystem": "xfs"})
+    with pytest.raises(KvwearError, match="filesystem=xfs plays file plans: add --layout fs"):
+        preflight(replace(cfg, device=blk), replay=True)
+    with pytest.raises(KvwearError, match="no such device"):      # paired: on to the device's own checks
+        preflight(replace(cfg, device=blk, replay=ReplaySettings(layout="fs")), replay=True)
