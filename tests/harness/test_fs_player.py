@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -249,3 +250,21 @@ def test_preflight_pairs_the_fs_layout_with_a_file_system() -> None:
         preflight(replace(cfg, device=blk), replay=True)
     with pytest.raises(KvwearError, match="no such device"):      # paired: on to the device's own checks
         preflight(replace(cfg, device=blk, replay=ReplaySettings(layout="fs")), replay=True)
+
+
+@root_only
+@needs("ext4")
+def test_a_full_file_system_fails_naming_the_row_and_leaves_no_mount(loop: str, tmp_path: Path) -> None:
+    """Live objects the device holds but its file system (journal, inode tables) does not: ENOSPC
+    names the file_ops row and says why; the mount is gone and the device closes clean."""
+    rows = [("write", i, 8 * MiB) for i in range(DEVICE_BYTES // (8 * MiB) - 1)]       # 312 MiB live
+    plan, _ = plan_file_ops(ssd_ops(rows), ReplayConfig(capacity_bytes=DEVICE_BYTES, layout="fs"))
+    device = open_device(DeviceSpec("block", loop, options={"filesystem": "ext4"}), tmp_path)
+    try:
+        with pytest.raises(KvwearError, match=r"file_ops row \d+ \(write kvwear@.*No space left.*file system is full"):
+            device.replay(plan, tmp_path)
+        mounts = Path("/proc/self/mountinfo").read_text()
+        assert "kvwear-fs-" not in mounts and loop not in mounts
+        assert not list(Path(tempfile.gettempdir()).glob("kvwear-fs-*"))    # the mount point is removed too
+    finally:
+        device.close()
