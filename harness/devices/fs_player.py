@@ -42,6 +42,7 @@ Must not: write to anything but the device it checked and the mount it made; lea
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import platform
 import re
@@ -52,11 +53,12 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from kvwear.errors import KvwearError
 from kvwear.exclusive import block_identity, device_lock_path, locked
@@ -73,6 +75,8 @@ from kvwear.harness.devices.safety import DeviceFacts, check_block_device, loop_
 from kvwear.harness.plan.files import FILE_OPS
 from kvwear.harness.plan.schema import BLOCK_OPS
 from kvwear.harness.wear.identify import DeviceIdentity
+from kvwear.records import decode, encode
+from kvwear.tables import TableSpec, atomic_write, read_table, row_group_rows
 
 FILESYSTEMS: tuple[str, ...] = ("ext4", "xfs", "f2fs")
 DISCARD_MODES: tuple[str, ...] = ("online", "none", "fstrim")
@@ -286,6 +290,62 @@ def block_trace_plan(trace: pa.Table, capacity_bytes: int) -> pa.Table:
     }))
 
 
+# A file-system run's block trace kept for replaying on any FTL drive without hardware: the
+# BLOCK_OPS columns (writes and trims in issue order, `block_trace_plan`), and in the file's
+# metadata (FS_TRACE_PROVENANCE_KEY) the typed record of what made it (FsTraceProvenance).
+FS_TRACE = TableSpec(kind="fs_trace", version=1, schema=BLOCK_OPS.schema)
+FS_TRACE_PROVENANCE_KEY = b"kvwear.fs_trace.provenance"
+
+
+@dataclass(frozen=True)
+class FsTraceProvenance:
+    """What recorded a file-system block trace: the file system and how it was made and mounted,
+    the tool and kernel versions, the device's size and the kvwear command."""
+
+    VERSION: ClassVar[int] = 1
+
+    filesystem: str
+    discard: str
+    fsync: bool
+    fstrim_interval_s: float | None
+    mkfs_command: str
+    mount_options: str
+    fs_tools: str
+    kernel: str
+    device_bytes: int
+    command: str
+    version: int = 1
+
+
+def write_fs_trace(trace: pa.Table, device_bytes: int, files: FileSystemCount, command: str, path: Path) -> Path:
+    """Keep a captured BLOCK_TRACE of a file-layout replay as FS_TRACE with its provenance."""
+    prov = FsTraceProvenance(files.filesystem, files.discard, files.fsync, files.fstrim_interval_s,
+                             files.mkfs_command, files.mount_options, files.fs_tools, files.kernel,
+                             device_bytes, command)
+    table = FS_TRACE.conform(block_trace_plan(trace, device_bytes))
+    meta = {**(table.schema.metadata or {}), FS_TRACE_PROVENANCE_KEY: json.dumps(encode(prov)).encode()}
+    with atomic_write(path) as tmp:     # write_table would conform the schema's metadata away
+        pq.write_table(table.replace_schema_metadata(meta), tmp, compression="zstd",
+                       row_group_size=row_group_rows(table))
+    return path
+
+
+def read_fs_trace(path: Path) -> tuple[pa.Table, FsTraceProvenance]:
+    """An FS_TRACE file and its provenance, validated (one line naming the file and field)."""
+    table = read_table(FS_TRACE, path)
+    raw = (table.schema.metadata or {}).get(FS_TRACE_PROVENANCE_KEY)
+    if raw is None:
+        raise KvwearError(f"{path}: an fs_trace without its provenance (metadata {FS_TRACE_PROVENANCE_KEY.decode()})")
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise KvwearError(f"{path}: its provenance is not JSON (damaged metadata)") from None
+    prov = decode(FsTraceProvenance, data, str(path), "provenance")
+    if prov.version > FsTraceProvenance.VERSION:
+        raise KvwearError(f"{path}: provenance version {prov.version}, this kvwear reads {FsTraceProvenance.VERSION}")
+    return FS_TRACE.conform(table), prov
+
+
 @dataclass(frozen=True)
 class TraceOnFtl:
     """A block trace replayed on the embedded FTL: the drive's counts, and the host bytes its page
@@ -298,14 +358,14 @@ class TraceOnFtl:
 
 def replay_trace_on_ftl(trace: pa.Table, capacity_bytes: int, workdir: Path, *,
                         options: dict[str, object] | None = None) -> TraceOnFtl:
-    """Play the writes and discards of a captured BLOCK_TRACE on the `sim` drive of
-    `capacity_bytes` (its `options`: a preset, a geometry; kvwear.harness.devices.sim) — what the
-    file system sent the device, as the embedded FTL would store it: NAND bytes and WAF."""
+    """Play the writes and discards of a captured BLOCK_TRACE (or a recorded FS_TRACE) on the `sim`
+    drive of `capacity_bytes` (its `options`: a preset, a geometry; kvwear.harness.devices.sim) —
+    what the file system sent the device, as the embedded FTL would store it: NAND bytes and WAF."""
     from kvwear.emulator.ftl import OP_WRITE
     from kvwear.harness.devices.base import open_device
     from kvwear.harness.devices.sim import plan_to_requests
 
-    plan = block_trace_plan(trace, capacity_bytes)
+    plan = FS_TRACE.conform(trace) if "offset_bytes" in trace.column_names else block_trace_plan(trace, capacity_bytes)
     dev = open_device(DeviceSpec("sim", capacity_bytes=capacity_bytes, options=dict(options or {})), workdir)
     try:
         page = int(dev.identity().logical_block_bytes or 4096)
@@ -394,8 +454,6 @@ class FsDevice:
                progress: ReplayProgress | None = None, write_bytes: int = 1 << 20) -> ReplayResult:
         """Mount, play the FILE_OPS `plan` (a table or its Parquet), unmount; the counts (module
         docstring). `timed` is not honoured: the player plays as fast as possible (said in the notes)."""
-        from kvwear.tables import read_table
-
         table = read_table(FILE_OPS, plan) if isinstance(plan, Path) else FILE_OPS.conform(plan)
         p = self.p
         interval = p.fstrim_interval_s if p.discard == "fstrim" else None

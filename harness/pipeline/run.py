@@ -30,6 +30,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shlex
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -45,7 +47,7 @@ from kvwear.emulator.ftl import OP_WRITE
 from kvwear.errors import InputError, KvwearError
 from kvwear.harness.capture.schema import BLOCK_TRACE
 from kvwear.harness.devices.base import open_device
-from kvwear.harness.devices.fs_player import replay_trace_on_ftl
+from kvwear.harness.devices.fs_player import read_fs_trace, replay_trace_on_ftl, write_fs_trace
 from kvwear.harness.devices.measurement import (
     CaptureCount,
     DeviceMeasurement,
@@ -530,9 +532,13 @@ def _replay_on_device(cfg: RunConfig, d: Path, plan: Plan, label: str, capacity:
                                  "waf_cumulative": nand / np.maximum(host, 1)}), d / "timeline.parquet")
     on_ftl = None
     if res.files is not None and cap:
-        # what the file system sent the device, on the embedded FTL (the sim drive of the device's size)
-        got = replay_trace_on_ftl(read_table(BLOCK_TRACE, cap[0].parquet_path), int(ident.capacity_bytes or capacity),
-                                  d / "trace-on-ftl")
+        # what the file system sent the device, kept with its provenance (fs_trace.parquet: replayable
+        # on any FTL drive without hardware), and played on the embedded FTL (the sim drive of the
+        # device's size)
+        size = int(ident.capacity_bytes or capacity)
+        trace_path = write_fs_trace(read_table(BLOCK_TRACE, cap[0].parquet_path), size, res.files,
+                                    shlex.join(sys.argv), d / "fs_trace.parquet")
+        got = replay_trace_on_ftl(read_fs_trace(trace_path)[0], size, d / "trace-on-ftl")
         on_ftl = TraceOnFtlCount(got.drive, got.replay.media or MediaCount("kvwear-ftl", 0, 0),
                                  got.expected_host_bytes)
     measurement = DeviceMeasurement(res, ident, cap[0] if cap else None, tuple(deltas), unsupported, on_ftl)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from kvwear.errors import KvwearError, SafetyError
@@ -20,7 +21,7 @@ from kvwear.harness.capture import TracerUnavailable, kernel_dev_t, open_tracer
 from kvwear.harness.capture.schema import BLOCK_TRACE
 from kvwear.harness.devices.base import DeviceSpec, open_device
 from kvwear.harness.devices.fio import FioParams, loop_device
-from kvwear.harness.devices.fs_player import FsDevice, missing_for, replay_trace_on_ftl
+from kvwear.harness.devices.fs_player import FsDevice, missing_for, read_fs_trace, replay_trace_on_ftl
 from kvwear.harness.devices.measurement import CaptureCount, ReplayResult
 from kvwear.harness.devices.safety import loop_serial
 from kvwear.harness.estimate.fs_checks import fs_checks
@@ -231,6 +232,17 @@ def test_kvwear_run_with_the_fs_layout(tmp_path: Path) -> None:
         assert row.file_write_bytes == f.file_write_bytes and row.fs_overhead_bytes == f.overhead_bytes
         assert row.fs_ftl_waf is not None and row.fs_ftl_waf >= 1.0
         assert f"| {label} | ext4 | online | yes |" in (out / "report" / "report.md").read_text()
+        # the recorded trace: versioned, with what made it, replayable on other drives without hardware
+        trace, prov = read_fs_trace(out / "device" / label / "fs_trace.parquet")
+        assert (prov.filesystem, prov.discard, prov.fsync, prov.device_bytes) == ("ext4", "online", True, DEVICE_BYTES)
+        assert prov.kernel == os.uname().release and prov.fs_tools.startswith("mke2fs ")
+        assert "-b 4096" in prov.mkfs_command and prov.mount_options == "discard"
+        writes = trace.filter(pc.equal(pc.cast(trace.column("op"), pa.string()), "write"))
+        assert pc.sum(writes.column("length_bytes")).as_py() == f.block.write_bytes      # the trace is whole
+        again = replay_trace_on_ftl(trace, DEVICE_BYTES, tmp_path / f"again-{label}")
+        assert again.replay.media == m.trace_on_ftl.media                                 # deterministic
+        roomy = replay_trace_on_ftl(trace, DEVICE_BYTES, tmp_path / f"roomy-{label}", options={"op_ratio": 0.28})
+        assert roomy.replay.media is not None and roomy.replay.media.host_bytes == again.replay.media.host_bytes
         print(f"\n{label}: file {f.file_write_bytes:,} B, block {f.block.write_bytes:,} B, overhead "
               f"{f.overhead_bytes / f.file_write_bytes:+.2%}, FTL WAF {row.fs_ftl_waf:.3f}")
 
@@ -268,3 +280,23 @@ def test_a_full_file_system_fails_naming_the_row_and_leaves_no_mount(loop: str, 
         assert not list(Path(tempfile.gettempdir()).glob("kvwear-fs-*"))    # the mount point is removed too
     finally:
         device.close()
+
+
+def test_a_recorded_trace_without_or_with_bad_provenance_is_refused(tmp_path: Path) -> None:
+    import json
+
+    import pyarrow.parquet as pq
+
+    from kvwear.errors import InputError
+    from kvwear.harness.devices.fs_player import FS_TRACE, FS_TRACE_PROVENANCE_KEY
+    from kvwear.tables import write_table
+
+    rows = FS_TRACE.conform(pa.table({"t_s": [0.0], "op": ["write"], "offset_bytes": [0], "length_bytes": [4096],
+                                      "obj_kind": ["fs"], "obj_id": [0], "placement_handle": pa.array([0], pa.int8())}))
+    bare = write_table(FS_TRACE, rows, tmp_path / "bare.parquet")
+    with pytest.raises(KvwearError, match=r"bare\.parquet: an fs_trace without its provenance"):
+        read_fs_trace(bare)
+    meta = {**(rows.schema.metadata or {}), FS_TRACE_PROVENANCE_KEY: json.dumps({"filesystem": "ext4"}).encode()}
+    pq.write_table(rows.replace_schema_metadata(meta), tmp_path / "half.parquet")
+    with pytest.raises((KvwearError, InputError), match=r"half\.parquet: field provenance\.discard: missing"):
+        read_fs_trace(tmp_path / "half.parquet")
