@@ -410,6 +410,7 @@ class FsDevice:
             raise KvwearError(f"device block:{self.path}: filesystem={p.filesystem}: {why}")
         self._claim = contextlib.ExitStack()
         self._made = False
+        self.last_mount_point: Path | None = None
         # the safety guard first: mkfs destroys what is on the device, as a raw replay would
         self.safety: DeviceFacts = check_block_device(self.path, p.confirm_serial)
         ident = block_identity(self.safety.serial, self.safety.dev)
@@ -461,6 +462,7 @@ class FsDevice:
         t0 = time.monotonic()
         before = block_counters(self.dev)
         with mounted(self.path, self.filesystem, opts) as point:
+            self.last_mount_point = point          # (gone after the replay: the tests check)
             root = point / STORE_DIR
             root.mkdir()
             tally = play_file_ops(table, root, fsync=p.fsync, write_bytes=write_bytes,

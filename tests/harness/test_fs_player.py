@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +33,12 @@ MiB = 1 << 20
 DEVICE_BYTES = 320 * MiB          # mkfs.xfs refuses file systems below 300 MB
 LIVE_BYTES = 120 * MiB            # the store's budget: it evicts its oldest objects beyond it
 
-root_only = pytest.mark.skipif(os.geteuid() != 0, reason="mkfs, mount and loop devices need root")
+_not_root = pytest.mark.skipif(os.geteuid() != 0, reason="mkfs, mount and loop devices need root")
+
+
+def root_only(test: Callable[..., None]) -> Callable[..., None]:
+    """Marked `root` (pyproject's markers) and skipped, with the reason, when not root."""
+    return pytest.mark.root(_not_root(test))
 
 
 def needs(filesystem: str) -> pytest.MarkDecorator:
@@ -188,6 +192,7 @@ def test_filesystem_options_read_by_the_one_parser() -> None:
 
 
 @root_only
+@pytest.mark.slow
 @needs("ext4")
 def test_kvwear_run_with_the_fs_layout(tmp_path: Path) -> None:
     """`kvwear run --layout fs --device block:LOOP --device-option filesystem=ext4 --tracer auto`: per
@@ -275,9 +280,10 @@ def test_a_full_file_system_fails_naming_the_row_and_leaves_no_mount(loop: str, 
     try:
         with pytest.raises(KvwearError, match=r"file_ops row \d+ \(write kvwear@.*No space left.*file system is full"):
             device.replay(plan, tmp_path)
-        mounts = Path("/proc/self/mountinfo").read_text()
-        assert "kvwear-fs-" not in mounts and loop not in mounts
-        assert not list(Path(tempfile.gettempdir()).glob("kvwear-fs-*"))    # the mount point is removed too
+        assert isinstance(device, FsDevice) and device.last_mount_point is not None
+        point = str(device.last_mount_point)
+        assert point not in Path("/proc/self/mountinfo").read_text()
+        assert not device.last_mount_point.exists()                           # the mount point is removed too
     finally:
         device.close()
 
