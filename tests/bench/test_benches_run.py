@@ -37,6 +37,7 @@ SMOKE: dict[str, tuple[list[str], str, str]] = {
                  "Gandalf dominates", ""),
     "simulator": (["--policies", "lru", "--requests", "300"], "libCacheSim", ""),
     "waf_model": (["--smoke"], "GC-active", ""),
+    "fs_layout": (["--ops", "3000"], "fs (files)", ""),
     "placement": (["--sessions", "3", "--turns", "3", "--dram", "100MB", "--ssd", "200MB", "--devsz-mb", "256",
                    "--policy", "lru"], "lru", ""),
 }
