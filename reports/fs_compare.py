@@ -8,9 +8,9 @@ with a block layout (its device WAF measured, or the `sim` drive's), the others 
   (`fs_block_write_bytes`: the files plus the file system's overhead);
 - overhead: block bytes ÷ file bytes − 1 (file-system runs only);
 - WAF and NAND bytes: the drive's (a block run) or the FTL's on the trace (a file-system run);
-- lifetime: the projection at WAF 1 of the policy's object bytes, × object bytes ÷ NAND bytes
-  (a drive wears by its NAND writes, so the lifetime scales with their inverse; the same workload,
-  span and ratings in every run).
+- lifetime: the projection at WAF 1 of the bytes the drive receives (a block run: the plan's; a
+  file-system run: its block bytes), × those bytes ÷ NAND bytes (a drive wears by its NAND writes,
+  so the lifetime scales with their inverse; the same workload, span and ratings in every run).
 
 Must not: run anything or compute a measurement; it reads results rows and puts them side by side.
 `python -m kvwear.reports.fs_compare NAME=RUN_DIR ...` prints the Markdown table.
@@ -50,8 +50,10 @@ def side_by_side_row(run: str, r: ResultsRow) -> SideBySide:
     nand = r.fs_ftl_nand_bytes if fs else r.nand_write_bytes
     overhead = (r.fs_overhead_ratio - 1.0) if fs and r.fs_overhead_ratio is not None else None
     life = None
-    if r.lifetime_days_waf1 is not None and r.plan_write_bytes and nand:
-        life = r.lifetime_days_waf1 * r.plan_write_bytes / nand
+    # the WAF-1 projection is of the bytes the drive receives (a file-system run: its block bytes)
+    host = r.fs_block_write_bytes if fs else r.plan_write_bytes
+    if r.lifetime_days_waf1 is not None and host and nand:
+        life = r.lifetime_days_waf1 * host / nand
     return SideBySide(run, r.policy, r.fs_filesystem, r.fs_discard, r.plan_write_bytes, device_bytes,
                       overhead, waf, nand, life)
 

@@ -451,7 +451,9 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
     passes = phases.passes if phases is not None else 1
     plan_bytes = plan.aligned_write_bytes
     played_bytes = plan_bytes * passes
-    per_day = host_bytes_per_day(plan_bytes / f, duration)
+    # the host bytes the drive receives: the plan's, or with the fs layout the file system's block
+    # bytes (the files plus its overhead), so every projection carries the file system's share
+    per_day = host_bytes_per_day((r.files.block.write_bytes if r.files is not None else plan_bytes) / f, duration)
     prediction = inp.prediction
     waf_workload = prediction.waf if prediction is not None else None
     measured_waf, nand_write_bytes, _ = device.measured_waf()

@@ -219,6 +219,7 @@ def test_kvwear_run_with_the_fs_layout(tmp_path: Path) -> None:
     finally:
         backing.unlink(missing_ok=True)
     rows = {r.policy: r for r in read_results(out / "results.parquet")}
+    blocks: dict[str, int] = {}
     for label in ("lru", "type-aware"):
         plan = PlanRecord.load(out / "plan" / label / "plan.json")
         assert plan.files is not None and (out / "plan" / label / "file_ops.parquet").exists()
@@ -248,8 +249,13 @@ def test_kvwear_run_with_the_fs_layout(tmp_path: Path) -> None:
         assert again.replay.media == m.trace_on_ftl.media                                 # deterministic
         roomy = replay_trace_on_ftl(trace, DEVICE_BYTES, tmp_path / f"roomy-{label}", options={"op_ratio": 0.28})
         assert roomy.replay.media is not None and roomy.replay.media.host_bytes == again.replay.media.host_bytes
+        blocks[label] = f.block.write_bytes
         print(f"\n{label}: file {f.file_write_bytes:,} B, block {f.block.write_bytes:,} B, overhead "
               f"{f.overhead_bytes / f.file_write_bytes:+.2%}, FTL WAF {row.fs_ftl_waf:.3f}")
+    # the projections are of the bytes the drive receives: the block bytes, file-system overhead included
+    per_day = {k: rows[k].host_bytes_per_day for k in blocks}
+    assert per_day["lru"] and per_day["type-aware"]
+    assert per_day["lru"] / per_day["type-aware"] == pytest.approx(blocks["lru"] / blocks["type-aware"], rel=1e-9)
 
 
 def test_preflight_pairs_the_fs_layout_with_a_file_system() -> None:
