@@ -72,11 +72,53 @@ six shared traces together) 0.002 / 0.002 (Kimi-K3 / Qwen3.5-27B), agentic (8 se
 0.000 / 0.000, 0.002 / 0.000. So the cause lies in the SSD's side — what a write displaces and
 what the SSD's eviction leaves reachable — not in the drop/move price. V is part of it, not
 all: with V ≡ 0 (not the paper's rule) those five cases give 0.016, 0.016, 0.019, 0.017, 0.007.
-The mechanism is not pinned down yet; the issue stays open on it. SSD bytes fall with γ but
-not strictly: rises of up to 6 % between γ points (agentic × Qwen3.5-27B 1 % / 10 %: 81.2 GiB
-at γ = 4, 86.2 at γ = 8).
+SSD bytes fall with γ but not strictly: rises of up to 6 % between γ points (agentic ×
+Qwen3.5-27B 1 % / 10 %: 81.2 GiB at γ = 4, 86.2 at γ = 8).
+
+**The mechanism: SSD evictions strand what hangs below them** (issue #29, measured on the three
+breaking cases by counting, per run, SSD writes, SSD evictions and what each eviction leaves
+unreachable). An SSD victim is the cheapest list head by its own D; nothing asks whether it is a
+leaf. A segment evicted from the SSD with no DRAM copy leaves a *prefix gap*: every resident
+object below it (its state, its children's KV and states, on either tier) can serve no hit,
+since a hit is a resident prefix from the root, yet each keeps its price P·n·c and its SSD
+space. At small γ the door admits more writes, the SSD evicts more, and most of those evictions
+are interior: Weka × Kimi-K3 3 % / 30 %, γ = 0 against γ = 2 (miss 0.093 against 0.083): 305
+state writes (127.6 GiB) against 56 (23.4 GiB), 438 SSD evictions against 18, of which 261 of
+274 segment evictions interior, leaving 966 GiB of SSD-resident descendants stranded (summed
+over the evictions) against 38 GiB, and 137 victims already stranded when evicted against 3;
+multi-round × Qwen3.5-27B 1 % / 10 %, γ = 1 against γ = 2 (0.510 against 0.484): 425 interior
+evictions against 182, 65.9 GiB stranded against 28.0, 487 victims never read against 346.
+Requests almost never come back through a gap to what it stranded (tokens resident beyond a
+gap on a request's path: ≤ 0.5 % of the tokens in every run measured), so stranded copies are
+dead weight that the next writes must displace, and the V of those writes prices the live
+victims as if the dead ones were worth something. With an SSD larger than the footprint nothing
+is evicted, no gap forms, and the sweep is monotone (above).
+**`stranded="zero"`** follows this: an object below a gap is worth 0 (its next access cannot
+be a hit) and stranded SSD objects are the SSD's first victims, their bytes free for V; a
+request recreating the gap makes them reachable again. It removes the three breaks (13-point
+grid: 0.005, 0.001, 0.010 from 0.016, 0.068, 0.026) and lowers γ = 0's miss ratio there (0.089,
+0.104, 0.436 from 0.093, 0.116, 0.498), but on held-out cases it does not break less: over the
+18 cases (3 traces × 2 models × 3 tiers) 3 break under either reading (zero: Weka × Kimi-K3 and
+× Qwen3.5-27B 1 % / 10 %, 0.016 and 0.037 — γ = 0 on Weka × Qwen3.5-27B misses 0.182 instead of
+0.166, fewer state hits from SSD, 87 against 153 —, and multi-round × Qwen3.5-27B 1 % / 10 %,
+0.010); over 39 generated held-out cases (agentic seeds 31, 41; multi-round 32, 42; trace-a 33,
+43; api 34, 5,000 requests) 1 under either (agentic seed 41 × Qwen3.5-27B 1 % / 10 %: 0.015
+zero, 0.018 priced); over the six Weka traces one by one (36 cases) 13 under either (8 and 12
+on the 8-point grid, priced and zero). The single Weka traces are 3–172 requests, one session
+each, and at 1 % their DRAM (0.02–0.94 GiB) is smaller than one Kimi-K3 state in four of six:
+there the sweep is a cascade of a few decisions (rises up to 0.47 under both readings). The
+per-object price (`stranded="priced"`, the paper's: it prices each object by its own next hit
+and has no notion of reachability) stays the default; no reading measured holds everywhere.
+Also measured and not taken: stranded objects worth 0 but not evicted first (4 of the 18
+break), worth 0 only while on the SSD alone (2 of the 6 cases nearest the tolerance), and SSD
+victims restricted to leaves, the first of each list's `scan` oldest that strands nothing (4 and
+5 of the 18 break, with zero and priced; Weka × Kimi-K3 1 % / 10 % γ = 0 misses 0.140 and 0.184).
 
 **kvwear's reading of what the paper leaves implicit** (each a parameter where it is a choice):
+- **Objects below a prefix gap** (`stranded`): "priced" (default) prices them as any other;
+  "zero" values them at 0 and evicts them from the SSD first (the mechanism above, with its
+  numbers). Under "zero" the policy keeps the set of stranded objects (a walk below a segment
+  when it leaves every tier, and when a request recreates it).
 - **No horizon.** D and M are both divided by s·w of their own object, so γ means the paper's
   γ: at P = 1 a full-attention block is worth moving iff n·c > γ·μ·p_w·s. (An earlier kvwear
   rule multiplied D by a horizon T — the SSD's eviction age, up to 3,600 s — which valued an
@@ -265,6 +307,10 @@ class GandalfParams(PolicyParams):
         help="where a passing request finds a dropped state to credit: at segment ends, or anywhere")
     ghosts: int = param(1 << 20, sweep=(0, 1 << 22), help="forgotten objects remembered for reuse counts",
                         valid=(0, 1 << 30))
+    stranded: Literal["priced", "zero"] = param(
+        "priced", sweep=("priced", "zero"),
+        help="an object below a prefix gap (an ancestor resident in no tier): priced as if its prefix "
+             "were resident (the paper's per-object price), or worth 0 and the SSD's first victim")
 
     def __post_init__(self) -> None:
         if (self.gamma < 0 or self.dwpd <= 0 or self.min_idle_s <= 0 or self.window_s <= 0 or self.scan < 1
@@ -294,6 +340,16 @@ def _leads_nowhere(seg: Segment) -> bool:
     if st is not None and st.tiers:
         return False
     return not any(c.tiers for c in seg.children.values())
+
+
+def _gap_above(obj: Obj) -> bool:
+    """A segment on the path above `obj` is resident in no tier: no hit can reach `obj`."""
+    seg = obj.seg if isinstance(obj, State) else obj.parent if isinstance(obj, Segment) else None
+    while seg is not None and seg.parent is not None:
+        if not seg.tiers:
+            return True
+        seg = seg.parent
+    return False
 
 
 def _superseded(st: State) -> bool:
@@ -380,6 +436,11 @@ class GandalfPolicy(Policy[GandalfParams]):
         self._credited_end = 0  # depth (blocks) of the dropped state credited for this request
         self._victims: tuple[list[int], list[float]] | None = None
         self._last_victim: tuple[float, int, float] | None = None
+        # resident objects below a prefix gap (`stranded="zero"`), and those of them on the SSD
+        self._zero_stranded = p.stranded == "zero"
+        self.stranded: dict[Obj, None] = {}
+        self.stranded_ssd: OrderedDict[Obj, None] = OrderedDict()
+        self.stranded_ssd_bytes = 0
 
     # --- estimators ---------------------------------------------------------------------------
     def begin_request(self, req: RequestInfo) -> None:
@@ -481,6 +542,8 @@ class GandalfPolicy(Policy[GandalfParams]):
 
     def value(self, obj: Obj, key: ClassKey | None = None) -> float:
         """The next hit's value P(idle ≥ w)·n·c in dollars (0 for what no hit can use)."""
+        if obj in self.stranded:
+            return 0.0
         if isinstance(obj, Segment):
             if self.hybrid and _leads_nowhere(obj):
                 return 0.0
@@ -536,18 +599,22 @@ class GandalfPolicy(Policy[GandalfParams]):
         return self._vd(obj, self.class_of(obj))[1]
 
     def displaced_value(self, over_bytes: int) -> float:
-        """V: the next-hit value of the SSD victims that free `over_bytes` (lowest D first)."""
+        """V: the next-hit value of the SSD victims that free `over_bytes` (lowest D first;
+        stranded SSD objects, worth 0, go first)."""
+        over_bytes -= self.stranded_ssd_bytes
         if over_bytes <= 0:
             return 0.0
         if self._victims is None:
             entries: list[tuple[float, int, float]] = []
             scan = self.p.scan
+            stranded = self.stranded_ssd
             for key, od in self.lists[SSD].items():
                 for i, o in enumerate(od):
                     if i >= scan:
                         break
-                    v, d = self._vd(o, key)
-                    entries.append((d, o.nbytes, v))
+                    if o not in stranded:
+                        v, d = self._vd(o, key)
+                        entries.append((d, o.nbytes, v))
             entries.sort(key=lambda e: e[0])
             cb: list[int] = []
             cv: list[float] = []
@@ -577,6 +644,34 @@ class GandalfPolicy(Policy[GandalfParams]):
                          self.displaced_value(obj.nbytes - self.ctx.free_bytes(SSD)))
 
     # --- list bookkeeping ---------------------------------------------------------------------
+    def _strand(self, obj: Obj) -> None:
+        if obj not in self.stranded:
+            self.stranded[obj] = None
+            if obj.tiers & SSD:
+                self.stranded_ssd[obj] = None
+                self.stranded_ssd_bytes += obj.nbytes
+
+    def _unstrand(self, obj: Obj) -> None:
+        if self.stranded.pop(obj, 0) is None and self.stranded_ssd.pop(obj, 0) is None:
+            self.stranded_ssd_bytes -= obj.nbytes
+
+    def _mark_below(self, seg: Segment, gap: bool) -> None:
+        """The resident objects below `seg` reachable from it through resident segments: stranded
+        (`gap`: `seg` just left every tier) or reachable again (`seg` is being recreated)."""
+        mark = self._strand if gap else self._unstrand
+        stack = [seg]
+        while stack:
+            s = stack.pop()
+            st = s.state
+            if st is not None and st.tiers:
+                mark(st)
+            for c in s.children.values():
+                if c.tiers:
+                    mark(c)
+                    stack.append(c)
+        self._vcache.clear()
+        self._victims = None
+
     def _enlist(self, obj: Obj, tier: int) -> None:
         key = (obj.kind, _rc(obj.pdata[1] if obj.pdata else 1), _size_class(obj))
         lists = self.lists[tier]
@@ -637,6 +732,11 @@ class GandalfPolicy(Policy[GandalfParams]):
         return DRAM
 
     def added(self, obj: Obj, tier: int) -> None:
+        if self._zero_stranded and obj.tiers == tier:  # resident again (or new)
+            if _gap_above(obj):
+                self._strand(obj)
+            elif isinstance(obj, Segment) and self.stranded and (obj.children or obj.state is not None):
+                self._mark_below(obj, gap=False)  # the gap is filled: what hangs below is reachable
         if tier == DRAM:
             if obj.tiers & SSD:
                 self.clean[obj] = None
@@ -645,6 +745,9 @@ class GandalfPolicy(Policy[GandalfParams]):
         elif tier == SSD:
             self.budget.record_write(obj.nbytes)
             self._enlist(obj, SSD)
+            if obj in self.stranded and obj not in self.stranded_ssd:
+                self.stranded_ssd[obj] = None
+                self.stranded_ssd_bytes += obj.nbytes
             if self._delist(obj, DRAM):
                 self.clean[obj] = None
 
@@ -660,9 +763,15 @@ class GandalfPolicy(Policy[GandalfParams]):
             if up is not None:
                 c.pop(up, None)
         self._victims = None
+        if tier == SSD and self.stranded_ssd.pop(obj, 0) is None:
+            self.stranded_ssd_bytes -= obj.nbytes
         if not obj.tiers:
             self._forget(obj)
             self._own_tokens.pop(obj, None)
+            self.stranded.pop(obj, None)
+            if self._zero_stranded and isinstance(obj, Segment):
+                # a prefix gap: what hangs below can serve no hit until a request recreates it
+                self._mark_below(obj, gap=True)
         if tier == DRAM:
             if not self._delist(obj, DRAM):
                 self.clean.pop(obj, None)
@@ -704,6 +813,11 @@ class GandalfPolicy(Policy[GandalfParams]):
                 self.where[tier][head] = key
         if tail in self.clean:
             self.clean[head] = None
+        if tail in self.stranded:
+            # the head takes its share of the tail's bytes, already counted
+            self.stranded[head] = None
+            if tail in self.stranded_ssd:
+                self.stranded_ssd[head] = None
 
     # --- decisions ----------------------------------------------------------------------------
     @staticmethod
@@ -742,6 +856,8 @@ class GandalfPolicy(Policy[GandalfParams]):
         self._decision = None
         self._victims = None
         if tier == SSD:
+            if self.stranded_ssd:
+                return next(iter(self.stranded_ssd))  # worth 0: no price can beat it
             head = self._cheapest(SSD)
             if head is None:
                 raise KvwearError("gandalf: SSD over capacity with no SSD object listed")
