@@ -444,6 +444,8 @@ class GandalfPolicy(Policy[GandalfParams]):
 
     # --- estimators ---------------------------------------------------------------------------
     def begin_request(self, req: RequestInfo) -> None:
+        self._victims = None
+        self._vcache.clear()  # the clock moved: every value and D changes
         now = req.arrival_s
         self._state_credited = False
         self._credited_end = 0
@@ -564,7 +566,13 @@ class GandalfPolicy(Policy[GandalfParams]):
         if key is None:
             key = self.class_of(obj)
         last = obj.pdata[0] if obj.pdata is not None else obj.last_s
-        return self.p_idle(max(self.ctx.now_s - last, 0.0), key) * weight * n * self.c_token
+        idle = self.ctx.now_s - last
+        if idle < 0.0:
+            idle = 0.0
+        if self._hist_model:  # p_idle, inlined for the default model
+            h = self.hists.get(key) or self._hist(key)
+            return h.p_reuse(idle) * weight * n * self.c_token
+        return self.p_idle(idle, key) * weight * n * self.c_token
 
     def _checkpoint_above_blocks(self, st: State) -> int:
         """Where the previous checkpoint position on the path of a new state `st` ends, in
@@ -591,7 +599,11 @@ class GandalfPolicy(Policy[GandalfParams]):
         got = c.get(obj)
         if got is None:
             v = self.value(obj, key)
-            got = c[obj] = (v, v / (max(obj.nbytes, 1) * self._idle_s(obj)))
+            # _idle_s, inlined
+            pd = obj.pdata
+            w = self.ctx.now_s - (pd[0] if pd is not None else obj.last_s)
+            floor = self.p.min_idle_s
+            got = c[obj] = (v, v / (max(obj.nbytes, 1) * (w if w > floor else floor)))
         return got
 
     def drop_cost(self, obj: Obj) -> float:
@@ -639,9 +651,11 @@ class GandalfPolicy(Policy[GandalfParams]):
 
     def fee(self, obj: Obj) -> float:
         """γ·μ(t)·p_w·s plus the value V of the SSD victims the write displaces, in dollars."""
-        mu = self.budget.mu(self.ctx.now_s)
-        return move_cost(self.p.gamma, mu, self.p_w, obj.nbytes,
-                         self.displaced_value(obj.nbytes - self.ctx.free_bytes(SSD)))
+        ctx = self.ctx
+        mu = self.budget.mu(ctx.now_s)
+        over = obj.nbytes - (ctx.capacity_bytes[SSD] - ctx.used_bytes[SSD])  # ctx.free_bytes(SSD), inlined
+        # move_cost, inlined (the same operations in the same order)
+        return self.p.gamma * mu * self.p_w * obj.nbytes + self.displaced_value(over)
 
     # --- list bookkeeping ---------------------------------------------------------------------
     def _strand(self, obj: Obj) -> None:
@@ -700,6 +714,7 @@ class GandalfPolicy(Policy[GandalfParams]):
 
     # --- notifications ------------------------------------------------------------------------
     def place(self, obj: Obj) -> int:
+        self._victims = None  # values change with this access
         if self._vcache:
             self._vcache.clear()
         ctx = self.ctx
@@ -743,6 +758,7 @@ class GandalfPolicy(Policy[GandalfParams]):
             else:
                 self._enlist(obj, DRAM)
         elif tier == SSD:
+            self._victims = None
             self.budget.record_write(obj.nbytes)
             self._enlist(obj, SSD)
             if obj in self.stranded and obj not in self.stranded_ssd:
@@ -762,7 +778,10 @@ class GandalfPolicy(Policy[GandalfParams]):
                 up = obj.seg
             if up is not None:
                 c.pop(up, None)
-        self._victims = None
+                if up in self.where[SSD]:
+                    self._victims = None  # an SSD entry's value may change
+        if tier == SSD or obj in self.where[SSD]:
+            self._victims = None  # the SSD lists change
         if tier == SSD and self.stranded_ssd.pop(obj, 0) is None:
             self.stranded_ssd_bytes -= obj.nbytes
         if not obj.tiers:
@@ -782,6 +801,7 @@ class GandalfPolicy(Policy[GandalfParams]):
                 self._enlist(obj, DRAM)
 
     def touched(self, obj: Obj) -> None:
+        self._victims = None  # values and the SSD lists' order change
         if self._vcache:
             self._vcache.clear()
         ctx = self.ctx
@@ -806,6 +826,8 @@ class GandalfPolicy(Policy[GandalfParams]):
             self.clean.move_to_end(obj)
 
     def split(self, head: Segment, tail: Segment, evicting_tier: int) -> None:
+        if tail in self.where[SSD]:
+            self._victims = None  # the SSD lists change
         for tier in (DRAM, SSD):
             key = self.where[tier].get(tail)
             if key is not None:
@@ -850,11 +872,14 @@ class GandalfPolicy(Policy[GandalfParams]):
         """(door open: value > fee, M = fee/(s·w)) of moving `obj`."""
         v = self.value(obj)
         f = self.fee(obj)
-        return v > f, f / (max(obj.nbytes, 1) * self._idle_s(obj))
+        # _idle_s, inlined
+        pd = obj.pdata
+        w = self.ctx.now_s - (pd[0] if pd is not None else obj.last_s)
+        floor = self.p.min_idle_s
+        return v > f, f / (max(obj.nbytes, 1) * (w if w > floor else floor))
 
     def victim(self, tier: int, need_bytes: int) -> Obj:
         self._decision = None
-        self._victims = None
         if tier == SSD:
             if self.stranded_ssd:
                 return next(iter(self.stranded_ssd))  # worth 0: no price can beat it
@@ -872,6 +897,7 @@ class GandalfPolicy(Policy[GandalfParams]):
         hybrid = self.hybrid
         ssd_cap = self.ctx.capacity_bytes[SSD]
         vd = self._vd
+        on_both = DRAM | SSD
         # the hot loop of the policy: D is needed for a list's first droppable object only;
         # root-side objects are collected as move candidates (priced below, once per decision)
         for key, od in self.lists[DRAM].items():
@@ -901,7 +927,15 @@ class GandalfPolicy(Policy[GandalfParams]):
                         d = 0.0 if (hybrid and o.kind == FULL) else vd(o, key)[1]
                         if drop is None or d < drop[0]:
                             drop = (d, o)
-                if movers_here < per_list and ssd_cap >= o.nbytes and _root_side(o):
+                if movers_here < per_list and ssd_cap >= o.nbytes:
+                    # _root_side, inlined (the loop's most frequent call): the node above is
+                    # the root or not DRAM-only
+                    if isinstance(o, Segment):
+                        par = o.parent
+                        if par is not None and par.parent is not None and par.tiers & on_both == DRAM:
+                            continue
+                    elif o.seg.tiers & on_both == DRAM:  # type: ignore[attr-defined]
+                        continue
                     movers.append(o)
                     movers_here += 1
         if coldest is None:
