@@ -4,7 +4,9 @@ A segment that leaves every tier while objects below it stay resident leaves a g
 reach them until a request recreates it. Under `stranded="zero"` the policy keeps that set
 (`GandalfPolicy.stranded`, its SSD part and their bytes) incrementally; here it is checked,
 before every request, against a walk of the whole tree, on a generated workload whose bounded
-SSD makes gaps. Under the default ("priced") the set stays empty and nothing changes.
+SSD makes gaps (the walk asks, per resident object, whether a segment above it is resident
+nowhere: `gandalf._gap_above`, a plain walk to the root). Under the default ("priced") the
+set stays empty and nothing changes.
 """
 
 from __future__ import annotations
@@ -15,22 +17,13 @@ import pytest
 
 from kvwear.policies.base import Policy, RequestInfo
 from kvwear.policies.config import SimConfig
-from kvwear.policies.gandalf import GandalfPolicy
+from kvwear.policies.gandalf import GandalfPolicy, _gap_above
 from kvwear.policies.sim import simulate
-from kvwear.policies.tree import SSD, Obj, Segment, State
+from kvwear.policies.tree import SSD
 from kvwear.workloads.models import get_profile
 from kvwear.workloads.synthetic import generate
 from tests.policies.helpers import objects
 from tests.policies.test_gandalf_gamma import _footprint
-
-
-def _below_gap(obj: Obj) -> bool:
-    seg = obj.seg if isinstance(obj, State) else obj.parent if isinstance(obj, Segment) else None
-    while seg is not None and seg.parent is not None:
-        if not seg.tiers:
-            return True
-        seg = seg.parent
-    return False
 
 
 @pytest.mark.parametrize("stranded", ["zero", "priced"])
@@ -48,7 +41,7 @@ def test_stranded_set_is_what_lies_below_a_gap(stranded: str) -> None:
         begin = policy.begin_request
 
         def check(req: RequestInfo) -> None:
-            expect = {o for o in objects(policy.ctx) if o.tiers and _below_gap(o)}  # type: ignore[arg-type]
+            expect = {o for o in objects(policy.ctx) if o.tiers and _gap_above(o)}  # type: ignore[arg-type]
             seen["checks"] += 1
             seen["most"] = max(seen["most"], len(expect))
             if stranded == "zero":
