@@ -27,6 +27,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar
 
+from kvwear.harness.capture.base import CountsByOp
 from kvwear.harness.wear.identify import DeviceIdentity
 from kvwear.harness.wear.snapshot import WearDelta
 from kvwear.records import dump, load
@@ -244,7 +245,7 @@ class ReplayResult:
 
 
 @dataclass(frozen=True)
-class CaptureCount:
+class CaptureCount(CountsByOp):
     """What the eBPF capture counted around the replay."""
 
     tracer: str
@@ -256,14 +257,6 @@ class CaptureCount:
     no_completion: int
     drained: bool                    # the tracer confirmed its last events reached the file
     parquet_path: str
-
-    @property
-    def write_bytes(self) -> int:
-        return int(self.bytes_by_op.get("write", 0))
-
-    @property
-    def discard_bytes(self) -> int:
-        return int(self.bytes_by_op.get("discard", 0))
 
 
 @dataclass(frozen=True)
