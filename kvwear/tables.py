@@ -17,6 +17,10 @@ import pyarrow.parquet as pq
 
 from kvwear.errors import KvwearError
 
+#: The Arrow type of a column of few distinct strings (an op, a phase, an object kind): int8 codes
+#: into a dictionary, so a million-row table stores each string once.
+CATEGORY = pa.dictionary(pa.int8(), pa.string())
+
 KIND_KEY = b"kvwear.kind"
 VERSION_KEY = b"kvwear.schema_version"
 

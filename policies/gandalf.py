@@ -72,11 +72,60 @@ six shared traces together) 0.002 / 0.002 (Kimi-K3 / Qwen3.5-27B), agentic (8 se
 0.000 / 0.000, 0.002 / 0.000. So the cause lies in the SSD's side — what a write displaces and
 what the SSD's eviction leaves reachable — not in the drop/move price. V is part of it, not
 all: with V ≡ 0 (not the paper's rule) those five cases give 0.016, 0.016, 0.019, 0.017, 0.007.
-The mechanism is not pinned down yet; the issue stays open on it. SSD bytes fall with γ but
-not strictly: rises of up to 6 % between γ points (agentic × Qwen3.5-27B 1 % / 10 %: 81.2 GiB
-at γ = 4, 86.2 at γ = 8).
+SSD bytes fall with γ but not strictly: rises of up to 6 % between γ points (agentic ×
+Qwen3.5-27B 1 % / 10 %: 81.2 GiB at γ = 4, 86.2 at γ = 8).
+
+**The mechanism: SSD evictions strand what hangs below them** (issue #29, measured on the three
+breaking cases by counting, per run, SSD writes, SSD evictions and what each eviction leaves
+unreachable). An SSD victim is the cheapest list head by its own D; nothing asks whether it is a
+leaf. A segment evicted from the SSD with no DRAM copy leaves a *prefix gap*: every resident
+object below it (its state, its children's KV and states, on either tier) can serve no hit,
+since a hit is a resident prefix from the root, yet each keeps its price P·n·c and its SSD
+space. At small γ the door admits more writes, the SSD evicts more, and most of those evictions
+are interior: Weka × Kimi-K3 3 % / 30 %, γ = 0 against γ = 2 (miss 0.093 against 0.083): 305
+state writes (127.6 GiB) against 56 (23.4 GiB), 438 SSD evictions against 18, of which 261 of
+274 segment evictions interior, leaving 966 GiB of SSD-resident descendants stranded (summed
+over the evictions) against 38 GiB, and 137 victims already stranded when evicted against 3;
+multi-round × Qwen3.5-27B 1 % / 10 %, γ = 1 against γ = 2 (0.510 against 0.484): 425 interior
+evictions against 182, 65.9 GiB stranded against 28.0, 487 victims never read against 346.
+Requests almost never come back through a gap to what it stranded (tokens resident beyond a
+gap on a request's path: ≤ 0.5 % of the tokens in every run measured), so stranded copies are
+dead weight that the next writes must displace, and the V of those writes prices the live
+victims as if the dead ones were worth something. With an SSD larger than the footprint nothing
+is evicted, no gap forms, and the sweep is monotone (above).
+**`stranded="zero"`** follows this: an object below a gap is worth 0 (its next access cannot
+be a hit) and stranded SSD objects are the SSD's first victims, their bytes free for V; a
+request recreating the gap makes them reachable again. It removes two of the three breaks and
+takes the third to the tolerance's edge (13-point grid: 0.005, 0.001, 0.0103 from 0.016, 0.068,
+0.026) and lowers γ = 0's miss ratio there (0.089,
+0.104, 0.436 from 0.093, 0.116, 0.498), but it is not monotone everywhere either and it costs
+misses elsewhere. Cases rising by more than 0.01 (docs/results/2026-12-03-frontier.md,
+`bench/gandalf_gamma.py`), priced then zero: of the 18 bench cases (3 traces × 2 models × 3
+tiers) 3 and 2 (zero: Weka × Kimi-K3 1 % / 10 % 0.015, multi-round × Qwen3.5-27B 1 % / 10 %
+0.0103); of 42 generated held-out cases (agentic seeds 31, 41; multi-round 32, 42; trace-a 33,
+43; api 34, 5,000 requests) 2 and 1; of the six Weka traces one by one (36 cases) 13 and 10; of
+Mooncake's first 3,000 requests (6 cases) 1 and 1 (the generated and Mooncake rows of zero were
+measured with a first bookkeeping of the stranded set that the test below corrected; it moved
+the 18 cases from 3 to 2 and the single Weka traces from 13 to 10). Under zero Weka ×
+Qwen3.5-27B 1 % / 10 % is monotone but higher: γ = 0 misses 0.184 instead of 0.166 (LRU 0.169),
+γ = 16 0.502 instead of 0.317. The single Weka traces are 3–172 requests, one session each, and
+at 1 % their DRAM (0.02–0.94 GiB) is smaller than one Kimi-K3 state in four of six: there the
+sweep is a cascade of a few decisions (rises up to 0.47 under both readings). The per-object
+price (`stranded="priced"`, the paper's: it prices each object by its own next hit and has no
+notion of reachability) stays the default; no reading measured holds everywhere. Zero breaks
+fewer cases wherever measured; making it the default changes every Gandalf point of
+docs/results/2026-12-03-frontier.md, which is to be measured again first.
+Also measured and not taken: stranded objects worth 0 but not evicted first (4 of the 18
+break), worth 0 only while on the SSD alone (2 of the 6 cases nearest the tolerance), and SSD
+victims restricted to leaves, the first of each list's `scan` oldest that strands nothing (4 and
+5 of the 18 break, with zero and priced; Weka × Kimi-K3 1 % / 10 % γ = 0 misses 0.140 and 0.184).
 
 **kvwear's reading of what the paper leaves implicit** (each a parameter where it is a choice):
+- **Objects below a prefix gap** (`stranded`): "priced" (default) prices them as any other;
+  "zero" values them at 0 and evicts them from the SSD first (the mechanism above, with its
+  numbers). Under "zero" the policy keeps the set of stranded objects (a walk below a segment
+  when it leaves every tier, and when it is resident again; a new object below a gap is
+  stranded at once), checked against a tree walk by tests/policies/test_gandalf_stranded.py.
 - **No horizon.** D and M are both divided by s·w of their own object, so γ means the paper's
   γ: at P = 1 a full-attention block is worth moving iff n·c > γ·μ·p_w·s. (An earlier kvwear
   rule multiplied D by a horizon T — the SSD's eviction age, up to 3,600 s — which valued an
@@ -265,6 +314,10 @@ class GandalfParams(PolicyParams):
         help="where a passing request finds a dropped state to credit: at segment ends, or anywhere")
     ghosts: int = param(1 << 20, sweep=(0, 1 << 22), help="forgotten objects remembered for reuse counts",
                         valid=(0, 1 << 30))
+    stranded: Literal["priced", "zero"] = param(
+        "priced", sweep=("priced", "zero"),
+        help="an object below a prefix gap (an ancestor resident in no tier): priced as if its prefix "
+             "were resident (the paper's per-object price), or worth 0 and the SSD's first victim")
 
     def __post_init__(self) -> None:
         if (self.gamma < 0 or self.dwpd <= 0 or self.min_idle_s <= 0 or self.window_s <= 0 or self.scan < 1
@@ -294,6 +347,16 @@ def _leads_nowhere(seg: Segment) -> bool:
     if st is not None and st.tiers:
         return False
     return not any(c.tiers for c in seg.children.values())
+
+
+def _gap_above(obj: Obj) -> bool:
+    """A segment on the path above `obj` is resident in no tier: no hit can reach `obj`."""
+    seg = obj.seg if isinstance(obj, State) else obj.parent if isinstance(obj, Segment) else None
+    while seg is not None and seg.parent is not None:
+        if not seg.tiers:
+            return True
+        seg = seg.parent
+    return False
 
 
 def _superseded(st: State) -> bool:
@@ -380,9 +443,16 @@ class GandalfPolicy(Policy[GandalfParams]):
         self._credited_end = 0  # depth (blocks) of the dropped state credited for this request
         self._victims: tuple[list[int], list[float]] | None = None
         self._last_victim: tuple[float, int, float] | None = None
+        # resident objects below a prefix gap (`stranded="zero"`), and those of them on the SSD
+        self._zero_stranded = p.stranded == "zero"
+        self.stranded: dict[Obj, None] = {}
+        self.stranded_ssd: OrderedDict[Obj, None] = OrderedDict()
+        self.stranded_ssd_bytes = 0
 
     # --- estimators ---------------------------------------------------------------------------
     def begin_request(self, req: RequestInfo) -> None:
+        self._victims = None
+        self._vcache.clear()  # the clock moved: every value and D changes
         now = req.arrival_s
         self._state_credited = False
         self._credited_end = 0
@@ -481,6 +551,8 @@ class GandalfPolicy(Policy[GandalfParams]):
 
     def value(self, obj: Obj, key: ClassKey | None = None) -> float:
         """The next hit's value P(idle ≥ w)·n·c in dollars (0 for what no hit can use)."""
+        if obj in self.stranded:
+            return 0.0
         if isinstance(obj, Segment):
             if self.hybrid and _leads_nowhere(obj):
                 return 0.0
@@ -501,7 +573,13 @@ class GandalfPolicy(Policy[GandalfParams]):
         if key is None:
             key = self.class_of(obj)
         last = obj.pdata[0] if obj.pdata is not None else obj.last_s
-        return self.p_idle(max(self.ctx.now_s - last, 0.0), key) * weight * n * self.c_token
+        idle = self.ctx.now_s - last
+        if idle < 0.0:
+            idle = 0.0
+        if self._hist_model:  # p_idle, inlined for the default model
+            h = self.hists.get(key) or self._hist(key)
+            return h.p_reuse(idle) * weight * n * self.c_token
+        return self.p_idle(idle, key) * weight * n * self.c_token
 
     def _checkpoint_above_blocks(self, st: State) -> int:
         """Where the previous checkpoint position on the path of a new state `st` ends, in
@@ -528,7 +606,11 @@ class GandalfPolicy(Policy[GandalfParams]):
         got = c.get(obj)
         if got is None:
             v = self.value(obj, key)
-            got = c[obj] = (v, v / (max(obj.nbytes, 1) * self._idle_s(obj)))
+            # _idle_s, inlined
+            pd = obj.pdata
+            w = self.ctx.now_s - (pd[0] if pd is not None else obj.last_s)
+            floor = self.p.min_idle_s
+            got = c[obj] = (v, v / (max(obj.nbytes, 1) * (w if w > floor else floor)))
         return got
 
     def drop_cost(self, obj: Obj) -> float:
@@ -536,18 +618,22 @@ class GandalfPolicy(Policy[GandalfParams]):
         return self._vd(obj, self.class_of(obj))[1]
 
     def displaced_value(self, over_bytes: int) -> float:
-        """V: the next-hit value of the SSD victims that free `over_bytes` (lowest D first)."""
+        """V: the next-hit value of the SSD victims that free `over_bytes` (lowest D first;
+        stranded SSD objects, worth 0, go first)."""
+        over_bytes -= self.stranded_ssd_bytes
         if over_bytes <= 0:
             return 0.0
         if self._victims is None:
             entries: list[tuple[float, int, float]] = []
             scan = self.p.scan
+            stranded = self.stranded_ssd
             for key, od in self.lists[SSD].items():
                 for i, o in enumerate(od):
                     if i >= scan:
                         break
-                    v, d = self._vd(o, key)
-                    entries.append((d, o.nbytes, v))
+                    if o not in stranded:
+                        v, d = self._vd(o, key)
+                        entries.append((d, o.nbytes, v))
             entries.sort(key=lambda e: e[0])
             cb: list[int] = []
             cv: list[float] = []
@@ -572,11 +658,41 @@ class GandalfPolicy(Policy[GandalfParams]):
 
     def fee(self, obj: Obj) -> float:
         """γ·μ(t)·p_w·s plus the value V of the SSD victims the write displaces, in dollars."""
-        mu = self.budget.mu(self.ctx.now_s)
-        return move_cost(self.p.gamma, mu, self.p_w, obj.nbytes,
-                         self.displaced_value(obj.nbytes - self.ctx.free_bytes(SSD)))
+        ctx = self.ctx
+        mu = self.budget.mu(ctx.now_s)
+        over = obj.nbytes - (ctx.capacity_bytes[SSD] - ctx.used_bytes[SSD])  # ctx.free_bytes(SSD), inlined
+        # move_cost, inlined (the same operations in the same order)
+        return self.p.gamma * mu * self.p_w * obj.nbytes + self.displaced_value(over)
 
     # --- list bookkeeping ---------------------------------------------------------------------
+    def _strand(self, obj: Obj) -> None:
+        if obj not in self.stranded:
+            self.stranded[obj] = None
+            if obj.tiers & SSD:
+                self.stranded_ssd[obj] = None
+                self.stranded_ssd_bytes += obj.nbytes
+
+    def _unstrand(self, obj: Obj) -> None:
+        if self.stranded.pop(obj, 0) is None and self.stranded_ssd.pop(obj, 0) is None:
+            self.stranded_ssd_bytes -= obj.nbytes
+
+    def _mark_below(self, seg: Segment, gap: bool) -> None:
+        """The resident objects below `seg` reachable from it through resident segments: stranded
+        (`gap`: `seg` just left every tier) or reachable again (`seg` is being recreated)."""
+        mark = self._strand if gap else self._unstrand
+        stack = [seg]
+        while stack:
+            s = stack.pop()
+            st = s.state
+            if st is not None and st.tiers:
+                mark(st)
+            for c in s.children.values():
+                if c.tiers:
+                    mark(c)
+                    stack.append(c)
+        self._vcache.clear()
+        self._victims = None
+
     def _enlist(self, obj: Obj, tier: int) -> None:
         key = (obj.kind, _rc(obj.pdata[1] if obj.pdata else 1), _size_class(obj))
         lists = self.lists[tier]
@@ -605,6 +721,7 @@ class GandalfPolicy(Policy[GandalfParams]):
 
     # --- notifications ------------------------------------------------------------------------
     def place(self, obj: Obj) -> int:
+        self._victims = None  # values change with this access
         if self._vcache:
             self._vcache.clear()
         ctx = self.ctx
@@ -637,14 +754,23 @@ class GandalfPolicy(Policy[GandalfParams]):
         return DRAM
 
     def added(self, obj: Obj, tier: int) -> None:
+        if self._zero_stranded and obj.tiers == tier:  # resident again (or new)
+            if _gap_above(obj):
+                self._strand(obj)
+            elif isinstance(obj, Segment) and self.stranded and (obj.children or obj.state is not None):
+                self._mark_below(obj, gap=False)  # the gap is filled: what hangs below is reachable
         if tier == DRAM:
             if obj.tiers & SSD:
                 self.clean[obj] = None
             else:
                 self._enlist(obj, DRAM)
         elif tier == SSD:
+            self._victims = None
             self.budget.record_write(obj.nbytes)
             self._enlist(obj, SSD)
+            if obj in self.stranded and obj not in self.stranded_ssd:
+                self.stranded_ssd[obj] = None
+                self.stranded_ssd_bytes += obj.nbytes
             if self._delist(obj, DRAM):
                 self.clean[obj] = None
 
@@ -659,10 +785,19 @@ class GandalfPolicy(Policy[GandalfParams]):
                 up = obj.seg
             if up is not None:
                 c.pop(up, None)
-        self._victims = None
+                if up in self.where[SSD]:
+                    self._victims = None  # an SSD entry's value may change
+        if tier == SSD or obj in self.where[SSD]:
+            self._victims = None  # the SSD lists change
+        if tier == SSD and self.stranded_ssd.pop(obj, 0) is None:
+            self.stranded_ssd_bytes -= obj.nbytes
         if not obj.tiers:
             self._forget(obj)
             self._own_tokens.pop(obj, None)
+            self.stranded.pop(obj, None)
+            if self._zero_stranded and isinstance(obj, Segment):
+                # a prefix gap: what hangs below can serve no hit until a request recreates it
+                self._mark_below(obj, gap=True)
         if tier == DRAM:
             if not self._delist(obj, DRAM):
                 self.clean.pop(obj, None)
@@ -673,6 +808,7 @@ class GandalfPolicy(Policy[GandalfParams]):
                 self._enlist(obj, DRAM)
 
     def touched(self, obj: Obj) -> None:
+        self._victims = None  # values and the SSD lists' order change
         if self._vcache:
             self._vcache.clear()
         ctx = self.ctx
@@ -697,6 +833,8 @@ class GandalfPolicy(Policy[GandalfParams]):
             self.clean.move_to_end(obj)
 
     def split(self, head: Segment, tail: Segment, evicting_tier: int) -> None:
+        if tail in self.where[SSD]:
+            self._victims = None  # the SSD lists change
         for tier in (DRAM, SSD):
             key = self.where[tier].get(tail)
             if key is not None:
@@ -704,6 +842,11 @@ class GandalfPolicy(Policy[GandalfParams]):
                 self.where[tier][head] = key
         if tail in self.clean:
             self.clean[head] = None
+        if tail in self.stranded:
+            # the head takes its share of the tail's bytes, already counted
+            self.stranded[head] = None
+            if tail in self.stranded_ssd:
+                self.stranded_ssd[head] = None
 
     # --- decisions ----------------------------------------------------------------------------
     @staticmethod
@@ -736,12 +879,17 @@ class GandalfPolicy(Policy[GandalfParams]):
         """(door open: value > fee, M = fee/(s·w)) of moving `obj`."""
         v = self.value(obj)
         f = self.fee(obj)
-        return v > f, f / (max(obj.nbytes, 1) * self._idle_s(obj))
+        # _idle_s, inlined
+        pd = obj.pdata
+        w = self.ctx.now_s - (pd[0] if pd is not None else obj.last_s)
+        floor = self.p.min_idle_s
+        return v > f, f / (max(obj.nbytes, 1) * (w if w > floor else floor))
 
     def victim(self, tier: int, need_bytes: int) -> Obj:
         self._decision = None
-        self._victims = None
         if tier == SSD:
+            if self.stranded_ssd:
+                return next(iter(self.stranded_ssd))  # worth 0: no price can beat it
             head = self._cheapest(SSD)
             if head is None:
                 raise KvwearError("gandalf: SSD over capacity with no SSD object listed")
@@ -756,6 +904,7 @@ class GandalfPolicy(Policy[GandalfParams]):
         hybrid = self.hybrid
         ssd_cap = self.ctx.capacity_bytes[SSD]
         vd = self._vd
+        on_both = DRAM | SSD
         # the hot loop of the policy: D is needed for a list's first droppable object only;
         # root-side objects are collected as move candidates (priced below, once per decision)
         for key, od in self.lists[DRAM].items():
@@ -785,7 +934,15 @@ class GandalfPolicy(Policy[GandalfParams]):
                         d = 0.0 if (hybrid and o.kind == FULL) else vd(o, key)[1]
                         if drop is None or d < drop[0]:
                             drop = (d, o)
-                if movers_here < per_list and ssd_cap >= o.nbytes and _root_side(o):
+                if movers_here < per_list and ssd_cap >= o.nbytes:
+                    # _root_side, inlined (the loop's most frequent call): the node above is
+                    # the root or not DRAM-only
+                    if isinstance(o, Segment):
+                        par = o.parent
+                        if par is not None and par.parent is not None and par.tiers & on_both == DRAM:
+                            continue
+                    elif o.seg.tiers & on_both == DRAM:  # type: ignore[attr-defined]
+                        continue
                     movers.append(o)
                     movers_here += 1
         if coldest is None:

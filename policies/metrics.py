@@ -33,7 +33,7 @@ from kvwear.policies.base import RequestInfo
 from kvwear.policies.config import SimConfig
 from kvwear.policies.schema import OBJ_KINDS, OPS
 from kvwear.policies.tree import DRAM, FULL, HBM, SSD, Obj
-from kvwear.tables import TableSpec
+from kvwear.tables import CATEGORY, TableSpec
 
 OP_WRITE, OP_READ, OP_EVICT = 0, 1, 2
 OP_NAMES = OPS          # code → name, in the order of the codes above
@@ -52,7 +52,7 @@ SIM_REQUESTS = TableSpec(
         pa.field("hbm_hit_tokens", pa.int64(), nullable=False),
         pa.field("dram_hit_tokens", pa.int64(), nullable=False),
         pa.field("ssd_hit_tokens", pa.int64(), nullable=False),
-        pa.field("state_hit_tier", pa.dictionary(pa.int8(), pa.string()), nullable=False),
+        pa.field("state_hit_tier", CATEGORY, nullable=False),
         pa.field("recomputed_tokens", pa.int64(), nullable=False),
         pa.field("ssd_read_bytes", pa.int64(), nullable=False),
         pa.field("ssd_write_bytes", pa.int64(), nullable=False),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from kvwear.tables import TableSpec
+from kvwear.tables import CATEGORY, TableSpec
 
 OPS = ("write", "read", "evict")
 OBJ_KINDS = ("full", "linear")
@@ -21,12 +21,12 @@ SSD_OPS = TableSpec(
     schema=pa.schema(
         [
             pa.field("t_s", pa.float64(), nullable=False),
-            pa.field("op", pa.dictionary(pa.int8(), pa.string()), nullable=False),
+            pa.field("op", CATEGORY, nullable=False),
             pa.field("obj_id", pa.int64(), nullable=False),
-            pa.field("obj_kind", pa.dictionary(pa.int8(), pa.string()), nullable=False),
+            pa.field("obj_kind", CATEGORY, nullable=False),
             pa.field("bytes", pa.int64(), nullable=False),
             pa.field("session_id", pa.string()),
-            pa.field("cause", pa.dictionary(pa.int8(), pa.string()), nullable=False),
+            pa.field("cause", CATEGORY, nullable=False),
         ]
     ),
 )

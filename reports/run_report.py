@@ -87,6 +87,17 @@ FULL_TABLES: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
         ("waf_last_window", "WAF, last window", "f2"),
         ("waf_lifetime_source", "the lifetime's WAF", "s"),
     )),
+    ("File system (the fs layout: files on a file system kvwear made; WAF: the block trace on the embedded FTL)", (
+        ("fs_filesystem", "file system", "s"),
+        ("fs_discard", "discard", "s"),
+        ("fs_fsync", "fsync", "yn"),
+        ("file_write_bytes", "file writes (GiB)", "gib"),
+        ("fs_block_write_bytes", "block writes (GiB)", "gib"),
+        ("fs_overhead_ratio", "block ÷ file bytes", "f3"),
+        ("fs_discard_bytes", "discarded (GiB)", "gib"),
+        ("fs_ftl_nand_bytes", "NAND writes on the FTL (GiB)", "gib"),
+        ("fs_ftl_waf", "WAF on the FTL", "f3"),
+    )),
     ("P/E cycles of the full-size drive", (
         ("pe_cycles_per_day_workload", "P/E cycles per day, model WAF", "f4"),
         ("pe_cycles_per_day_measured", "P/E cycles per day, measured WAF", "f4"),

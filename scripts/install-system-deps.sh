@@ -3,7 +3,8 @@
 # fio (file/block devices), bcc + bpftrace (eBPF capture), kernel headers (bcc compiles at run
 # time), smartmontools + nvme-cli (wear counters), QEMU (emulated NVMe guest), busybox-static
 # (guest initramfs), chromium (report rendering test), util-linux/e2fsprogs (loop devices,
-# filesystem signatures for the safety tests), python3-venv (`make` creates .venv), xz-utils
+# filesystem signatures for the safety tests; mkfs.ext4 for the fs layout), xfsprogs + f2fs-tools
+# (mkfs.xfs, mkfs.f2fs: the fs layout's file systems), python3-venv (`make` creates .venv), xz-utils
 # (build-guest decompresses .ko.xz modules), gcc + libc6-dev (build-guest compiles kvwear-dw statically).
 set -euo pipefail
 if [ "$(id -u)" != 0 ]; then
@@ -11,7 +12,7 @@ if [ "$(id -u)" != 0 ]; then
   exit 0
 fi
 pkgs=(fio bpfcc-tools python3-bpfcc bpftrace linux-headers-amd64 smartmontools nvme-cli
-      qemu-system-x86 qemu-utils busybox-static chromium util-linux e2fsprogs cpio zstd
+      qemu-system-x86 qemu-utils busybox-static chromium util-linux e2fsprogs xfsprogs f2fs-tools cpio zstd
       python3-venv xz-utils gcc libc6-dev)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -8,6 +8,9 @@ few promise more (a line printed, JSON on stdout), checked below.
 
 Examples run in the order they are found, except that one reading an output of another (a path
 under out/, runs/ or sweeps/ that it does not write itself) runs after the example writing it.
+Examples linked that way make one unit; every other example is a unit of its own; each unit is a
+test (so that pytest-xdist spreads them over its workers), and the units of a worker share one
+clone.
 Where an example needs hardware, the test provides it or says why it cannot: the `--scheduler`
 example gets a Dask scheduler and worker started here; the loop device example runs in
 tests/harness/test_run_block.py (root, a loop device it makes); the FEMU example skips, with the
@@ -30,6 +33,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -89,8 +93,8 @@ def as_newcomer() -> dict[str, Any]:
     return {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
 
 
-@pytest.fixture
-def clone() -> Iterator[Path]:
+@contextmanager
+def fresh_clone() -> Iterator[Path]:
     """A `git clone` of this repository's HEAD (what a newcomer gets), owned by the user the
     examples run as, in a folder of its own that others can reach; removed afterwards."""
     base = Path(tempfile.mkdtemp(prefix="kvwear-examples-"))
@@ -106,6 +110,12 @@ def clone() -> Iterator[Path]:
         yield dest
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def clone() -> Iterator[Path]:
+    with fresh_clone() as dest:
+        yield dest
 
 
 def outputs(example: str) -> list[str]:
@@ -177,21 +187,78 @@ def test_ordering_puts_writers_first() -> None:
         "kvwear trace inspect out/a/b.parquet")
 
 
-@pytest.mark.timeout(5400)   # ~15 min on an idle machine; several times that on a loaded one
-def test_examples_in_a_fresh_clone(clone: Path) -> None:
-    work = clone
-    for example in ordered(LOCAL):
-        run_example(example, work)
+def units(examples: list[str]) -> list[list[str]]:
+    """`examples` (in the order of `ordered`) cut into the units a test runs: the examples linked
+    by reading each other's outputs (transitively) make one unit, in order; every other example is
+    a unit of its own. A unit runs in one clone, whichever pytest-xdist worker takes it."""
+    parent = {e: e for e in examples}
+
+    def root(e: str) -> str:
+        while parent[e] != e:
+            e = parent[e]
+        return e
+
+    for e in examples:
+        for w in examples:
+            if w != e and any(r == o or r.startswith(o.rstrip("/") + "/") for r in reads(e) for o in outputs(w)):
+                parent[root(e)] = root(w)
+    members: dict[str, list[str]] = {}
+    for e in ordered(examples):
+        members.setdefault(root(e), []).append(e)
+    return list(members.values())
+
+
+FDP_EXAMPLE = "kvwear run --placement kind --policy lru --policy gandalf -o runs/fdp"
+DEMO_EXAMPLE = "kvwear run -o runs/demo"
+UNITS = units(LOCAL)
+
+
+def _check_demo_report(work: Path) -> None:
+    """After the demo's unit (its run and the reports of it): its report as a reader sees it."""
     assert "log axis, the uniform-random reference WAF" in (work / "runs/demo/report/report.html").read_text()
     # the demo's report as a reader sees it (issue #25): headline and ranking on the first 1,280 × 800
     # screen, nothing wider than the window, every image loaded, no console error, no clipped text
     build_run_report(work / "runs/demo")            # with the default lifetime, as `kvwear run` wrote it
     assert_reads_well(work / "runs/demo/report/report.html", "demo-report", first_screen=("#headline", "#ranking"))
-    # --placement kind: the byte checks, per placement handle too, hold
+
+
+def _check_fdp(work: Path) -> None:
+    """--placement kind: the byte checks, per placement handle too, hold."""
     for label in ("lru", "gandalf"):
         checks = Estimate.load(work / f"runs/fdp/estimate/{label}/crossval.json").checks
         acc = [c for c in checks if c.kind == "accounting"]
         assert acc and all(c.passed for c in acc), acc
+
+
+#: What some units are checked for after their examples ran (by the unit's first example).
+AFTER = {DEMO_EXAMPLE: _check_demo_report, FDP_EXAMPLE: _check_fdp}
+
+
+@pytest.fixture(scope="session")
+def session_clone() -> Iterator[Path]:
+    """One fresh clone for the example units of this session (of each worker, under pytest-xdist):
+    the units write different outputs, so they share it as the examples of one newcomer would."""
+    with fresh_clone() as dest:
+        yield dest
+
+
+@pytest.mark.timeout(3600)
+@pytest.mark.parametrize("unit", [pytest.param(u, id=u[0].removeprefix("kvwear ")[:80]) for u in UNITS])
+def test_examples_in_a_fresh_clone(session_clone: Path, unit: list[str]) -> None:
+    for example in unit:
+        run_example(example, session_clone)
+    if unit[0] in AFTER:
+        AFTER[unit[0]](session_clone)
+
+
+def test_units_keep_writers_before_readers() -> None:
+    assert sorted(e for u in UNITS for e in u) == sorted(LOCAL)
+    assert all(u == ordered(u) for u in UNITS)
+    assert set(AFTER) <= {u[0] for u in UNITS}
+    demo = next(u for u in UNITS if u[0] == DEMO_EXAMPLE)
+    assert "kvwear report runs/demo --waf uniform" in demo          # the text _check_demo_report reads
+    assert units(["kvwear report runs/x", "kvwear run -o runs/x", "kvwear models list"]) == [
+        ["kvwear run -o runs/x", "kvwear report runs/x"], ["kvwear models list"]]
 
 
 def _free_port(preferred: int) -> int:

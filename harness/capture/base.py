@@ -19,7 +19,7 @@ import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -36,8 +36,29 @@ class TracerUnavailable(KvwearError):
     """This tracer cannot run here; the message says what is missing and how to fix it."""
 
 
+class CountsByOp:
+    """The per-op totals of a record that counts block requests by op (its `bytes_by_op` and
+    `requests_by_op`, keyed by OPS): a capture's result, and the device stage's record of it."""
+
+    if TYPE_CHECKING:          # fields of the dataclasses this is mixed into, not fields of its own
+        bytes_by_op: Mapping[str, int]
+        requests_by_op: Mapping[str, int]
+
+    @property
+    def write_bytes(self) -> int:
+        return int(self.bytes_by_op.get("write", 0))
+
+    @property
+    def discard_bytes(self) -> int:
+        return int(self.bytes_by_op.get("discard", 0))
+
+    @property
+    def write_requests(self) -> int:
+        return int(self.requests_by_op.get("write", 0))
+
+
 @dataclass(frozen=True)
-class CaptureResult:
+class CaptureResult(CountsByOp):
     tracer: str                       # the tracer that actually ran: "bcc" or "bpftrace"
     parquet_path: Path
     events: int                       # requests recorded (rows in the Parquet file)
@@ -47,14 +68,6 @@ class CaptureResult:
     unmatched_completions: int = 0    # completions with no issue seen (e.g. issued before start)
     no_completion: int = 0            # issues with no completion seen (latency null)
     extra: Mapping[str, object] = field(default_factory=dict)
-
-    @property
-    def write_bytes(self) -> int:
-        return int(self.bytes_by_op.get("write", 0))
-
-    @property
-    def write_requests(self) -> int:
-        return int(self.requests_by_op.get("write", 0))
 
 
 class Tracer(Protocol):

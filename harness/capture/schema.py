@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from kvwear.tables import TableSpec
-
-_DICT = pa.dictionary(pa.int8(), pa.string())
+from kvwear.tables import CATEGORY, TableSpec
 
 BLOCK_TRACE = TableSpec(
     kind="block_trace",
@@ -15,7 +13,7 @@ BLOCK_TRACE = TableSpec(
         [
             pa.field("t_ns", pa.int64(), nullable=False),
             pa.field("dev", pa.int64(), nullable=False),    # kernel dev_t (major << 20 | minor)
-            pa.field("op", _DICT, nullable=False),          # write, read, discard, flush, other
+            pa.field("op", CATEGORY, nullable=False),          # write, read, discard, flush, other
             pa.field("sector", pa.int64(), nullable=False),
             pa.field("bytes", pa.int64(), nullable=False),
             pa.field("latency_ns", pa.int64()),             # null if completion was not seen

@@ -90,7 +90,9 @@ def run_cmd(
         None, "--confirm-overwrite", metavar="PATH",
         help="file: target that kvwear did not create, to overwrite anyway (its contents are lost)."),
     tracer: str | None = typer.Option(None, "--tracer", help="eBPF capture: none | auto | bcc | bpftrace."),
-    layout: str | None = typer.Option(None, "--layout", help="Block layout: log | slab | extent."),
+    layout: str | None = typer.Option(
+        None, "--layout", help="Layout: log | slab | extent (blocks), fs (one file per object on a file "
+        "system kvwear makes: with --device block:DEV --device-option filesystem=ext4)."),
     trim: bool | None = typer.Option(None, "--trim/--no-trim", help="TRIM evicted objects."),
     placement: str | None = typer.Option(None, "--placement",
                                          help="FDP placement handles: none | kind | lifetime."),

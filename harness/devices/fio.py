@@ -39,8 +39,10 @@ confirm_overwrite (a file: path to write to although kvwear did not create it), 
 fio's steady-state detector is satisfied), ss_criterion ("iops_slope:10%"), ss_dur_s (60),
 ss_ramp_s (10), fill_loops (2), ss_max_runtime_s (3600), trim_segment_ops (50000),
 trim_segment_bytes (1% of the capacity, ≥ 64 MiB), skip_trims (False: drop the plan's trims
-knowingly; they are reported as trims_skipped), keep_image (False). Other names are refused with
-this list.
+knowingly; they are reported as trims_skipped), keep_image (False); on `block:` only, for the fs
+layout: filesystem (None: raw replay | ext4 | xfs | f2fs: the file player instead of fio,
+kvwear.harness.devices.fs_player), discard (online | none | fstrim), fstrim_interval_s (60),
+fsync (true). Other names are refused with this list.
 
 Never fills the host: a `file:` target the backend creates is sparse (a truncate, no byte written),
 and before fio writes anything the file system holding it must have room for every byte the plan
@@ -85,6 +87,7 @@ from kvwear.harness.devices.base import (
     DEVICES,
     Backend,
     Capabilities,
+    DeviceBackend,
     DeviceParams,
     DeviceSpec,
     FixedCapacity,
@@ -98,6 +101,7 @@ from kvwear.harness.devices.deferred_trims import DEFAULT_SEGMENT_OPS, device_se
 from kvwear.harness.devices.directive_plan import DW_TOOL, encode_plan, handle_accounting, parse_report, report_details
 from kvwear.harness.devices.fdp_host import FdpGate, fdp_capability, host_dw_binary
 from kvwear.harness.devices.fio_iolog import export_iolog_v3
+from kvwear.harness.devices.fs_player import DISCARD_MODES, FILESYSTEMS, FsDevice
 from kvwear.harness.devices.identity import path_identity
 from kvwear.harness.devices.measurement import FdpLogCount, MediaCount, ReplayResult, TrimCount, TrimMode
 from kvwear.harness.devices.safety import (
@@ -201,6 +205,12 @@ class FioParams(DeviceParams):
     trim_segment_bytes: int | None = option(None, gt=0, le=2**62)
     skip_trims: bool = False
     keep_image: bool = False
+    # block: with the fs layout — the file system kvwear makes on the device and plays file plans on
+    # (kvwear.harness.devices.fs_player); None: raw block replay with fio
+    filesystem: str | None = option(None, choices=FILESYSTEMS)
+    discard: str = option("online", choices=DISCARD_MODES)     # online | none | fstrim (periodic)
+    fstrim_interval_s: float = option(60.0, gt=0)              # discard=fstrim, on the plan's clock
+    fsync: bool = True                                         # fsync each file after its writes
 
 
 class FioDevice:
@@ -219,6 +229,9 @@ class FioDevice:
         self.safety: DeviceFacts | None = None
         self.created: Path | None = None           # the backing file this backend created
         self._claim = contextlib.ExitStack()
+        if p.filesystem is not None and spec.kind != "block":
+            raise KvwearError(f"device {spec.kind}: option filesystem={p.filesystem} needs a block: device "
+                              "(kvwear makes the file system on it)")
         if spec.kind == "block":
             self.safety = check_block_device(self.path, p.confirm_serial)
             self._claim.enter_context(claim_block_device(self.path, self.safety.serial, self.safety.dev))
@@ -551,6 +564,15 @@ class Block(Backend):
     Params = FioParams
     capabilities = Capabilities(block_tracer=True, drive_resource=True, fixed_size=True)
     device = FioDevice
+
+    @classmethod
+    def open(cls, spec: DeviceSpec, workdir: Path) -> DeviceBackend:
+        """fio's raw replay, or with option `filesystem` the file player on a file system kvwear
+        makes on the device (kvwear.harness.devices.fs_player.FsDevice)."""
+        params = FioParams.of(spec)
+        if params.filesystem is not None:
+            return FsDevice(spec, workdir, params)
+        return FioDevice(spec, workdir)
 
     @classmethod
     def fixed_capacity(cls, spec: DeviceSpec) -> FixedCapacity:

@@ -27,6 +27,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar
 
+from kvwear.harness.capture.base import CountsByOp
 from kvwear.harness.wear.identify import DeviceIdentity
 from kvwear.harness.wear.snapshot import WearDelta
 from kvwear.records import dump, load
@@ -118,6 +119,69 @@ class Span:
 
 
 @dataclass(frozen=True)
+class BlockDelta:
+    """A block device's own counters (/sys/dev/block/M:m/stat) over a stretch: bytes and requests
+    per direction, as the kernel counted them at completion (sectors of 512 B)."""
+
+    write_bytes: int
+    write_ios: int
+    read_bytes: int
+    read_ios: int
+    discard_bytes: int
+    discard_ios: int
+    flush_ios: int
+
+
+@dataclass(frozen=True)
+class FileSystemCount:
+    """A file-layout replay on a real file system (kvwear.harness.devices.fs_player), one level
+    below the objects: what the plan asked (object bytes), what the player's write() calls wrote
+    (file bytes), what the block device received over the mount (block bytes, from its own
+    counters), and the difference — the file system's overhead (journal, metadata, allocation
+    rounding; negative when files were unlinked before their data was written back)."""
+
+    filesystem: str                  # ext4 | xfs | f2fs
+    discard: str                     # online (mount -o discard) | none | fstrim (periodic)
+    fsync: bool                      # each file fsync'ed after its writes
+    fstrim_interval_s: float | None  # discard=fstrim: the interval on the plan's clock (t_s)
+    mkfs_command: str
+    mount_options: str
+    fs_tools: str                    # the mkfs tool's version line
+    kernel: str
+    object_write_bytes: int          # the plan's (FilePlanCounts.object_write_bytes)
+    file_write_bytes: int            # what the player's write() calls wrote
+    file_read_bytes: int
+    write_calls: int
+    files_created: int               # files the player created (a rewrite truncates its file)
+    files_unlinked: int
+    unlinked_bytes: int              # sizes of the files unlinked
+    fsyncs: int
+    end_files: int                   # files in the store's directory at unmount
+    end_file_bytes: int              # their sizes
+    fstrims: int
+    fstrim_bytes: int                # what fstrim reported it trimmed
+    block: BlockDelta                # mount → unmount (the replay: the capture's window)
+    mkfs_block: BlockDelta           # what making the file system wrote and discarded (not in `block`)
+    overhead_bytes: int              # block.write_bytes − file_write_bytes
+
+    @property
+    def overhead_ratio(self) -> float | None:
+        """Block bytes written per file byte (1 + overhead share)."""
+        return self.block.write_bytes / self.file_write_bytes if self.file_write_bytes else None
+
+
+@dataclass(frozen=True)
+class TraceOnFtlCount:
+    """A file-layout replay's captured block trace played on the embedded FTL (the `sim` drive
+    `drive`): the NAND bytes the file system's writes and discards cost there, and the host bytes
+    the FTL's page accounting must show for the trace (its writes' pages × page size)."""
+
+    drive: str
+    media: MediaCount
+    expected_host_bytes: int
+
+
+@dataclass(frozen=True)
 class DrivePhases:
     """The drive behind a replay's counts and the phases of the replay, from a backend that
     preconditions the drive and plays the plan in passes until the workload's own steady state (the
@@ -164,6 +228,7 @@ class ReplayResult:
     no_placement: MediaCount | None = None       # the same plan on the same drive without handles
     placement_unavailable: str | None = None     # why handles the plan carries were not played
     phases: DrivePhases | None = None            # preconditioning and passes (None: one pass as is)
+    files: FileSystemCount | None = None         # a file-layout replay: files → file system → blocks
     notes: tuple[str, ...] = ()                  # for the report, verbatim
     tool_output_path: str | None = None          # raw output kept in the run directory
     # host and NAND bytes per interval (cumulative host_bytes, nand_bytes), where the backend counts them
@@ -180,7 +245,7 @@ class ReplayResult:
 
 
 @dataclass(frozen=True)
-class CaptureCount:
+class CaptureCount(CountsByOp):
     """What the eBPF capture counted around the replay."""
 
     tracer: str
@@ -192,14 +257,6 @@ class CaptureCount:
     no_completion: int
     drained: bool                    # the tracer confirmed its last events reached the file
     parquet_path: str
-
-    @property
-    def write_bytes(self) -> int:
-        return int(self.bytes_by_op.get("write", 0))
-
-    @property
-    def discard_bytes(self) -> int:
-        return int(self.bytes_by_op.get("discard", 0))
 
 
 @dataclass(frozen=True)
@@ -214,6 +271,7 @@ class DeviceMeasurement:
     capture: CaptureCount | None = None
     wear: tuple[WearDelta, ...] = ()
     wear_unsupported: Mapping[str, str] = field(default_factory=dict)   # reader → why it had no sample
+    trace_on_ftl: TraceOnFtlCount | None = None   # a file-layout replay's block trace on the embedded FTL
 
     def measured_waf(self) -> tuple[float | None, int | None, str | None]:
         """(WAF, media bytes, source): the drive's own media count, else the first wear reader that

@@ -45,10 +45,18 @@ from scipy.special import lambertw
 
 from kvwear.emulator.ftl import FtlConfig
 from kvwear.errors import KvwearError
-from kvwear.harness.devices.measurement import CaptureCount, DeviceMeasurement, HostCount, TrimMode
+from kvwear.harness.devices.measurement import (
+    CaptureCount,
+    DeviceMeasurement,
+    FileSystemCount,
+    HostCount,
+    TraceOnFtlCount,
+    TrimMode,
+)
 from kvwear.harness.estimate.phases import describe, lifetime_waf, phase_fields
 from kvwear.harness.estimate.schema import ResultsRow
 from kvwear.harness.estimate.waf_model import DeathSummary, WafPrediction
+from kvwear.harness.plan.files import FilePlanCounts
 from kvwear.harness.plan.placement import PlacementStats
 from kvwear.harness.plan.planner import PlanCounts
 from kvwear.harness.wear.base import NVME_DATA_UNIT_BYTES, CounterSource
@@ -232,6 +240,10 @@ class PlanRecord:
     counts: PlanCounts
     placement: PlacementStats
     death_summary: DeathSummary
+    # the fs layout: the file plan's own accounting (`counts` then holds its bytes in the block
+    # plan's terms: object bytes, no trims; the death summary is empty — where the file system puts
+    # the pages is measured, not planned)
+    files: FilePlanCounts | None = None
 
     @property
     def bytes(self) -> PlanBytes:
@@ -271,6 +283,9 @@ class EstimateInputs:
     raw_nand_bytes: float            # the full-size drive's raw NAND
     pe_rating_cycles: float
     rating_source: str = ""          # where the TBW budget's and the P/E rating's figures came from
+    # a file-layout replay (ReplayResult.files): its identities, object → file → block → FTL
+    # (kvwear.harness.estimate.fs_checks), which replace the block plan's host-byte and capture checks
+    file_checks: tuple[Check, ...] = ()
 
 
 def _regime_error_note(prediction: WafPrediction) -> str:
@@ -408,6 +423,18 @@ def capture_check(name: str, predicted: int, measured: int, cap: CaptureCount) -
     return dataclasses.replace(check, passed=False) if why else check
 
 
+def file_fields(files: FileSystemCount | None, on_ftl: TraceOnFtlCount | None) -> dict[str, Any]:
+    """The results row's fs-layout fields (ResultsRow, the fs layout's block): empty for a block plan."""
+    if files is None:
+        return {}
+    return {"fs_filesystem": files.filesystem, "fs_discard": files.discard, "fs_fsync": files.fsync,
+            "file_write_bytes": files.file_write_bytes, "fs_block_write_bytes": files.block.write_bytes,
+            "fs_overhead_bytes": files.overhead_bytes, "fs_overhead_ratio": files.overhead_ratio,
+            "fs_discard_bytes": files.block.discard_bytes,
+            "fs_ftl_nand_bytes": on_ftl.media.media_bytes if on_ftl is not None else None,
+            "fs_ftl_waf": on_ftl.media.waf if on_ftl is not None else None}
+
+
 def estimate_policy(inp: EstimateInputs) -> Estimate:
     """The predicted-vs-measured checks of one policy's replay and its results row: every byte
     counted at each point (policy → plan → player → the drive's own counters → eBPF → wear
@@ -424,22 +451,31 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
     passes = phases.passes if phases is not None else 1
     plan_bytes = plan.aligned_write_bytes
     played_bytes = plan_bytes * passes
-    per_day = host_bytes_per_day(plan_bytes / f, duration)
+    # the host bytes the drive receives: the plan's, or with the fs layout the file system's block
+    # bytes (the files plus its overhead), so every projection carries the file system's share
+    per_day = host_bytes_per_day((r.files.block.write_bytes if r.files is not None else plan_bytes) / f, duration)
     prediction = inp.prediction
     waf_workload = prediction.waf if prediction is not None else None
     measured_waf, nand_write_bytes, _ = device.measured_waf()
     dev_bytes = r.write_bytes
+    files = r.files
     checks: list[Check] = [
         Check.of("ssd_ops write bytes → plan", s.ssd_write_bytes, plan.object_write_bytes, "plan", 0.0,
-                 kind="accounting"),
-        Check.of("host bytes", played_bytes, dev_bytes, r.tool, HOST_BYTES_REL_TOL, kind="accounting",
-                 note=f"{passes} passes of the plan (the workload played until its steady state)" if passes > 1
-                 else ""),
-    ]
+                 kind="accounting")]
     cap = device.capture
-    if cap is not None:
-        checks.append(capture_check("host bytes", played_bytes, cap.write_bytes, cap))
-    if plan.trim_bytes and r.trims.mode != TrimMode.SKIPPED:
+    # a file-layout replay: the device receives the file system's bytes (the plan's, plus its
+    # overhead), checked level by level in file_checks; the drive's other counters see the same
+    # block bytes as its own statistics
+    host_ref = files.block.write_bytes if files is not None else played_bytes
+    if files is not None:
+        checks.extend(inp.file_checks)
+    else:
+        checks.append(Check.of(
+            "host bytes", played_bytes, dev_bytes, r.tool, HOST_BYTES_REL_TOL, kind="accounting",
+            note=f"{passes} passes of the plan (the workload played until its steady state)" if passes > 1 else ""))
+        if cap is not None:
+            checks.append(capture_check("host bytes", played_bytes, cap.write_bytes, cap))
+    if files is None and plan.trim_bytes and r.trims.mode != TrimMode.SKIPPED:
         # The plan's trims reached the player: what it read from the plan (deferring them, it
         # leaves out the units rewritten later in their segment); eBPF then checks the issued bytes.
         superseded = r.trims.superseded_bytes
@@ -449,12 +485,12 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
                   f"{superseded:,} rewritten later in their segment and not trimmed") if superseded else ""))
         if cap is not None:
             checks.append(capture_check("trim bytes", r.trim_bytes, cap.discard_bytes, cap))
-    checks.extend(counter_check(played_bytes, c) for c in r.host_counts)
+    checks.extend(counter_check(host_ref, c) for c in r.host_counts)
     for w in device.wear:
         if w.host_bytes is None:
             continue
         unit = NVME_DATA_UNIT_BYTES if w.data_units is not None else 1
-        checks.append(counter_check(played_bytes, HostCount(f"wear:{w.source}", w.host_bytes, unit)))
+        checks.append(counter_check(host_ref, HostCount(f"wear:{w.source}", w.host_bytes, unit)))
     placement_row, placement_checks = placement_result(plan, device, measured_waf)
     checks.extend(placement_checks)
     replay_waf = measured_waf
@@ -534,6 +570,7 @@ def estimate_policy(inp: EstimateInputs) -> Estimate:
         **pe,
         **(phase_fields(phases, replay_waf) if phases is not None else {}),
         rating_source=inp.rating_source,
+        **file_fields(files, device.trace_on_ftl),
         # Accounting failures are faults; model failures are findings (Check).
         accounting_checks_passed=sum(c.passed for c in checks if c.kind == "accounting"),
         accounting_checks_total=sum(c.kind == "accounting" for c in checks),

@@ -113,6 +113,21 @@ class ResultsRow:
     waf_lifetime_source: str | None = None
     # where the TBW budget's DWPD and years and the P/E rating came from (config, preset, default)
     rating_source: str | None = None
+    # the fs layout (kvwear.harness.devices.fs_player): the file system kvwear made, the bytes one level
+    # below the objects — file bytes (the player's write()), block bytes (the device's counters over the
+    # mount), their difference (journal, metadata, allocation: fs_overhead_bytes, negative when files
+    # died before writeback), the discards the device received — and the block trace on the embedded
+    # FTL (its NAND bytes and WAF; a model of a drive, not the loop device's own count)
+    fs_filesystem: str | None = None
+    fs_discard: str | None = None
+    fs_fsync: bool | None = None
+    file_write_bytes: int | None = None
+    fs_block_write_bytes: int | None = None
+    fs_overhead_bytes: int | None = None
+    fs_overhead_ratio: float | None = None
+    fs_discard_bytes: int | None = None
+    fs_ftl_nand_bytes: int | None = None
+    fs_ftl_waf: float | None = None
     # the cross-validation tally (kvwear.harness.estimate.estimator.Check kinds)
     accounting_checks_passed: int | None = None
     accounting_checks_total: int | None = None

@@ -74,7 +74,7 @@ class ReplaySettings:
     # extent (first fit) keeps every object where the policy put it until the policy evicts it, so
     # the plan writes exactly the simulation's bytes; log and slab add the relocation writes of
     # their cleaning (counted apart in plan.json)
-    layout: str = "extent"                # extent | log | slab
+    layout: str = "extent"                # extent | log | slab | fs (files: kvwear.harness.plan.files)
     trim_on_evict: bool = True
     align_bytes: int = 4096
     max_io_bytes: int = 1 << 20

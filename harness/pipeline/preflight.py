@@ -7,7 +7,8 @@ by the sample fraction) holds at least one object, the tracer is a known one, an
 replays, the device: the backend is known, its options parse, and its own static checks pass
 (`Backend.preflight`: a `sim` device's options build an FTL, a `file:` target passes
 `check_file_target` and its folder is writable, a `block:` device passes the safety guard and is
-writable, and no other kvwear holds the device, kvwear.exclusive). The backends check again when
+writable, and no other kvwear holds the device, kvwear.exclusive), and the fs layout goes with a
+device that makes a file system (option `filesystem`) and only with it. The backends check again when
 they open the device (the state can change while a run simulates).
 This module only inspects; it must not write anything.
 """
@@ -58,4 +59,14 @@ def _check_workload(cfg: RunConfig) -> None:
 def _check_device(cfg: RunConfig) -> None:
     from kvwear.harness.pipeline.sizing import device_backend, device_capacity, device_spec
 
+    # the fs layout's plan is files: only a device that makes a file system plays it, and such a
+    # device plays nothing else (asked of its options, not its name; before the device is looked at)
+    spec = device_spec(cfg, None)
+    filesystem = getattr(device_backend(cfg).params(spec), "filesystem", None)
+    if cfg.replay.layout == "fs" and filesystem is None:
+        raise KvwearError("replay.layout fs: the device must make a file system to play files on: "
+                          "--device block:/dev/X --device-option filesystem=ext4 (ext4 | xfs | f2fs)")
+    if filesystem is not None and cfg.replay.layout != "fs":
+        raise KvwearError(f"device option filesystem={filesystem} plays file plans: add --layout fs "
+                          f"(replay.layout is {cfg.replay.layout})")
     device_backend(cfg).preflight(device_spec(cfg, device_capacity(cfg)))

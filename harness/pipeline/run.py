@@ -30,6 +30,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shlex
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -43,8 +45,16 @@ import pyarrow.parquet as pq
 
 from kvwear.emulator.ftl import OP_WRITE
 from kvwear.errors import InputError, KvwearError
+from kvwear.harness.capture.schema import BLOCK_TRACE
 from kvwear.harness.devices.base import open_device
-from kvwear.harness.devices.measurement import CaptureCount, DeviceMeasurement, ReplayResult
+from kvwear.harness.devices.fs_player import read_fs_trace, replay_trace_on_ftl, write_fs_trace
+from kvwear.harness.devices.measurement import (
+    CaptureCount,
+    DeviceMeasurement,
+    MediaCount,
+    ReplayResult,
+    TraceOnFtlCount,
+)
 from kvwear.harness.estimate.estimator import (
     TLC_PE_CYCLES,
     Check,
@@ -60,6 +70,7 @@ from kvwear.harness.estimate.estimator import (
     tbw_from_dwpd,
     tbw_from_pe_cycles,
 )
+from kvwear.harness.estimate.fs_checks import fs_checks
 from kvwear.harness.estimate.schema import RESULTS, ResultsRow
 from kvwear.harness.estimate.waf_model import PAGE_BYTES, DeathCounter, DeathSummary, WafPrediction, workload_waf
 from kvwear.harness.pipeline.config import RunConfig
@@ -76,8 +87,9 @@ from kvwear.harness.pipeline.sizing import (
     wear_readers,
     with_run_options,
 )
+from kvwear.harness.plan.files import FILE_OPS, FsLayoutConfig, stream_file_ops
 from kvwear.harness.plan.placement import PlacementConfig, PlacementStats, assign_placement
-from kvwear.harness.plan.planner import PlanCounts, ReplayConfig, plan_block_ops, stream_block_ops
+from kvwear.harness.plan.planner import FILE_LAYOUTS, PlanCounts, ReplayConfig, plan_block_ops, stream_block_ops
 from kvwear.harness.plan.schema import BLOCK_OPS
 from kvwear.harness.wear.schema import WEAR
 from kvwear.harness.wear.snapshot import WearDelta, snapshot, wear_rows, wear_table
@@ -287,6 +299,11 @@ class Plan:
     def block_ops_path(self) -> Path:
         return self.dir / "block_ops.parquet"
 
+    @property
+    def file_ops_path(self) -> Path | None:
+        """The fs layout's plan (FILE_OPS), or None for a block plan."""
+        return self.dir / "file_ops.parquet" if self.record.files is not None else None
+
     @classmethod
     def read(cls, label: str, d: Path) -> Plan:
         return cls(label, d, PlanRecord.load(d / "plan.json"))
@@ -318,6 +335,8 @@ def plan_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, capacity: int,
         r = cfg.replay
         rc = replay_config(cfg, capacity)
         placement = placement_config(cfg)
+        if rc.layout in FILE_LAYOUTS:
+            return _plan_files(cfg, d, sim, rc, ops, label)
         path = d / "block_ops.parquet"
         try:
             if placement.mode == "none":
@@ -347,6 +366,31 @@ def plan_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, capacity: int,
                  after=(f"simulate/{label}",)).run(rd)
     tick.finish()
     return plan
+
+
+def _plan_files(cfg: RunConfig, d: Path, sim: SimOutput, rc: ReplayConfig,
+                ops: Callable[[], Iterator[pa.RecordBatch]], label: str) -> tuple[Plan, Mapping[str, Any]]:
+    """The fs layout's plan (kvwear.harness.plan.files): file_ops.parquet, and plan.json with the
+    file plan's counts (its bytes also in the block plan's terms, for the stages that read those)."""
+    if placement_config(cfg).mode != "none":
+        raise KvwearError(f"replay.placement {cfg.replay.placement}: the fs layout leaves placement to the "
+                          "file system; use placement = none")
+    fs = FsLayoutConfig(model=cfg.model, write_bytes=cfg.replay.max_io_bytes)
+    try:
+        with TableWriter(FILE_OPS, d / "file_ops.parquet") as out:
+            files = stream_file_ops(ops, rc, out.write, fs=fs, source=str(sim.ssd_ops_path))
+    except InputError as exc:
+        raise InputError(exc.path, exc.line, exc.field, f"policy {label}: {exc.message}") from None
+    counts = PlanCounts(
+        object_write_bytes=files.object_write_bytes, aligned_write_bytes=files.object_write_bytes, trim_bytes=0,
+        read_bytes=files.read_bytes, write_ios=files.write_calls, read_ios=files.reads, trim_ios=0,
+        ssd_ops=files.ssd_ops, writes=files.writes, empty_writes=files.empty_writes, rewrites=files.rewrites,
+        read_misses=files.read_misses, evict_misses=files.evict_misses, forced_evictions=0,
+        forced_evict_bytes=0, peak_live_bytes=files.peak_live_bytes, capacity_bytes=files.capacity_bytes,
+        layout=files.layout, policy_write_bytes=files.object_write_bytes)
+    placed = _merged_stats([], placement_config(cfg))
+    PlanRecord(counts, placed, plan_death_summary(BLOCK_OPS.empty(), rc.capacity_bytes), files).dump(d / "plan.json")
+    return Plan.read(label, d), {"write_calls": files.write_calls}
 
 
 def replay_config(cfg: RunConfig, capacity: int) -> ReplayConfig:
@@ -453,7 +497,11 @@ def _replay_on_device(cfg: RunConfig, d: Path, plan: Plan, label: str, capacity:
     result.json (the DeviceMeasurement), wear.parquet and (where the backend counts intervals)
     timeline.parquet."""
     streams = device_backend(cfg).capabilities.streams_plan
-    block_ops = plan.block_ops_path if streams else read_table(BLOCK_OPS, plan.block_ops_path)
+    block_ops: pa.Table | Path
+    if plan.file_ops_path is not None:      # a file player reads its plan itself
+        block_ops = plan.file_ops_path
+    else:
+        block_ops = plan.block_ops_path if streams else read_table(BLOCK_OPS, plan.block_ops_path)
     readers = wear_readers(cfg)
     dev = open_device(device_spec(cfg, capacity), d)
     try:
@@ -482,7 +530,18 @@ def _replay_on_device(cfg: RunConfig, d: Path, plan: Plan, label: str, capacity:
         nand = iv.column("nand_bytes").to_numpy()
         _write_parquet(pa.table({"host_bytes": host, "nand_bytes": nand,
                                  "waf_cumulative": nand / np.maximum(host, 1)}), d / "timeline.parquet")
-    measurement = DeviceMeasurement(res, ident, cap[0] if cap else None, tuple(deltas), unsupported)
+    on_ftl = None
+    if res.files is not None and cap:
+        # what the file system sent the device, kept with its provenance (fs_trace.parquet: replayable
+        # on any FTL drive without hardware), and played on the embedded FTL (the sim drive of the
+        # device's size)
+        size = int(ident.capacity_bytes or capacity)
+        trace_path = write_fs_trace(read_table(BLOCK_TRACE, cap[0].parquet_path), size, res.files,
+                                    shlex.join(sys.argv), d / "fs_trace.parquet")
+        got = replay_trace_on_ftl(read_fs_trace(trace_path)[0], size, d / "trace-on-ftl")
+        on_ftl = TraceOnFtlCount(got.drive, got.replay.media or MediaCount("kvwear-ftl", 0, 0),
+                                 got.expected_host_bytes)
+    measurement = DeviceMeasurement(res, ident, cap[0] if cap else None, tuple(deltas), unsupported, on_ftl)
     measurement.dump(d / "result.json")
     return measurement
 
@@ -528,6 +587,8 @@ def uniform_waf(cfg: RunConfig, capacity: int) -> tuple[float, str]:
 def plan_workload_waf(cfg: RunConfig, plan: Plan, capacity: int) -> WafPrediction | None:
     """The workload model (kvwear.harness.estimate.waf_model) over the plan's death summary, for the device's
     geometry; None where the geometry is unknown."""
+    if plan.record.files is not None:       # the file system places the pages: no death summary
+        return None
     ftl = device_ftl_config(cfg, capacity)
     if ftl is None:
         return None
@@ -543,6 +604,16 @@ def emulator_waf(cfg: RunConfig, rd: RunDir, label: str) -> float | None:
         return None
     plan = read_table(BLOCK_OPS, rd.stage_dir("plan", label) / "block_ops.parquet")
     return b.twin_waf(device_spec(cfg, None), plan)
+
+
+def _file_checks(plan: Plan, device: DeviceMeasurement) -> tuple[Check, ...]:
+    """A file-layout replay's identities (kvwear.harness.estimate.fs_checks); none for a block plan."""
+    files = device.replay.files
+    if files is None:
+        return ()
+    t = device.trace_on_ftl
+    return tuple(fs_checks(files, plan.record.files, device.capture, t.media if t else None,
+                           t.expected_host_bytes if t else None))
 
 
 def estimate_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, plan: Plan, device: DeviceMeasurement,
@@ -576,7 +647,8 @@ def estimate_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, plan: Plan, devic
             waf_uniform_source=waf_uniform_src, prediction=prediction, waf_emulator=twin,
             preconditioned=device_backend(cfg).preconditioned(device_spec(cfg, capacity)),
             layout=cfg.replay.layout, raw_nand_bytes=raw, pe_rating_cycles=rating,
-            rating_source=drive_rating(cfg, capacity).source))
+            rating_source=drive_rating(cfg, capacity).source,
+            file_checks=_file_checks(plan, device)))
         est.dump(path)
         return PolicyOutcome(label, est.row, est.checks), {}
 

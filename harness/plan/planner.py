@@ -64,9 +64,12 @@ import pyarrow.compute as pc
 from kvwear.errors import InputError, KvwearError
 from kvwear.harness.plan.schema import BLOCK_OPS
 
-Layout = Literal["log", "slab", "extent"]
+Layout = Literal["log", "slab", "extent", "fs"]
 TimeMode = Literal["original", "compressed", "afap"]
+#: the layouts this module places on blocks; `fs` (one file per object on a real file system) is
+#: planned as file operations by kvwear.harness.plan.files
 LAYOUTS: tuple[str, ...] = ("log", "slab", "extent")
+FILE_LAYOUTS: tuple[str, ...] = ("fs",)
 BLOCK_OP_NAMES: tuple[str, ...] = ("write", "read", "trim")
 _SSD_OPS = {"write": 0, "read": 1, "evict": 2}
 
@@ -93,8 +96,8 @@ class ReplayConfig:
     slab_bytes: int = 4 << 20
 
     def __post_init__(self) -> None:
-        if self.layout not in LAYOUTS:
-            raise KvwearError(f"unknown layout {self.layout!r}; valid: {', '.join(LAYOUTS)}")
+        if self.layout not in LAYOUTS + FILE_LAYOUTS:
+            raise KvwearError(f"unknown layout {self.layout!r}; valid: {', '.join(LAYOUTS + FILE_LAYOUTS)}")
         if self.align_bytes <= 0 or self.capacity_bytes < self.align_bytes:
             raise KvwearError(
                 f"capacity_bytes ({self.capacity_bytes}) must be ≥ align_bytes ({self.align_bytes}) > 0")
@@ -1323,6 +1326,9 @@ class _Layout:
         al = config.align_bytes
         units = cap // al
         self.live = _live_objects()
+        if config.layout in FILE_LAYOUTS:
+            raise KvwearError(f"the {config.layout} layout places files, not blocks: plan it with "
+                              "kvwear.harness.plan.files.stream_file_ops")
         if config.layout == "log":
             self.mode = {"relocate": _LOG_RELOCATE, "evict": _LOG_EVICT, "error": _LOG_ERROR}[config.log_full]
             qsize = min(units + 4, 1 << 12)      # the kernel doubles its ring when this is short

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from kvwear.tables import TableSpec
-
-_DICT = pa.dictionary(pa.int8(), pa.string())
+from kvwear.tables import CATEGORY, TableSpec
 
 # version 2 adds placement_handle: the FDP placement handle of each write (kvwear.harness.plan.placement;
 # 0 = the default handle, also what a version-1 plan means)
@@ -17,10 +15,10 @@ BLOCK_OPS = TableSpec(
     schema=pa.schema(
         [
             pa.field("t_s", pa.float64(), nullable=False),
-            pa.field("op", _DICT, nullable=False),          # write, read, trim
+            pa.field("op", CATEGORY, nullable=False),          # write, read, trim
             pa.field("offset_bytes", pa.int64(), nullable=False),
             pa.field("length_bytes", pa.int64(), nullable=False),
-            pa.field("obj_kind", _DICT, nullable=False),
+            pa.field("obj_kind", CATEGORY, nullable=False),
             pa.field("obj_id", pa.int64(), nullable=False),
             pa.field("placement_handle", pa.int8(), nullable=False),
         ]

@@ -16,15 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kvwear.harness.wear._decode import (
-    hexdump,
-    json_uint,
-    le_uint,
-    load_json,
-    need_length,
-    need_object,
-    to_uint,
-)
+from kvwear.harness.wear._decode import hexdump, json_uint, le_uint, load_json, need_length, need_object, to_uint
 from kvwear.harness.wear.base import NVME_DATA_UNIT_BYTES, READERS, CommandRunner, WearSample
 
 SMART_LOG_BYTES = 512

@@ -12,7 +12,6 @@ parsers return instead of raising. Nothing here runs a command except through th
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +25,7 @@ from kvwear.harness.wear._decode import (
     need_length,
     need_object,
     parse_nvme_refusal,
-    refusal_from_error,
+    run_or_unavailable,
     to_uint,
 )
 from kvwear.harness.wear.base import READERS, CommandRunner, WearSample
@@ -105,20 +104,12 @@ def ocp_c0_binary_argv(device_path: str) -> list[str]:
 @READERS.register("ocp-c0")
 def read_ocp_c0(device_path: str, runner: CommandRunner) -> WearSample:
     argv = ocp_c0_json_argv(device_path)
-    src = " ".join(argv)
-    try:
-        out = runner(argv)
-    except subprocess.CalledProcessError as exc:
-        return _sample(refusal_from_error(exc, src), "ocp-c0", "")
-    return _sample(parse_ocp_c0_json(out, src), "ocp-c0", out.decode(errors="replace"))
+    out = run_or_unavailable(runner, argv)      # a refusal: ReaderUnavailable with the NVMe status
+    return _sample(parse_ocp_c0_json(out, " ".join(argv)), "ocp-c0", out.decode(errors="replace"))
 
 
 @READERS.register("ocp-c0-binary")
 def read_ocp_c0_binary(device_path: str, runner: CommandRunner) -> WearSample:
     argv = ocp_c0_binary_argv(device_path)
-    src = " ".join(argv)
-    try:
-        out = runner(argv)
-    except subprocess.CalledProcessError as exc:
-        return _sample(refusal_from_error(exc, src), "ocp-c0-binary", "")
-    return _sample(parse_ocp_c0_binary(out, src), "ocp-c0-binary", hexdump(out))
+    out = run_or_unavailable(runner, argv)
+    return _sample(parse_ocp_c0_binary(out, " ".join(argv)), "ocp-c0-binary", hexdump(out))

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from kvwear.tables import TableSpec
-
-_DICT = pa.dictionary(pa.int8(), pa.string())
+from kvwear.tables import CATEGORY, TableSpec
 
 WEAR = TableSpec(
     kind="wear",
@@ -14,7 +12,7 @@ WEAR = TableSpec(
     schema=pa.schema(
         [
             pa.field("t_s", pa.float64(), nullable=False),
-            pa.field("phase", _DICT, nullable=False),       # before, after, interval
+            pa.field("phase", CATEGORY, nullable=False),       # before, after, interval
             pa.field("policy", pa.string()),
             pa.field("source", pa.string(), nullable=False),  # reader name, e.g. nvme-smart-json
             pa.field("host_bytes_written", pa.int64()),

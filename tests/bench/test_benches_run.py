@@ -36,7 +36,10 @@ SMOKE: dict[str, tuple[list[str], str, str]] = {
     "frontier": (["--quick", "--models", "kimi-k3", "--only", "mooncake", "--policies", "lru,gandalf"],
                  "Gandalf dominates", ""),
     "simulator": (["--policies", "lru", "--requests", "300"], "libCacheSim", ""),
+    "gandalf_gamma": (["--model", "kimi-k3", "--dram", "1%", "--ssd", "10%", "--slice", "60",
+                       "--variant", ";stranded=zero"], "cases rise by more than", ""),
     "waf_model": (["--smoke"], "GC-active", ""),
+    "fs_layout": (["--ops", "3000"], "fs (files)", ""),
     "placement": (["--sessions", "3", "--turns", "3", "--dram", "100MB", "--ssd", "200MB", "--devsz-mb", "256",
                    "--policy", "lru"], "lru", ""),
 }

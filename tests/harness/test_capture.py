@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psutil
@@ -292,6 +294,25 @@ def test_deferred_trims_reach_the_device_as_discards(tmp_path: Path) -> None:
     assert missed == 0 if c.lost_events == 0 else 0 <= missed <= c.lost_events * 16384, c.extra
 
 
+def _replay_under_bpftrace(tmp_path: Path, plan: pa.Table, options: dict[str, object],
+                           disturb: Callable[[Any], Callable[[], object]]) -> None:
+    """Replay `plan` on a loop device under the bpftrace capture, `disturb(tracer)` applied right
+    after it started (what it returns undoes it, before stop): the capture must still flush and
+    agree three ways with the plan and the replay."""
+    with loop_device(tmp_path / "loop.img", 64 << 20, nomerges=True) as devpath:
+        dev = FioDevice(DeviceSpec("block", devpath, options=options), tmp_path)
+        tracer = open_tracer("bpftrace")
+        tracer.start(kernel_dev_t(devpath), tmp_path / "trace.parquet")
+        undo = disturb(tracer)
+        try:
+            res = dev.replay(plan, tmp_path / "run")
+        finally:
+            undo()
+            c = tracer.stop()
+    assert c.extra["flushed"] is True
+    assert_three_way(plan, res, c)
+
+
 @root_only
 @needs_fio
 def test_bpftrace_stop_waits_for_its_backlog(tmp_path: Path) -> None:
@@ -299,20 +320,12 @@ def test_bpftrace_stop_waits_for_its_backlog(tmp_path: Path) -> None:
     while fio runs, so the whole plan waits in its perf buffers, and stop the capture the moment
     it may run again: the flush barrier must still bring every request into the trace, but for
     the probe runs the kernel counted as skipped."""
-    plan = plan_for(64 << 20, 2000, seed=5)
-    with loop_device(tmp_path / "loop.img", 64 << 20, nomerges=True) as devpath:
-        dev = FioDevice(DeviceSpec("block", devpath, options={"iodepth": 16}), tmp_path)
-        tracer = open_tracer("bpftrace")
-        tracer.start(kernel_dev_t(devpath), tmp_path / "trace.parquet")
+    def hold(_tracer: Any) -> Callable[[], object]:
         (bt,) = [c for c in psutil.Process().children() if c.name() == "bpftrace"]
         bt.suspend()
-        try:
-            res = dev.replay(plan, tmp_path / "run")
-        finally:
-            bt.resume()
-            c = tracer.stop()
-    assert c.extra["flushed"] is True
-    assert_three_way(plan, res, c)
+        return bt.resume
+
+    _replay_under_bpftrace(tmp_path, plan_for(64 << 20, 2000, seed=5), {"iodepth": 16}, hold)
 
 
 @root_only
@@ -320,18 +333,11 @@ def test_bpftrace_stop_waits_for_its_backlog(tmp_path: Path) -> None:
 def test_bpftrace_without_the_barrier_probe_waits_for_quiet_output(tmp_path: Path) -> None:
     """A kernel without syscall tracepoints gets no barrier probe: stop() then waits until the
     output has stopped growing. Forced here after start (which still used the probe to attach)."""
-    plan = plan_for(64 << 20, 500, seed=9)
-    with loop_device(tmp_path / "loop.img", 64 << 20, nomerges=True) as devpath:
-        dev = FioDevice(DeviceSpec("block", devpath), tmp_path)
-        tracer = open_tracer("bpftrace")
-        tracer.start(kernel_dev_t(devpath), tmp_path / "trace.parquet")
-        tracer._barrier = False  # type: ignore[attr-defined]
-        try:
-            res = dev.replay(plan, tmp_path / "run")
-        finally:
-            c = tracer.stop()
-    assert c.extra["flushed"] is True
-    assert_three_way(plan, res, c)
+    def no_barrier(tracer: Any) -> Callable[[], object]:
+        tracer._barrier = False
+        return lambda: None
+
+    _replay_under_bpftrace(tmp_path, plan_for(64 << 20, 500, seed=9), {}, no_barrier)
 
 
 @root_only

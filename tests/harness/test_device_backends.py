@@ -124,15 +124,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from kvwear.harness.devices.base import (
-    DEVICES,
-    Backend,
-    Capabilities,
-    DeviceParams,
-    DeviceSpec,
-    FixedCapacity,
-    option,
-)
+from kvwear.harness.devices.base import DEVICES, Backend, Capabilities, DeviceParams, DeviceSpec, FixedCapacity, option
 from kvwear.harness.devices.measurement import ReplayResult, TrimCount
 from kvwear.harness.wear.identify import DeviceIdentity
 from kvwear.harness.devices.sim import plan_to_requests

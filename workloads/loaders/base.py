@@ -65,7 +65,6 @@ class TraceLoader(ABC):
     def sniff(self, first_bytes: bytes, path: Path) -> bool:
         """True when `first_bytes` (the start of the file; empty for a directory) look like this format."""
 
-    @abstractmethod
     def iter_batches(
         self,
         path: Path,
@@ -80,6 +79,13 @@ class TraceLoader(ABC):
         Bad records raise `InputError` (file, 1-based line, field), or with `skip_bad` are
         dropped and recorded in `skipped`.
         """
+        log = skipped if skipped is not None else SkipLog()
+        return self.read_batches(Path(path), log, skip_bad=skip_bad, batch_rows=batch_rows, progress=progress)
+
+    @abstractmethod
+    def read_batches(self, path: Path, log: SkipLog, *, skip_bad: bool, batch_rows: int,
+                     progress: ProgressFn | None) -> Iterator[pa.RecordBatch]:
+        """The format's part of `iter_batches`: `path` as a Path, bad records (under `skip_bad`) into `log`."""
 
 
 #: Loader classes by format name; the pipeline makes a fresh instance per pass (loaders keep

@@ -148,20 +148,11 @@ class JsonlLoader(TraceLoader):
     def raw_schema(self) -> pa.Schema:
         return pa.schema([pa.field(f.name, _KIND_TYPES[f.kind]) for f in self.fields])
 
-    def iter_batches(
-        self,
-        path: Path,
-        *,
-        skip_bad: bool,
-        batch_rows: int,
-        skipped: SkipLog | None = None,
-        progress: ProgressFn | None = None,
-    ) -> Iterator[pa.RecordBatch]:
-        path = Path(path)
+    def read_batches(self, path: Path, log: SkipLog, *, skip_bad: bool, batch_rows: int,
+                     progress: ProgressFn | None) -> Iterator[pa.RecordBatch]:
         if path.is_dir():
             raise InputError(str(path), None, None,
                              f"is a directory; {self.name} reads one JSONL file (only weka reads directories)")
-        log = skipped if skipped is not None else SkipLog()
         self._skip_bad, self._log = skip_bad, log
         self.reset(path)
         for raw, lines, errors in self.raw_chunks(path, progress):

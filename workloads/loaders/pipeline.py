@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypedDict, TypeVar, Unpack
 
 import numpy as np
 import pyarrow as pa
@@ -271,108 +272,117 @@ def sort_file_by_arrival(path: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def load_requests(
-    path: str | Path,
-    fmt: str | None = None,
-    *,
-    skip_bad: bool = False,
-    block_tokens: int | None = None,
-    batch_rows: int = DEFAULT_BATCH_ROWS,
-    progress: ProgressFn | None = None,
-) -> LoadResult:
-    """Load a trace file (or a directory of Weka files) into a REQUESTS table sorted by arrival.
+class TraceOptions(TypedDict, total=False):
+    """How `load_requests` and `convert_trace` read a trace (each key optional):
+    `skip_bad` (False) drops bad lines, counted and the first errors kept, instead of raising
+    `InputError`; `block_tokens` (None) converts to that simulator block size; `batch_rows`
+    (DEFAULT_BATCH_ROWS) is the rows per batch read; `progress` (None) is told the input bytes read."""
 
-    `fmt` overrides detection; `skip_bad` drops bad lines (counted, first errors kept) instead
-    of raising `InputError`; `block_tokens` converts to that simulator block size.
-    """
-    p, name = resolve_format(path, fmt)
+    skip_bad: bool
+    block_tokens: int | None
+    batch_rows: int
+    progress: ProgressFn | None
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class _Read(Generic[T]):
+    """What `_read` made of a trace: `consume`'s value, and how the last pass read it."""
+
+    value: T
+    log: SkipLog
+    derived: bool
+    note: str
+    bytes_read: int
+
+
+def _read(p: Path, name: str, options: TraceOptions, consume: Callable[[Iterator[pa.RecordBatch]], T]) -> _Read[T]:
+    """Stream the REQUESTS batches of trace `p` (format `name`, from `resolve_format`) through
+    `consume`: trusting the format's prefix-chaining promise, and once more with keys derived from
+    the whole prefix when the stream breaks it (ChainViolation: `consume` starts afresh each call)."""
     base, make = loader_factory(name)
     chained = make().chained
     derive, note = not chained, "" if chained else f"{base} does not promise prefix chaining"
-    counter = _Counter(progress)
+    counter = _Counter(options.get("progress"))
     while True:
         log = SkipLog()
         try:
-            batches = list(_stream(make(), p, derive=derive, skip_bad=skip_bad, batch_rows=batch_rows,
-                                   log=log, progress=counter, block_tokens=block_tokens))
+            value = consume(_stream(make(), p, derive=derive, skip_bad=options.get("skip_bad", False),
+                                    batch_rows=options.get("batch_rows", DEFAULT_BATCH_ROWS), log=log,
+                                    progress=counter, block_tokens=options.get("block_tokens")))
         except ChainViolation as v:
             derive, note = True, f"chaining broken: {v}"
             counter.restart()
             continue
-        break
+        return _Read(value, log, derive, note, counter.n)
+
+
+def load_requests(path: str | Path, fmt: str | None = None, **options: Unpack[TraceOptions]) -> LoadResult:
+    """Load a trace file (or a directory of Weka files) into a REQUESTS table sorted by arrival.
+    `fmt` overrides detection; `options` (TraceOptions) say how to read it."""
+    p, name = resolve_format(path, fmt)
+    r = _read(p, name, options, list)
     schema = REQUESTS.with_metadata()
-    table = pa.Table.from_batches(batches, schema=schema) if batches else REQUESTS.empty()
+    table = pa.Table.from_batches(r.value, schema=schema) if r.value else REQUESTS.empty()
     return LoadResult(
         table=_sorted_by_arrival(table),
         format=name,
-        skipped_lines=log.count,
-        errors=tuple(log.first),
-        keys=KEYS_DERIVED if derive else KEYS_VERIFIED,
-        keys_note=note,
+        skipped_lines=r.log.count,
+        errors=tuple(r.log.first),
+        keys=KEYS_DERIVED if r.derived else KEYS_VERIFIED,
+        keys_note=r.note,
     )
 
 
-def convert_trace(
-    path: str | Path,
-    out_parquet: str | Path,
-    fmt: str | None = None,
-    *,
-    skip_bad: bool = False,
-    block_tokens: int | None = None,
-    batch_rows: int = DEFAULT_BATCH_ROWS,
-    progress: ProgressFn | None = None,
-) -> ConvertResult:
+def convert_trace(path: str | Path, out_parquet: str | Path, fmt: str | None = None,
+                  **options: Unpack[TraceOptions]) -> ConvertResult:
     """Stream a trace into a versioned REQUESTS Parquet file (atomic: nothing is left on error)."""
     p, name = resolve_format(path, fmt)
     out = Path(out_parquet)
     _check_output(p, out)
-    base, make = loader_factory(name)
-    chained = make().chained
-    derive, note = not chained, "" if chained else f"{base} does not promise prefix chaining"
-    counter = _Counter(progress)
-    while True:
-        log = SkipLog()
+    batch_rows = options.get("batch_rows", DEFAULT_BATCH_ROWS)
+
+    def write(batches: Iterator[pa.RecordBatch]) -> tuple[int, bool]:
+        """(rows written, whether they came in arrival order)."""
         in_order, last = True, -np.inf
-        try:
-            with TableWriter(REQUESTS, out) as writer:
-                pending: list[pa.RecordBatch] = []
-                n_pending = b_pending = 0
-                for batch in _stream(make(), p, derive=derive, skip_bad=skip_bad, batch_rows=batch_rows,
-                                     log=log, progress=counter, block_tokens=block_tokens):
-                    arr = np.asarray(batch.column("arrival_s").to_numpy(), dtype=np.float64)
-                    if len(arr):
-                        if arr[0] < last or not bool(np.all(arr[1:] >= arr[:-1])):
-                            in_order = False
-                        last = max(last, float(arr.max()))
-                    # small input chunks are gathered into row groups of about batch_rows rows,
-                    # or of ROW_GROUP_BYTES (long-context rows: 65,536 Weka rows are ~1 GB)
-                    pending.append(batch)
-                    n_pending += batch.num_rows
-                    b_pending += batch.nbytes
-                    if n_pending >= batch_rows or b_pending >= tables.ROW_GROUP_BYTES:
-                        writer.write(pa.Table.from_batches(pending))
-                        pending, n_pending, b_pending = [], 0, 0
-                if pending:
+        with TableWriter(REQUESTS, out) as writer:
+            pending: list[pa.RecordBatch] = []
+            n_pending = b_pending = 0
+            for batch in batches:
+                arr = np.asarray(batch.column("arrival_s").to_numpy(), dtype=np.float64)
+                if len(arr):
+                    if arr[0] < last or not bool(np.all(arr[1:] >= arr[:-1])):
+                        in_order = False
+                    last = max(last, float(arr.max()))
+                # small input chunks are gathered into row groups of about batch_rows rows,
+                # or of ROW_GROUP_BYTES (long-context rows: 65,536 Weka rows are ~1 GB)
+                pending.append(batch)
+                n_pending += batch.num_rows
+                b_pending += batch.nbytes
+                if n_pending >= batch_rows or b_pending >= tables.ROW_GROUP_BYTES:
                     writer.write(pa.Table.from_batches(pending))
-                rows = writer.rows
-        except ChainViolation as v:
-            derive, note = True, f"chaining broken: {v}"
-            counter.restart()
-            continue
-        break
+                    pending, n_pending, b_pending = [], 0, 0
+            if pending:
+                writer.write(pa.Table.from_batches(pending))
+            return writer.rows, in_order
+
+    r = _read(p, name, options, write)
+    rows, in_order = r.value
     if not in_order:
         sort_file_by_arrival(out)
     return ConvertResult(
         path=out,
         rows=rows,
         format=name,
-        skipped_lines=log.count,
-        errors=tuple(log.first),
-        keys=KEYS_DERIVED if derive else KEYS_VERIFIED,
-        keys_note=note,
-        bytes_read=counter.n,
+        skipped_lines=r.log.count,
+        errors=tuple(r.log.first),
+        keys=KEYS_DERIVED if r.derived else KEYS_VERIFIED,
+        keys_note=r.note,
+        bytes_read=r.bytes_read,
         resorted=not in_order,
-        block_tokens=block_tokens,
+        block_tokens=options.get("block_tokens"),
     )
 
 

@@ -140,17 +140,8 @@ class WekaLoader(TraceLoader):
     def files(path: Path) -> list[Path]:
         return sorted(path.glob("*.json")) if path.is_dir() else [path]
 
-    def iter_batches(
-        self,
-        path: Path,
-        *,
-        skip_bad: bool,
-        batch_rows: int,
-        skipped: SkipLog | None = None,
-        progress: ProgressFn | None = None,
-    ) -> Iterator[pa.RecordBatch]:
-        path = Path(path)
-        log = skipped if skipped is not None else SkipLog()
+    def read_batches(self, path: Path, log: SkipLog, *, skip_bad: bool, batch_rows: int,
+                     progress: ProgressFn | None) -> Iterator[pa.RecordBatch]:
         self._next_id = 0
         files = self.files(path)
         if path.is_dir() and not files:

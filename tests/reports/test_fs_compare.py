@@ -1,0 +1,54 @@
+"""Raw-block and file-system runs side by side per policy (kvwear.reports.fs_compare)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvwear.errors import KvwearError
+from kvwear.harness.estimate.schema import RESULTS, ResultsRow
+from kvwear.harness.pipeline.run import results_table
+from kvwear.reports.fs_compare import main, markdown, side_by_side
+from kvwear.tables import write_table
+
+
+def _run(d: Path, rows: list[ResultsRow]) -> Path:
+    d.mkdir()
+    write_table(RESULTS, results_table(rows), d / "results.parquet")
+    return d
+
+
+def test_block_and_file_system_runs_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    raw = _run(tmp_path / "raw", [
+        ResultsRow("lru", plan_write_bytes=1_000, device_write_bytes=1_000, waf_measured=1.5, nand_write_bytes=1_500,
+                   lifetime_days_waf1=30.0),
+        ResultsRow("belady", plan_write_bytes=400, device_write_bytes=400, waf_measured=1.0, nand_write_bytes=400,
+                   lifetime_days_waf1=75.0)])
+    ext4 = _run(tmp_path / "ext4", [
+        ResultsRow("belady", plan_write_bytes=400, fs_filesystem="ext4", fs_discard="none", file_write_bytes=400,
+                   fs_block_write_bytes=440, fs_overhead_ratio=1.1, fs_ftl_waf=2.0, fs_ftl_nand_bytes=880,
+                   lifetime_days_waf1=75.0 * 400 / 440),
+        ResultsRow("lru", plan_write_bytes=1_000, fs_filesystem="ext4", fs_discard="none", file_write_bytes=1_000,
+                   fs_block_write_bytes=1_050, fs_overhead_ratio=1.05, fs_ftl_waf=1.2, fs_ftl_nand_bytes=1_260,
+                   lifetime_days_waf1=30.0 * 1_000 / 1_050)])
+    rows = side_by_side({"raw extent": raw, "ext4, no discard": ext4})
+    # policies in the first run's order, runs in the order given
+    assert [(s.policy, s.run) for s in rows] == [("lru", "raw extent"), ("lru", "ext4, no discard"),
+                                                 ("belady", "raw extent"), ("belady", "ext4, no discard")]
+    lru_raw, lru_fs = rows[0], rows[1]
+    assert lru_raw.device_bytes == 1_000 and lru_raw.overhead is None and lru_raw.waf == 1.5
+    assert lru_fs.device_bytes == 1_050 and lru_fs.overhead == pytest.approx(0.05) and lru_fs.waf == 1.2
+    # lifetime ∝ 1 / NAND bytes: the WAF-1 lifetime (of the bytes the drive receives: a file-system
+    # run's block bytes) × those bytes ÷ NAND bytes
+    assert lru_raw.lifetime_days == pytest.approx(20.0) and lru_fs.lifetime_days == pytest.approx(30 * 1000 / 1260)
+    assert rows[3].lifetime_days == pytest.approx(75 * 400 / 880)
+    table = markdown(rows)
+    assert "| lru | ext4, no discard | 0.000 GB | 0.000 GB | +5.00% | 1.200 |" in table
+    assert main([f"raw={raw}", f"fs={ext4}"]) == 0 and "| belady | fs |" in capsys.readouterr().out
+
+
+def test_an_unfinished_run_is_named(tmp_path: Path) -> None:
+    (tmp_path / "half").mkdir()
+    with pytest.raises(KvwearError, match=r"half/results\.parquet: no results"):
+        side_by_side({"x": tmp_path / "half"})
