@@ -90,7 +90,9 @@ KNOBS: dict[str, tuple[str, tuple[float, ...] | None]] = {
     "lru-k": ("k", (1, 2, 3, 4, 5, 6, 8, 10)),
     "hotprefix": ("theta", (1, 2, 3, 4, 5, 6, 8, 10)),
     "marconi": ("alpha", (0.0, 0.5, 1.0, 1.5, 2.0)),
-    "meritkv": ("tau_s", (-0.1, 0.0, 0.05, 0.1, 0.2, 0.5)),
+    # τ ≥ 0 by its meaning (a negative threshold would write objects that cost more than they
+    # save; the parameter refuses it): 0 admits every object that pays
+    "meritkv": ("tau_s", (0.0, 0.025, 0.05, 0.1, 0.2, 0.5)),
     "dynamo": ("min_frequency", (1, 2, 4, 8)),
 }
 GENERATORS = ("multi-round", "agentic", "api", "trace-a")
