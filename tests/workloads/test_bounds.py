@@ -20,6 +20,7 @@ from kvwear.tables import TableError, read_table
 from kvwear.workloads.bounds import DEFAULT_MAX_CONTEXT_TOKENS, DEFAULT_MAX_SPAN_S
 from kvwear.workloads.loaders import convert_trace, load_requests
 from kvwear.workloads.schema import REQUESTS
+from tests.adversarial import one_line_error
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 N_ROWS = 6
@@ -118,6 +119,24 @@ def test_a_requests_table_read_back_is_checked_row_by_row(
     with pytest.raises(TableError, match=rf"^{bad}: field '\w+': row {at + 1}: ") as exc:
         read_table(REQUESTS, bad)
     assert "\n" not in str(exc.value)
+
+
+@SETTINGS
+@given(field=st.sampled_from(sorted(VALUE_FAULTS)), data=st.data())
+def test_simulate_on_an_absurd_requests_table_is_one_line_and_leaves_no_output_folder(
+    requests_file: Path, tmp_path: Path, field: str, data: st.DataObject,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    t = pq.read_table(requests_file)
+    col = t.column(field).to_pylist()
+    col[data.draw(st.integers(0, N_ROWS - 1))] = data.draw(VALUE_FAULTS[field])
+    t = t.set_column(t.schema.get_field_index(field), t.schema.field(field), pa.array(col, t.schema.field(field).type))
+    bad, out = tmp_path / "bad.parquet", tmp_path / "sim" / "out"
+    pq.write_table(t, bad)
+    line = one_line_error(["simulate", "-t", str(bad), "-p", "lru", "-p", "fifo", "--dram", "1GB", "--ssd", "4GB",
+                           "-o", str(out)], capsys, monkeypatch)
+    assert line.startswith(f"{bad}: field "), line
+    assert not (tmp_path / "sim").exists(), sorted(map(str, (tmp_path / "sim").rglob("*")))
 
 
 def test_a_hash_list_inconsistent_with_its_tokens_and_a_span_too_long(requests_file: Path, tmp_path: Path) -> None:
