@@ -661,6 +661,9 @@ def main() -> None:
     cmd = shlex.split(a.kvwear)
     work: Path = a.workdir.resolve()
     work.mkdir(parents=True, exist_ok=True)
+    # `python -m` puts the working folder first on sys.path: run from WORKDIR, so that a --kvwear
+    # with PYTHONPATH (another checkout) is what runs, not a kvwear/ under the caller's folder
+    os.chdir(work)
     classes = [c for c in a.classes.split(",") if c] + (["kills"] if a.kills else [])
     unknown = set(classes) - set(CLASSES)
     if unknown:
