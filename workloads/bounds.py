@@ -90,8 +90,10 @@ def request_checks(batch: pa.RecordBatch | pa.Table, span: SpanCheck | None = No
     lo, hi = span.lo, span.hi
     far = span.bad_rows(np.where(bad_time, np.nan, arrival)) & ~bad_time
     checks.append(("arrival_s", far,
-                   lambda i: f"{float(arrival[i])!r} s lies too far from the other arrivals ({lo:g}..{hi:g} s before "
-                             f"this batch): a trace spans {span_rule()}"))
+                   lambda i: f"{float(arrival[i])!r} s lies too far from the other arrivals"
+                             # the span so far, when batches came before (none: lo = inf > hi = -inf)
+                             + (f" ({lo:g}..{hi:g} s before this batch)" if lo <= hi else "")
+                             + f": a trace spans {span_rule()}"))
     inp = _np(batch.column("input_tokens"), np.int64, -1)
     checks.append(("input_tokens", (inp < 1) | (inp > ctx),
                    lambda i: f"{inp[i]} tokens; a request reads 1 to {ctx:,} tokens ({context_rule()})"))
