@@ -685,9 +685,10 @@ def main() -> None:
             results = ((c.name, *input_case(cmd, work, c)) for c in gen if a.only in c.name)
         for name, verdict, err in results:
             tally[cls][verdict] += 1
+            line = f"{cls:8s} {verdict:10s} {name}: {last_line(err)}"
             if verdict not in ("ok", "error"):
-                bad.append(f"{cls:8s} {verdict:10s} {name}: {last_line(err)}")
-                print(bad[-1], flush=True)
+                bad.append(line)
+            print(line, flush=True)         # every case as it ends: a pass cut short still counts
         print(f"{cls}: {dict(sorted(tally[cls].items()))} cases: {sum(tally[cls].values())}", flush=True)
     print("TOTAL", {c: dict(sorted(t.items())) for c, t in tally.items()})
     for line in bad:
