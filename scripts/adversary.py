@@ -265,6 +265,8 @@ def config_cases() -> Iterator[Case]:
             else:
                 continue     # tables and lists (params, options, wear_readers): the cli class covers them
             for v in values:
+                if f.name == "seed" and v == 2**63 - 1:
+                    continue     # the largest seed: legal
                 yield Case(f"config [{section}] {f.name} = {_toml(v)}", {"c.toml": toml(section, f.name, v)},
                            ["run", "{d}/c.toml", "-o", "{d}/r"], "r")
     for v in ["nosuch-model", "", "/dev/null"]:
@@ -467,7 +469,8 @@ def rundir_cases(cmd: list[str], work: Path, only: str) -> Iterator[tuple[str, s
         shutil.rmtree(d, ignore_errors=True)
         shutil.copytree(base, d, symlinks=True)
         damaged = prepare(d)
-        rc, err = run(cmd, ["run", *resume_args, "--resume", "-o", str(d)])
+        # the report is built once, by `kvwear report` below
+        rc, err = run(cmd, ["run", *resume_args, "--resume", "--no-report", "-o", str(d)])
         verdict = classify(rc, err)
         if verdict == "ok":
             if resume_args is not RUN_ARGS:
@@ -484,18 +487,20 @@ def rundir_cases(cmd: list[str], work: Path, only: str) -> Iterator[tuple[str, s
         shutil.rmtree(d, ignore_errors=True)
         return name, verdict, err
 
-    for f in files:
-        rel = f.relative_to(base)
-        for dname, body in damages(f):
-            def prep(d: Path, rel: Path = rel, body: bytes | None = body) -> tuple[Path, bytes] | None:
-                p = d / rel
-                if body is None:
-                    p.unlink()
-                    return None
-                p.write_bytes(body)
-                return p, body
-            if (r := case(f"{rel} {dname}", prep)) is not None:
-                yield r
+    # damage by damage, every file each time: a pass cut short has still damaged every file
+    order = ["truncated", "garbage", "{}", "deleted", "empty", "[]"]
+    todo = sorted(((order.index(dname), str(f.relative_to(base)), dname, body) for f in files
+                   for dname, body in damages(f)), key=lambda t: t[:2])
+    for _, rel_s, dname, body in todo:
+        def prep(d: Path, rel: Path = Path(rel_s), body: bytes | None = body) -> tuple[Path, bytes] | None:
+            p = d / rel
+            if body is None:
+                p.unlink()
+                return None
+            p.write_bytes(body)
+            return p, body
+        if (r := case(f"{rel_s} {dname}", prep)) is not None:
+            yield r
 
     def no_config(d: Path) -> None:
         (d / "config.toml").unlink()
