@@ -136,7 +136,78 @@ class Case:
     expect: str = "error"        # "error": absurd, must be refused; "ok": a legal edge, must run
 
 
-def input_case(cmd: list[str], work: Path, c: Case) -> tuple[str, str]:
+# The input classes' cases each run one short command: a server imports kvwear once and forks a
+# child per case, which runs kvwear's entry point as `python -m kvwear.harness.cli.main` would
+# (its own process, its own folder, stderr to a file); an exception that escapes is printed as the
+# interpreter would (a traceback) and exits 1.
+SERVER = r"""
+import json, os, signal, sys, time, traceback
+from kvwear.harness.cli.main import main
+for line in sys.stdin:
+    req = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.setsid()
+            os.chdir(req["cwd"])
+            fd = os.open(req["err"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(fd, 2)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+            sys.argv = ["kvwear", *req["argv"]]
+            try:
+                main()
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            except BaseException:
+                traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    deadline = time.monotonic() + req["timeout"]
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            rc = os.waitstatus_to_exitcode(status)
+            break
+        if time.monotonic() > deadline:
+            os.killpg(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            rc = -1
+            break
+        time.sleep(0.01)
+    print(json.dumps({"rc": rc}), flush=True)
+"""
+
+
+class Forker:
+    """The server above, started with the interpreter (and environment) of `cmd`."""
+
+    def __init__(self, cmd: list[str], work: Path) -> None:
+        if cmd[-2:] != ["-m", "kvwear.harness.cli.main"]:
+            raise SystemExit("--kvwear must end with '-m kvwear.harness.cli.main' for the input classes")
+        self.err = work / "stderr.txt"
+        self.proc = subprocess.Popen([*cmd[:-2], "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, cwd=work)
+
+    def run(self, argv: list[str], cwd: Path) -> tuple[int, str]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"argv": argv, "cwd": str(cwd), "err": str(self.err),
+                                          "timeout": TIMEOUT_S}) + "\n")
+        self.proc.stdin.flush()
+        rc = json.loads(self.proc.stdout.readline())["rc"]
+        err = self.err.read_text(errors="replace")
+        return rc, ("hang" if rc == -1 else err)
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def input_case(forker: Forker, work: Path, c: Case) -> tuple[str, str]:
     d = work / "case"
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True)
@@ -144,7 +215,7 @@ def input_case(cmd: list[str], work: Path, c: Case) -> tuple[str, str]:
         (d / name).parent.mkdir(parents=True, exist_ok=True)
         (d / name).write_bytes(body)
     before = {p: p.read_bytes() for p in d.rglob("*") if p.is_file()}
-    rc, err = run(cmd, [a.replace("{d}", str(d)) for a in c.argv], cwd=d)
+    rc, err = forker.run([a.replace("{d}", str(d)) for a in c.argv], d)
     verdict = classify(rc, err)
     if verdict == "ok" and c.expect == "error":
         verdict = "wrong"
@@ -679,6 +750,7 @@ def main() -> None:
         assert rc == 0, err
     tally: Tally = {}
     bad: list[str] = []
+    forker = Forker(cmd, work) if set(classes) & {"cli", "config", "trace", "requests", "model"} else None
     for cls in classes:
         tally[cls] = collections.Counter()
         results: Iterator[tuple[str, str, str]]
@@ -687,7 +759,8 @@ def main() -> None:
         else:
             gen = {"cli": lambda: cli_cases(trace), "config": config_cases, "trace": trace_cases,
                    "requests": lambda: requests_cases(trace), "model": lambda: model_cases(trace)}[cls]()
-            results = ((c.name, *input_case(cmd, work, c)) for c in gen if a.only in c.name)
+            assert forker is not None
+            results = ((c.name, *input_case(forker, work, c)) for c in gen if a.only in c.name)
         for name, verdict, err in results:
             tally[cls][verdict] += 1
             line = f"{cls:8s} {verdict:10s} {name}: {last_line(err)}"
@@ -695,6 +768,8 @@ def main() -> None:
                 bad.append(line)
             print(line, flush=True)         # every case as it ends: a pass cut short still counts
         print(f"{cls}: {dict(sorted(tally[cls].items()))} cases: {sum(tally[cls].values())}", flush=True)
+    if forker is not None:
+        forker.close()
     print("TOTAL", {c: dict(sorted(t.items())) for c, t in tally.items()})
     for line in bad:
         print(line)
