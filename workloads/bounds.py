@@ -12,7 +12,8 @@ Bounds (generous defaults; each configurable through the environment, read when 
     the loader on its own field), and a table's arrivals span at most this (any origin);
   * `block_tokens` in [1, 2^20]; `hashed_tokens` in [0, input_tokens]; a row holds
     ceil(hashed_tokens / block_tokens) hash ids (every loader's rule: Mooncake hashes its partial
-    last block, Weka and the generic importer hash full blocks only and set hashed_tokens to match).
+    last block, Weka and the generic importer hash full blocks only and set hashed_tokens to match);
+  * `turn` null or ≥ 0.
 
 `check_requests(batch, where, first_row, span)` returns the first problem of a batch as an InputError
 naming the row (1-based over the table) and the field. This module must not read files.
@@ -106,6 +107,11 @@ def request_checks(batch: pa.RecordBatch | pa.Table, span: SpanCheck | None = No
     hashed = _np(batch.column("hashed_tokens"), np.int64, -1)
     checks.append(("hashed_tokens", (hashed < 0) | (hashed > np.maximum(inp, 0)),
                    lambda i: f"{hashed[i]}; expected 0 to input_tokens ({inp[i]})"))
+    # a turn number counts from 0 or 1 (null: the trace does not say); the loaders that read one
+    # refuse a negative one, so a table read back must not hold one either
+    if "turn" in batch.column_names:
+        turn = _np(batch.column("turn"), np.int64, 0)
+        checks.append(("turn", turn < 0, lambda i: f"{turn[i]}; expected a turn number ≥ 0 (or null)"))
     n_ids = _np(pc.list_value_length(batch.column("hash_ids")), np.int64, -1)
     want = -(-hashed // np.where(bad_block, 1, block))
     checks.append(("hash_ids", ~bad_block & (hashed >= 0) & (n_ids != want),

@@ -161,6 +161,8 @@ def simulate_cmd(
     profile = resolve_profile(model)
     config = sim_config(cfg, profile)
     source = open_source(trace, fmt, max_requests)
+    if source.rows == 0:        # as `kvwear run` refuses an empty workload: no simulation of nothing
+        raise KvwearError(f"{trace}: holds no requests; nothing to simulate")
     console.print(f"{trace.name}: {source.rows:,} requests ({source.how}); model {profile.name}; "
                   f"DRAM {format_bytes(config.dram_bytes, False)}, SSD {format_bytes(config.ssd_bytes, False)}"
                   + (f", HBM {format_bytes(config.hbm_bytes, False)}" if config.hbm_bytes else ""))

@@ -91,6 +91,7 @@ VALUE_FAULTS = {
     "output_tokens": st.one_of(st.integers(-(2**63), -1), ABSURD_TOKENS),
     "block_tokens": st.one_of(st.integers(-(2**31), 0), st.integers(2**20 + 1, 2**31 - 1)),
     "hashed_tokens": st.one_of(st.integers(-(2**63), -1), st.integers(601, 2**40)),
+    "turn": st.integers(-(2**31), -1),
 }
 
 
@@ -137,6 +138,16 @@ def test_simulate_on_an_absurd_requests_table_is_one_line_and_leaves_no_output_f
                            "-o", str(out)], capsys, monkeypatch)
     assert line.startswith(f"{bad}: field "), line
     assert not (tmp_path / "sim").exists(), sorted(map(str, (tmp_path / "sim").rglob("*")))
+
+
+def test_simulate_refuses_a_table_of_no_requests(
+    requests_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(pq.read_table(requests_file).slice(0, 0), empty)
+    line = one_line_error(["simulate", "-t", str(empty), "-o", str(tmp_path / "sim")], capsys, monkeypatch)
+    assert line == f"{empty}: holds no requests; nothing to simulate"
+    assert not (tmp_path / "sim").exists()
 
 
 def test_a_hash_list_inconsistent_with_its_tokens_and_a_span_too_long(requests_file: Path, tmp_path: Path) -> None:
