@@ -256,9 +256,10 @@ def cli_cases(trace: Path) -> Iterator[Case]:
     for v in ["0", "-1", "abc", "1.5"]:
         yield Case(f"simulate --max-requests {v!r}", {}, [*sim, "--max-requests", v], "sim")
     for v in ["gandalf:gamma=nan", "gandalf:gamma=-1", "gandalf:gamma=1e308", "lru-k:k=0", "lru-k:k=1e30",
-              "lru-k:k=1.5", "nosuch", "lru:nosuch=1", "gandalf:gamma=", "lru:", ":", "",
+              "lru-k:k=1.5", "nosuch", "lru:nosuch=1", "gandalf:gamma=", ":", "",
               "gandalf:gamma=1,gamma=2", "gandalf:budget=nosuch", "meritkv:tau_s=-0.5", "meritkv:tau_s=inf"]:
         yield Case(f"simulate --policy {v!r}", {}, [*sim[:3], "-p", v, *sim[5:]], "sim")
+    yield Case("simulate --policy 'lru:' (no parameters: legal)", {}, [*sim[:3], "-p", "lru:", *sim[5:]], "sim", "ok")
     for v in ["nosuch", "", "/dev/null", "{d}/nope.json", "/proc/self/status", "{d}"]:
         yield Case(f"simulate --model {v!r}", {}, [*sim, "--model", v], "sim")
     for v in ["/dev/null", "{d}", "/nonexistent.parquet", "/proc/self/status"]:
@@ -452,7 +453,6 @@ def requests_cases(trace: Path) -> Iterator[Case]:
         "block_tokens": [0, -16, 2**30],
         "hashed_tokens": [-1, 10**9],
         "hash_ids": [[], [1, 2], list(range(5000))],
-        "request_id": [-1],
         "turn": [-1],
     }
     variants: list[tuple[str, bytes]] = []
@@ -460,7 +460,10 @@ def requests_cases(trace: Path) -> Iterator[Case]:
         for v in values:
             shown = _toml(v) if not isinstance(v, list) else f"[{len(v)} ids]"
             variants.append((f"{col}={shown} in row 1", body(with_value(col, 1, v))))
-    variants.append(("request_id repeated", body(with_value("request_id", 1, table.column("request_id")[0].as_py()))))
+    # a request's id is a label: the simulator orders and keys requests by position, so a negative
+    # or repeated id is legal (results as with distinct ids)
+    legal = [("request_id=-1 in row 1", body(with_value("request_id", 1, -1))),
+             ("request_id repeated", body(with_value("request_id", 1, table.column("request_id")[0].as_py())))]
     for col in ("arrival_s", "input_tokens", "hash_ids", "block_tokens", "session_id"):
         variants.append((f"{col} missing", body(table.drop_columns([col]))))
     variants.append(("arrival_s as text", body(table.set_column(
@@ -478,7 +481,11 @@ def requests_cases(trace: Path) -> Iterator[Case]:
                  ("empty", b""), ("another table", body(pa.table({"x": [1, 2]})))]
     for vname, data in variants:
         for cname, argv, out in cmds:
-            yield Case(f"requests {vname} ({cname})", {"t.parquet": data}, argv, out)
+            yield Case(f"requests {vname} ({cname})", {"t.parquet": data}, argv, out,
+                       "ok" if vname == "zero rows" and cname == "inspect" else "error")
+    for vname, data in legal:
+        for cname, argv, out in cmds:
+            yield Case(f"requests {vname} ({cname}; legal)", {"t.parquet": data}, argv, out, "ok")
 
 
 HF = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 32,
