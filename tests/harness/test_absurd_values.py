@@ -117,6 +117,14 @@ def test_kv_heads_checked_against_attention_heads(heads: int, kvh: int) -> None:
             profile_from_hf_config(cfg, "config.json")
 
 
+@pytest.mark.parametrize("key", ["head_dim", "attention_head_dim"])
+def test_a_head_dim_of_zero_is_refused_not_derived(key: str) -> None:
+    cfg = {"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096,
+           key: 0, "torch_dtype": "bfloat16"}
+    with pytest.raises(InputError, match="field 'head_dim': 0; a head has at least one dimension"):
+        profile_from_hf_config(cfg, "config.json")
+
+
 @pytest.mark.parametrize(("argv", "names"), [
     (["--policy", "gandalf:gamma=1e308"], "parameter 'gamma': must be in [0, 1,000,000], got 1e+308"),
     (["--policy", "meritkv:tau_s=-0.5"], "parameter 'tau_s': must be in [0, 1,000,000,000,000], got -0.5"),
