@@ -54,6 +54,8 @@ CASES: list[tuple[str, dict[str, str | bytes], list[str], str, str]] = [
      ["run", "{d}/c.toml", "-o", "{d}/r"], "sessions", "r"),
     ("params-unknown", {"c.toml": "[workload]\nparams = {nosuch = 1}\n"},
      ["run", "{d}/c.toml", "-o", "{d}/r"], "nosuch", "r"),
+    ("format-without-trace", {"c.toml": '[workload]\nformat = "mooncake"\n'}, ["run", "{d}/c.toml", "-o", "{d}/r"],
+     "workload.format 'mooncake': a trace format, but workload.trace is empty", "r"),
     ("generator-unknown", {"c.toml": '[workload]\ngenerator = "nosuch-gen"\n'},
      ["run", "{d}/c.toml", "-o", "{d}/r"], "nosuch-gen", "r"),
     ("dram-overflow", {"c.toml": '[tiers]\ndram = "1e400GB"\n'}, ["run", "{d}/c.toml", "-o", "{d}/r"],
