@@ -138,6 +138,8 @@ CASES: list[tuple[str, dict[str, str | bytes], list[str], str, str]] = [
      ["trace", "inspect", "{d}/w.json", "--json"], "requests[0].requests[0].t", "x"),
     ("weka-negative-t", {"w.json": weka([{**REQ, "t": -1.0}])}, ["trace", "inspect", "{d}/w.json"],
      "requests[0].t", "x"),
+    ("weka-type-number", {"w.json": weka([REQ, {**REQ, "t": 1.0, "type": 5}])}, ["trace", "inspect", "{d}/w.json"],
+     "requests[1].type", "x"),
     ("weka-subagent-main", {"w.json": weka([REQ, {"t": 1.0, "type": "subagent", "agent_id": "main",
                                                   "requests": [REQ]}])},
      ["trace", "convert", "{d}/w.json", "-o", "{d}/o.parquet"], "agent_id", "o.parquet"),
