@@ -402,7 +402,7 @@ def trace_cases() -> Iterator[Case]:
         "in": [0, -1, 1e15, 1.5, "x", None, MISSING],
         "out": [-1, 1e18, 1.5, "x"],
         "hash_ids": [[], ["a"], None, 5, list(range(40))],
-        "type": [5, None],
+        "type": [5, [1]],              # null is "not given": a request
     }
     for field, values in wabsurd.items():
         for v in values:
