@@ -165,7 +165,7 @@ class SimParams(DeviceParams):
     placement_baseline: bool = True
     precondition: Precondition = "none"
     fill_loops: int = option(2, ge=1, le=1000)
-    precondition_seed: int = option(1, ge=0, le=2**63 - 1)
+    precondition_seed: int = option(1, ge=0)
     ss_round_bytes: int = option(0, ge=0)              # 0: 1/4 of the exposed capacity
     ss_window_rounds: int = option(5, ge=2, le=10_000)
     ss_excursion: float = option(0.20, gt=0, le=10.0)
