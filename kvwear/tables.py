@@ -108,6 +108,24 @@ def atomic_write(path: Path) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+@contextmanager
+def output_folder(path: Path) -> Iterator[Path]:
+    """`with output_folder(path):` make `path` (and its missing parents); if the block raises,
+    remove the folders this made that are still empty, so a refused command leaves no output
+    folder behind (a folder that existed before is kept, whatever it holds)."""
+    made = [p for p in (path, *path.parents) if not p.exists()]
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        yield path
+    except BaseException:
+        for p in made:                    # deepest first
+            try:
+                p.rmdir()
+            except OSError:               # not empty (an earlier output), or gone: keep it
+                break
+        raise
+
+
 def write_table(spec: TableSpec, table: pa.Table, path: str | Path) -> Path:
     """Write `table` conformed to `spec` to `path` atomically."""
     path = Path(path)

@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from typing import Any, Literal, get_args, get_origin
 
 from kvwear.kv import parse_kv
-from kvwear.units import parse_duration, parse_size
+from kvwear.units import MAX_SIZE_BYTES, parse_duration, parse_size
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -97,10 +97,13 @@ def _read_bool(v: Any) -> bool:
 def _read_int(v: Any, unit: str | None) -> int:
     if isinstance(v, str) and _NUMBER.fullmatch(v):
         v = float(v) if any(c in v for c in ".eE") else int(v)
-    if isinstance(v, int) and not isinstance(v, bool):
-        return v
     if isinstance(v, float) and math.isfinite(v) and v.is_integer():
-        return int(v)
+        v = int(v)
+    if isinstance(v, int) and not isinstance(v, bool):
+        if unit == "bytes" and not 0 <= v <= MAX_SIZE_BYTES:
+            # a size is a size whatever its form: -1 is no more a size than '-1GB' is
+            raise ValueError(f"a size must be in [0, 1 EiB], got {v}")
+        return v
     if unit == "bytes" and isinstance(v, str):
         try:
             return parse_size(v)

@@ -55,6 +55,8 @@ def test_values_are_read_by_their_fields_type(name: str, value: object, expected
     ("mode", "always", "must be one of fill, steady, got 'always'"),
     ("cap_bytes", "lots", "expected a size in bytes (4096, 64MiB, 1GB), got 'lots'"),
     ("cap_bytes", "2000PiB", "larger than 1 EiB"),
+    ("cap_bytes", -1, "a size must be in [0, 1 EiB], got -1"), ("cap_bytes", "-1", "a size must be in [0, 1 EiB]"),
+    ("cap_bytes", 2**63 - 1, "a size must be in [0, 1 EiB]"), ("cap_bytes", -4096.0, "a size must be in [0, 1 EiB]"),
     ("wait_s", "soon", "expected a number of seconds or a duration (250ms, 10min), got 'soon'"),
     ("k", 0, "must be in [1, 8], got 0"), ("k", "9", "must be in [1, 8], got 9"),
     ("tags", [1], "expected a list of strings"),

@@ -12,7 +12,8 @@ Bounds (generous defaults; each configurable through the environment, read when 
     the loader on its own field), and a table's arrivals span at most this (any origin);
   * `block_tokens` in [1, 2^20]; `hashed_tokens` in [0, input_tokens]; a row holds
     ceil(hashed_tokens / block_tokens) hash ids (every loader's rule: Mooncake hashes its partial
-    last block, Weka and the generic importer hash full blocks only and set hashed_tokens to match).
+    last block, Weka and the generic importer hash full blocks only and set hashed_tokens to match);
+  * `turn` null or ≥ 0.
 
 `check_requests(batch, where, first_row, span)` returns the first problem of a batch as an InputError
 naming the row (1-based over the table) and the field. This module must not read files.
@@ -90,8 +91,10 @@ def request_checks(batch: pa.RecordBatch | pa.Table, span: SpanCheck | None = No
     lo, hi = span.lo, span.hi
     far = span.bad_rows(np.where(bad_time, np.nan, arrival)) & ~bad_time
     checks.append(("arrival_s", far,
-                   lambda i: f"{float(arrival[i])!r} s lies too far from the other arrivals ({lo:g}..{hi:g} s before "
-                             f"this batch): a trace spans {span_rule()}"))
+                   lambda i: f"{float(arrival[i])!r} s lies too far from the other arrivals"
+                             # the span so far, when batches came before (none: lo = inf > hi = -inf)
+                             + (f" ({lo:g}..{hi:g} s before this batch)" if lo <= hi else "")
+                             + f": a trace spans {span_rule()}"))
     inp = _np(batch.column("input_tokens"), np.int64, -1)
     checks.append(("input_tokens", (inp < 1) | (inp > ctx),
                    lambda i: f"{inp[i]} tokens; a request reads 1 to {ctx:,} tokens ({context_rule()})"))
@@ -104,6 +107,11 @@ def request_checks(batch: pa.RecordBatch | pa.Table, span: SpanCheck | None = No
     hashed = _np(batch.column("hashed_tokens"), np.int64, -1)
     checks.append(("hashed_tokens", (hashed < 0) | (hashed > np.maximum(inp, 0)),
                    lambda i: f"{hashed[i]}; expected 0 to input_tokens ({inp[i]})"))
+    # a turn number counts from 0 or 1 (null: the trace does not say); the loaders that read one
+    # refuse a negative one, so a table read back must not hold one either
+    if "turn" in batch.column_names:
+        turn = _np(batch.column("turn"), np.int64, 0)
+        checks.append(("turn", turn < 0, lambda i: f"{turn[i]}; expected a turn number ≥ 0 (or null)"))
     n_ids = _np(pc.list_value_length(batch.column("hash_ids")), np.int64, -1)
     want = -(-hashed // np.where(bad_block, 1, block))
     checks.append(("hash_ids", ~bad_block & (hashed >= 0) & (n_ids != want),

@@ -611,7 +611,9 @@ def profile_from_hf_config(
         if kvh < 1 or (heads is not None and (heads < 1 or kvh > heads or heads % kvh)):
             raise src.error("num_key_value_heads", f"{kvh} with num_attention_heads {heads}: GQA needs "
                             f"1 ≤ num_key_value_heads ≤ num_attention_heads, dividing it")
-        hd = src.opt_int("head_dim") or src.opt_int("attention_head_dim")
+        # 0 is not "absent" either: it would take hidden_size / heads in its place
+        hd = src.opt_int("head_dim")
+        hd = src.opt_int("attention_head_dim") if hd is None else hd
         if hd is None:
             hidden = src.opt_int("hidden_size")
             if hidden is None or not heads:

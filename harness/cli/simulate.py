@@ -33,6 +33,7 @@ from kvwear.harness.pipeline.config import (
     WorkloadConfig,
     config_from_mapping,
 )
+from kvwear.tables import output_folder
 from kvwear.units import format_bytes, parse_duration, parse_size
 
 if TYPE_CHECKING:
@@ -160,11 +161,13 @@ def simulate_cmd(
     profile = resolve_profile(model)
     config = sim_config(cfg, profile)
     source = open_source(trace, fmt, max_requests)
+    if source.rows == 0:        # as `kvwear run` refuses an empty workload: no simulation of nothing
+        raise KvwearError(f"{trace}: holds no requests; nothing to simulate")
     console.print(f"{trace.name}: {source.rows:,} requests ({source.how}); model {profile.name}; "
                   f"DRAM {format_bytes(config.dram_bytes, False)}, SSD {format_bytes(config.ssd_bytes, False)}"
                   + (f", HBM {format_bytes(config.hbm_bytes, False)}" if config.hbm_bytes else ""))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    results = _run_all(console, specs, source, config, out_dir)
+    with output_folder(out_dir):
+        results = _run_all(console, specs, source, config, out_dir)
     if as_json:
         echo_json({"version": 1, "trace": str(trace), "model": profile.name, "requests": source.rows,
                    "dram_bytes": config.dram_bytes, "ssd_bytes": config.ssd_bytes, "hbm_bytes": config.hbm_bytes,

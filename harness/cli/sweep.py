@@ -42,9 +42,10 @@ def sweep_cmd(
     """Run every point of a sweep that is not in the results store yet, then report."""
     # Imported here: kvwear.harness.pipeline.sweep pulls in pandas and Dask's client, a second of start-up that
     # every other command would pay.
-    from kvwear.harness.pipeline.sweep import ResultsStore, load_sweep, run_sweep
+    from kvwear.harness.pipeline.sweep import ResultsStore, check_store, load_sweep, run_sweep
 
     plan = load_sweep(config)
+    check_store(plan, out)            # a refusal is the one line it prints
     console.print(f"{len(plan.points)} points; store: {out}")
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[counts]}"),
                   TimeElapsedColumn(), TextColumn("ETA {task.fields[eta]}"), console=console) as bar:

@@ -62,6 +62,7 @@ import os
 import stat
 import struct
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -550,8 +551,16 @@ class File(Backend):
         target = _target(spec)
         check_file_target(target, p.confirm_overwrite)
         folder = Path(target).resolve().parent
-        if not Path(target).exists() and not os.access(folder, os.W_OK | os.X_OK):
-            raise KvwearError(f"device.target {target}: cannot create a file in {folder}")
+        if not Path(target).exists():
+            # try it: permission bits do not say whether a file system takes new files (/proc, a
+            # read-only mount, or root, for whom access() allows everything)
+            # (the nearest folder that exists: the replay makes the missing ones)
+            probe = next(f for f in (folder, *folder.parents) if f.exists())
+            try:
+                tempfile.TemporaryFile(dir=probe).close()
+            except OSError as exc:
+                raise KvwearError(f"device.target {target}: cannot create a file in {probe} ({exc.strerror}); "
+                                  "give a path in a writable folder of a regular file system") from None
         if Path(target).exists():
             if not os.access(target, os.W_OK):
                 raise KvwearError(f"device.target {target}: not writable")

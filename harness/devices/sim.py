@@ -68,6 +68,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kvwear.emulator.ftl import (
+    MAX_RUH,
     OP_READ,
     OP_TRIM,
     OP_WRITE,
@@ -143,43 +144,44 @@ DEFAULT_PRESET = "tiny-blocks"
 @dataclass(frozen=True)
 class SimParams(DeviceParams):
     """The `sim` backend's options (module docstring). Geometry fields left None take the preset's
-    (or FEMU's defaults, with geometry=femu)."""
+    (or FEMU's defaults, with geometry=femu). Every count has an upper bound a decade or more past
+    real drives, so an absurd value is refused by name instead of sizing an array (1e30 pages)."""
 
     preset: str | None = None
     geometry: Literal["block", "femu"] = "block"       # block: the preset's geometry; femu: FEMU -device options
-    interval_host_pages: int = option(0, ge=0)        # 0: about 1/200 of a pass's written pages
+    interval_host_pages: int = option(0, ge=0, le=2**40)        # 0: about 1/200 of a pass's written pages
     capacity_bytes: int | None = option(None, gt=0)
     # spare at most the user capacity (datasheets: 7-28 %)
     op_ratio: float | None = option(None, ge=0, le=1.0)
-    page_bytes: int | None = option(None, gt=0)
-    pages_per_block: int | None = option(None, gt=0)
-    reserve_lines: int | None = option(None, ge=0)
+    page_bytes: int | None = option(None, gt=0, le=1 << 20)         # NAND pages: 4-16 KiB
+    pages_per_block: int | None = option(None, gt=0, le=1 << 16)   # NAND blocks: 256-4096 pages
+    reserve_lines: int | None = option(None, ge=0, le=1 << 20)
     victim: Victim | None = None
     separate_gc_line: bool | None = None
     honor_trim: bool = True
-    ruh: int = option(1, ge=1)
+    ruh: int = option(1, ge=1, le=MAX_RUH)
     gc_handles: GcHandles = "per-handle"
     open_every_handle: bool = True
     placement_baseline: bool = True
     precondition: Precondition = "none"
-    fill_loops: int = option(2, ge=1)
+    fill_loops: int = option(2, ge=1, le=1000)
     precondition_seed: int = option(1, ge=0)
     ss_round_bytes: int = option(0, ge=0)              # 0: 1/4 of the exposed capacity
-    ss_window_rounds: int = option(5, ge=2)
-    ss_excursion: float = option(0.20, gt=0)
-    ss_slope: float = option(0.10, gt=0)
-    ss_max_rounds: int = option(25, ge=2)
+    ss_window_rounds: int = option(5, ge=2, le=10_000)
+    ss_excursion: float = option(0.20, gt=0, le=10.0)
+    ss_slope: float = option(0.10, gt=0, le=10.0)
+    ss_max_rounds: int = option(25, ge=2, le=10_000)
     steady_workload: bool | None = None               # None: when preconditioned
-    devsz_mb: int | None = option(None, gt=0)
-    secsz: int | None = option(None, gt=0)
-    secs_per_pg: int | None = option(None, gt=0)
-    pgs_per_blk: int | None = option(None, gt=0)
-    blks_per_pl: int | None = option(None, gt=0)
-    pls_per_lun: int | None = option(None, gt=0)
-    luns_per_ch: int | None = option(None, gt=0)
-    nchs: int | None = option(None, gt=0)
-    gc_thres_pcent: int | None = option(None, gt=0)
-    gc_thres_pcent_high: int | None = option(None, gt=0)
+    devsz_mb: int | None = option(None, gt=0, le=1 << 30)
+    secsz: int | None = option(None, gt=0, le=1 << 16)
+    secs_per_pg: int | None = option(None, gt=0, le=1 << 10)
+    pgs_per_blk: int | None = option(None, gt=0, le=1 << 16)
+    blks_per_pl: int | None = option(None, gt=0, le=1 << 24)
+    pls_per_lun: int | None = option(None, gt=0, le=1 << 10)
+    luns_per_ch: int | None = option(None, gt=0, le=1 << 10)
+    nchs: int | None = option(None, gt=0, le=1 << 10)
+    gc_thres_pcent: int | None = option(None, gt=0, le=100)
+    gc_thres_pcent_high: int | None = option(None, gt=0, le=100)
 
     def __post_init__(self) -> None:
         if self.geometry == "femu" and self.preset is not None:

@@ -18,10 +18,17 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 from kvwear.errors import InputError
+from kvwear.harness.plan.placement import MAX_HANDLES, PLACEMENTS
 from kvwear.policies.config import SimConfig
-from kvwear.values import BadValue, read_value
+from kvwear.values import BadValue, bounds, read_value
 
 CONFIG_VERSION = 1
+# the planner's words (kvwear.harness.plan.planner: LAYOUTS, TimeMode, LOG_FULL_MODES), repeated
+# here because importing the planner compiles its kernels; tests/harness/test_config_rundir.py
+# holds them equal
+LAYOUTS = ("extent", "log", "slab", "fs")
+TIME_MODES = ("afap", "original", "compressed")
+LOG_FULL_MODES = ("relocate", "evict", "error")
 
 
 @dataclass(frozen=True)
@@ -74,14 +81,17 @@ class ReplaySettings:
     # extent (first fit) keeps every object where the policy put it until the policy evicts it, so
     # the plan writes exactly the simulation's bytes; log and slab add the relocation writes of
     # their cleaning (counted apart in plan.json)
-    layout: str = "extent"                # extent | log | slab | fs (files: kvwear.harness.plan.files)
+    layout: str = field(default="extent", metadata=bounds(choices=LAYOUTS))  # extent | log | slab | fs (files)
     trim_on_evict: bool = True
     align_bytes: int = 4096
     max_io_bytes: int = 1 << 20
-    time_mode: str = "afap"               # afap (as fast as possible) | original | compressed
+    # afap (as fast as possible) | original | compressed
+    time_mode: str = field(default="afap", metadata=bounds(choices=TIME_MODES))
     time_compression: float = 1.0
-    log_full: str = "relocate"            # log layout, head reaches a live object: relocate | evict | error
-    placement: str = "none"               # FDP placement handles: none | kind | lifetime (harness.plan.placement)
+    # log layout, head reaches a live object: relocate | evict | error
+    log_full: str = field(default="relocate", metadata=bounds(choices=LOG_FULL_MODES))
+    # FDP placement handles: none | kind | lifetime (harness.plan.placement)
+    placement: str = field(default="none", metadata=bounds(choices=PLACEMENTS))
     placement_handles: int = 4            # lifetime: residency buckets, one handle each
     placement_kind_min_separation: float = 0.0  # kind: one handle below this TVD of the kinds' lifetimes (0: never)
 
@@ -167,10 +177,12 @@ def _plain(x: Any) -> Any:
     return x
 
 
-def _coerce(path: str, section: str, name: str, typ: Any, value: Any) -> Any:
-    """One setting read by kvwear.values' rules (sizes for `*_bytes`, durations for `*_s`)."""
+def _coerce(path: str, section: str, name: str, typ: Any, value: Any,
+            meta: Mapping[str, Any] | None = None) -> Any:
+    """One setting read by kvwear.values' rules (sizes for `*_bytes`, durations for `*_s`; the
+    field's metadata: its choices)."""
     try:
-        return read_value(value, typ, name=name)
+        return read_value(value, typ, name=name, meta=meta)
     except BadValue as exc:
         raise InputError(path, None, f"{section}.{name}" if section else name, exc.reason) from None
 
@@ -178,6 +190,7 @@ def _coerce(path: str, section: str, name: str, typ: Any, value: Any) -> Any:
 def _build(cls: type, data: Mapping[str, Any], path: str, section: str) -> Any:
     hints = get_type_hints(cls)
     known = {f.name for f in fields(cls)}
+    metas = {f.name: f.metadata for f in fields(cls)}
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         name = _ALIASES.get(key, key)
@@ -190,7 +203,7 @@ def _build(cls: type, data: Mapping[str, Any], path: str, section: str) -> Any:
                 raise InputError(path, None, name, "expected a table")
             kwargs[name] = _build(_SECTIONS[name], value, path, name)
         else:
-            kwargs[name] = _coerce(path, section, name, hints[name], value)
+            kwargs[name] = _coerce(path, section, name, hints[name], value, metas[name])
     return cls(**kwargs)
 
 
@@ -202,6 +215,11 @@ _RANGES: dict[tuple[str, str], tuple[Callable[[Any], bool], str]] = {
     ("replay", "align_bytes"): (lambda v: v >= 512 and v & (v - 1) == 0, "a power of two ≥ 512"),
     ("replay", "max_io_bytes"): (lambda v: v >= 512, "≥ 512"),
     ("replay", "time_compression"): (lambda v: 0 < v <= 1e9, "in (0, 1e9]"),
+    ("replay", "placement_handles"): (lambda v: 2 <= v <= MAX_HANDLES, f"2 … {MAX_HANDLES} (the FTL's handles)"),
+    ("replay", "placement_kind_min_separation"): (lambda v: 0 <= v <= 1, "in [0, 1] (a total variation distance)"),
+    # a tracer's buffers: 0 takes its default; beyond these a buffer would not fit in memory
+    ("capture", "expected_iops"): (lambda v: 0 <= v <= 10**9, "0 … 1,000,000,000 requests/s (0: the tracer's default)"),
+    ("capture", "per_cpu_buffer_bytes"): (lambda v: 0 <= v <= 1 << 32, "0 … 4 GiB (0: from expected_iops)"),
     ("simulator", "ssd_read_bytes_per_s"): (lambda v: v > 0, "> 0"),
     ("simulator", "dram_to_hbm_bytes_per_s"): (lambda v: v > 0, "> 0"),
     ("simulator", "recompute_tokens_per_s"): (lambda v: v > 0, "> 0"),

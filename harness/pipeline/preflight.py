@@ -51,6 +51,10 @@ def _check_workload(cfg: RunConfig) -> None:
 
         resolve_format(w.trace, w.format or None)
         return
+    if w.format:
+        # a format with no trace to read would be ignored silently: a typo, or a trace forgotten
+        raise KvwearError(f"workload.format {w.format!r}: a trace format, but workload.trace is empty (the "
+                          f"generator {w.generator!r} makes the requests); give the trace, or remove format")
     from kvwear.workloads.synthetic import GENERATORS
 
     GENERATORS.get(w.generator).configure({"seed": w.seed, **dict(w.params)}, "workload.params")

@@ -36,7 +36,15 @@ from kvwear.policies.config import SimConfig
 from kvwear.policies.metrics import SIM_REQUESTS, SIM_SUMMARY, SIM_TIMELINE, SimSummary
 from kvwear.policies.schema import SSD_OPS
 from kvwear.policies.sim import simulate
-from kvwear.tables import TableWriter, atomic_write, iter_table_batches, read_table, table_kind, write_table
+from kvwear.tables import (
+    TableWriter,
+    atomic_write,
+    iter_table_batches,
+    output_folder,
+    read_table,
+    table_kind,
+    write_table,
+)
 from kvwear.workloads.models import ModelProfile
 from kvwear.workloads.schema import REQUESTS
 
@@ -139,7 +147,12 @@ def simulate_policy(source: RequestSource, config: SimConfig, spec: str | Policy
                     progress: Callable[[int], None] | None = None) -> SimOutput:
     """Simulate `source` under `spec` into `out_dir` (the files of the module docstring)."""
     ps = resolve_spec(spec)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    with output_folder(out_dir):
+        return _simulate_into(source, config, ps, out_dir, progress)
+
+
+def _simulate_into(source: RequestSource, config: SimConfig, ps: PolicySpec, out_dir: Path,
+                   progress: Callable[[int], None] | None) -> SimOutput:
     future: contextlib.AbstractContextManager[Path | None]
     if source.parquet is not None and POLICIES.get(ps.name).streams_future(ps.params):
         from kvwear.harness.devices.fio import check_host_room

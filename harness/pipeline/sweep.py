@@ -396,14 +396,19 @@ def _previous_replay(path: Path) -> bool | None:
     return bool(data["replay"])
 
 
-def _run_sweep(plan: SweepPlan, store: ResultsStore, *, jobs: int, scheduler: str | None, client: Any,
-               on_progress: ProgressCallback | None, retry_failed: bool) -> SweepProgress:
-    prev = store.root / "sweep.json"
-    if _previous_replay(prev) not in (None, plan.replay):
+def check_store(plan: SweepPlan, root: str | Path) -> None:
+    """Refuse a store whose sweep.json is damaged or records the other replay setting. `run_sweep`
+    checks it again under the store's lock; a caller checks first to refuse before it prints."""
+    if _previous_replay(Path(root) / "sweep.json") not in (None, plan.replay):
         # A point's key is its config, not the replay flag: its stored row would be reused as if
         # it had (or had not) been replayed.
-        raise KvwearError(f"{store.root} holds a sweep with replay = {not plan.replay}; resume it with the "
+        raise KvwearError(f"{root} holds a sweep with replay = {not plan.replay}; resume it with the "
                           "same [sweep] replay setting or choose another output directory")
+
+
+def _run_sweep(plan: SweepPlan, store: ResultsStore, *, jobs: int, scheduler: str | None, client: Any,
+               on_progress: ProgressCallback | None, retry_failed: bool) -> SweepProgress:
+    check_store(plan, store.root)
     write_json(store.root / "sweep.json", {"sweep_version": SWEEP_VERSION, "name": plan.name,
                                           "replay": plan.replay, "points": len(plan.points)})
     write_json(store.root / "points.json", [{"key": p.key, "axes": dict(p.axes)} for p in plan.points])

@@ -117,6 +117,14 @@ def test_kv_heads_checked_against_attention_heads(heads: int, kvh: int) -> None:
             profile_from_hf_config(cfg, "config.json")
 
 
+@pytest.mark.parametrize("key", ["head_dim", "attention_head_dim"])
+def test_a_head_dim_of_zero_is_refused_not_derived(key: str) -> None:
+    cfg = {"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096,
+           key: 0, "torch_dtype": "bfloat16"}
+    with pytest.raises(InputError, match="field 'head_dim': 0; a head has at least one dimension"):
+        profile_from_hf_config(cfg, "config.json")
+
+
 @pytest.mark.parametrize(("argv", "names"), [
     (["--policy", "gandalf:gamma=1e308"], "parameter 'gamma': must be in [0, 1,000,000], got 1e+308"),
     (["--policy", "meritkv:tau_s=-0.5"], "parameter 'tau_s': must be in [0, 1,000,000,000,000], got -0.5"),
@@ -124,7 +132,12 @@ def test_kv_heads_checked_against_attention_heads(heads: int, kvh: int) -> None:
     (["--param", "sessions=1e30"], "sessions must be in (0, 1,000,000,000]"),
     (["--model", "{d}/kv0.json"], "kv0.json:1: field 'num_key_value_heads': 0 with num_attention_heads 32"),
     (["{d}/dwpd.toml"], "field 'estimate.dwpd': must be in [0, 1000]"),
-], ids=["gamma", "tau", "op-ratio", "sessions", "kv-heads", "dwpd"])
+    (["--device-option", "pages_per_block=1e30"], "option pages_per_block: must be in (0, 65,536], got 1"),
+    (["--device-option", "page_bytes=1e30"], "option page_bytes: a size must be in [0, 1 EiB], got 1"),
+    (["--device-option", "page_bytes=4MiB"], "option page_bytes: must be in (0, 1,048,576], got 4194304"),
+    (["--device-option", "ruh=9"], "option ruh: must be in [1, 8], got 9"),
+], ids=["gamma", "tau", "op-ratio", "sessions", "kv-heads", "dwpd", "pages-per-block", "page-bytes-1e30",
+        "page-bytes", "ruh"])
 def test_absurd_values_on_the_command_line_are_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str], names: str,
 ) -> None:
@@ -153,5 +166,8 @@ def test_a_device_option_above_its_range_names_the_range(case: tuple, data: st.D
     value = data.draw(st.one_of(st.integers(int(hi) + 1, 2**80).map(str), st.floats(hi, 1e308, exclude_min=True)
                                 .map(lambda v: repr(v) if cls is SimParams else str(int(v) + 1))))
     shown = f"{int(hi):,}" if float(hi).is_integer() else f"{hi:g}"
-    with pytest.raises(KvwearError, match=rf"option {name}: must be in [\[(][-\d.,e+]+, {re.escape(shown)}\], got"):
+    # a size beyond 1 EiB is refused as a size before its own bound
+    size = r"|a size must be in \[0, 1 EiB\]" if name.endswith("_bytes") else ""
+    rng = rf"must be in [\[(][-\d.,e+]+, {re.escape(shown)}\]"
+    with pytest.raises(KvwearError, match=rf"option {name}: ({rng}{size}), got"):
         cls.parse({name: value}, "device x")

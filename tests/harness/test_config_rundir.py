@@ -1,9 +1,14 @@
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import math
+import typing
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvwear.errors import InputError, KvwearError
 from kvwear.harness.pipeline.config import RunConfig, config_from_mapping, load_config, with_overrides
@@ -107,3 +112,49 @@ def test_manifest_hashes_a_trace_folder(tmp_path: Path, weka_dir: Path) -> None:
     victim = sorted(folder.glob("*.json"))[0]
     victim.write_bytes(victim.read_bytes() + b" ")
     assert build_manifest(config={}, inputs={"trace": folder}, seeds={})["inputs"]["trace"]["sha256"] != first
+
+
+def _absurd_settings() -> list[tuple[str, str, st.SearchStrategy[object]]]:
+    """(section, setting, absurd values) for every numeric, size and closed-word setting of a run config."""
+    from kvwear.harness.pipeline.config import _SECTIONS
+
+    out = []
+    never = st.sampled_from([math.nan, math.inf, -math.inf, "abc", [1], {"a": 1}])
+    for section, cls in _SECTIONS.items():
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            tp = hints[f.name]
+            if f.name.endswith("_bytes"):        # negative, or beyond 1 EiB, in any form
+                out.append((section, f.name, st.one_of(never, st.integers(max_value=-1),
+                                                       st.integers(2**60 + 1, 2**63 - 1),
+                                                       st.integers(max_value=-1).map(str))))
+            elif tp in (int, float):
+                out.append((section, f.name, st.one_of(never, st.integers(max_value=-1),
+                                                       st.floats(max_value=-1e-9, allow_infinity=False))))
+            elif f.metadata.get("choices"):
+                out.append((section, f.name, st.one_of(st.text(max_size=8).filter(
+                    lambda t, c=f.metadata["choices"]: t not in c), st.integers())))
+    return out
+
+
+ABSURD_SETTINGS = _absurd_settings()
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=st.sampled_from(ABSURD_SETTINGS), data=st.data())
+def test_every_numeric_size_and_word_setting_refuses_an_absurd_value_naming_it(
+        case: tuple, data: st.DataObject) -> None:
+    section, name, values = case
+    value = data.draw(values)
+    with pytest.raises(InputError) as err:
+        config_from_mapping({section: {name: value}}, "c.toml")
+    assert str(err.value).startswith(f"c.toml: field '{section}.{name}': "), err.value
+
+
+def test_the_replay_words_are_the_planners() -> None:
+    from kvwear.harness.pipeline import config
+    from kvwear.harness.plan import planner
+
+    assert set(config.LAYOUTS) == set(planner.LAYOUTS + planner.FILE_LAYOUTS)
+    assert set(config.TIME_MODES) == set(typing.get_args(planner.TimeMode))
+    assert set(config.LOG_FULL_MODES) == set(planner.LOG_FULL_MODES)

@@ -87,6 +87,21 @@ def test_kvwear_report_on_a_truncated_point_is_one_line(
     assert line.startswith(f"{target}: not a readable Parquet table (truncated or damaged")
 
 
+@pytest.mark.parametrize("body", [b"", b"[]", b'{"sweep_version": 1, "na', b"\x00\xff"])
+def test_kvwear_sweep_on_a_damaged_sweep_json_is_one_line(
+    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, body: bytes,
+) -> None:
+    copy = tmp_path / "s"
+    shutil.copytree(store, copy)
+    (copy / "sweep.json").write_bytes(body)
+    toml = tmp_path / "sweep.toml"
+    toml.write_text('[base]\nname = "t"\nmodel = "kimi-k3"\n[base.workload]\ngenerator = "multi-round"\n'
+                    'params = { sessions = 2, turns = 2 }\nseed = 2\n[base.tiers]\ndram = "1GB"\nssd = "8GB"\n'
+                    '[grid]\npolicies = ["lru", "fifo"]\n')
+    line = one_line_error(["sweep", str(toml), "-o", str(copy), "--no-report"], capsys, monkeypatch)
+    assert line.startswith(f"{copy / 'sweep.json'}: damaged"), line
+
+
 def test_damaged_sweep_json_and_error_records(store: Path, tmp_path: Path) -> None:
     copy, _ = damaged_copy(store, tmp_path, sorted((store / "results").glob("*.parquet"))[0].read_bytes())
     (copy / "errors").mkdir(exist_ok=True)

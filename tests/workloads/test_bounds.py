@@ -20,6 +20,7 @@ from kvwear.tables import TableError, read_table
 from kvwear.workloads.bounds import DEFAULT_MAX_CONTEXT_TOKENS, DEFAULT_MAX_SPAN_S
 from kvwear.workloads.loaders import convert_trace, load_requests
 from kvwear.workloads.schema import REQUESTS
+from tests.adversarial import one_line_error
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 N_ROWS = 6
@@ -90,6 +91,7 @@ VALUE_FAULTS = {
     "output_tokens": st.one_of(st.integers(-(2**63), -1), ABSURD_TOKENS),
     "block_tokens": st.one_of(st.integers(-(2**31), 0), st.integers(2**20 + 1, 2**31 - 1)),
     "hashed_tokens": st.one_of(st.integers(-(2**63), -1), st.integers(601, 2**40)),
+    "turn": st.integers(-(2**31), -1),
 }
 
 
@@ -120,6 +122,34 @@ def test_a_requests_table_read_back_is_checked_row_by_row(
     assert "\n" not in str(exc.value)
 
 
+@SETTINGS
+@given(field=st.sampled_from(sorted(VALUE_FAULTS)), data=st.data())
+def test_simulate_on_an_absurd_requests_table_is_one_line_and_leaves_no_output_folder(
+    requests_file: Path, tmp_path: Path, field: str, data: st.DataObject,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    t = pq.read_table(requests_file)
+    col = t.column(field).to_pylist()
+    col[data.draw(st.integers(0, N_ROWS - 1))] = data.draw(VALUE_FAULTS[field])
+    t = t.set_column(t.schema.get_field_index(field), t.schema.field(field), pa.array(col, t.schema.field(field).type))
+    bad, out = tmp_path / "bad.parquet", tmp_path / "sim" / "out"
+    pq.write_table(t, bad)
+    line = one_line_error(["simulate", "-t", str(bad), "-p", "lru", "-p", "fifo", "--dram", "1GB", "--ssd", "4GB",
+                           "-o", str(out)], capsys, monkeypatch)
+    assert line.startswith(f"{bad}: field "), line
+    assert not (tmp_path / "sim").exists(), sorted(map(str, (tmp_path / "sim").rglob("*")))
+
+
+def test_simulate_refuses_a_table_of_no_requests(
+    requests_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(pq.read_table(requests_file).slice(0, 0), empty)
+    line = one_line_error(["simulate", "-t", str(empty), "-o", str(tmp_path / "sim")], capsys, monkeypatch)
+    assert line == f"{empty}: holds no requests; nothing to simulate"
+    assert not (tmp_path / "sim").exists()
+
+
 def test_a_hash_list_inconsistent_with_its_tokens_and_a_span_too_long(requests_file: Path, tmp_path: Path) -> None:
     t = pq.read_table(requests_file)
     ids = t.column("hash_ids").to_pylist()
@@ -134,8 +164,9 @@ def test_a_hash_list_inconsistent_with_its_tokens_and_a_span_too_long(requests_f
     far = tmp_path / "far.parquet"
     pq.write_table(t.set_column(t.schema.get_field_index("arrival_s"), t.schema.field("arrival_s"),
                                 pa.array(arr, pa.float64())), far)
-    with pytest.raises(TableError, match=f"field 'arrival_s': row {N_ROWS}: .* lies too far"):
+    with pytest.raises(TableError, match=f"field 'arrival_s': row {N_ROWS}: .* lies too far") as exc:
         read_table(REQUESTS, far)
+    assert "inf" not in str(exc.value), exc.value       # one batch: no span before it to name
 
 
 def test_the_bounds_follow_their_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

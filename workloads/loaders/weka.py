@@ -204,7 +204,9 @@ class WekaLoader(TraceLoader):
                 if t < 0 or not math.isfinite(t0 + t):
                     raise _Bad(f"{w}t", f"expected a finite time ≥ 0 (from its parent's start), got {t!r}"
                                + ("" if t < 0 else f": the nested offsets sum to {t0 + t!r}"))
-                if r.get("type") == "subagent":
+                # the kind of entry: "subagent" opens a nested stream, any other text is a request;
+                # a number or a list is a damaged entry, not a request
+                if _str(r, "type", w, required=False) == "subagent":
                     agent = _str(r, "agent_id", w, required=True)
                     sub = r.get("requests")
                     if type(sub) is not list:
