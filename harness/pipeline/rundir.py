@@ -269,9 +269,14 @@ class RunDir:
             layout_file = self.root / ".layout"
             layout = read_layout(layout_file) if layout_file.exists() else 1
             if layout != RUNDIR_LAYOUT:
+                # without the file the directory is either a layout-1 run's (which had none) or one
+                # whose .layout was deleted: the two cannot be told apart, so the message says both
+                why = (f"has no .layout (written by a kvwear before layout {RUNDIR_LAYOUT}, or the file was "
+                       "deleted)" if not layout_file.exists() else
+                       f"was written by a kvwear with run-directory layout {layout}")
                 raise KvwearError(
-                    f"{self.root}: written by a kvwear with run-directory layout {layout}, this one reads "
-                    f"layout {RUNDIR_LAYOUT}: it cannot be resumed; remove it or choose another --out"
+                    f"{self.root}: {why}, this one reads layout {RUNDIR_LAYOUT}: it cannot be resumed; "
+                    "remove it or choose another --out"
                 )
             try:
                 stored = self.config_path.read_bytes()

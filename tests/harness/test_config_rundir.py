@@ -87,9 +87,13 @@ def test_a_run_directory_of_an_older_layout_is_not_resumed(tmp_path: Path) -> No
     summary.parquet) is refused on resume with what to do, not resumed into a crash."""
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "config.toml").write_text("a = 1\n")
-    with pytest.raises(KvwearError, match="layout 1, this one reads layout 2: it cannot be resumed; remove it"):
+    with pytest.raises(KvwearError, match=r"has no \.layout \(written by a kvwear before layout 2, or the file "
+                       r"was deleted\), this one reads layout 2: it cannot be resumed; remove it"):
         RunDir(tmp_path / "run").prepare("a = 1\n", resume=True)
     assert not (tmp_path / "run" / ".layout").exists()
+    (tmp_path / "run" / ".layout").write_text("1\n")
+    with pytest.raises(KvwearError, match="was written by a kvwear with run-directory layout 1, this one reads"):
+        RunDir(tmp_path / "run").prepare("a = 1\n", resume=True)
 
 
 def test_manifest_records_inputs_and_versions(tmp_path: Path) -> None:
