@@ -51,7 +51,7 @@ def test_a_mistyped_option_is_refused_with_the_valid_ones(
 
 @pytest.mark.parametrize(("device", "option_text", "says"), [
     ("sim", "pages_per_block=abc", "device sim: option pages_per_block: expected an integer, got 'abc'"),
-    ("sim", "pages_per_block=0", "device sim: option pages_per_block: must be > 0, got 0"),
+    ("sim", "pages_per_block=0", "device sim: option pages_per_block: must be in (0, 65,536], got 0"),
     ("sim", "victim=lifo", "device sim: option victim: must be one of greedy, cost-benefit, fifo, got 'lifo'"),
     ("sim", "honor_trim=maybe", "device sim: option honor_trim: expected true or false, got 'maybe'"),
     ("file:{d}/new.img", "precondition=true", "device file: option precondition: must be one of none, fill, steady"),
