@@ -19,11 +19,26 @@ from kvwear.errors import KvwearError
 from kvwear.harness.devices.base import Backend, DeviceSpec, backend
 from kvwear.harness.pipeline.config import DEFAULT_SSD_BYTES, RunConfig
 from kvwear.harness.plan.placement import PlacementConfig
+from kvwear.harness.plan.planner import FILE_LAYOUTS
 from kvwear.units import format_bytes
 
 # The room a plan gets beyond the (scaled) SSD tier, for the 4 KiB rounding of each object: a
 # device sized from the tier is tier × this; a tier sized from a device is device ÷ this.
 CAPACITY_HEADROOM = 1.05
+# A file layout's objects live in a file system kvwear makes on the device (the file player), whose
+# journal or log, inode tables and allocation groups take part of it: after the player's mkfs, a
+# 512 MiB device left ext4 95.2 % free (88.2 % outside root's reserve; kvwear writes as root) and xfs
+# 81.8 %; a 4 GiB one 96.5 % and 97.0 %. A tier sized from such a device keeps this share back
+# beyond the rounding headroom, so that the largest loss (xfs on a small device) still fits.
+FS_RESERVE = 0.20
+
+
+def _room(cfg: RunConfig) -> tuple[float, str]:
+    """The device bytes a byte of (scaled) SSD tier needs, and what they are for."""
+    if cfg.replay.layout in FILE_LAYOUTS:
+        return (CAPACITY_HEADROOM / (1 - FS_RESERVE),
+                f"{CAPACITY_HEADROOM} for 4 KiB rounding ÷ {1 - FS_RESERVE:g} for the file system's own space")
+    return CAPACITY_HEADROOM, f"{CAPACITY_HEADROOM} for 4 KiB rounding"
 
 
 def device_capacity(cfg: RunConfig) -> int:
@@ -85,8 +100,9 @@ class TierSizing:
 
 def size_tiers(cfg: RunConfig) -> tuple[RunConfig, TierSizing]:
     """Resolve the SSD tier against the device. With a device of fixed size: no SSD tier
-    (`tiers.ssd_bytes` 0) → the device's usable bytes ÷ CAPACITY_HEADROOM (÷ the sample fraction:
-    the tier is the full-size one); a tier whose plan (tier × fraction × headroom) does not fit →
+    (`tiers.ssd_bytes` 0) → the device's usable bytes ÷ the headroom (`_room`: CAPACITY_HEADROOM,
+    and FS_RESERVE for a file layout) ÷ the sample fraction (the tier is the full-size one); a tier
+    whose plan (tier × fraction × headroom) does not fit →
     an error naming the flags that fix it, or with `device.fit` the workload is scaled instead:
     the sample fraction becomes the share that fits and both tiers scale by it (the scaling of
     docs/design/replay-and-devices.md).
@@ -106,23 +122,24 @@ def size_tiers(cfg: RunConfig) -> tuple[RunConfig, TierSizing]:
         raise KvwearError(f"--capacity {d.capacity_bytes} bytes is larger than {d.target or d.kind}'s "
                           f"{size} bytes; give --capacity {size} or less")
     usable = (d.capacity_bytes or size) // a * a
-    fits = int(usable / CAPACITY_HEADROOM)              # the scaled tier the device holds
+    room, why = _room(cfg)
+    fits = int(usable / room)                           # the scaled tier the device holds
     dev = d.target or d.kind
     if not t.ssd_bytes:
         ssd = int(fits / f)
-        note = (f"SSD tier {fmt(ssd, False)}: {dev}'s usable {fmt(usable, False)} ÷ {CAPACITY_HEADROOM} "
-                f"(headroom for 4 KiB rounding)" + (f" ÷ sample fraction {f:g}" if f < 1 else ""))
+        note = (f"SSD tier {fmt(ssd, False)}: {dev}'s usable {fmt(usable, False)} ÷ {room:.4g} "
+                f"(headroom: {why})" + (f" ÷ sample fraction {f:g}" if f < 1 else ""))
         out = dataclasses.replace(cfg, tiers=dataclasses.replace(t, ssd_bytes=ssd),
                                   device=dataclasses.replace(d, capacity_bytes=usable))
         return out, TierSizing(ssd, t.dram_bytes, f, usable, "device", note)
-    need = int(t.ssd_bytes * f * CAPACITY_HEADROOM)
+    need = int(t.ssd_bytes * f * room)
     if need <= usable:
         return cfg, TierSizing(t.ssd_bytes, t.dram_bytes, f, usable, "config",
                                f"SSD tier {fmt(t.ssd_bytes, False)} (configured) on {dev}'s {fmt(usable, False)}")
     if not d.fit:
         raise KvwearError(
             f"--ssd {fmt(t.ssd_bytes, False)} does not fit {dev}: its plan needs {need:,} bytes "
-            f"(tier × sample fraction {f:g} × {CAPACITY_HEADROOM} for 4 KiB rounding), the device has "
+            f"(tier × sample fraction {f:g} × {room:.4g}: {why}), the device has "
             f"{usable:,}; give --ssd {int(fits / f) // 10**6}MB or less, leave --ssd out (the tier becomes "
             "the device's capacity), or pass --fit-device to scale the workload to the device")
     scale = fits / (t.ssd_bytes * f)

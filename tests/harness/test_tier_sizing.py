@@ -82,3 +82,21 @@ def test_fit_device_preserves_miss_ratio_and_write_shares_on_weka(weka_dir: Path
     assert abs(miss - full["miss_ratio_tokens"]) <= MISS_RATIO_TOL, (miss, full["miss_ratio_tokens"])
     assert abs(share - full["linear_share_of_ssd_write_bytes"]) <= LINEAR_SHARE_TOL, (
         share, full["linear_share_of_ssd_write_bytes"])
+
+
+def test_a_file_layout_keeps_the_file_systems_share_of_the_device_back() -> None:
+    """With the fs layout the objects live in a file system on the device: a tier sized from the
+    device leaves FS_RESERVE of it to the file system (the docs' 512 MiB ext4 example filled the
+    file system at the rounding headroom alone), and a configured tier is checked against the same."""
+    from kvwear.harness.pipeline.sizing import FS_RESERVE
+
+    fs = {**fixed_device(192), "replay": {"layout": "fs"}}
+    cfg, sizing = size_tiers(config_from_mapping(fs))
+    assert cfg.tiers.ssd_bytes == int((192 << 20) / (CAPACITY_HEADROOM / (1 - FS_RESERVE)))
+    assert "for the file system's own space" in sizing.note
+    raw, _ = size_tiers(config_from_mapping(fixed_device(192)))
+    assert cfg.tiers.ssd_bytes < raw.tiers.ssd_bytes * (1 - FS_RESERVE) + 1
+    # 180 MB fits the raw device but not the file system's share of it
+    size_tiers(config_from_mapping({**fixed_device(192), "tiers": {"ssd": "180MB"}}))
+    with pytest.raises(KvwearError, match=r"--ssd 180.00 MB does not fit .*for the file system's own space"):
+        size_tiers(config_from_mapping({**fs, "tiers": {"ssd": "180MB"}}))
