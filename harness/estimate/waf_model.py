@@ -1302,12 +1302,12 @@ def workload_waf(summary: DeathSummary, config: FtlConfig, precondition: Any = N
     # Fresh out of box: the run-level model too (on bench/waf_model.py's fresh GC-active cases it was
     # within 10 % of the FTL on 14 of 24 block-GC cases where the fluid was on 10, and FEMU's line
     # GC, whose victim rule and forced GC act on single lines, is beyond the fluid's reach).
-    r = run_model_waf(summary, config)
     line = config.gc_mode == "line"
     p = _pages4k(config, (config.gc_thres_lines if line else config.reserve_lines)
                  + config.open_lines * (1.0 - OPEN_LINE_FILL))
-    if r.host_pages <= p:
+    if summary.host_pages <= p:  # the plan fits the free space: no GC, nothing to simulate
         return WafPrediction(1.0, p, "no GC", RUN_MODEL_NAME)
+    r = run_model_waf(summary, config)
     regime: Regime
     if not line:
         regime = "on-demand light" if r.waf < LIGHT_WAF else "on-demand"
