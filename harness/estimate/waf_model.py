@@ -300,7 +300,7 @@ def _short_runs(short, m, lt, lt_n, pend, grid, total, band_len, line_shifts, li
 
 @numba.njit(cache=True)
 def _deaths(ops, first, npages, last_lo, last_hi, now, grid, total, band_len, dead_diff, hist, counts, line_shifts,
-            lt, lt_n, pend, line_hist, short, rs, rcell, nlb, ndb, ft, ft_flag, bt, bt_n, trans):
+            lt, lt_n, pend, line_hist, short, rs, rcell, nlb, ndb, ft, bt, bt_n, trans):
     """One pass over the page requests. The page's live write's host time (−1: never written,
     −2: trimmed) is held in 40 bits split over last_lo (uint32) and last_hi (uint8) (_page_time).
     dead_diff[band]: +1/−1 over the grid range [d, T − t) where a death at distance d is visible.
@@ -317,7 +317,7 @@ def _deaths(ops, first, npages, last_lo, last_hi, now, grid, total, band_len, de
     page's distance) when its page was written right after the run's last page and it dies at the
     same host time (kind 1) or one host page later (kind 0); otherwise the run goes to `rcell`
     (_run_flush) and a new one starts. `ft[lpn]`: 1 + the host time of the page's first write or
-    TRIM in the plan (+ `ft_flag` for a TRIM), 0 before; the survivors' next-pass deaths follow.
+    TRIM in the plan, 0 before; the survivors' next-pass deaths follow.
     Each finished run is paired with its neighbours in write order (_adjacent: `bt`, `trans`).
     `now`: the host pages written before these requests (a plan fed in batches); returns
     (now, lt, bt), the tables grown when they filled."""
@@ -340,7 +340,7 @@ def _deaths(ops, first, npages, last_lo, last_hi, now, grid, total, band_len, de
             counts[3] += 1
         for lpn in range(first[r], first[r] + npages[r]):
             if ft[lpn] == 0:
-                ft[lpn] = now + 1 + (ft_flag if op == 2 else 0)
+                ft[lpn] = now + 1
             tw = _page_time(last_lo, last_hi, lpn)
             if tw >= 0:
                 d = now - tw - 1
@@ -550,7 +550,7 @@ def _live_by_time(lo, hi, lpn, key, l2, k2):
 
 
 @numba.njit(cache=True)
-def _sorted_runs(tw, lpn, ft, ft_flag, total, next_pass):
+def _sorted_runs(tw, lpn, ft, total, next_pass):
     """Runs (the _deaths rule) over the live pages `lpn` sorted by write time `tw`: survivors (runs of
     consecutive write times), or, `next_pass`, their deaths in the plan's next pass at host time
     total + first touch (`ft`, _deaths) − 1. Returns (first write time, length, kind −1/0/1, first
@@ -562,13 +562,13 @@ def _sorted_runs(tw, lpn, ft, ft_flag, total, next_pass):
         m = 0
         i = 0
         while i < n:
-            dti = total + (np.int64(ft[lpn[i]]) & (ft_flag - 1)) - 1 if next_pass else -1
+            dti = total + np.int64(ft[lpn[i]]) - 1 if next_pass else -1
             j = i + 1
             kind = -1
             prev = dti
             while j < n and np.int64(tw[j]) == np.int64(tw[j - 1]) + 1:
                 if next_pass:
-                    dtj = total + (np.int64(ft[lpn[j]]) & (ft_flag - 1)) - 1
+                    dtj = total + np.int64(ft[lpn[j]]) - 1
                     if dtj == prev and kind != 0:
                         kind = 1
                     elif dtj == prev + 1 and kind != 1:
@@ -775,13 +775,12 @@ class DeathCounter:
         self.ended = False
         self.now = 0
         # runs of deaths (DeathSummary.run_cells): the open run, the dense cells of kinds 0 and 1,
-        # and each page's first touch (4 B a page below 2³¹ written pages, else 8)
+        # and each page's first touch (4 B a page below 2³² − 1 written pages, else 8)
         self.nlb, self.ndb = run_bins(total)
         self.run = np.zeros(6, np.int64)
         self.rcell = np.zeros((4, self.nb * 2 * self.nlb * self.ndb), np.int64)
-        wide = total + 1 >= (1 << 31)
+        wide = total + 1 >= (1 << 32)                    # ft holds up to total + 1 (a TRIM after the last write)
         self.ft = np.zeros(self.exposed_pages, np.int64 if wide else np.uint32)
-        self.ft_flag = (1 << 62) if wide else (1 << 31)
         self.nc = (self.ndb >> RUN_COARSE_SHIFT) + 2                  # coarse bins, the last: survivors
         self.bt = np.full((2, 1 << 10), -1, np.int64)
         self.bt_n = np.zeros(1, np.int64)
@@ -797,7 +796,7 @@ class DeathCounter:
         self.now, self.lines, self.bt = _deaths(
             ops, first, n, self.last_lo, self.last_hi, self.now, self.grid, self.total, self.band_len, self.dead_diff,
             self.hist, self.counts, self.shifts, self.lines, self.lines_n, self.pend, self.line_hist, self.short,
-            self.run, self.rcell, self.nlb, self.ndb, self.ft, self.ft_flag, self.bt, self.bt_n, self.trans)
+            self.run, self.rcell, self.nlb, self.ndb, self.ft, self.bt, self.bt_n, self.trans)
 
     def summary(self) -> DeathSummary:
         """The summary of everything fed (which must be the `total_pages` announced)."""
@@ -857,9 +856,9 @@ class DeathCounter:
         tdt = np.uint32 if self.total < 1 << 32 else np.int64
         lpn, tw = _live_by_time(self.last_lo, self.last_hi, np.empty(n, adt), np.empty(n, tdt), np.empty(n, adt),
                                 np.empty(n, tdt))
-        surv = _sorted_runs(tw, lpn, self.ft, self.ft_flag, self.total, False)
+        surv = _sorted_runs(tw, lpn, self.ft, self.total, False)
         rows += _cells_of_runs(surv, np.full(surv.shape[1], RUN_SURVIVOR), bl, nlb, ndb)
-        nxt = _sorted_runs(tw, lpn, self.ft, self.ft_flag, self.total, True)
+        nxt = _sorted_runs(tw, lpn, self.ft, self.total, True)
         del lpn, tw
         kind = np.where(nxt[2] == 1, RUN_NEXT_SAME_TIME, RUN_NEXT_SAME_DISTANCE)
         rows += _cells_of_runs(nxt, kind, bl, nlb, ndb)
