@@ -183,9 +183,9 @@ class DeathSummary:
     band_survival: tuple[tuple[float, ...], ...]
     line_pages: tuple[int, ...]
     band_line_survival: tuple[tuple[tuple[float, ...], ...], ...]
-    write_ios: int = 0
-    run_cells: tuple[tuple[int, ...], ...] = ()
-    run_transitions: tuple[tuple[int, ...], ...] = ()
+    write_ios: int
+    run_cells: tuple[tuple[int, ...], ...]
+    run_transitions: tuple[tuple[int, ...], ...]
 
     def __post_init__(self) -> None:
         if self.version != SUMMARY_VERSION:
@@ -202,6 +202,13 @@ class DeathSummary:
                     or row[3] < row[2] or row[4] > row[5]:
                 raise KvwearError(f"death_summary run cell {list(row)}: not (band, kind, runs, pages, "
                                   "smallest distance, largest distance)")
+        nc = (run_bins(self.host_pages)[1] >> RUN_COARSE_SHIFT) + 2      # coarse bins (run_model_waf's table)
+        for row in self.run_transitions:
+            # checked here: run_model_waf indexes its transition table by these
+            if len(row) != 5 or row[0] not in (0, 1) or not 0 <= row[1] < bands \
+                    or not (-1 <= row[2] < nc and -1 <= row[3] < nc) or row[4] <= 0:
+                raise KvwearError(f"death_summary run_transitions row {list(row)}: not (table 0 or 1, band in "
+                                  f"[0, {bands}), bin before and after in [-1, {nc}), count > 0)")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

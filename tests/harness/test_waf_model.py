@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -377,3 +378,40 @@ def test_the_model_knows_a_preconditioned_drive() -> None:
     pred = workload_waf(death_summary(*req, n), cfg, spec, until_steady=True)
     assert pred.regime == "preconditioned" and measured > 1.2
     assert abs(pred.waf / measured - 1) < 0.10, (pred.waf, measured)
+
+
+def test_a_plan_json_with_a_summary_missing_or_out_of_range_is_refused(tmp_path: Path) -> None:
+    """A version-2 plan.json whose death summary lacks a run-level field is not complete (no
+    default fills it), and a run transition outside the model's table is refused when read, with
+    the field named, not an IndexError inside run_model_waf."""
+    import dataclasses
+
+    from kvwear.harness.estimate.estimator import PlanRecord
+    from kvwear.harness.plan.placement import PlacementStats
+    from kvwear.harness.plan.planner import PlanCounts
+    from kvwear.records import RecordError
+
+    ops, first, n = _mixed_plan(1, 8192, 300)
+    s = death_summary(ops, first, n, 8192)
+    assert s.run_transitions and s.run_cells
+    counts = PlanCounts(**{f.name: "log" if f.name == "layout" else 0 for f in dataclasses.fields(PlanCounts)
+                           if f.default is dataclasses.MISSING})
+    path = PlanRecord(counts, PlacementStats("none", 1, (0,), (0,)), s).dump(tmp_path / "plan.json")
+    assert PlanRecord.load(path).death_summary == s
+    good = json.loads(path.read_text())
+
+    def refused(summary: dict[str, object], match: str) -> None:
+        path.write_text(json.dumps({**good, "death_summary": summary}))
+        with pytest.raises(RecordError, match=match) as e:
+            PlanRecord.load(path)
+        assert "\n" not in str(e.value) and str(path) in str(e.value)
+
+    for name in ("run_cells", "run_transitions", "write_ios"):
+        refused({k: v for k, v in good["death_summary"].items() if k != name},
+                f"field death_summary.{name}: missing")
+    nc = (run_bins(s.host_pages)[1] >> RUN_COARSE_SHIFT) + 2
+    row = list(s.run_transitions[0])
+    bands = len(s.band_start_pages)
+    for bad in ([2, *row[1:]], [row[0], bands, *row[2:]], [*row[:2], nc, *row[3:]], [*row[:3], -2, row[4]],
+                [*row[:4], 0]):
+        refused({**good["death_summary"], "run_transitions": [bad]}, r"run_transitions row .*bin before")
