@@ -388,17 +388,6 @@ def _fallback_tokens(seg: Segment) -> int:
     return 0
 
 
-def _root_side(obj: Obj) -> bool:
-    """A node a move may write: its parent is the root or not a DRAM-only node (a state: its
-    segment is not DRAM-only), so the SSD part of every path stays a prefix."""
-    if isinstance(obj, Segment):
-        par = obj.parent
-        return par is None or par.parent is None or not (par.tiers & DRAM and not par.tiers & SSD)
-    assert isinstance(obj, State)
-    seg = obj.seg
-    return not (seg.tiers & DRAM and not seg.tiers & SSD)
-
-
 ClassKey = tuple[int, int, int]  # kind, reuse class, size class
 
 
@@ -661,7 +650,7 @@ class GandalfPolicy(Policy[GandalfParams]):
         ctx = self.ctx
         mu = self.budget.mu(ctx.now_s)
         over = obj.nbytes - (ctx.capacity_bytes[SSD] - ctx.used_bytes[SSD])  # ctx.free_bytes(SSD), inlined
-        # move_cost, inlined (the same operations in the same order)
+        # move_cost, inlined (the same operations in the same order; tests/policies/test_adv_policies.py pins it)
         return self.p.gamma * mu * self.p_w * obj.nbytes + self.displaced_value(over)
 
     # --- list bookkeeping ---------------------------------------------------------------------
@@ -879,11 +868,7 @@ class GandalfPolicy(Policy[GandalfParams]):
         """(door open: value > fee, M = fee/(s·w)) of moving `obj`."""
         v = self.value(obj)
         f = self.fee(obj)
-        # _idle_s, inlined
-        pd = obj.pdata
-        w = self.ctx.now_s - (pd[0] if pd is not None else obj.last_s)
-        floor = self.p.min_idle_s
-        return v > f, f / (max(obj.nbytes, 1) * (w if w > floor else floor))
+        return v > f, f / (max(obj.nbytes, 1) * self._idle_s(obj))
 
     def victim(self, tier: int, need_bytes: int) -> Obj:
         self._decision = None
@@ -935,8 +920,9 @@ class GandalfPolicy(Policy[GandalfParams]):
                         if drop is None or d < drop[0]:
                             drop = (d, o)
                 if movers_here < per_list and ssd_cap >= o.nbytes:
-                    # _root_side, inlined (the loop's most frequent call): the node above is
-                    # the root or not DRAM-only
+                    # root-side (a node a move may write, so the SSD part of every path stays a
+                    # prefix): a segment's parent is the root or not DRAM-only, a state's segment
+                    # is not DRAM-only
                     if isinstance(o, Segment):
                         par = o.parent
                         if par is not None and par.parent is not None and par.tiers & on_both == DRAM:

@@ -125,6 +125,42 @@ def test_gandalf_drops_only_leaves_and_moves_only_root_side() -> None:
     assert s.ssd_write_bytes > 0 and s.dropped_bytes_full + s.dropped_bytes_linear > 0
 
 
+def test_gandalf_fee_is_move_cost() -> None:
+    """`fee` inlines `_estimators.move_cost` (the leaf's own move calls it): at every DRAM decision
+    of a run where μ(t) ≠ 1 and writes displace SSD victims, the fee of each listed DRAM object is
+    move_cost of its bytes and of the value its write displaces, to the bit."""
+    from kvwear.policies._estimators import move_cost
+    from kvwear.policies.gandalf import GandalfPolicy
+
+    reqs = generate_multi_round(MultiRoundConfig(seed=2, sessions=60, turns=6, system_prompts=3))
+    kv = 20_000  # 16-token chunks of 320 kB, 80 MB states, an SSD of 600 chunks: writes displace victims
+    cfg = SimConfig(dram_bytes=kv * 16 * 1000, ssd_bytes=kv * 16 * 600, kv_bytes_per_token=kv,
+                    state_bytes=80 * 10**6)
+    sim = Simulator(cfg, "gandalf:budget=ratio,gamma=1,dwpd=10")
+    pol = sim.policy
+    assert isinstance(pol, GandalfPolicy)
+    orig = pol.victim
+    seen = {"checked": 0, "mu": 0, "displaced": 0}
+
+    def checked(tier: int, need_bytes: int) -> Obj:
+        if tier == DRAM:
+            ctx = pol.ctx
+            mu = pol.budget.mu(ctx.now_s)
+            for od in pol.lists[DRAM].values():
+                for o in list(od)[:2]:
+                    v = pol.displaced_value(o.nbytes - ctx.free_bytes(SSD))
+                    assert pol.fee(o) == move_cost(pol.p.gamma, mu, pol.p_w, o.nbytes, v)
+                    seen["checked"] += 1
+                    seen["mu"] += mu != 1.0
+                    seen["displaced"] += v > 0
+        return orig(tier, need_bytes)
+
+    pol.victim = checked  # type: ignore[method-assign]
+    sim.run_batch(reqs, 0)
+    assert sim.finish().summary.ssd_write_bytes > 0
+    assert seen["checked"] > 1000 and seen["mu"] > 1000 and seen["displaced"] > 1000, seen
+
+
 def test_gandalf_write_budget_adapts() -> None:
     """μ(t) (budget=ratio) keeps writes near dwpd × capacity per day: a smaller budget writes less."""
     reqs = generate_multi_round(MultiRoundConfig(seed=2, sessions=60, turns=6))
