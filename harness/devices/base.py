@@ -42,6 +42,7 @@ from kvwear.values import BadValue, bounds, read_value
 
 if TYPE_CHECKING:
     from kvwear.emulator.ftl import FtlConfig
+    from kvwear.emulator.precondition import PreconditionSpec
     from kvwear.emulator.presets import DriveRatings
 
 
@@ -280,10 +281,10 @@ class Backend:
         return None
 
     @classmethod
-    def precondition_plan(cls, spec: DeviceSpec) -> tuple[Any, bool]:
-        """How kvwear preconditions the drive, where it does so itself (a
-        kvwear.emulator.precondition.PreconditionSpec, or None), and whether the plan then plays in
-        passes until the workload's steady state: the workload WAF model takes both."""
+    def precondition_plan(cls, spec: DeviceSpec) -> tuple[PreconditionSpec | None, bool]:
+        """How kvwear preconditions the drive, where it does so itself (None: it does not), and
+        whether the plan then plays in passes until the workload's steady state: the workload WAF
+        model takes both."""
         return None, False
 
     @classmethod

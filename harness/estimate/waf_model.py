@@ -97,13 +97,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 import numba
 import numpy as np
 
-from kvwear.emulator.ftl import OP_WRITE, FtlConfig
+from kvwear.emulator.ftl import OP_WRITE, Ftl, FtlConfig
+from kvwear.emulator.precondition import PreconditionSpec, default_round_pages, passes_until_steady
+from kvwear.emulator.precondition import precondition as run_precondition
 from kvwear.errors import KvwearError
 from kvwear.harness.plan.planner import slot_hash
 
@@ -1294,13 +1296,12 @@ def _pages4k(config: FtlConfig, lines_unusable: float) -> float:
     return (config.lines - lines_unusable) * config.pages_per_line * config.page_bytes / PAGE_BYTES
 
 
-def workload_waf(summary: DeathSummary, config: FtlConfig, precondition: Any = None,
+def workload_waf(summary: DeathSummary, config: FtlConfig, precondition: PreconditionSpec | None = None,
                  until_steady: bool = False) -> WafPrediction:
     """The workload model on drive `config` (see the module docstring for the derivation). A drive
-    preconditioned before the plan (`precondition`: a kvwear.emulator.precondition.PreconditionSpec;
-    `until_steady`: the plan played in passes until the workload's steady state, the default run)
-    takes the run-level model (`run_model_waf`, regime "preconditioned"): the fluid knows no data
-    written before the plan."""
+    preconditioned before the plan (`precondition`; `until_steady`: the plan played in passes
+    until the workload's steady state, the default run) takes the run-level model
+    (`run_model_waf`, regime "preconditioned"): the fluid knows no data written before the plan."""
     if precondition is not None:
         r = run_model_waf(summary, config, precondition, until_steady)
         p = _pages4k(config, config.reserve_lines + config.open_lines * (1.0 - OPEN_LINE_FILL))
@@ -1542,15 +1543,11 @@ def _scaled(config: FtlConfig) -> tuple[FtlConfig, float]:
     return config.with_(pages_per_block=ppb, exposed_pages=exposed, interval_host_pages=0), f
 
 
-def run_model_waf(summary: DeathSummary, config: FtlConfig, precondition: Any = None, until_steady: bool = False,
-                  seed: int = 1) -> RunModelResult:
+def run_model_waf(summary: DeathSummary, config: FtlConfig, precondition: PreconditionSpec | None = None,
+                  until_steady: bool = False, seed: int = 1) -> RunModelResult:
     """The run-level model (above) of `summary`'s plan on drive `config`, preconditioned as
-    `precondition` (a kvwear.emulator.precondition.PreconditionSpec, None: fresh out of box) and
-    played once or, `until_steady`, in passes until the device's steady-state criterion holds."""
-    from kvwear.emulator.ftl import Ftl
-    from kvwear.emulator.precondition import PreconditionSpec, default_round_pages, passes_until_steady
-    from kvwear.emulator.precondition import precondition as run_precondition
-
+    `precondition` (None: fresh out of box) and played once or, `until_steady`, in passes until
+    the device's steady-state criterion holds."""
     t = summary.host_pages
     if t == 0:
         return RunModelResult(1.0, 0, 0, None, 1.0, 0, 0, 0)
@@ -1584,10 +1581,8 @@ def run_model_waf(summary: DeathSummary, config: FtlConfig, precondition: Any = 
     ftl = Ftl(cfg)
     n = cfg.exposed_pages
     if precondition is not None:
-        spec = precondition if isinstance(precondition, PreconditionSpec) else PreconditionSpec(precondition)
-        rp = spec.round_pages or default_round_pages(config.exposed_pages)
-        spec = PreconditionSpec(spec.mode, spec.fill_loops, spec.fill_io_bytes, max(1, round(rp * f)), spec.criterion,
-                                spec.seed)
+        rp = precondition.round_pages or default_round_pages(config.exposed_pages)
+        spec = replace(precondition, round_pages=max(1, round(rp * f)))
         run_precondition(ftl, spec)
         foot = min(n, max(1, round(summary.footprint_pages * k)))
         round_pages, crit = spec.round_pages, spec.criterion
