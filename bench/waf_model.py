@@ -206,10 +206,12 @@ def run_cases(plans: Iterator[tuple[str, str, bool, Requests]], drive_set: dict[
                 pres = (None, STEADY)
             if layout != "-" and dname in skip:
                 pres = tuple(p for p in pres if p is not None)
+            t = time.process_time()
+            fluid = fluid_workload_waf(summary, cfg).waf        # main's model before: it takes every drive as empty
+            t_model += time.process_time() - t
             for pre in pres:
                 t = time.process_time()
                 pred = workload_waf(summary, cfg, pre, until_steady=pre is not None)
-                fluid = fluid_workload_waf(summary, cfg).waf    # main's model before: it took every drive as empty
                 t_model += time.process_time() - t
                 t = time.process_time()
                 measured = ftl_waf(cfg, req, pre)
