@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+from frontier import GAMMAS as GAMMAS_8  # noqa: E402  # the frontier page's 8-point grid
 from frontier import footprint_bytes, tier_bytes, tier_pairs, trace_table  # noqa: E402
 
 from kvwear.errors import KvwearError  # noqa: E402
@@ -36,7 +37,6 @@ from kvwear.workloads.models import get_profile  # noqa: E402
 #: the default workload: the six shared Claude-Code/Weka traces as one (as bench/frontier.py)
 WEKA = REPO.parent / "shared" / "traces" / "claude-code-weka" / "traces"
 GAMMAS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-GAMMAS_8 = (0, 1, 2, 4, 8, 16, 32, 64)
 MISS_TOL = 0.01
 
 
