@@ -129,14 +129,18 @@ def reads(example: str) -> list[str]:
     return [a for a in shlex.split(example)[1:] if a.startswith(_OUTPUT_ROOTS) and a not in own]
 
 
+def reads_output_of(e: str, w: str) -> bool:
+    """Example `e` reads something example `w` writes (one of its -o paths, or a path under it)."""
+    return any(r == o or r.startswith(o.rstrip("/") + "/") for r in reads(e) for o in outputs(w))
+
+
 def ordered(examples: list[str]) -> list[str]:
     """`examples` with each one after the examples writing what it reads (otherwise in order)."""
     done: list[str] = []
     pending = list(examples)
     while pending:
         for e in pending:
-            needs = [w for w in pending if w != e and any(
-                r == o or r.startswith(o.rstrip("/") + "/") for r in reads(e) for o in outputs(w))]
+            needs = [w for w in pending if w != e and reads_output_of(e, w)]
             if not needs:
                 done.append(e)
                 pending.remove(e)
@@ -200,7 +204,7 @@ def units(examples: list[str]) -> list[list[str]]:
 
     for e in examples:
         for w in examples:
-            if w != e and any(r == o or r.startswith(o.rstrip("/") + "/") for r in reads(e) for o in outputs(w)):
+            if w != e and reads_output_of(e, w):
                 parent[root(e)] = root(w)
     members: dict[str, list[str]] = {}
     for e in ordered(examples):
