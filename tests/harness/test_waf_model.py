@@ -19,6 +19,7 @@ from kvwear.harness.estimate.waf_model import (
     PAGE_BYTES,
     RUN_BINS_PER_OCTAVE,
     RUN_COARSE_SHIFT,
+    RUN_KINDS,
     SUMMARY_VERSION,
     DeathCounter,
     DeathSummary,
@@ -80,7 +81,6 @@ def _brute_force_summary(ops: np.ndarray, first: np.ndarray, n: np.ndarray, expo
     died: dict[int, int] = {}                       # host time -> host pages written when it died
     counts = [0, 0, 0]                              # overwritten, trimmed, footprint
     touched: dict[int, int] = {}                    # page -> host time of its first write or TRIM
-    runs: list[list[int]] = []                      # deaths in the order they happen: [tw, ..]
     deaths: list[tuple[int, int]] = []              # (tw, death time) in that order
     write_ios = 0
     now = start
@@ -131,7 +131,6 @@ def _brute_force_summary(ops: np.ndarray, first: np.ndarray, n: np.ndarray, expo
                         empty[s0 // band_len][i] += s1 - s0
         lines.append(_shares(np.array([[max(1.0 - empty[b][i] / obs[b][i] if obs[b][i] else 1.0, band_s[b][i])
                                         for i in range(len(x))] for b in range(nb)])))
-    del runs
     surv = sorted((tw, lpn) for lpn, tw in live.items())
     return DeathSummary(
         version=SUMMARY_VERSION, page_bytes=PAGE_BYTES, exposed_pages=exposed, host_pages=total,
@@ -233,6 +232,9 @@ def test_the_death_summary_is_its_definition_over_random_plans_and_batch_splits(
     ref = _brute_force_summary(ops, first, n, pages, total)
     assert ref.overwritten_pages > 10_000 and ref.trimmed_pages > 1000 and ref.survivor_pages > 1000
     assert sum(ref.band_line_survival[-1][0]) < len(ref.grid_pages)      # lines of 4,096 pages empty
+    # every run kind, each with runs of several pages, and both transition tables: the run rules are exercised
+    assert {r[1] for r in ref.run_cells if r[3] > r[2]} == set(range(RUN_KINDS))
+    assert {r[0] for r in ref.run_transitions} == {0, 1}
     rng = np.random.default_rng(seed)
     for batches, held in ((1, 0), (3, 0), (40, 0), (1, 5), (3, 64)):
         acc = DeathCounter(total, pages)
