@@ -432,7 +432,8 @@ class GandalfPolicy(Policy[GandalfParams]):
         self._credited_end = 0  # depth (blocks) of the dropped state credited for this request
         self._victims: tuple[list[int], list[float]] | None = None
         self._last_victim: tuple[float, int, float] | None = None
-        # resident objects below a prefix gap (`stranded="zero"`), and those of them on the SSD
+        # resident objects below a prefix gap (`stranded="zero"`; empty under "priced", where every
+        # use is skipped), and those of them on the SSD
         self._zero_stranded = p.stranded == "zero"
         self.stranded: dict[Obj, None] = {}
         self.stranded_ssd: OrderedDict[Obj, None] = OrderedDict()
@@ -540,7 +541,7 @@ class GandalfPolicy(Policy[GandalfParams]):
 
     def value(self, obj: Obj, key: ClassKey | None = None) -> float:
         """The next hit's value P(idle ≥ w)·n·c in dollars (0 for what no hit can use)."""
-        if obj in self.stranded:
+        if self._zero_stranded and obj in self.stranded:
             return 0.0
         if isinstance(obj, Segment):
             if self.hybrid and _leads_nowhere(obj):
@@ -609,7 +610,9 @@ class GandalfPolicy(Policy[GandalfParams]):
     def displaced_value(self, over_bytes: int) -> float:
         """V: the next-hit value of the SSD victims that free `over_bytes` (lowest D first;
         stranded SSD objects, worth 0, go first)."""
-        over_bytes -= self.stranded_ssd_bytes
+        zero = self._zero_stranded  # the stranded sets stay empty under "priced"
+        if zero:
+            over_bytes -= self.stranded_ssd_bytes
         if over_bytes <= 0:
             return 0.0
         if self._victims is None:
@@ -620,7 +623,7 @@ class GandalfPolicy(Policy[GandalfParams]):
                 for i, o in enumerate(od):
                     if i >= scan:
                         break
-                    if o not in stranded:
+                    if not (zero and o in stranded):
                         v, d = self._vd(o, key)
                         entries.append((d, o.nbytes, v))
             entries.sort(key=lambda e: e[0])
@@ -757,7 +760,7 @@ class GandalfPolicy(Policy[GandalfParams]):
             self._victims = None
             self.budget.record_write(obj.nbytes)
             self._enlist(obj, SSD)
-            if obj in self.stranded and obj not in self.stranded_ssd:
+            if self._zero_stranded and obj in self.stranded and obj not in self.stranded_ssd:
                 self.stranded_ssd[obj] = None
                 self.stranded_ssd_bytes += obj.nbytes
             if self._delist(obj, DRAM):
@@ -778,15 +781,17 @@ class GandalfPolicy(Policy[GandalfParams]):
                     self._victims = None  # an SSD entry's value may change
         if tier == SSD or obj in self.where[SSD]:
             self._victims = None  # the SSD lists change
-        if tier == SSD and self.stranded_ssd.pop(obj, 0) is None:
+        zero = self._zero_stranded
+        if zero and tier == SSD and self.stranded_ssd.pop(obj, 0) is None:
             self.stranded_ssd_bytes -= obj.nbytes
         if not obj.tiers:
             self._forget(obj)
             self._own_tokens.pop(obj, None)
-            self.stranded.pop(obj, None)
-            if self._zero_stranded and isinstance(obj, Segment):
-                # a prefix gap: what hangs below can serve no hit until a request recreates it
-                self._mark_below(obj, gap=True)
+            if zero:
+                self.stranded.pop(obj, None)
+                if isinstance(obj, Segment):
+                    # a prefix gap: what hangs below can serve no hit until a request recreates it
+                    self._mark_below(obj, gap=True)
         if tier == DRAM:
             if not self._delist(obj, DRAM):
                 self.clean.pop(obj, None)
@@ -831,7 +836,7 @@ class GandalfPolicy(Policy[GandalfParams]):
                 self.where[tier][head] = key
         if tail in self.clean:
             self.clean[head] = None
-        if tail in self.stranded:
+        if self._zero_stranded and tail in self.stranded:
             # the head takes its share of the tail's bytes, already counted
             self.stranded[head] = None
             if tail in self.stranded_ssd:
