@@ -72,7 +72,7 @@ from kvwear.harness.devices.measurement import (
     TrimMode,
 )
 from kvwear.harness.devices.safety import DeviceFacts, check_block_device, loop_serial
-from kvwear.harness.plan.files import FILE_OPS
+from kvwear.harness.plan.files import FILE_OPS, planned_write_bytes
 from kvwear.harness.plan.schema import BLOCK_OPS
 from kvwear.harness.wear.identify import DeviceIdentity
 from kvwear.records import decode, encode
@@ -452,10 +452,14 @@ class FsDevice:
         return "discard" if self.p.discard == "online" else ""
 
     def replay(self, plan: pa.Table | Path, workdir: Path, *, timed: bool = False,
-               progress: ReplayProgress | None = None, write_bytes: int = 1 << 20) -> ReplayResult:
+               progress: ReplayProgress | None = None) -> ReplayResult:
         """Mount, play the FILE_OPS `plan` (a table or its Parquet), unmount; the counts (module
-        docstring). `timed` is not honoured: the player plays as fast as possible (said in the notes)."""
-        table = read_table(FILE_OPS, plan) if isinstance(plan, Path) else FILE_OPS.conform(plan)
+        docstring). It writes in the pieces the plan was counted at (its write size, carried in its
+        metadata: kvwear.harness.plan.files.planned_write_bytes). `timed` is not honoured: the player
+        plays as fast as possible (said in the notes)."""
+        raw = read_table(FILE_OPS, plan) if isinstance(plan, Path) else plan
+        write_bytes = planned_write_bytes(raw, str(plan) if isinstance(plan, Path) else "file_ops plan")
+        table = FILE_OPS.conform(raw)
         p = self.p
         interval = p.fstrim_interval_s if p.discard == "fstrim" else None
         opts = self.mount_options()

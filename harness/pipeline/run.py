@@ -377,7 +377,7 @@ def _plan_files(cfg: RunConfig, d: Path, sim: SimOutput, rc: ReplayConfig,
                           "file system; use placement = none")
     fs = FsLayoutConfig(model=cfg.model, write_bytes=cfg.replay.max_io_bytes)
     try:
-        with TableWriter(FILE_OPS, d / "file_ops.parquet") as out:
+        with TableWriter(FILE_OPS, d / "file_ops.parquet", metadata=fs.metadata()) as out:
             files = stream_file_ops(ops, rc, out.write, fs=fs, source=str(sim.ssd_ops_path))
     except InputError as exc:
         raise InputError(exc.path, exc.line, exc.field, f"policy {label}: {exc.message}") from None

@@ -81,6 +81,11 @@ FILE_OPS = TableSpec(
 )
 
 
+# The plan's write size (FsLayoutConfig.write_bytes) travels with the plan, in the FILE_OPS file's
+# schema metadata (and a planned table's), so the player writes in the pieces the plan counted.
+WRITE_BYTES_KEY = b"kvwear.file_ops.write_bytes"
+
+
 @dataclass(frozen=True)
 class FsLayoutConfig:
     """The fs layout's own settings (the rest is the run's ReplayConfig)."""
@@ -91,6 +96,27 @@ class FsLayoutConfig:
     def __post_init__(self) -> None:
         if self.write_bytes <= 0:
             raise KvwearError(f"fs layout: write_bytes must be > 0, got {self.write_bytes}")
+
+    def metadata(self) -> dict[bytes, bytes]:
+        """What a FILE_OPS table planned with these settings carries (WRITE_BYTES_KEY)."""
+        return {WRITE_BYTES_KEY: str(self.write_bytes).encode()}
+
+
+def planned_write_bytes(file_ops: pa.Table | pa.Schema, source: str) -> int:
+    """The write size a FILE_OPS plan was counted at (WRITE_BYTES_KEY); a plan without it, or with a
+    bad one, is refused naming `source`."""
+    schema = file_ops if isinstance(file_ops, pa.Schema) else file_ops.schema
+    raw = (schema.metadata or {}).get(WRITE_BYTES_KEY)
+    if raw is None:
+        raise KvwearError(f"{source}: a file_ops plan without its write size (metadata {WRITE_BYTES_KEY.decode()}); "
+                          "plan it again")
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise KvwearError(f"{source}: file_ops metadata {WRITE_BYTES_KEY.decode()} = {raw!r}, not a byte count > 0")
+    return n
 
 
 def file_name(model: str, obj_id: int, kind: str) -> str:
@@ -225,10 +251,12 @@ def stream_file_ops(ssd_ops: SsdOps, config: ReplayConfig, sink: Callable[[pa.Ta
 
 def plan_file_ops(ssd_ops: SsdOps, config: ReplayConfig, *, fs: FsLayoutConfig | None = None,
                   source: str = "ssd_ops") -> tuple[pa.Table, FilePlanCounts]:
-    """`stream_file_ops` collecting the whole FILE_OPS table."""
+    """`stream_file_ops` collecting the whole FILE_OPS table (carrying its write size, WRITE_BYTES_KEY)."""
+    fs = fs or FsLayoutConfig()
     chunks: list[pa.Table] = []
     counts = stream_file_ops(ssd_ops, config, chunks.append, fs=fs, source=source)
-    return (pa.concat_tables(chunks) if chunks else FILE_OPS.empty()), counts
+    table = pa.concat_tables(chunks) if chunks else FILE_OPS.empty()
+    return table.replace_schema_metadata({**(table.schema.metadata or {}), **fs.metadata()}), counts
 
 
 def live_at_end(file_ops: pa.Table | Iterable[pa.RecordBatch]) -> dict[str, int]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 
@@ -12,8 +14,10 @@ from kvwear.harness.plan.files import (
     file_name,
     live_at_end,
     plan_file_ops,
+    planned_write_bytes,
 )
 from kvwear.harness.plan.planner import ReplayConfig, plan_block_ops
+from kvwear.tables import TableWriter, read_table
 from tests.harness.test_plan import ssd_ops
 
 MiB = 1 << 20
@@ -73,3 +77,16 @@ def test_time_modes_and_batches() -> None:
                                ReplayConfig(capacity_bytes=MiB, layout="fs", time_mode="afap"))
     assert batched.equals(pa.Table.from_batches(afap.to_batches(), FILE_OPS.schema))
     assert c.unlinks == 5 and c.end_files == 0
+
+
+def test_the_plan_carries_its_write_size(tmp_path: Path) -> None:
+    """The write size the plan counted its write calls at travels with it (the player reads it)."""
+    fs = FsLayoutConfig(write_bytes=64 << 10)
+    table, c = plan_file_ops(ssd_ops([("write", 1, MiB)]), ReplayConfig(capacity_bytes=4 * MiB, layout="fs"), fs=fs)
+    assert planned_write_bytes(table, "plan") == 64 << 10 and c.write_calls == 16
+    path = tmp_path / "file_ops.parquet"
+    with TableWriter(FILE_OPS, path, metadata=fs.metadata()) as out:
+        out.write(table)
+    assert planned_write_bytes(read_table(FILE_OPS, path), str(path)) == 64 << 10
+    with pytest.raises(KvwearError, match="without its write size"):
+        planned_write_bytes(FILE_OPS.conform(table), "plan")

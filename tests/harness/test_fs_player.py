@@ -83,13 +83,14 @@ def workload(n: int = 600, seed: int = 7) -> pa.Table:
 
 
 def play(dev: str, tmp_path: Path, filesystem: str, discard: str, *, fsync: bool = True,
-         capture: bool = False, **extra: object) -> tuple[ReplayResult, CaptureCount | None, pa.Table | None]:
+         capture: bool = False, write_bytes: int = MiB, n: int = 600,
+         **extra: object) -> tuple[ReplayResult, CaptureCount | None, pa.Table | None]:
     options = {"filesystem": filesystem, "discard": discard, "fsync": fsync, **extra}
     device = open_device(DeviceSpec("block", dev, options=options), tmp_path)
     assert isinstance(device, FsDevice)
     try:
-        plan, _ = plan_file_ops(workload(), ReplayConfig(capacity_bytes=device.capacity_bytes(), layout="fs"),
-                                fs=FsLayoutConfig(model="test-model"))
+        plan, _ = plan_file_ops(workload(n), ReplayConfig(capacity_bytes=device.capacity_bytes(), layout="fs"),
+                                fs=FsLayoutConfig(model="test-model", write_bytes=write_bytes))
         tracer = None
         if capture:
             tracer = open_tracer("auto")
@@ -161,6 +162,17 @@ def test_periodic_fstrim_and_no_fsync(loop: str, tmp_path: Path) -> None:
     assert f.fstrims == (rows - 1) // 200 and f.fstrim_interval_s == 200.0
     assert f.fstrim_bytes > 0 and f.block.discard_bytes > 0
     assert_identities(res, None, None, tmp_path, "ext4 fstrim/200 rows, no fsync")
+
+
+@root_only
+@needs("ext4")
+def test_the_player_writes_in_the_pieces_the_plan_counted(loop: str, tmp_path: Path) -> None:
+    """The plan's write size (its metadata) is the player's: 64 KiB pieces give the plan's write calls."""
+    res, _, _ = play(loop, tmp_path, "ext4", "none", write_bytes=64 << 10, n=60)
+    _, plan = plan_file_ops(workload(60), ReplayConfig(capacity_bytes=DEVICE_BYTES, layout="fs"),
+                            fs=FsLayoutConfig(write_bytes=64 << 10))
+    f = res.files
+    assert f is not None and f.write_calls == plan.write_calls > 2 * plan.writes
 
 
 @root_only
