@@ -6,8 +6,12 @@ a fault of the player, the capture or the FTL replay, never a finding about the 
 Tolerances, and why:
 - file bytes = object bytes, tolerance 0: the player's write() calls return what they wrote and it
   writes every planned byte (a short write is retried, an error stops the run);
-- unlinked file bytes = the plan's unlink bytes, files left at unmount = the plan's live bytes at
-  its end, tolerance 0: the player unlinks what the plan evicts and leaves what it keeps;
+- unlinked file bytes = the plan's unlink bytes, bytes and files left at unmount = the plan's live
+  bytes and files at its end, tolerance 0: the player unlinks what the plan evicts and leaves what
+  it keeps;
+- the player's counts of operations = the plan's, tolerance 0: bytes read, files unlinked, write()
+  calls (the plan counts them at the write size it carries, which the player writes in), files
+  created (a write of a file not there), and with fsync on one fsync per planned write;
 - block write bytes ≥ file bytes (fsync on) or ≥ the bytes left at unmount (fsync off): a lower
   bound, one-sided. A file fsync'ed reached the device; without fsync a file unlinked before the
   kernel wrote it back never does (its bytes are then file-system "savings", a negative overhead),
@@ -53,7 +57,20 @@ def fs_checks(files: FileSystemCount, plan: FilePlanCounts | None = None, captur
                      "fs-player unlink", 0.0, kind=acc),
             Check.of("bytes left at unmount = plan end", plan.end_live_bytes, files.end_file_bytes,
                      "fs-player stat", 0.0, kind=acc),
+            Check.of("files left at unmount = plan end files", plan.end_files, files.end_files,
+                     "fs-player listdir", 0.0, kind=acc),
+            Check.of("file read bytes = plan read bytes", plan.read_bytes, files.file_read_bytes,
+                     "fs-player read()", 0.0, kind=acc),
+            Check.of("files unlinked = plan unlinks", plan.unlinks, files.files_unlinked,
+                     "fs-player unlink", 0.0, kind=acc),
+            Check.of("write calls = plan write calls", plan.write_calls, files.write_calls,
+                     "fs-player write()", 0.0, kind=acc, note="the plan's write size is the player's"),
+            Check.of("files created = plan creates", plan.creates, files.files_created,
+                     "fs-player open(O_CREAT)", 0.0, kind=acc),
         ]
+        if files.fsync:
+            out.append(Check.of("fsyncs = plan writes", plan.writes, files.fsyncs, "fs-player fsync()", 0.0,
+                                kind=acc))
     if files.fsync:
         out.append(at_least("block bytes ≥ file bytes (fsync)", files.file_write_bytes, files.block.write_bytes,
                             "diskstats", "every fsync'ed byte reached the device"))
