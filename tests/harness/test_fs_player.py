@@ -143,6 +143,7 @@ def test_identities_at_every_level(loop: str, tmp_path: Path, filesystem: str, d
     res, capture, trace = play(loop, tmp_path, filesystem, discard, capture=True)
     f = res.files
     assert f is not None and f.filesystem == filesystem and f.discard == discard
+    assert f.mount_options == ("discard" if discard == "online" else "nodiscard")   # f2fs discards by default
     assert f.files_created == f.fsyncs == 600 and f.mkfs_block.write_bytes > 0
     assert f.block.write_bytes > f.file_write_bytes            # fsync: data plus journal/metadata
     if discard == "online":
