@@ -58,10 +58,9 @@ from kvwear.harness.plan.planner import (
     ReplayConfig,
     SsdOps,
     _checked_batches,
+    plan_times,
 )
-from kvwear.tables import TableSpec
-
-_DICT = pa.dictionary(pa.int8(), pa.string())
+from kvwear.tables import CATEGORY, TableSpec
 
 FILE_OP_NAMES: tuple[str, ...] = ("write", "read", "unlink")
 
@@ -71,10 +70,10 @@ FILE_OPS = TableSpec(
     schema=pa.schema(
         [
             pa.field("t_s", pa.float64(), nullable=False),
-            pa.field("op", _DICT, nullable=False),          # write (create/truncate + write), read, unlink
+            pa.field("op", CATEGORY, nullable=False),          # write (create/truncate + write), read, unlink
             pa.field("name", pa.string(), nullable=False),  # the file's name in the store's directory
             pa.field("length_bytes", pa.int64(), nullable=False),   # the object's bytes (the file's size)
-            pa.field("obj_kind", _DICT, nullable=False),
+            pa.field("obj_kind", CATEGORY, nullable=False),
             pa.field("obj_id", pa.int64(), nullable=False),
         ]
     ),
@@ -153,14 +152,6 @@ class FilePlanCounts:
         return {f.name: getattr(self, f.name) for f in fields(FilePlanCounts)}
 
 
-def _time(t: np.ndarray, config: ReplayConfig, t0: float, row0: int) -> np.ndarray:
-    if config.time_mode == "original":
-        return t - t0
-    if config.time_mode == "compressed":
-        return (t - t0) / config.time_compression
-    return np.arange(row0, row0 + len(t), dtype=np.float64)
-
-
 def stream_file_ops(ssd_ops: SsdOps, config: ReplayConfig, sink: Callable[[pa.Table], None], *,
                     fs: FsLayoutConfig | None = None, source: str = "ssd_ops",
                     batch_rows: int = PLAN_BATCH_ROWS) -> FilePlanCounts:
@@ -234,7 +225,7 @@ def stream_file_ops(ssd_ops: SsdOps, config: ReplayConfig, sink: Callable[[pa.Ta
         if not keep:
             continue
         idx = np.asarray(keep, np.int64)
-        t = _time(b.t[idx], config, t0 or 0.0, out_rows)
+        t = plan_times(b.t, idx, config, t0 or 0.0, out_rows)
         sink(pa.table({
             "t_s": pa.array(t, pa.float64()),
             "op": pa.DictionaryArray.from_arrays(pa.array(codes, pa.int8()), pa.array(FILE_OP_NAMES)),
