@@ -59,7 +59,6 @@ from typing import ClassVar, Protocol
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from kvwear.errors import KvwearError
 from kvwear.exclusive import block_identity, device_lock_path, locked
@@ -77,7 +76,7 @@ from kvwear.harness.plan.files import FILE_OPS, planned_write_bytes
 from kvwear.harness.plan.schema import BLOCK_OPS
 from kvwear.harness.wear.identify import DeviceIdentity
 from kvwear.records import decode, encode
-from kvwear.tables import TableSpec, atomic_write, read_table, row_group_rows
+from kvwear.tables import TableSpec, read_table, write_table
 
 FILESYSTEMS: tuple[str, ...] = ("ext4", "xfs", "f2fs")
 DISCARD_MODES: tuple[str, ...] = ("online", "none", "fstrim")
@@ -323,12 +322,8 @@ def write_fs_trace(trace: pa.Table, device_bytes: int, files: FileSystemCount, c
     prov = FsTraceProvenance(files.filesystem, files.discard, files.fsync, files.fstrim_interval_s,
                              files.mkfs_command, files.mount_options, files.fs_tools, files.kernel,
                              device_bytes, command)
-    table = FS_TRACE.conform(block_trace_plan(trace, device_bytes))
-    meta = {**(table.schema.metadata or {}), FS_TRACE_PROVENANCE_KEY: json.dumps(encode(prov)).encode()}
-    with atomic_write(path) as tmp:     # write_table would conform the schema's metadata away
-        pq.write_table(table.replace_schema_metadata(meta), tmp, compression="zstd",
-                       row_group_size=row_group_rows(table))
-    return path
+    return write_table(FS_TRACE, block_trace_plan(trace, device_bytes), path,
+                       metadata={FS_TRACE_PROVENANCE_KEY: json.dumps(encode(prov)).encode()})
 
 
 def read_fs_trace(path: Path) -> tuple[pa.Table, FsTraceProvenance]:
