@@ -127,8 +127,7 @@ def _run(argv: Sequence[str], what: str, timeout_s: float = 600) -> subprocess.C
 def tool_version(filesystem: str) -> str:
     """The mkfs tool's version line (mke2fs 1.47.0 (5-Feb-2023), mkfs.xfs version 6.1.0, …)."""
     tool = _MKFS[filesystem][0]
-    flag = "-V"
-    proc = subprocess.run([tool, flag], capture_output=True, text=True, check=False)
+    proc = subprocess.run([tool, "-V"], capture_output=True, text=True, check=False)
     lines = [ln.strip() for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
     return lines[0] if lines else f"{tool} (version unknown)"
 
@@ -204,10 +203,11 @@ def fstrim(point: Path) -> int:
 
 
 def play_file_ops(plan: pa.Table, root: Path, *, fsync: bool, write_bytes: int,
-                  fstrim_interval_s: float | None, mount_point: Path | None = None,
+                  fstrim_interval_s: float | None, mount_point: Path,
                   progress: ReplayProgress | None = None) -> _Tally:
-    """Play FILE_OPS rows in `root` (the store's directory), as fast as possible (module docstring).
-    An error names the plan row, its op and file."""
+    """Play FILE_OPS rows in `root` (the store's directory on the file system mounted at
+    `mount_point`, which fstrim trims), as fast as possible (module docstring). An error names the
+    plan row, its op and file."""
     tally = _Tally()
     buf = memoryview(np.random.default_rng(0x6B76).integers(0, 256, write_bytes, np.uint8).tobytes())
     next_trim = fstrim_interval_s
@@ -223,7 +223,7 @@ def play_file_ops(plan: pa.Table, root: Path, *, fsync: bool, write_bytes: int,
             path = root / name
             try:
                 if next_trim is not None and t >= next_trim:
-                    tally.fstrim_bytes += fstrim(mount_point or root)
+                    tally.fstrim_bytes += fstrim(mount_point)
                     tally.fstrims += 1
                     assert fstrim_interval_s is not None
                     next_trim = (t // fstrim_interval_s + 1) * fstrim_interval_s

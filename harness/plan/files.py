@@ -45,8 +45,8 @@ plays a few hundred objects per second on a loop device.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, fields
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -148,9 +148,6 @@ class FilePlanCounts:
     capacity_bytes: int
     layout: str = "fs"
 
-    def accounting(self) -> dict[str, int | str]:
-        return {f.name: getattr(self, f.name) for f in fields(FilePlanCounts)}
-
 
 def stream_file_ops(ssd_ops: SsdOps, config: ReplayConfig, sink: Callable[[pa.Table], None], *,
                     fs: FsLayoutConfig | None = None, source: str = "ssd_ops",
@@ -249,19 +246,3 @@ def plan_file_ops(ssd_ops: SsdOps, config: ReplayConfig, *, fs: FsLayoutConfig |
     table = pa.concat_tables(chunks) if chunks else FILE_OPS.empty()
     return table.replace_schema_metadata({**(table.schema.metadata or {}), **fs.metadata()}), counts
 
-
-def live_at_end(file_ops: pa.Table | Iterable[pa.RecordBatch]) -> dict[str, int]:
-    """The files a FILE_OPS plan leaves in place (name → bytes): what the file system must still
-    hold when the player unmounts it."""
-    batches = file_ops.to_batches() if isinstance(file_ops, pa.Table) else file_ops
-    out: dict[str, int] = {}
-    for b in batches:
-        ops = b.column("op").to_pylist()
-        names = b.column("name").to_pylist()
-        lens = b.column("length_bytes").to_pylist()
-        for op, name, ln in zip(ops, names, lens, strict=True):
-            if op == "write":
-                out[name] = ln
-            elif op == "unlink":
-                out.pop(name, None)
-    return out
