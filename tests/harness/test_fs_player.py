@@ -286,6 +286,9 @@ def test_preflight_pairs_the_fs_layout_with_a_file_system() -> None:
         preflight(replace(cfg, device=blk), replay=True)
     with pytest.raises(KvwearError, match="no such device"):      # paired: on to the device's own checks
         preflight(replace(cfg, device=blk, replay=ReplaySettings(layout="fs")), replay=True)
+    # placement handles are the file system's business: refused before the simulation, not after it
+    with pytest.raises(KvwearError, match=r"replay\.placement kind: the fs layout leaves placement"):
+        preflight(replace(cfg, device=blk, replay=ReplaySettings(layout="fs", placement="kind")), replay=True)
 
 
 @root_only
