@@ -152,7 +152,7 @@ def delta(after: BlockDelta, before: BlockDelta) -> BlockDelta:
 def mounted(device: str, filesystem: str, options: str) -> Iterator[Path]:
     """`device` mounted on a private temporary mount point (0700) with `options`; unmounted and the
     mount point removed on exit, also when the body fails (an unmount failure is raised, naming the
-    mount, unless the body's own error is on its way)."""
+    mount; when the body's own error is on its way, that error carries it as a note instead)."""
     point = Path(tempfile.mkdtemp(prefix="kvwear-fs-"))
     try:
         _run(["mount", "-t", filesystem, *(["-o", options] if options else []), device, str(point)],
@@ -160,11 +160,11 @@ def mounted(device: str, filesystem: str, options: str) -> Iterator[Path]:
     except BaseException:
         point.rmdir()
         raise
-    failed = False
+    failed: BaseException | None = None
     try:
         yield point
-    except BaseException:
-        failed = True
+    except BaseException as exc:
+        failed = exc
         raise
     finally:
         proc = subprocess.run(["umount", str(point)], capture_output=True, text=True, check=False)
@@ -173,8 +173,11 @@ def mounted(device: str, filesystem: str, options: str) -> Iterator[Path]:
             proc = subprocess.run(["umount", str(point)], capture_output=True, text=True, check=False)
         if proc.returncode == 0:
             point.rmdir()
-        elif not failed:
-            raise KvwearError(f"cannot unmount {point} ({device}): {proc.stderr.strip()}; unmount it by hand")
+        else:
+            left = f"cannot unmount {point} ({device}): {proc.stderr.strip()}; unmount it by hand"
+            if failed is None:
+                raise KvwearError(left)
+            failed.add_note(left)   # the body's error stays the one raised, and says a mount is left
 
 
 @dataclass

@@ -20,7 +20,7 @@ from kvwear.harness.capture import TracerUnavailable, kernel_dev_t, open_tracer
 from kvwear.harness.capture.schema import BLOCK_TRACE
 from kvwear.harness.devices.base import DeviceSpec, open_device
 from kvwear.harness.devices.fio import FioParams, loop_device
-from kvwear.harness.devices.fs_player import FsDevice, missing_for, read_fs_trace, replay_trace_on_ftl
+from kvwear.harness.devices.fs_player import FsDevice, missing_for, mounted, read_fs_trace, replay_trace_on_ftl
 from kvwear.harness.devices.measurement import CaptureCount, ReplayResult
 from kvwear.harness.devices.safety import loop_serial
 from kvwear.harness.estimate.fs_checks import fs_checks
@@ -328,3 +328,27 @@ def test_a_recorded_trace_without_or_with_bad_provenance_is_refused(tmp_path: Pa
     pq.write_table(rows.replace_schema_metadata(meta), tmp_path / "half.parquet")
     with pytest.raises((KvwearError, InputError), match=r"half\.parquet: field provenance\.discard: missing"):
         read_fs_trace(tmp_path / "half.parquet")
+
+
+@root_only
+@needs("ext4")
+def test_a_mount_left_behind_is_named_on_the_bodys_error(loop: str, tmp_path: Path) -> None:
+    """The body fails while a file on the mount is open: the unmount fails too, and the body's error
+    carries a note naming the mount to unmount by hand (the test then unmounts it)."""
+    import subprocess
+
+    subprocess.run(["mkfs.ext4", "-F", "-q", loop], check=True)
+    busy = None
+    point: Path | None = None
+    try:
+        with pytest.raises(RuntimeError, match="body failed") as failed, mounted(loop, "ext4", "nodiscard") as point:
+            busy = (point / "open-file").open("w")
+            raise RuntimeError("body failed")
+        assert point is not None
+        assert [n for n in failed.value.__notes__ if f"cannot unmount {point}" in n and "unmount it by hand" in n]
+    finally:
+        if busy is not None:
+            busy.close()
+        if point is not None and point.exists():
+            subprocess.run(["umount", str(point)], check=False)
+            point.rmdir()
