@@ -69,6 +69,12 @@ def test_time_modes_and_batches() -> None:
     assert whole.column("t_s").to_pylist() == [float(i) for i in range(10)]
     afap, _ = plan_file_ops(ssd_ops(rows, t), ReplayConfig(capacity_bytes=MiB, layout="fs", time_mode="afap"))
     assert afap.column("t_s").to_pylist() == [float(i) for i in range(10)]
+    # three modes, three distinct answers (at compression 2 `compressed` equals `afap`'s row index):
+    # original keeps the 2 s spacing, compressed ×4 makes it 0.5 s, afap counts rows
+    for mode, step in [("original", 2.0), ("compressed", 0.5), ("afap", 1.0)]:
+        got, _ = plan_file_ops(ssd_ops(rows, t), ReplayConfig(capacity_bytes=MiB, layout="fs", time_mode=mode,  # type: ignore[arg-type]
+                                                              time_compression=4.0))
+        assert got.column("t_s").to_pylist() == [step * i for i in range(10)], mode
     # batched input (a callable giving record batches) plans the same rows
     src = ssd_ops(rows, t)
     batched, c = plan_file_ops(lambda: src.to_batches(max_chunksize=3),
