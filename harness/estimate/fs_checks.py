@@ -50,27 +50,19 @@ def fs_checks(files: FileSystemCount, plan: FilePlanCounts | None = None, captur
     out = [Check.of("file bytes = object bytes", files.object_write_bytes, files.file_write_bytes,
                     "fs-player write()", 0.0, kind=acc)]
     if plan is not None:
-        out += [
-            Check.of("plan object bytes at the player", plan.object_write_bytes, files.object_write_bytes,
-                     "fs-player", 0.0, kind=acc),
-            Check.of("unlinked bytes = plan unlink bytes", plan.unlink_bytes, files.unlinked_bytes,
-                     "fs-player unlink", 0.0, kind=acc),
-            Check.of("bytes left at unmount = plan end", plan.end_live_bytes, files.end_file_bytes,
-                     "fs-player stat", 0.0, kind=acc),
-            Check.of("files left at unmount = plan end files", plan.end_files, files.end_files,
-                     "fs-player listdir", 0.0, kind=acc),
-            Check.of("file read bytes = plan read bytes", plan.read_bytes, files.file_read_bytes,
-                     "fs-player read()", 0.0, kind=acc),
-            Check.of("files unlinked = plan unlinks", plan.unlinks, files.files_unlinked,
-                     "fs-player unlink", 0.0, kind=acc),
-            Check.of("write calls = plan write calls", plan.write_calls, files.write_calls,
-                     "fs-player write()", 0.0, kind=acc, note="the plan's write size is the player's"),
-            Check.of("files created = plan creates", plan.creates, files.files_created,
-                     "fs-player open(O_CREAT)", 0.0, kind=acc),
-        ]
+        # (name, the plan's count, the player's, where the player counted it), each exact
+        same = [("plan object bytes at the player", plan.object_write_bytes, files.object_write_bytes, "fs-player"),
+                ("unlinked bytes = plan unlink bytes", plan.unlink_bytes, files.unlinked_bytes, "fs-player unlink"),
+                ("bytes left at unmount = plan end", plan.end_live_bytes, files.end_file_bytes, "fs-player stat"),
+                ("files left at unmount = plan end files", plan.end_files, files.end_files, "fs-player listdir"),
+                ("file read bytes = plan read bytes", plan.read_bytes, files.file_read_bytes, "fs-player read()"),
+                ("files unlinked = plan unlinks", plan.unlinks, files.files_unlinked, "fs-player unlink"),
+                # the plan counts write() calls at the write size it carries, which the player writes in
+                ("write calls = plan write calls", plan.write_calls, files.write_calls, "fs-player write()"),
+                ("files created = plan creates", plan.creates, files.files_created, "fs-player open(O_CREAT)")]
         if files.fsync:
-            out.append(Check.of("fsyncs = plan writes", plan.writes, files.fsyncs, "fs-player fsync()", 0.0,
-                                kind=acc))
+            same.append(("fsyncs = plan writes", plan.writes, files.fsyncs, "fs-player fsync()"))
+        out += [Check.of(name, want, got, source, 0.0, kind=acc) for name, want, got, source in same]
     if files.fsync:
         out.append(at_least("block bytes ≥ file bytes (fsync)", files.file_write_bytes, files.block.write_bytes,
                             "diskstats", "every fsync'ed byte reached the device"))
