@@ -7,7 +7,7 @@ half-written table that looks complete. Reading checks the kind and the major ve
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,10 +126,14 @@ def output_folder(path: Path) -> Iterator[Path]:
         raise
 
 
-def write_table(spec: TableSpec, table: pa.Table, path: str | Path) -> Path:
-    """Write `table` conformed to `spec` to `path` atomically."""
+def write_table(spec: TableSpec, table: pa.Table, path: str | Path,
+                metadata: Mapping[bytes, bytes] | None = None) -> Path:
+    """Write `table` conformed to `spec` to `path` atomically, with `metadata` added to the file's
+    schema metadata (what made the table, kept beside the spec's kind and version)."""
     path = Path(path)
     t = spec.conform(table)
+    if metadata:
+        t = t.replace_schema_metadata({**(t.schema.metadata or {}), **metadata})
     with atomic_write(path) as tmp:
         pq.write_table(t, tmp, compression="zstd", row_group_size=row_group_rows(t))
     return path
@@ -141,13 +145,16 @@ class TableWriter:
     Use as a context manager; on an exception the partial file is removed.
     """
 
-    def __init__(self, spec: TableSpec, path: str | Path) -> None:
+    def __init__(self, spec: TableSpec, path: str | Path, metadata: Mapping[bytes, bytes] | None = None) -> None:
         self.spec = spec
         self.path = Path(path)
         _writable(self.path)
         self._tmp = atomic_path(self.path)
+        schema = spec.with_metadata()
+        if metadata:        # added to the file's schema metadata, as write_table's
+            schema = schema.with_metadata({**(schema.metadata or {}), **metadata})
         try:
-            self._writer = pq.ParquetWriter(self._tmp, spec.with_metadata(), compression="zstd")
+            self._writer = pq.ParquetWriter(self._tmp, schema, compression="zstd")
         except OSError as exc:
             raise KvwearError(f"{self.path}: cannot write: {exc.strerror or exc}") from None
         self.rows = 0

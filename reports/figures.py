@@ -96,6 +96,20 @@ def _outside(fig: plt.Figure) -> list[str]:
     return [f"{fig.axes[0].get_title() if fig.axes else 'figure'}: text cut off at the {s} edge" for s in sides]
 
 
+def _labels_past_axes(fig: plt.Figure) -> list[str]:
+    """Which value labels drawn inside a plot (annotations) reach past its axes: above the top one
+    runs into the title, as the tallest bar's label once did."""
+    r = fig.canvas.get_renderer()                          # type: ignore[attr-defined]
+    out = []
+    for ax in fig.axes:
+        box = ax.get_window_extent(r)
+        for t in ax.texts:
+            tb = t.get_window_extent(r)
+            if t.get_visible() and t.get_text() and (tb.y1 > box.y1 + 1 or tb.y0 < box.y0 - 1):
+                out.append(f"{ax.get_title() or 'figure'}: label {t.get_text()!r} past the axes")
+    return out
+
+
 def save_figure(fig: plt.Figure, path: Path, data: pd.DataFrame | None = None,
                 notes: Sequence[str] = ()) -> Figure:
     """Lay out `fig` (tight layout, overlapping tick labels thinned), write it as a PNG (creating
@@ -104,7 +118,7 @@ def save_figure(fig: plt.Figure, path: Path, data: pd.DataFrame | None = None,
     fig.tight_layout()
     problems = _thin_ticks(fig)
     fig.tight_layout()
-    problems += _outside(fig)
+    problems += _outside(fig) + _labels_past_axes(fig)
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return Figure(path, data if data is not None else pd.DataFrame(), tuple(problems), tuple(notes))
@@ -199,10 +213,13 @@ def _column(df: pd.DataFrame, name: str) -> pd.Series:
 
 
 def _label_bars(ax: plt.Axes, x: np.ndarray, tops: np.ndarray, labels: Sequence[str | None]) -> None:
-    """A label above each bar that has one."""
+    """A label above each bar that has one, with room above the tallest bar so that its label stays
+    inside the axes instead of running into the title."""
     for xi, top, label in zip(x, tops, labels, strict=True):
         if label is not None:
             ax.annotate(label, (xi, top), ha="center", va="bottom", fontsize=8)
+    if any(label is not None for label in labels) and len(tops) and np.nanmax(tops) > 0:
+        ax.set_ylim(top=float(np.nanmax(tops)) * 1.1)
 
 
 def _policy_axes(ax: plt.Axes, x: np.ndarray, policies: pd.Series, ylabel: str, title: str) -> None:

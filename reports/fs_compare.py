@@ -25,6 +25,7 @@ from pathlib import Path
 
 from kvwear.errors import KvwearError
 from kvwear.harness.estimate.schema import ResultsRow, read_results
+from kvwear.kv import parse_kv
 
 
 @dataclass(frozen=True)
@@ -91,13 +92,12 @@ def markdown(rows: Sequence[SideBySide]) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
-    runs: dict[str, Path] = {}
-    for a in argv:
-        name, eq, path = a.rpartition("=")
-        if not eq:
-            print(f"usage: python -m kvwear.reports.fs_compare NAME=RUN_DIR ...; got {a!r}", file=sys.stderr)
-            return 2
-        runs[name] = Path(path)
+    # the one NAME=VALUE parser: the name ends at the first '=' (a path may hold more), a name twice is refused
+    try:
+        runs = {name: Path(path) for name, path in parse_kv(argv, "fs_compare", form="NAME=RUN_DIR").items()}
+    except ValueError as exc:
+        print(f"usage: python -m kvwear.reports.fs_compare NAME=RUN_DIR ...; {exc}", file=sys.stderr)
+        return 2
     print(markdown(side_by_side(runs)), end="")
     return 0
 

@@ -20,7 +20,7 @@ from kvwear.errors import UnknownNameError
 from kvwear.harness.estimate.estimator import LIFETIME_MODEL_CHECK, Check
 from kvwear.harness.estimate.schema import ResultsRow
 from kvwear.policies.base import is_offline
-from kvwear.units import format_lifetime
+from kvwear.units import format_bytes, format_lifetime
 
 # The baseline every gain is against (the simulator's write-back LRU).
 BASELINE = "lru"
@@ -274,7 +274,11 @@ def lifetime_inputs(rows: Sequence[ResultsRow]) -> str:
     if r is None or r.tbw_bytes is None:
         return "The results carry no endurance budget (TBW): no lifetime can be projected."
     parts = ["Lifetime = TBW ÷ (host writes per day × WAF)."]
-    tier = f" of the {r.ssd_bytes / 1e9:,.0f} GB SSD tier" if r.ssd_bytes else ""
+    # whole GB for a tier of real size; a tier under 1 GB (a loop device's) in its own unit, not "0 GB"
+    tier = ""
+    if r.ssd_bytes:
+        size = f"{r.ssd_bytes / 1e9:,.0f} GB" if r.ssd_bytes >= 1e9 else format_bytes(r.ssd_bytes, binary=False)
+        tier = f" of the {size} SSD tier"
     drive_writes = f" = {r.tbw_bytes / r.ssd_bytes:,.0f} full-drive writes" if r.ssd_bytes else ""
     ratings = f" (ratings from {r.rating_source})" if r.rating_source else ""
     parts.append(f"TBW {r.tbw_bytes / 1e12:,.1f} TB{tier}{drive_writes}{ratings}.")

@@ -244,7 +244,8 @@ def fig_models(df: pd.DataFrame, path: Path, lt: str) -> Figure | None:
             ax.bar(xs[unbounded], np.full(int(unbounded.sum()), top), w, color=bars.patches[0].get_facecolor(),
                    hatch="//", alpha=0.5)
             for xi in xs[unbounded]:
-                ax.text(xi, top, "∞", ha="center", va="bottom", fontsize=8)
+                # inside the hatched bar's top: the axis ends there, so above it would reach the title
+                ax.text(xi, top, "∞", ha="center", va="top", fontsize=8)
     ax.set_xticks(x, pivot.index)
     lifetime_axis(ax, lo, top)
     notes = [] if finite.size else ["No configuration wrote to the SSD: every lifetime is unbounded (hatched, ∞)."]

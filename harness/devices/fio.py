@@ -102,9 +102,16 @@ from kvwear.harness.devices.deferred_trims import DEFAULT_SEGMENT_OPS, device_se
 from kvwear.harness.devices.directive_plan import DW_TOOL, encode_plan, handle_accounting, parse_report, report_details
 from kvwear.harness.devices.fdp_host import FdpGate, fdp_capability, host_dw_binary
 from kvwear.harness.devices.fio_iolog import export_iolog_v3
-from kvwear.harness.devices.fs_player import DISCARD_MODES, FILESYSTEMS, FsDevice
+from kvwear.harness.devices.fs_player import DISCARD_MODES, FILESYSTEMS, FsDevice, block_counters
 from kvwear.harness.devices.identity import path_identity
-from kvwear.harness.devices.measurement import FdpLogCount, MediaCount, ReplayResult, TrimCount, TrimMode
+from kvwear.harness.devices.measurement import (
+    BlockDelta,
+    FdpLogCount,
+    MediaCount,
+    ReplayResult,
+    TrimCount,
+    TrimMode,
+)
 from kvwear.harness.devices.safety import (
     DeviceFacts,
     check_block_device,
@@ -213,6 +220,15 @@ class FioParams(DeviceParams):
     fstrim_interval_s: float = option(60.0, gt=0)              # discard=fstrim, on the plan's clock
     fsync: bool = True                                         # fsync each file after its writes
 
+
+
+def _diskstats_details(before: BlockDelta | None, after: BlockDelta | None) -> dict[str, int]:
+    """The kernel's own count of the device's writes over a replay (any other writer included), for
+    the replay's details; empty for a file."""
+    if before is None or after is None:
+        return {}
+    return {"diskstats_write_bytes": after.write_bytes - before.write_bytes,
+            "diskstats_write_ios": after.write_ios - before.write_ios}
 
 class FioDevice:
     """A file or block device played with fio. Construct through `open_device(DeviceSpec)`."""
@@ -408,9 +424,7 @@ class FioDevice:
                 "ioengine": self.p.ioengine, "iodepth": self.p.iodepth, "timed": timed,
                 "iolog": str(log.path), "job_file": str(run.job_path),
                 # The kernel's own count for the device over the replay (any other writer included).
-                **({"diskstats_write_bytes": stat_after[1] - stat_before[1],
-                    "diskstats_write_ios": stat_after[0] - stat_before[0]}
-                   if stat_before and stat_after else {}),
+                **_diskstats_details(stat_before, stat_after),
                 **({"precondition": dataclasses.asdict(self.precondition_result)}
                    if self.precondition_result else {}),
             },
@@ -470,9 +484,7 @@ class FioDevice:
                 **fio.details(), **trim_details, **settings,
                 "ioengine": self.p.ioengine, "iodepth": self.p.iodepth, "timed": timed,
                 "job_file": jobs[0] if jobs else "",
-                **({"diskstats_write_bytes": stat_after[1] - stat_before[1],
-                    "diskstats_write_ios": stat_after[0] - stat_before[0]}
-                   if stat_before and stat_after else {}),
+                **_diskstats_details(stat_before, stat_after),
                 **({"precondition": dataclasses.asdict(self.precondition_result)}
                    if self.precondition_result else {}),
             },
@@ -496,16 +508,15 @@ class FioDevice:
         for _ in pool.map(one, offsets.tolist(), lengths.tolist(), chunksize=64):
             pass                   # re-raises the first failure
 
-    def _diskstats(self) -> tuple[int, int] | None:
-        """(writes completed, bytes written) from /sys/class/block/<dev>/stat; None for a file."""
+    def _diskstats(self) -> BlockDelta | None:
+        """The device's own counters now (fs_player.block_counters: /sys/dev/block/M:m/stat); None
+        for a file, or when the kernel's counters cannot be read (they are a detail, not a check)."""
         if self.spec.kind != "block":
             return None
-        dev = self._identity.extra.get("dev")
         try:
-            fields = Path(f"/sys/dev/block/{dev}/stat").read_text().split()
-        except OSError:
+            return block_counters(str(self._identity.extra.get("dev")))
+        except KvwearError:
             return None
-        return int(fields[4]), int(fields[6]) * 512   # write I/Os, write sectors (512 B units)
 
     def precondition(self, workdir: Path, *, steady: bool = True) -> PreconditionResult:
         """A sequential fill of `fill_loops` × the range, then (`steady`, SNIA-style) random 4 KiB

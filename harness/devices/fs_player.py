@@ -15,7 +15,8 @@ device option `filesystem` is set (kvwear.harness.devices.fio.Block):
    background initialisation writes during the replay are counted as the workload's overhead.
    What mkfs wrote and discarded is counted apart (`FileSystemCount.mkfs_block`).
 3. Each `replay` mounts the file system on a private temporary mount point (mode 0700, removed
-   after), with `-o discard` when `discard=online`, makes the store's directory (`local_disk`, as
+   after), with `-o discard` when `discard=online` and `-o nodiscard` otherwise (f2fs discards
+   unless told not to), makes the store's directory (`local_disk`, as
    LMCache's flat directory), plays the rows in order as fast as possible — write: open with
    O_CREAT|O_TRUNC, write() the object's bytes in pieces of the plan's write size, fsync when
    `fsync=true`, close; read: read the whole file; unlink — runs `fstrim` on the mount each time
@@ -58,7 +59,6 @@ from typing import ClassVar, Protocol
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from kvwear.errors import KvwearError
 from kvwear.exclusive import block_identity, device_lock_path, locked
@@ -72,11 +72,11 @@ from kvwear.harness.devices.measurement import (
     TrimMode,
 )
 from kvwear.harness.devices.safety import DeviceFacts, check_block_device, loop_serial
-from kvwear.harness.plan.files import FILE_OPS
+from kvwear.harness.plan.files import FILE_OPS, planned_write_bytes
 from kvwear.harness.plan.schema import BLOCK_OPS
 from kvwear.harness.wear.identify import DeviceIdentity
 from kvwear.records import decode, encode
-from kvwear.tables import TableSpec, atomic_write, read_table, row_group_rows
+from kvwear.tables import TableSpec, read_table, write_table
 
 FILESYSTEMS: tuple[str, ...] = ("ext4", "xfs", "f2fs")
 DISCARD_MODES: tuple[str, ...] = ("online", "none", "fstrim")
@@ -127,8 +127,7 @@ def _run(argv: Sequence[str], what: str, timeout_s: float = 600) -> subprocess.C
 def tool_version(filesystem: str) -> str:
     """The mkfs tool's version line (mke2fs 1.47.0 (5-Feb-2023), mkfs.xfs version 6.1.0, …)."""
     tool = _MKFS[filesystem][0]
-    flag = "-V"
-    proc = subprocess.run([tool, flag], capture_output=True, text=True, check=False)
+    proc = subprocess.run([tool, "-V"], capture_output=True, text=True, check=False)
     lines = [ln.strip() for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
     return lines[0] if lines else f"{tool} (version unknown)"
 
@@ -153,7 +152,7 @@ def delta(after: BlockDelta, before: BlockDelta) -> BlockDelta:
 def mounted(device: str, filesystem: str, options: str) -> Iterator[Path]:
     """`device` mounted on a private temporary mount point (0700) with `options`; unmounted and the
     mount point removed on exit, also when the body fails (an unmount failure is raised, naming the
-    mount, unless the body's own error is on its way)."""
+    mount; when the body's own error is on its way, that error carries it as a note instead)."""
     point = Path(tempfile.mkdtemp(prefix="kvwear-fs-"))
     try:
         _run(["mount", "-t", filesystem, *(["-o", options] if options else []), device, str(point)],
@@ -161,11 +160,11 @@ def mounted(device: str, filesystem: str, options: str) -> Iterator[Path]:
     except BaseException:
         point.rmdir()
         raise
-    failed = False
+    failed: BaseException | None = None
     try:
         yield point
-    except BaseException:
-        failed = True
+    except BaseException as exc:
+        failed = exc
         raise
     finally:
         proc = subprocess.run(["umount", str(point)], capture_output=True, text=True, check=False)
@@ -174,8 +173,11 @@ def mounted(device: str, filesystem: str, options: str) -> Iterator[Path]:
             proc = subprocess.run(["umount", str(point)], capture_output=True, text=True, check=False)
         if proc.returncode == 0:
             point.rmdir()
-        elif not failed:
-            raise KvwearError(f"cannot unmount {point} ({device}): {proc.stderr.strip()}; unmount it by hand")
+        else:
+            left = f"cannot unmount {point} ({device}): {proc.stderr.strip()}; unmount it by hand"
+            if failed is None:
+                raise KvwearError(left)
+            failed.add_note(left)   # the body's error stays the one raised, and says a mount is left
 
 
 @dataclass
@@ -204,10 +206,11 @@ def fstrim(point: Path) -> int:
 
 
 def play_file_ops(plan: pa.Table, root: Path, *, fsync: bool, write_bytes: int,
-                  fstrim_interval_s: float | None, mount_point: Path | None = None,
+                  fstrim_interval_s: float | None, mount_point: Path,
                   progress: ReplayProgress | None = None) -> _Tally:
-    """Play FILE_OPS rows in `root` (the store's directory), as fast as possible (module docstring).
-    An error names the plan row, its op and file."""
+    """Play FILE_OPS rows in `root` (the store's directory on the file system mounted at
+    `mount_point`, which fstrim trims), as fast as possible (module docstring). An error names the
+    plan row, its op and file."""
     tally = _Tally()
     buf = memoryview(np.random.default_rng(0x6B76).integers(0, 256, write_bytes, np.uint8).tobytes())
     next_trim = fstrim_interval_s
@@ -223,7 +226,7 @@ def play_file_ops(plan: pa.Table, root: Path, *, fsync: bool, write_bytes: int,
             path = root / name
             try:
                 if next_trim is not None and t >= next_trim:
-                    tally.fstrim_bytes += fstrim(mount_point or root)
+                    tally.fstrim_bytes += fstrim(mount_point)
                     tally.fstrims += 1
                     assert fstrim_interval_s is not None
                     next_trim = (t // fstrim_interval_s + 1) * fstrim_interval_s
@@ -322,12 +325,8 @@ def write_fs_trace(trace: pa.Table, device_bytes: int, files: FileSystemCount, c
     prov = FsTraceProvenance(files.filesystem, files.discard, files.fsync, files.fstrim_interval_s,
                              files.mkfs_command, files.mount_options, files.fs_tools, files.kernel,
                              device_bytes, command)
-    table = FS_TRACE.conform(block_trace_plan(trace, device_bytes))
-    meta = {**(table.schema.metadata or {}), FS_TRACE_PROVENANCE_KEY: json.dumps(encode(prov)).encode()}
-    with atomic_write(path) as tmp:     # write_table would conform the schema's metadata away
-        pq.write_table(table.replace_schema_metadata(meta), tmp, compression="zstd",
-                       row_group_size=row_group_rows(table))
-    return path
+    return write_table(FS_TRACE, block_trace_plan(trace, device_bytes), path,
+                       metadata={FS_TRACE_PROVENANCE_KEY: json.dumps(encode(prov)).encode()})
 
 
 def read_fs_trace(path: Path) -> tuple[pa.Table, FsTraceProvenance]:
@@ -449,13 +448,19 @@ class FsDevice:
         return self._capacity
 
     def mount_options(self) -> str:
-        return "discard" if self.p.discard == "online" else ""
+        """`discard` for discard=online, else `nodiscard`: f2fs discards by default since Linux 4.19
+        (ext4 and xfs do not), so without it discard=none would not hold on f2fs; all three accept it."""
+        return "discard" if self.p.discard == "online" else "nodiscard"
 
     def replay(self, plan: pa.Table | Path, workdir: Path, *, timed: bool = False,
-               progress: ReplayProgress | None = None, write_bytes: int = 1 << 20) -> ReplayResult:
+               progress: ReplayProgress | None = None) -> ReplayResult:
         """Mount, play the FILE_OPS `plan` (a table or its Parquet), unmount; the counts (module
-        docstring). `timed` is not honoured: the player plays as fast as possible (said in the notes)."""
-        table = read_table(FILE_OPS, plan) if isinstance(plan, Path) else FILE_OPS.conform(plan)
+        docstring). It writes in the pieces the plan was counted at (its write size, carried in its
+        metadata: kvwear.harness.plan.files.planned_write_bytes). `timed` is not honoured: the player
+        plays as fast as possible (said in the notes)."""
+        raw = read_table(FILE_OPS, plan) if isinstance(plan, Path) else plan
+        write_bytes = planned_write_bytes(raw, str(plan) if isinstance(plan, Path) else "file_ops plan")
+        table = FILE_OPS.conform(raw)
         p = self.p
         interval = p.fstrim_interval_s if p.discard == "fstrim" else None
         opts = self.mount_options()
@@ -475,7 +480,7 @@ class FsDevice:
         planned = int(pc.sum(table.column("length_bytes").filter(w)).as_py() or 0)
         files = FileSystemCount(
             filesystem=self.filesystem, discard=p.discard, fsync=p.fsync, fstrim_interval_s=interval,
-            mkfs_command=" ".join(self.mkfs_argv), mount_options=opts or "defaults", fs_tools=self.fs_tools,
+            mkfs_command=" ".join(self.mkfs_argv), mount_options=opts, fs_tools=self.fs_tools,
             kernel=platform.release(), object_write_bytes=planned, file_write_bytes=tally.file_write_bytes,
             file_read_bytes=tally.file_read_bytes, write_calls=tally.write_calls,
             files_created=tally.files_created, files_unlinked=tally.files_unlinked,

@@ -408,17 +408,18 @@ def placement_result(plan: PlanBytes, device: DeviceMeasurement, measured_waf: f
     return row, checks
 
 
-def capture_check(name: str, predicted: int, measured: int, cap: CaptureCount) -> Check:
-    """The eBPF capture's count against the plan's: failed whenever the capture lost events or could
-    not confirm it wrote out all it recorded (its counts are then incomplete, even when they land
-    within the tolerance), with a note saying so."""
+def capture_check(name: str, predicted: int, measured: int, cap: CaptureCount,
+                  rel_tol: float = HOST_BYTES_REL_TOL) -> Check:
+    """The eBPF capture's count against `predicted` (the plan's, or the device's own counters):
+    failed whenever the capture lost events or could not confirm it wrote out all it recorded (its
+    counts are then incomplete, even when they land within `rel_tol`), with a note saying so."""
     why = []
     if cap.lost_events > 0:
         why.append(f"the capture lost up to {cap.lost_events:,} events (perf buffer overflow or probe runs the "
                    "kernel skipped)")
     if not cap.drained:
         why.append("the tracer did not confirm it had written out every event it recorded (no flush barrier)")
-    check = Check.of(name, predicted, measured, f"ebpf:{cap.tracer}", HOST_BYTES_REL_TOL, kind="accounting",
+    check = Check.of(name, predicted, measured, f"ebpf:{cap.tracer}", rel_tol, kind="accounting",
                      note="; ".join(why) + ": its counts are incomplete" if why else "")
     return dataclasses.replace(check, passed=False) if why else check
 

@@ -8,7 +8,8 @@ replays, the device: the backend is known, its options parse, and its own static
 (`Backend.preflight`: a `sim` device's options build an FTL, a `file:` target passes
 `check_file_target` and its folder is writable, a `block:` device passes the safety guard and is
 writable, and no other kvwear holds the device, kvwear.exclusive), and the fs layout goes with a
-device that makes a file system (option `filesystem`) and only with it. The backends check again when
+device that makes a file system (option `filesystem`) and only with it, and without placement
+handles (the file system places the data). The backends check again when
 they open the device (the state can change while a run simulates).
 This module only inspects; it must not write anything.
 """
@@ -73,4 +74,7 @@ def _check_device(cfg: RunConfig) -> None:
     if filesystem is not None and cfg.replay.layout != "fs":
         raise KvwearError(f"device option filesystem={filesystem} plays file plans: add --layout fs "
                           f"(replay.layout is {cfg.replay.layout})")
+    if cfg.replay.layout == "fs" and cfg.replay.placement != "none":
+        raise KvwearError(f"replay.placement {cfg.replay.placement}: the fs layout leaves placement to the "
+                          "file system; use placement = none")
     device_backend(cfg).preflight(device_spec(cfg, device_capacity(cfg)))

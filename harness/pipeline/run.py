@@ -371,13 +371,11 @@ def plan_stage(cfg: RunConfig, rd: RunDir, sim: SimOutput, capacity: int,
 def _plan_files(cfg: RunConfig, d: Path, sim: SimOutput, rc: ReplayConfig,
                 ops: Callable[[], Iterator[pa.RecordBatch]], label: str) -> tuple[Plan, Mapping[str, Any]]:
     """The fs layout's plan (kvwear.harness.plan.files): file_ops.parquet, and plan.json with the
-    file plan's counts (its bytes also in the block plan's terms, for the stages that read those)."""
-    if placement_config(cfg).mode != "none":
-        raise KvwearError(f"replay.placement {cfg.replay.placement}: the fs layout leaves placement to the "
-                          "file system; use placement = none")
+    file plan's counts (its bytes also in the block plan's terms, for the stages that read those).
+    Placement other than `none` was refused by preflight, before the simulation."""
     fs = FsLayoutConfig(model=cfg.model, write_bytes=cfg.replay.max_io_bytes)
     try:
-        with TableWriter(FILE_OPS, d / "file_ops.parquet") as out:
+        with TableWriter(FILE_OPS, d / "file_ops.parquet", metadata=fs.metadata()) as out:
             files = stream_file_ops(ops, rc, out.write, fs=fs, source=str(sim.ssd_ops_path))
     except InputError as exc:
         raise InputError(exc.path, exc.line, exc.field, f"policy {label}: {exc.message}") from None

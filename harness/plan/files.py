@@ -45,8 +45,8 @@ plays a few hundred objects per second on a loop device.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, fields
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -58,10 +58,9 @@ from kvwear.harness.plan.planner import (
     ReplayConfig,
     SsdOps,
     _checked_batches,
+    plan_times,
 )
-from kvwear.tables import TableSpec
-
-_DICT = pa.dictionary(pa.int8(), pa.string())
+from kvwear.tables import CATEGORY, TableSpec
 
 FILE_OP_NAMES: tuple[str, ...] = ("write", "read", "unlink")
 
@@ -71,14 +70,19 @@ FILE_OPS = TableSpec(
     schema=pa.schema(
         [
             pa.field("t_s", pa.float64(), nullable=False),
-            pa.field("op", _DICT, nullable=False),          # write (create/truncate + write), read, unlink
+            pa.field("op", CATEGORY, nullable=False),          # write (create/truncate + write), read, unlink
             pa.field("name", pa.string(), nullable=False),  # the file's name in the store's directory
             pa.field("length_bytes", pa.int64(), nullable=False),   # the object's bytes (the file's size)
-            pa.field("obj_kind", _DICT, nullable=False),
+            pa.field("obj_kind", CATEGORY, nullable=False),
             pa.field("obj_id", pa.int64(), nullable=False),
         ]
     ),
 )
+
+
+# The plan's write size (FsLayoutConfig.write_bytes) travels with the plan, in the FILE_OPS file's
+# schema metadata (and a planned table's), so the player writes in the pieces the plan counted.
+WRITE_BYTES_KEY = b"kvwear.file_ops.write_bytes"
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,27 @@ class FsLayoutConfig:
     def __post_init__(self) -> None:
         if self.write_bytes <= 0:
             raise KvwearError(f"fs layout: write_bytes must be > 0, got {self.write_bytes}")
+
+    def metadata(self) -> dict[bytes, bytes]:
+        """What a FILE_OPS table planned with these settings carries (WRITE_BYTES_KEY)."""
+        return {WRITE_BYTES_KEY: str(self.write_bytes).encode()}
+
+
+def planned_write_bytes(file_ops: pa.Table | pa.Schema, source: str) -> int:
+    """The write size a FILE_OPS plan was counted at (WRITE_BYTES_KEY); a plan without it, or with a
+    bad one, is refused naming `source`."""
+    schema = file_ops if isinstance(file_ops, pa.Schema) else file_ops.schema
+    raw = (schema.metadata or {}).get(WRITE_BYTES_KEY)
+    if raw is None:
+        raise KvwearError(f"{source}: a file_ops plan without its write size (metadata {WRITE_BYTES_KEY.decode()}); "
+                          "plan it again")
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise KvwearError(f"{source}: file_ops metadata {WRITE_BYTES_KEY.decode()} = {raw!r}, not a byte count > 0")
+    return n
 
 
 def file_name(model: str, obj_id: int, kind: str) -> str:
@@ -122,17 +147,6 @@ class FilePlanCounts:
     write_calls: int             # write() calls the player makes (each ≤ write_bytes)
     capacity_bytes: int
     layout: str = "fs"
-
-    def accounting(self) -> dict[str, int | str]:
-        return {f.name: getattr(self, f.name) for f in fields(FilePlanCounts)}
-
-
-def _time(t: np.ndarray, config: ReplayConfig, t0: float, row0: int) -> np.ndarray:
-    if config.time_mode == "original":
-        return t - t0
-    if config.time_mode == "compressed":
-        return (t - t0) / config.time_compression
-    return np.arange(row0, row0 + len(t), dtype=np.float64)
 
 
 def stream_file_ops(ssd_ops: SsdOps, config: ReplayConfig, sink: Callable[[pa.Table], None], *,
@@ -208,7 +222,7 @@ def stream_file_ops(ssd_ops: SsdOps, config: ReplayConfig, sink: Callable[[pa.Ta
         if not keep:
             continue
         idx = np.asarray(keep, np.int64)
-        t = _time(b.t[idx], config, t0 or 0.0, out_rows)
+        t = plan_times(b.t, idx, config, t0 or 0.0, out_rows)
         sink(pa.table({
             "t_s": pa.array(t, pa.float64()),
             "op": pa.DictionaryArray.from_arrays(pa.array(codes, pa.int8()), pa.array(FILE_OP_NAMES)),
@@ -225,24 +239,10 @@ def stream_file_ops(ssd_ops: SsdOps, config: ReplayConfig, sink: Callable[[pa.Ta
 
 def plan_file_ops(ssd_ops: SsdOps, config: ReplayConfig, *, fs: FsLayoutConfig | None = None,
                   source: str = "ssd_ops") -> tuple[pa.Table, FilePlanCounts]:
-    """`stream_file_ops` collecting the whole FILE_OPS table."""
+    """`stream_file_ops` collecting the whole FILE_OPS table (carrying its write size, WRITE_BYTES_KEY)."""
+    fs = fs or FsLayoutConfig()
     chunks: list[pa.Table] = []
     counts = stream_file_ops(ssd_ops, config, chunks.append, fs=fs, source=source)
-    return (pa.concat_tables(chunks) if chunks else FILE_OPS.empty()), counts
+    table = pa.concat_tables(chunks) if chunks else FILE_OPS.empty()
+    return table.replace_schema_metadata({**(table.schema.metadata or {}), **fs.metadata()}), counts
 
-
-def live_at_end(file_ops: pa.Table | Iterable[pa.RecordBatch]) -> dict[str, int]:
-    """The files a FILE_OPS plan leaves in place (name → bytes): what the file system must still
-    hold when the player unmounts it."""
-    batches = file_ops.to_batches() if isinstance(file_ops, pa.Table) else file_ops
-    out: dict[str, int] = {}
-    for b in batches:
-        ops = b.column("op").to_pylist()
-        names = b.column("name").to_pylist()
-        lens = b.column("length_bytes").to_pylist()
-        for op, name, ln in zip(ops, names, lens, strict=True):
-            if op == "write":
-                out[name] = ln
-            elif op == "unlink":
-                out.pop(name, None)
-    return out

@@ -1250,6 +1250,17 @@ class _Batch:
     kind: np.ndarray
 
 
+def plan_times(t: np.ndarray, rows: np.ndarray, config: ReplayConfig, t0: float, row0: int) -> np.ndarray:
+    """The plan's t_s for the output rows taken from source rows `rows` of a batch whose source
+    times are `t` (module docstring, Time): `original` 0-based at `t0`, `compressed` also divided
+    by `time_compression`, `afap` the output row's index from `row0` (then `t` is not read). Shared
+    by the block and file layouts; called once per batch, outside the layout kernels."""
+    if config.time_mode == "afap":
+        return np.arange(row0, row0 + len(rows), dtype=np.float64)
+    ts = t[rows] - t0
+    return ts / config.time_compression if config.time_mode == "compressed" else ts
+
+
 def _checked_batches(ssd_ops: SsdOps, config: ReplayConfig, source: str, batch_rows: int,
                      kind_names: list[str]) -> Iterator[_Batch]:
     """The ssd_ops batches in order, each checked (errors name the global row and the field);
@@ -1439,12 +1450,7 @@ def stream_block_ops(ssd_ops: SsdOps, config: ReplayConfig, sink: Callable[[pa.T
         while j < k:
             take = min(k - j, max(1, chunk_extents) - pending)
             rows, codes, offs, lens, objs, kinds = _split_ios(layout.out[:, j:j + take], take, mx)
-            if config.time_mode == "afap":
-                ts = np.arange(done, done + len(rows), dtype=np.float64)
-            else:
-                ts = b.t[rows] - (t0 or 0.0)
-                if config.time_mode == "compressed":
-                    ts = ts / config.time_compression
+            ts = plan_times(b.t, rows, config, t0 or 0.0, done)
             done += len(rows)
             parts.append((ts, codes, offs, lens, objs, kinds))
             pending += take

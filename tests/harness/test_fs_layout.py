@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 
@@ -10,10 +12,11 @@ from kvwear.harness.plan.files import (
     FILE_OPS,
     FsLayoutConfig,
     file_name,
-    live_at_end,
     plan_file_ops,
+    planned_write_bytes,
 )
 from kvwear.harness.plan.planner import ReplayConfig, plan_block_ops
+from kvwear.tables import TableWriter, read_table
 from tests.harness.test_plan import ssd_ops
 
 MiB = 1 << 20
@@ -38,7 +41,6 @@ def test_each_object_is_a_file_written_read_and_unlinked() -> None:
     assert c.write_calls == 4 + 1 + 1                                    # ⌈size / write_bytes⌉ each
     assert (c.peak_live_bytes, c.peak_files) == (3 * MiB + 15, 2)
     assert (c.end_live_bytes, c.end_files) == (4096, 2)
-    assert live_at_end(table) == {names[1]: 4096, names[5]: 0}
     # the identity the player is checked against: writes − unlinks − truncated copies = what is left
     assert c.object_write_bytes - c.unlink_bytes - c.rewrite_bytes == c.end_live_bytes
 
@@ -67,9 +69,28 @@ def test_time_modes_and_batches() -> None:
     assert whole.column("t_s").to_pylist() == [float(i) for i in range(10)]
     afap, _ = plan_file_ops(ssd_ops(rows, t), ReplayConfig(capacity_bytes=MiB, layout="fs", time_mode="afap"))
     assert afap.column("t_s").to_pylist() == [float(i) for i in range(10)]
+    # three modes, three distinct answers (at compression 2 `compressed` equals `afap`'s row index):
+    # original keeps the 2 s spacing, compressed ×4 makes it 0.5 s, afap counts rows
+    for mode, step in [("original", 2.0), ("compressed", 0.5), ("afap", 1.0)]:
+        got, _ = plan_file_ops(ssd_ops(rows, t), ReplayConfig(capacity_bytes=MiB, layout="fs", time_mode=mode,  # type: ignore[arg-type]
+                                                              time_compression=4.0))
+        assert got.column("t_s").to_pylist() == [step * i for i in range(10)], mode
     # batched input (a callable giving record batches) plans the same rows
     src = ssd_ops(rows, t)
     batched, c = plan_file_ops(lambda: src.to_batches(max_chunksize=3),
                                ReplayConfig(capacity_bytes=MiB, layout="fs", time_mode="afap"))
     assert batched.equals(pa.Table.from_batches(afap.to_batches(), FILE_OPS.schema))
     assert c.unlinks == 5 and c.end_files == 0
+
+
+def test_the_plan_carries_its_write_size(tmp_path: Path) -> None:
+    """The write size the plan counted its write calls at travels with it (the player reads it)."""
+    fs = FsLayoutConfig(write_bytes=64 << 10)
+    table, c = plan_file_ops(ssd_ops([("write", 1, MiB)]), ReplayConfig(capacity_bytes=4 * MiB, layout="fs"), fs=fs)
+    assert planned_write_bytes(table, "plan") == 64 << 10 and c.write_calls == 16
+    path = tmp_path / "file_ops.parquet"
+    with TableWriter(FILE_OPS, path, metadata=fs.metadata()) as out:
+        out.write(table)
+    assert planned_write_bytes(read_table(FILE_OPS, path), str(path)) == 64 << 10
+    with pytest.raises(KvwearError, match="without its write size"):
+        planned_write_bytes(FILE_OPS.conform(table), "plan")

@@ -20,7 +20,7 @@ from kvwear.harness.capture import TracerUnavailable, kernel_dev_t, open_tracer
 from kvwear.harness.capture.schema import BLOCK_TRACE
 from kvwear.harness.devices.base import DeviceSpec, open_device
 from kvwear.harness.devices.fio import FioParams, loop_device
-from kvwear.harness.devices.fs_player import FsDevice, missing_for, read_fs_trace, replay_trace_on_ftl
+from kvwear.harness.devices.fs_player import FsDevice, missing_for, mounted, read_fs_trace, replay_trace_on_ftl
 from kvwear.harness.devices.measurement import CaptureCount, ReplayResult
 from kvwear.harness.devices.safety import loop_serial
 from kvwear.harness.estimate.fs_checks import fs_checks
@@ -83,13 +83,14 @@ def workload(n: int = 600, seed: int = 7) -> pa.Table:
 
 
 def play(dev: str, tmp_path: Path, filesystem: str, discard: str, *, fsync: bool = True,
-         capture: bool = False, **extra: object) -> tuple[ReplayResult, CaptureCount | None, pa.Table | None]:
+         capture: bool = False, write_bytes: int = MiB, n: int = 600,
+         **extra: object) -> tuple[ReplayResult, CaptureCount | None, pa.Table | None]:
     options = {"filesystem": filesystem, "discard": discard, "fsync": fsync, **extra}
     device = open_device(DeviceSpec("block", dev, options=options), tmp_path)
     assert isinstance(device, FsDevice)
     try:
-        plan, _ = plan_file_ops(workload(), ReplayConfig(capacity_bytes=device.capacity_bytes(), layout="fs"),
-                                fs=FsLayoutConfig(model="test-model"))
+        plan, _ = plan_file_ops(workload(n), ReplayConfig(capacity_bytes=device.capacity_bytes(), layout="fs"),
+                                fs=FsLayoutConfig(model="test-model", write_bytes=write_bytes))
         tracer = None
         if capture:
             tracer = open_tracer("auto")
@@ -142,6 +143,7 @@ def test_identities_at_every_level(loop: str, tmp_path: Path, filesystem: str, d
     res, capture, trace = play(loop, tmp_path, filesystem, discard, capture=True)
     f = res.files
     assert f is not None and f.filesystem == filesystem and f.discard == discard
+    assert f.mount_options == ("discard" if discard == "online" else "nodiscard")   # f2fs discards by default
     assert f.files_created == f.fsyncs == 600 and f.mkfs_block.write_bytes > 0
     assert f.block.write_bytes > f.file_write_bytes            # fsync: data plus journal/metadata
     if discard == "online":
@@ -161,6 +163,17 @@ def test_periodic_fstrim_and_no_fsync(loop: str, tmp_path: Path) -> None:
     assert f.fstrims == (rows - 1) // 200 and f.fstrim_interval_s == 200.0
     assert f.fstrim_bytes > 0 and f.block.discard_bytes > 0
     assert_identities(res, None, None, tmp_path, "ext4 fstrim/200 rows, no fsync")
+
+
+@root_only
+@needs("ext4")
+def test_the_player_writes_in_the_pieces_the_plan_counted(loop: str, tmp_path: Path) -> None:
+    """The plan's write size (its metadata) is the player's: 64 KiB pieces give the plan's write calls."""
+    res, _, _ = play(loop, tmp_path, "ext4", "none", write_bytes=64 << 10, n=60)
+    _, plan = plan_file_ops(workload(60), ReplayConfig(capacity_bytes=DEVICE_BYTES, layout="fs"),
+                            fs=FsLayoutConfig(write_bytes=64 << 10))
+    f = res.files
+    assert f is not None and f.write_calls == plan.write_calls > 2 * plan.writes
 
 
 @root_only
@@ -273,6 +286,9 @@ def test_preflight_pairs_the_fs_layout_with_a_file_system() -> None:
         preflight(replace(cfg, device=blk), replay=True)
     with pytest.raises(KvwearError, match="no such device"):      # paired: on to the device's own checks
         preflight(replace(cfg, device=blk, replay=ReplaySettings(layout="fs")), replay=True)
+    # placement handles are the file system's business: refused before the simulation, not after it
+    with pytest.raises(KvwearError, match=r"replay\.placement kind: the fs layout leaves placement"):
+        preflight(replace(cfg, device=blk, replay=ReplaySettings(layout="fs", placement="kind")), replay=True)
 
 
 @root_only
@@ -312,3 +328,27 @@ def test_a_recorded_trace_without_or_with_bad_provenance_is_refused(tmp_path: Pa
     pq.write_table(rows.replace_schema_metadata(meta), tmp_path / "half.parquet")
     with pytest.raises((KvwearError, InputError), match=r"half\.parquet: field provenance\.discard: missing"):
         read_fs_trace(tmp_path / "half.parquet")
+
+
+@root_only
+@needs("ext4")
+def test_a_mount_left_behind_is_named_on_the_bodys_error(loop: str, tmp_path: Path) -> None:
+    """The body fails while a file on the mount is open: the unmount fails too, and the body's error
+    carries a note naming the mount to unmount by hand (the test then unmounts it)."""
+    import subprocess
+
+    subprocess.run(["mkfs.ext4", "-F", "-q", loop], check=True)
+    busy = None
+    point: Path | None = None
+    try:
+        with pytest.raises(RuntimeError, match="body failed") as failed, mounted(loop, "ext4", "nodiscard") as point:
+            busy = (point / "open-file").open("w")
+            raise RuntimeError("body failed")
+        assert point is not None
+        assert [n for n in failed.value.__notes__ if f"cannot unmount {point}" in n and "unmount it by hand" in n]
+    finally:
+        if busy is not None:
+            busy.close()
+        if point is not None and point.exists():
+            subprocess.run(["umount", str(point)], check=False)
+            point.rmdir()

@@ -52,3 +52,11 @@ def test_an_unfinished_run_is_named(tmp_path: Path) -> None:
     (tmp_path / "half").mkdir()
     with pytest.raises(KvwearError, match=r"half/results\.parquet: no results"):
         side_by_side({"x": tmp_path / "half"})
+
+
+def test_run_names_are_parsed_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """NAME=RUN_DIR: the name ends at the first '=' (a run folder may hold one); a name twice is refused."""
+    odd = _run(tmp_path / "discard=none", [ResultsRow("lru", plan_write_bytes=10, device_write_bytes=10)])
+    assert main([f"fs={odd}"]) == 0 and "| lru | fs |" in capsys.readouterr().out
+    assert main([f"fs={odd}", f"fs={odd}"]) == 2 and "given twice" in capsys.readouterr().err
+    assert main(["no-name"]) == 2 and "NAME=RUN_DIR" in capsys.readouterr().err

@@ -77,6 +77,9 @@ def test_lifetime_inputs_and_units() -> None:
     assert s.startswith("Lifetime = TBW ÷ (host writes per day × WAF). TBW 467.2 TB of the 256 GB SSD tier = "
                         "1,825 full-drive writes. Host writes per day: the bytes the 1,014 s trace wrote")
     assert "Rated P/E: 3,000 cycles of 274 GB raw NAND" in s
+    # a tier under 1 GB (a loop device's) is said in its own unit, not as "0 GB"
+    small = lifetime_inputs([dataclasses.replace(r, ssd_bytes=409_040_000) for r in ROWS])
+    assert " of the 409.04 MB SSD tier = " in small
 
 
 @pytest.mark.parametrize(("days", "long", "short"), [
