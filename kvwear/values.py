@@ -102,7 +102,7 @@ def _read_int(v: Any, unit: str | None) -> int:
     if isinstance(v, int) and not isinstance(v, bool):
         if unit == "bytes" and not 0 <= v <= MAX_SIZE_BYTES:
             # a size is a size whatever its form: -1 is no more a size than '-1GB' is
-            raise ValueError(f"a size must be in [0, 1 EiB], got {v}")
+            raise ValueError(f"a size must be in [0, 1 EiB], got {_got(v)}")
         return v
     if unit == "bytes" and isinstance(v, str):
         try:
@@ -134,6 +134,11 @@ def _num(x: float) -> str:
     return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e21 else f"{x:g}"
 
 
+def _got(x: Any) -> str:
+    # an integer read from '1e300' has 301 digits: past 1e21 it is shown the way it was likely written
+    return f"{float(x):g}" if isinstance(x, int) and abs(x) >= 1e21 else repr(x)
+
+
 def _check_bounds(out: Any, meta: Mapping[str, Any]) -> None:
     """The value inside the field's bounds, else 'must be in [lo, hi]' (or '≥ lo', '< hi', …)."""
     ge, gt, le, lt = (meta.get(k) for k in ("ge", "gt", "le", "lt"))
@@ -144,11 +149,11 @@ def _check_bounds(out: Any, meta: Mapping[str, Any]) -> None:
     lo, hi = (ge if ge is not None else gt), (le if le is not None else lt)
     if lo is not None and hi is not None:
         rng = f"{'[' if ge is not None else '('}{_num(lo)}, {_num(hi)}{']' if le is not None else ')'}"
-        raise ValueError(f"must be in {rng}, got {out!r}")
+        raise ValueError(f"must be in {rng}, got {_got(out)}")
     word = "≥" if ge is not None else ">" if gt is not None else "≤" if le is not None else "<"
     bound = lo if lo is not None else hi
     assert bound is not None                      # not ok: some bound was given
-    raise ValueError(f"must be {word} {_num(bound)}, got {out!r}")
+    raise ValueError(f"must be {word} {_num(bound)}, got {_got(out)}")
 
 
 def read_value(value: Any, tp: Any, *, name: str, meta: Mapping[str, Any] | None = None) -> Any:

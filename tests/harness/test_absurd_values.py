@@ -159,12 +159,21 @@ def bounded_device_options() -> list[tuple[type, str, float]]:
             if f.metadata.get("le") is not None]
 
 
+def written_above(cls: type, name: str, v: float) -> str:
+    """A value above the bound, written as a user might: an integer option gets an integral value
+    (in float form on `sim`, '1e+20' or '1099511627777.0'), since a fraction is refused as not an
+    integer before its range is checked; a float option gets the float itself."""
+    if typing.get_type_hints(cls)[name] is float:
+        return repr(v)
+    return repr(float(math.floor(v) + 1)) if cls is SimParams else str(math.floor(v) + 1)
+
+
 @SETTINGS
 @given(case=st.sampled_from(bounded_device_options()), data=st.data())
 def test_a_device_option_above_its_range_names_the_range(case: tuple, data: st.DataObject) -> None:
     cls, name, hi = case
     value = data.draw(st.one_of(st.integers(int(hi) + 1, 2**80).map(str), st.floats(hi, 1e308, exclude_min=True)
-                                .map(lambda v: repr(v) if cls is SimParams else str(int(v) + 1))))
+                                .map(lambda v: written_above(cls, name, v))))
     shown = f"{int(hi):,}" if float(hi).is_integer() else f"{hi:g}"
     # a size beyond 1 EiB is refused as a size before its own bound
     size = r"|a size must be in \[0, 1 EiB\]" if name.endswith("_bytes") else ""
