@@ -47,7 +47,7 @@ def test_every_config_is_known() -> None:
 
 def test_demo_config_is_the_default_run() -> None:
     """configs/demo.toml writes out `kvwear run`'s defaults (the run the examples test makes with
-    `kvwear run -o runs/demo`): the same config but its name."""
+    `kvwear run -o out/demo --resume`): the same config but its name."""
     from dataclasses import replace
 
     from kvwear.harness.pipeline.config import RunConfig

@@ -68,7 +68,6 @@ PROMISES: dict[str, str] = {
         r"wrote 20 requests.*skipped 1 bad line",
     "kvwear trace generate api --requests 100000 --qps 500 --system-prompts 4 -o out/api.parquet": r"100,000",
     "kvwear run -o out/demo --resume": r"5 policies",
-    "kvwear run -o runs/demo": r"5 policies",
     "kvwear run --placement kind --policy lru --policy gandalf -o runs/fdp": r"2 policies",
 }
 
@@ -213,17 +212,17 @@ def units(examples: list[str]) -> list[list[str]]:
 
 
 FDP_EXAMPLE = "kvwear run --placement kind --policy lru --policy gandalf -o runs/fdp"
-DEMO_EXAMPLE = "kvwear run -o runs/demo"
+DEMO_EXAMPLE = "kvwear run -o out/demo --resume"
 UNITS = units(LOCAL)
 
 
 def _check_demo_report(work: Path) -> None:
     """After the demo's unit (its run and the reports of it): its report as a reader sees it."""
-    assert "log axis, the uniform-random reference WAF" in (work / "runs/demo/report/report.html").read_text()
+    assert "log axis, the uniform-random reference WAF" in (work / "out/demo/report/report.html").read_text()
     # the demo's report as a reader sees it (issue #25): headline and ranking on the first 1,280 × 800
     # screen, nothing wider than the window, every image loaded, no console error, no clipped text
-    build_run_report(work / "runs/demo")            # with the default lifetime, as `kvwear run` wrote it
-    assert_reads_well(work / "runs/demo/report/report.html", "demo-report", first_screen=("#headline", "#ranking"))
+    build_run_report(work / "out/demo")            # with the default lifetime, as `kvwear run` wrote it
+    assert_reads_well(work / "out/demo/report/report.html", "demo-report", first_screen=("#headline", "#ranking"))
 
 
 def _check_fdp(work: Path) -> None:
@@ -260,7 +259,7 @@ def test_units_keep_writers_before_readers() -> None:
     assert all(u == ordered(u) for u in UNITS)
     assert set(AFTER) <= {u[0] for u in UNITS}
     demo = next(u for u in UNITS if u[0] == DEMO_EXAMPLE)
-    assert "kvwear report runs/demo --waf uniform" in demo          # the text _check_demo_report reads
+    assert "kvwear report out/demo --waf uniform" in demo          # the text _check_demo_report reads
     assert units(["kvwear report runs/x", "kvwear run -o runs/x", "kvwear models list"]) == [
         ["kvwear run -o runs/x", "kvwear report runs/x"], ["kvwear models list"]]
 
