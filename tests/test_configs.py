@@ -61,9 +61,10 @@ def test_demo_config_is_the_default_run() -> None:
     assert replace(demo, name="run", workload=default.workload) == default
 
 
+# configs/mooncake-chat.toml runs as README's example (tests/test_examples_run.py, which checks its
+# results the same way); the others run here.
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "extra"), [
-    ("mooncake-chat", []),
     ("agentic-claude-code", ["--param", "sessions=4"]),     # the scale-down its header documents
 ])
 def test_run_configs(tmp_path: Path, name: str, extra: list[str]) -> None:

@@ -40,7 +40,10 @@ from typing import Any
 import pytest
 
 from kvwear.harness.estimate.estimator import Estimate
+from kvwear.harness.estimate.schema import RESULTS
+from kvwear.harness.pipeline.config import load_config
 from kvwear.reports.run_report import build_run_report
+from kvwear.tables import read_table
 from tests.reports.browser import assert_reads_well
 from tests.test_examples import EXAMPLES
 
@@ -233,8 +236,21 @@ def _check_fdp(work: Path) -> None:
         assert acc and all(c.passed for c in acc), acc
 
 
+MOONCAKE_EXAMPLE = "kvwear run configs/mooncake-chat.toml -o runs/mooncake --resume"
+
+
+def _check_config_run(work: Path) -> None:
+    """A shipped config's run (tests/test_configs.py runs the others): one results row per policy of
+    the config, every byte check passed, and the SSD tier written."""
+    cfg = load_config(work / "configs/mooncake-chat.toml")
+    rows = read_table(RESULTS, work / "runs/mooncake/results.parquet").to_pylist()
+    assert len(rows) == len(cfg.policies)
+    assert all(r["accounting_checks_passed"] == r["accounting_checks_total"] > 0 for r in rows), rows
+    assert any(r["ssd_write_bytes"] > 0 for r in rows)
+
+
 #: What some units are checked for after their examples ran (by the unit's first example).
-AFTER = {DEMO_EXAMPLE: _check_demo_report, FDP_EXAMPLE: _check_fdp}
+AFTER = {DEMO_EXAMPLE: _check_demo_report, FDP_EXAMPLE: _check_fdp, MOONCAKE_EXAMPLE: _check_config_run}
 
 
 @pytest.fixture(scope="session")

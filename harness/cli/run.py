@@ -32,7 +32,7 @@ def _kv(items: list[str], flag: str) -> dict[str, Any]:
 
 @app.command("run", epilog="""Examples:
 
-  kvwear run -o runs/demo                       # the embedded default: synthetic workload, sim FTL
+  kvwear run -o out/demo --resume               # the embedded default (make demo): synthetic workload, sim FTL
 
   kvwear run configs/mooncake-chat.toml -o runs/mooncake --resume        # continue an interrupted run
 
@@ -227,8 +227,8 @@ def _summary(rows: Sequence[ResultsRow], checks: Sequence[Check], wall_s: float)
             console.print(f"• {line.replace('**', '')}", highlight=False, soft_wrap=False)
 
 
-@app.command("report", epilog="Examples:\n\n  kvwear report runs/demo\n\n  kvwear report runs/demo --waf uniform"
-                              "\n\n  kvwear report runs/demo --json")
+@app.command("report", epilog="Examples:\n\n  kvwear report out/demo\n\n  kvwear report out/demo --waf uniform"
+                              "\n\n  kvwear report out/demo --json")
 def report_cmd(run_dir: Path = typer.Argument(..., help="A run directory (or a sweep directory)."),
                waf: str = typer.Option("auto", "--waf",
                                        help="WAF of the lifetime-vs-miss figures: auto (the device's measured "
