@@ -30,12 +30,14 @@ demo: setup
 	@echo "kvwear is installed in $(VENV): 'source $(VENV)/bin/activate' puts it on your PATH"
 
 # Each phase prints its wall time (scripts/phase.sh); the tests run on one worker per core
-# (pytest-xdist) and list the ten slowest.
+# (pytest-xdist) and list the ten slowest. Workers take one test at a time (--maxschedchunk 1),
+# the slow modules first (tests/conftest.py): by default each worker is handed a quarter of its
+# share up front, and the one handed the slow tests finished minutes after the other.
 test: system-deps
 	bash scripts/phase.sh ruff $(BIN)/ruff check .
 	bash scripts/phase.sh mypy $(BIN)/mypy
 	NO_MKDOCS_2_WARNING=1 bash scripts/phase.sh docs $(BIN)/mkdocs build --strict --quiet
-	bash scripts/phase.sh pytest $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=10
+	bash scripts/phase.sh pytest $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --maxschedchunk 1 --durations=10
 
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/mypy

@@ -24,6 +24,15 @@ settings.load_profile("ci" if os.environ.get("CI") else "local")
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The modules holding slow, guest or root tests first, each module's tests kept together and in order
+    (module-scoped fixtures, such as a shared guest, are set up once): under pytest-xdist the long
+    tests then start early and the many short ones fill both workers to the end, instead of one
+    worker finishing a minute-long test alone."""
+    heavy = {it.path for it in items if any(it.get_closest_marker(m) for m in ("slow", "guest", "root"))}
+    items.sort(key=lambda it: it.path not in heavy)
+
+
 def shared_dir() -> Path:
     """`$KVWEAR_SHARED`, else the `shared/` folder beside the checkout."""
     env = os.environ.get("KVWEAR_SHARED")

@@ -46,6 +46,7 @@ def test_the_transient_mark(tmp_path: Path, created: bool, marked: bool, keep: b
     assert (TRANSIENT_XATTR in os.listxattr(img)) is mark_after
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio")
 def test_a_killed_file_run_resumed_leaves_no_image(tmp_path: Path) -> None:
     img = tmp_path / "drive.img"
