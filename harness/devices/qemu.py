@@ -95,7 +95,7 @@ from kvwear.emulator.guest import (
     emulator_version,
     fdp_qemu_prefix,
     find_guest,
-    require_dw_tool,
+    require_tool,
     run_guest,
     supports_fdp,
 )
@@ -493,7 +493,7 @@ class GuestDevice:
         settings: dict[str, int] = {}
         dw_plan = plan
         if use_dw:
-            require_dw_tool(self.image)              # a stale image is refused by name, before booting
+            require_tool(self.image, "kvwear-dw")    # a stale image is refused by name, before booting
             # the tool plays trims itself; skip_trims drops them knowingly, as with fio
             if self.p.skip_trims and trims.size:
                 dw_plan = plan.filter(pc.not_equal(plan.column("op").cast(pa.string()), "trim"))
