@@ -138,7 +138,7 @@ from kvwear.harness.devices.directive_plan import (
 )
 from kvwear.harness.devices.fio import ROOM_FIX, check_host_room, plan_written_bytes, remove_created
 from kvwear.harness.devices.fio_iolog import export_iolog_v3
-from kvwear.harness.devices.fs_player import FsParams
+from kvwear.harness.devices.fs_player import FsParams, fs_drive_bytes
 from kvwear.harness.devices.guest_files import (
     FS_TOOL,
     encode_file_plan,
@@ -405,8 +405,10 @@ class GuestDevice:
             if femu_opts:
                 raise KvwearError(f"device qemu: FEMU geometry options {sorted(femu_opts)} need --device femu")
             qemu_binary = p.qemu_binary or os.environ.get(QEMU_BINARY_ENV, "qemu-system-x86_64")
-            size = int(spec.capacity_bytes) if spec.capacity_bytes is not None else DEFAULT_QEMU_BYTES
-            cap = size
+            cap = int(spec.capacity_bytes) if spec.capacity_bytes is not None else DEFAULT_QEMU_BYTES
+            # the fs layout: the plan's capacity holds the live objects; the drive also holds the
+            # file system's own space, as a tier sized from a device of fixed size leaves it
+            size = fs_drive_bytes(cap) if self.fs is not None else cap
             self.drive_image = Path(spec.target) if spec.target else self.workdir / "qemu-nvme.img"
         if cap <= 0 or cap > size:
             raise KvwearError(f"device {spec.kind}: capacity {cap} bytes outside the drive's {size} bytes")
@@ -806,7 +808,10 @@ class Femu(Backend):
 
     @classmethod
     def fixed_capacity(cls, spec: DeviceSpec) -> FixedCapacity:
-        return FixedCapacity(femu_geometry(spec).devsz_mb << 20, whole=True)
+        # a block plan spans the whole drive its geometry fixes; a file plan leaves the file
+        # system its share of it (the tier is sized from the drive with that share kept back)
+        files = GuestParams.of(spec).filesystem is not None
+        return FixedCapacity(femu_geometry(spec).devsz_mb << 20, whole=not files)
 
     @classmethod
     def ftl_config(cls, spec: DeviceSpec) -> FtlConfig:

@@ -34,7 +34,8 @@ from kvwear.harness.wear.base import NVME_DATA_UNIT_BYTES
 from tests.harness.test_plan import ssd_ops
 
 MiB = 1 << 20
-DRIVE_BYTES = 320 * MiB          # mkfs.xfs refuses file systems below 300 MB
+CAPACITY_BYTES = 256 * MiB       # the plan's; the drive adds the file system's share: 320 MiB
+DRIVE_BYTES = 320 * MiB          # (mkfs.xfs refuses file systems below 300 MB)
 LIVE_BYTES = 12 * MiB            # the store's budget: it evicts its oldest objects beyond it
 FSTRIM_INTERVAL_S = 40.0         # f2fs's boot: a trim every 40 rows of the plan's clock (t_s = row)
 
@@ -61,7 +62,7 @@ def workload(n: int = 150, seed: int = 11) -> pa.Table:
 
 
 def file_plan(write_bytes: int = 64 * 1024) -> tuple[pa.Table, FilePlanCounts]:
-    return plan_file_ops(workload(), ReplayConfig(capacity_bytes=DRIVE_BYTES, layout="fs"),
+    return plan_file_ops(workload(), ReplayConfig(capacity_bytes=CAPACITY_BYTES, layout="fs"),
                          fs=FsLayoutConfig(model="test-model", write_bytes=write_bytes))
 
 
@@ -162,8 +163,10 @@ def test_an_image_without_the_tools_or_a_drive_too_small_is_refused(tmp_path: Pa
     (old / "stamp").write_text(f"{tool_stamp_line('kvwear-fs')}\ntools mkfs.ext4 mkfs.xfs\n")
     with pytest.raises(GuestError, match=r"has no mkfs.f2fs \(its tools: mkfs.ext4, mkfs.xfs\): install it"):
         open_device(DeviceSpec("qemu", options={"filesystem": "f2fs", "guest_dir": str(old)}), work)
-    with pytest.raises(KvwearError, match=r"filesystem=xfs needs a device of at least 314,572,800 bytes"):
-        open_device(DeviceSpec("qemu", capacity_bytes=256 * MiB, options={"filesystem": "xfs", "guest_dir": str(old)}),
+    # the drive: the plan's 200 MiB and the file system's share beside it, 250 MiB
+    with pytest.raises(KvwearError, match=r"filesystem=xfs needs a device of at least 314,572,800 bytes "
+                                          r".*this one has 262,144,000"):
+        open_device(DeviceSpec("qemu", capacity_bytes=200 * MiB, options={"filesystem": "xfs", "guest_dir": str(old)}),
                     work)
     assert not work.exists()                                # no drive image made for a refused device
 
@@ -203,12 +206,14 @@ def played(request: pytest.FixtureRequest, guest_image: GuestImage,
     """One guest boot per (file system, discard): the workload's file plan on a fresh drive."""
     filesystem, discard = request.param
     d = tmp_path_factory.mktemp(f"qemu-{filesystem}-{discard}")
-    dev = open_device(DeviceSpec("qemu", capacity_bytes=DRIVE_BYTES, options={
+    dev = open_device(DeviceSpec("qemu", capacity_bytes=CAPACITY_BYTES, options={
         "filesystem": filesystem, "discard": discard, "fstrim_interval_s": FSTRIM_INTERVAL_S}), d)
     assert isinstance(dev, GuestDevice)
     plan, counts = file_plan()
     try:
         res = dev.replay(plan, d / "replay")
+        # the guest's namespace: the plan's capacity and the file system's share beside it
+        assert dev.capacity_bytes() == CAPACITY_BYTES and dev.identity().capacity_bytes == DRIVE_BYTES
     finally:
         dev.close()
     return res, counts, plan
