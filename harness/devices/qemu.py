@@ -360,6 +360,15 @@ def drive_counts(files: Mapping[str, bytes], source: str, *, femu: bool, fdp_log
     return tuple(counts), media, found
 
 
+def guest_protocol(run: GuestRun) -> int:
+    """The protocol version the guest's /init announced (emulator/guest_init.sh: 2 deferred trims,
+    3 kvwear-dw, 4 the fs layout); 1 for an /init that announced none."""
+    value = run.events.get("protocol", "1")
+    if not value.isdigit():
+        raise KvwearError(f"the guest announced protocol {value!r}, not a number (outputs in {run.result_log})")
+    return int(value)
+
+
 def _fio_version_from_stamp(stamp: str) -> str:
     """The guest's fio version from the image stamp ('fio=3.33-3' → 'fio-3.33')."""
     m = re.search(r"^fio=(?:\d+:)?(\d+(?:\.\d+)*)", stamp, re.MULTILINE)
@@ -597,7 +606,7 @@ class GuestDevice:
         if fdp is not None and not self._identity.extra.get("fdp_supported"):
             raise KvwearError(f"{self.config.qemu_binary} took fdp=on but its controller does not report FDP "
                               f"(Identify Controller CTRATT bit 19; outputs in {outdir}): its FDP logs cannot be read")
-        if deferred and run.events.get("protocol") not in ("2", "3"):
+        if deferred and guest_protocol(run) < 2:
             raise KvwearError(f"the guest image in {self.image.kernel.parent} predates deferred trims (its /init "
                               "ignored segments.txt): rebuild it with scripts/build-guest.sh")
         details: dict[str, Any] = {"player": "kvwear-dw" if use_dw else "fio"}
@@ -697,7 +706,7 @@ class GuestDevice:
         outdir = workdir / "guest"
         for name, data in run.files.items():
             (outdir / name).write_bytes(data)
-        if "fs.json" not in run.files and "mkfs" not in run.exit_codes:
+        if guest_protocol(run) < 4:
             raise KvwearError(f"the guest image in {self.image.kernel.parent} predates the fs layout (its /init "
                               "ignored fs.plan): rebuild it with scripts/build-guest.sh")
         # smartctl's status is a bit mask; only newer FEMU answers the stats log C0h
