@@ -66,7 +66,7 @@ fstrim_interval_s, fsync (the fs layout, above). Text values from the command li
 
 Never fills the host: a stock QEMU drive's image is created sparse; before the guest boots, the host
 file system must have room for every byte the plan writes (the union of its write extents; the
-whole drive with precondition=fill) beyond what the image already allocates, else the replay is
+whole drive with precondition=fill or a file system) beyond what the image already allocates, else the replay is
 refused with the numbers (kvwear.harness.devices.fio.check_host_room). An image this backend created is
 deleted when the device closes (the device stage ends, finished or failed) unless keep_image=true.
 A FEMU drive keeps its data in FEMU's memory and has no image.
@@ -691,7 +691,7 @@ class GuestDevice:
         write_bytes = planned_write_bytes(raw, source)
         table = FILE_OPS.conform(raw)
         if self.drive_image is not None:      # a file system may write anywhere on its drive
-            check_host_room(self.drive_image, self._capacity, what="drive image", fix=ROOM_FIX)
+            check_host_room(self.drive_image, self._size, what="drive image", fix=ROOM_FIX)
         files = {"fs.plan": encode_file_plan(table, write_bytes, fs, source), "job.env": job_env(fs)}
         if self.p.precondition == "fill":
             fill = fiolib.seq_fill_job(GUEST_DEVICE, self._capacity, loops=1, ioengine=self.p.ioengine,
