@@ -3,7 +3,8 @@ host's Python player does (compared on the host, no boot), and real TCG guest bo
 each with discard online and none, f2fs with periodic fstrim — show every identity: object bytes =
 file bytes, block bytes ≥ file bytes (the overhead reported), the drive's SMART host bytes = the
 block bytes within one SMART unit. One boot per file system and discard mode, shared by the tests
-that read it; skipped with the reason when QEMU or the guest image cannot be had. The refusals
+that read it, and one `kvwear run` of one policy (one boot) through preflight, plan, device,
+estimate and report; skipped with the reason when QEMU or the guest image cannot be had. The refusals
 (an unknown file system, a drive too small for xfs, an image without the tools) boot nothing.
 The measured levels are printed (`pytest -s`)."""
 
@@ -260,3 +261,39 @@ def test_smart_host_bytes_are_the_block_bytes_within_one_unit(
     assert abs(res.host_counts[0].bytes - f.block.write_bytes) < NVME_DATA_UNIT_BYTES, (smart, f.block)
     assert counter_check(f.block.write_bytes, res.host_counts[0]).passed      # the estimator's check
     assert res.media is None and res.details["accel"] == "tcg"               # stock QEMU: no FTL
+
+
+@pytest.mark.guest
+def test_kvwear_run_with_the_fs_layout_in_the_guest(guest_image: GuestImage, tmp_path: Path) -> None:
+    """`kvwear run --device qemu --layout fs --device-option filesystem=ext4` on one policy (one
+    boot): the plan is files, the device measurement carries the file system's counts, every
+    accounting check passes — the drive's SMART host bytes against the block bytes among them — and
+    the results row and the report's file-system table have them."""
+    from typer.testing import CliRunner
+
+    from kvwear.harness.cli.main import app
+    from kvwear.harness.devices.measurement import DeviceMeasurement
+    from kvwear.harness.estimate.estimator import Estimate, PlanRecord
+    from kvwear.harness.estimate.schema import read_results
+
+    out = tmp_path / "run"
+    # a tier smaller than what LRU writes, so the store evicts: files are unlinked and discarded
+    res = CliRunner().invoke(app, [
+        "run", "-o", str(out), "--device", "qemu", "--layout", "fs", "--device-option", "filesystem=ext4",
+        "--policy", "lru", "--param", "sessions=3", "--param", "turns=3", "--dram", "1GB", "--ssd", "30MB"])
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    plan = PlanRecord.load(out / "plan" / "lru" / "plan.json")
+    m = DeviceMeasurement.load(out / "device" / "lru" / "result.json")
+    f = m.replay.files
+    assert plan.files is not None and f is not None and plan.files.unlinks > 0
+    assert f.file_write_bytes == plan.files.object_write_bytes > 0 and f.block.discard_bytes > 0
+    assert m.capture is None and m.trace_on_ftl is None          # no capture of the guest's block layer
+    checks = Estimate.load(out / "estimate" / "lru" / "crossval.json").checks
+    acc = [c for c in checks if c.kind == "accounting"]
+    assert acc and all(c.passed for c in acc), [c for c in acc if not c.passed]
+    smart = [c for c in acc if c.source == GUEST_SMART_SOURCE]
+    assert len(smart) == 1 and smart[0].predicted == f.block.write_bytes
+    row = read_results(out / "results.parquet")[0]
+    assert (row.fs_filesystem, row.fs_discard, row.fs_block_write_bytes) == ("ext4", "online", f.block.write_bytes)
+    assert row.smart_write_bytes == m.replay.host_counts[0].bytes
+    assert "| lru | ext4 | online | yes |" in (out / "report" / "report.md").read_text()
