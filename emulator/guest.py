@@ -1,6 +1,7 @@
 """The QEMU/FEMU guest: find the guest image, build the QEMU command line, boot it, talk to it.
 
-The guest is a Debian kernel plus a busybox initramfs with fio, nvme-cli and smartctl, built by
+The guest is a Debian kernel plus a busybox initramfs with fio, nvme-cli, smartctl and the mkfs
+tools of ext4, xfs and f2fs (with their kernel modules), built by
 `scripts/build-guest.sh` into `guest_dir()` ($KVWEAR_GUEST_DIR or ~/.cache/kvwear/guest). Its
 /init is `emulator/guest_init.sh` (package data).
 
@@ -20,9 +21,13 @@ Protocol (one QEMU process per job; the guest runs the job once and powers off):
 - Outputs: `id-ctrl.json`, `id-ns.json`, `smart-{before,after}.{json,bin}`,
   `smartctl-{before,after}.json`, `fio.json` (+ `precondition.json`), or `dw.json` when the job
   holds `dw.plan` for kvwear-dw (the directive-write tool, `emulator/kvwear_dw.c`, in the image as
-  /bin/kvwear-dw; `require_dw_tool` refuses an image whose stamp names another build of it), with
-  an FDP drive (`FdpConfig`, job.env `KVWEAR_FDP=1`) also `fdp-stats-{before,after}.bin` and
-  `ruh-status-{before,after}.bin`; `dmesg.txt`, `rc.txt` (exit status of each command), stderr files.
+  /bin/kvwear-dw), with an FDP drive (`FdpConfig`, job.env `KVWEAR_FDP=1`) also
+  `fdp-stats-{before,after}.bin` and `ruh-status-{before,after}.bin`, or, when the job holds
+  `fs.plan` for kvwear-fs (the file player, `emulator/kvwear_fs.c`, /bin/kvwear-fs), `fs.json`,
+  `mkfs.txt`, `mkfs-version.txt` and the drive's block counters `stat-{mkfs-before,mkfs-after,
+  before,after}.txt` (around mkfs, and before the mount and after the unmount); `dmesg.txt`,
+  `rc.txt` (exit status of each command), stderr files. `require_tool` refuses an image without a
+  tool a job needs, or whose stamp names another build of a tool kvwear compiles.
 
 Failure is never silent: a boot that does not reach `ready` within `boot_timeout_s`, a job that
 does not finish within `job_timeout_s`, QEMU exiting early, or NVMe I/O timeouts / controller
@@ -65,6 +70,10 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parents[1]
 BUILD_SCRIPT = REPO / "scripts" / "build-guest.sh"
 DW_SOURCE = Path(__file__).with_name("kvwear_dw.c")     # the directive-write tool (/bin/kvwear-dw)
+FS_SOURCE = Path(__file__).with_name("kvwear_fs.c")     # the file player (/bin/kvwear-fs)
+# The tools scripts/build-guest.sh compiles from this checkout's sources: the stamp names each by
+# its source's hash, so an image built from other sources is refused, not run.
+BUILT_TOOLS: dict[str, Path] = {"kvwear-dw": DW_SOURCE, "kvwear-fs": FS_SOURCE}
 GUEST_DEVICE = "/dev/nvme0n1"          # the drive under test, seen from inside the guest
 JOB_DIR = "job"                        # where the appended archive lands in the guest
 # The largest NVMe command the guest sends for one read or write of the plan: its Linux 6.1 block
@@ -177,20 +186,36 @@ def build_guest(folder: Path | None = None, *, timeout_s: float = 900) -> GuestI
     return find_guest(folder)
 
 
-def dw_stamp_line() -> str:
-    """The stamp line of an image whose /bin/kvwear-dw was built from this checkout's source
-    (scripts/build-guest.sh writes it: the first 16 hex digits of the source's sha256)."""
-    return f"kvwear-dw {hashlib.sha256(DW_SOURCE.read_bytes()).hexdigest()[:16]}"
+def tool_stamp_line(tool: str) -> str:
+    """The stamp line of an image whose /bin/`tool` (one of BUILT_TOOLS) was built from this
+    checkout's source (scripts/build-guest.sh writes it: the first 16 hex digits of its sha256)."""
+    return f"{tool} {hashlib.sha256(BUILT_TOOLS[tool].read_bytes()).hexdigest()[:16]}"
 
 
-def require_dw_tool(image: GuestImage) -> None:
-    """Refuse an image without the current kvwear-dw (older build, or the source changed since)."""
-    want = dw_stamp_line()
-    have = next((ln for ln in image.stamp.splitlines() if ln.startswith("kvwear-dw ")), None)
-    if have != want:
-        folder = image.kernel.parent
-        raise GuestError(f"the guest image in {folder} has {'a stale ' + repr(have) if have else 'no kvwear-dw'} "
-                         f"(this checkout's is {want!r}): rebuild it with: {build_command(folder)}")
+def image_tools(image: GuestImage) -> tuple[str, ...]:
+    """The optional tools the image holds (its stamp's `tools` line: the mkfs tools the build
+    machine had)."""
+    line = next((ln for ln in image.stamp.splitlines() if ln.startswith("tools")), "tools")
+    return tuple(line.split()[1:])
+
+
+def require_tool(image: GuestImage, tool: str) -> None:
+    """Refuse, naming the fix, an image without `tool`: a tool kvwear compiles (BUILT_TOOLS) must
+    be the current build of its source (not an older one, nor one built before the source
+    changed); another (mkfs.ext4, mkfs.xfs, mkfs.f2fs) must be in the stamp's `tools` line."""
+    folder = image.kernel.parent
+    if tool in BUILT_TOOLS:
+        want = tool_stamp_line(tool)
+        have = next((ln for ln in image.stamp.splitlines() if ln.startswith(f"{tool} ")), None)
+        if have != want:
+            raise GuestError(f"the guest image in {folder} has {'a stale ' + repr(have) if have else 'no ' + tool} "
+                             f"(this checkout's is {want!r}): rebuild it with: {build_command(folder)}")
+        return
+    tools = image_tools(image)
+    if tool not in tools:
+        raise GuestError(f"the guest image in {folder} has no {tool} (its tools: {', '.join(tools) or 'none'}): "
+                         f"install it on this machine (scripts/install-system-deps.sh) and rebuild the image "
+                         f"with: {build_command(folder)}")
 
 
 @functools.cache

@@ -5,7 +5,9 @@
 # (shell variables), /job/job.fio (a fio job file) and the files it names (the iolog), or instead
 # /job/segments.txt with per-segment job files and trim lists, or /job/dw.plan, a plan that
 # kvwear's directive-write tool /bin/kvwear-dw replays with NVMe passthrough (placement handles in
-# each write's directive; emulator/kvwear_dw.c, harness/devices/directive_plan.py) (see below). OUT: on the
+# each write's directive; emulator/kvwear_dw.c, harness/devices/directive_plan.py), or /job/fs.plan,
+# a file plan that kvwear's file player /bin/kvwear-fs plays on a file system made and mounted here
+# (emulator/kvwear_fs.c, harness/devices/guest_files.py) (see below). OUT: on the
 # second serial port (/dev/ttyS1, a file on the host), lines
 #   KVWEAR-EVENT <name> <value>
 #   KVWEAR-BEGIN <name> <byte length> <sha256>   / base64 lines /   KVWEAR-END <name>
@@ -41,7 +43,8 @@ finish() {
 rc() { echo "$1 $2" >> /out/rc.txt; }   # rc NAME STATUS
 
 event init "$(cut -d' ' -f1 /proc/uptime)"
-event protocol 3     # 2: segments.txt (deferred trims); 3: dw.plan (kvwear-dw), FDP logs
+event protocol 4     # 2: segments.txt (deferred trims); 3: dw.plan (kvwear-dw), FDP logs; 4: fs.plan
+event kernel "$(uname -r)"
 # insmod (unlike modprobe) does not read module options from the kernel command line: pass the
 # `module.param=value` words (nvme_core.io_timeout=…) to the module they name ourselves.
 while read -r m; do
@@ -92,6 +95,19 @@ if [ -f /job/precondition.fio ]; then
   (cd /job && fio --output-format=json --output=/out/precondition.json precondition.fio) 2>>/out/fio-stderr.txt
   rc precondition $?
 fi
+STAT=/sys/block/nvme0n1/stat
+if [ -f /job/fs.plan ]; then
+  # The file system is made after any precondition fill and before the first SMART snapshot, and
+  # the device's own counters are read around mkfs, so what making it wrote is counted apart from
+  # the replay's writes. job.env gives KVWEAR_MKFS (the command, without the device), KVWEAR_FS
+  # (the type to mount) and KVWEAR_MOUNT_OPTIONS.
+  "${KVWEAR_MKFS%% *}" -V > /out/mkfs-version.txt 2>&1
+  cat "$STAT" > /out/stat-mkfs-before.txt
+  # shellcheck disable=SC2086  # the command's words
+  $KVWEAR_MKFS /dev/nvme0n1 > /out/mkfs.txt 2>&1; rc mkfs $?
+  sync
+  cat "$STAT" > /out/stat-mkfs-after.txt
+fi
 snapshot before
 if [ -f /job/segments.txt ]; then
   # Deferred trims (the guest's fio drops iolog trims): /job/segments.txt has lines
@@ -124,6 +140,25 @@ elif [ -f /job/dw.plan ]; then
   event fio-start "$(cut -d' ' -f1 /proc/uptime)"
   kvwear-dw /dev/nvme0n1 /job/dw.plan > /out/dw.json 2>>/out/dw-stderr.txt
   rc kvwear-dw $?
+  event fio-end "$(cut -d' ' -f1 /proc/uptime)"
+elif [ -f /job/fs.plan ]; then
+  # The counters are read before the mount and after the unmount: the replay's block bytes are
+  # everything the file system wrote for it, the unmount's writeback included. The store's
+  # directory is local_disk, as the host's player makes it.
+  event fio-start "$(cut -d' ' -f1 /proc/uptime)"
+  cat "$STAT" > /out/stat-before.txt
+  mkdir -p /mnt/kvwear
+  mount -t "$KVWEAR_FS" -o "$KVWEAR_MOUNT_OPTIONS" /dev/nvme0n1 /mnt/kvwear 2>>/out/mount.txt
+  st=$?
+  rc mount $st
+  if [ $st = 0 ]; then
+    mkdir /mnt/kvwear/local_disk
+    kvwear-fs /mnt/kvwear/local_disk /job/fs.plan > /out/fs.json 2>>/out/fs-stderr.txt
+    rc kvwear-fs $?
+    umount /mnt/kvwear 2>>/out/mount.txt
+    rc umount $?
+  fi
+  cat "$STAT" > /out/stat-after.txt
   event fio-end "$(cut -d' ' -f1 /proc/uptime)"
 elif [ -f /job/job.fio ]; then
   event fio-start "$(cut -d' ' -f1 /proc/uptime)"

@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # Build the small Linux guest kvwear boots under QEMU/FEMU: a Debian kernel and a busybox
-# initramfs holding fio, nvme-cli, smartctl (the host's Debian binaries plus the libraries `ldd`
-# lists), the NVMe driver modules, kvwear's /init (emulator/guest_init.sh) and kvwear's
-# directive-write tool /bin/kvwear-dw (emulator/kvwear_dw.c, compiled here with gcc -static).
+# initramfs holding fio, nvme-cli, smartctl and the mkfs tools of ext4, xfs and f2fs (the host's
+# Debian binaries plus the libraries `ldd` lists; a file system whose mkfs the host lacks is left
+# out and the stamp's `tools` line says so), the NVMe driver and file-system modules, kvwear's
+# /init (emulator/guest_init.sh), kvwear's directive-write tool /bin/kvwear-dw
+# (emulator/kvwear_dw.c) and its file player /bin/kvwear-fs (emulator/kvwear_fs.c), both compiled
+# here with gcc -static.
 #
 #   scripts/build-guest.sh [OUT_DIR]      default: $KVWEAR_GUEST_DIR or ~/.cache/kvwear/guest
 #
-# Output: OUT_DIR/vmlinuz, OUT_DIR/initrd.img, OUT_DIR/stamp (package versions, /init and
-# kvwear-dw source hashes; emulator.guest refuses an image whose kvwear-dw line is stale).
+# Output: OUT_DIR/vmlinuz, OUT_DIR/initrd.img, OUT_DIR/stamp (package versions, the /init,
+# kvwear-dw and kvwear-fs source hashes, the optional tools present; emulator.guest.require_tool
+# refuses an image whose tool line is stale or missing).
 # Idempotent: rebuilds only when the stamp changes. Network: only Debian's package mirrors
 # (`apt-get download linux-image-…`; the kernel is extracted with dpkg-deb -x, never installed).
 # Needs: apt-get, dpkg-deb, busybox-static, fio, nvme-cli, smartmontools, zstd or gzip, xz-utils,
-# gcc with the static C library (libc6-dev) (scripts/install-system-deps.sh installs them).
+# gcc with the static C library (libc6-dev) (scripts/install-system-deps.sh installs them); for the
+# fs layout in the guest, e2fsprogs, xfsprogs, f2fs-tools.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -19,9 +24,17 @@ repo="$(dirname "$here")"
 out="${1:-${KVWEAR_GUEST_DIR:-$HOME/.cache/kvwear/guest}}"
 init_src="$repo/emulator/guest_init.sh"
 dw_src="$repo/emulator/kvwear_dw.c"
+fs_src="$repo/emulator/kvwear_fs.c"
 # Load order matters: each module needs the ones before it (modinfo depends of the 6.1 kernel).
+# The checksum modules come before the file systems because ext4, jbd2 and libcrc32c ask the crypto
+# API for "crc32c" and f2fs for "crc32" (module softdeps), which the guest, having no modprobe,
+# cannot load on demand.
 modules=(crct10dif_common crct10dif_generic crc-t10dif crc64 crc64_rocksoft_generic crc64-rocksoft
-         t10-pi nvme-core nvme)
+         t10-pi nvme-core nvme
+         crc32c_generic crc32_generic libcrc32c crc16 mbcache jbd2 ext4 xfs
+         lz4_compress lz4hc_compress zstd_compress f2fs)
+# The fs layout's mkfs tools (copied under these names: mke2fs picks ext4 from its name).
+declare -A mkfs_pkgs=([mkfs.ext4]=e2fsprogs [mkfs.xfs]=xfsprogs [mkfs.f2fs]=f2fs-tools)
 
 die() { echo "build-guest: $*" >&2; exit 1; }
 for tool in apt-get apt-cache dpkg-deb dpkg-query sha256sum; do
@@ -37,6 +50,13 @@ for b in "${!bins[@]}"; do
 done
 [ -f "$init_src" ] || die "$init_src missing"
 [ -f "$dw_src" ] || die "$dw_src missing"
+[ -f "$fs_src" ] || die "$fs_src missing"
+declare -A mkfs=()
+for t in "${!mkfs_pkgs[@]}"; do
+  p="$(command -v "$t" || true)"
+  if [ -n "$p" ]; then mkfs[$t]="$p"; else echo "build-guest: no $t (Debian package ${mkfs_pkgs[$t]}): left out" >&2; fi
+done
+tools="$(printf '%s\n' "${!mkfs[@]}" | LC_ALL=C sort | tr '\n' ' ' | sed 's/ $//')"
 command -v gcc >/dev/null || die "gcc not found: install gcc and libc6-dev (kvwear-dw is compiled statically)"
 if command -v zstd >/dev/null; then compress=(zstd -q -T0 -10); else compress=(gzip -6); fi
 
@@ -51,8 +71,10 @@ fi
 kver="$(apt-cache policy "$kpkg" | awk '/Candidate:/{print $2}')"
 pkgver() { dpkg-query -W -f='${Package}=${Version}' "$1" 2>/dev/null || echo "$1=?"; }
 stamp="$(printf '%s\n' "kernel $kpkg=$kver" "$(pkgver busybox-static)" "$(pkgver fio)" "$(pkgver nvme-cli)" \
-  "$(pkgver smartmontools)" "init $(sha256sum "$init_src" | cut -c1-16)" \
-  "kvwear-dw $(sha256sum "$dw_src" | cut -c1-16)" \
+  "$(pkgver smartmontools)" "$(pkgver e2fsprogs)" "$(pkgver xfsprogs)" "$(pkgver f2fs-tools)" \
+  "init $(sha256sum "$init_src" | cut -c1-16)" \
+  "kvwear-dw $(sha256sum "$dw_src" | cut -c1-16)" "kvwear-fs $(sha256sum "$fs_src" | cut -c1-16)" \
+  "tools $tools" \
   "script $(sha256sum "${BASH_SOURCE[0]}" | cut -c1-16)" "compress ${compress[0]}")"
 
 # One build at a time per folder (parallel test workers and runs share ~/.cache/kvwear/guest): the
@@ -83,8 +105,11 @@ mkdir -p "$root"/{bin,sbin,dev,proc,sys,tmp,job,out,etc,lib/modules,usr/bin,usr/
 cp "$busybox" "$root/bin/busybox"
 ln -s busybox "$root/bin/sh"
 for b in "${!bins[@]}"; do cp -L "${bins[$b]}" "$root/bin/$b"; done
+for t in "${!mkfs[@]}"; do cp -L "${mkfs[$t]}" "$root/sbin/$t"; done
+# mke2fs reads its defaults (the block size and features per size type) from this file, as on the host
+[ -f /etc/mke2fs.conf ] && cp /etc/mke2fs.conf "$root/etc/mke2fs.conf"
 # Shared libraries (and the dynamic loader) at the paths ldd reports.
-for lib in $(ldd "${bins[@]}" | awk '/=> \//{print $3} $1 ~ /^\/.*ld-linux/{print $1}' | sort -u); do
+for lib in $(ldd "${bins[@]}" "${mkfs[@]}" | awk '/=> \//{print $3} $1 ~ /^\/.*ld-linux/{print $1}' | sort -u); do
   mkdir -p "$root$(dirname "$lib")"
   cp -L "$lib" "$root$lib"
 done
@@ -104,6 +129,8 @@ done
 install -m 0755 "$init_src" "$root/init"
 gcc -static -O2 -Wall -Wextra -Werror -o "$root/bin/kvwear-dw" "$dw_src" \
   || die "compiling $dw_src failed (gcc -static needs libc6-dev)"
+gcc -static -O2 -Wall -Wextra -Werror -o "$root/bin/kvwear-fs" "$fs_src" \
+  || die "compiling $fs_src failed (gcc -static needs libc6-dev)"
 echo "$stamp" > "$root/etc/kvwear-guest"
 
 (cd "$root" && find . | LC_ALL=C sort | "$busybox" cpio -o -H newc -R 0:0 2>/dev/null) | "${compress[@]}" > "$work/initrd.img"

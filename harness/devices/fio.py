@@ -89,7 +89,6 @@ from kvwear.harness.devices.base import (
     Backend,
     Capabilities,
     DeviceBackend,
-    DeviceParams,
     DeviceSpec,
     FixedCapacity,
     Precondition,
@@ -102,7 +101,7 @@ from kvwear.harness.devices.deferred_trims import DEFAULT_SEGMENT_OPS, device_se
 from kvwear.harness.devices.directive_plan import DW_TOOL, encode_plan, handle_accounting, parse_report, report_details
 from kvwear.harness.devices.fdp_host import FdpGate, fdp_capability, host_dw_binary
 from kvwear.harness.devices.fio_iolog import export_iolog_v3
-from kvwear.harness.devices.fs_player import DISCARD_MODES, FILESYSTEMS, FsDevice, block_counters
+from kvwear.harness.devices.fs_player import FsDevice, FsParams, block_counters
 from kvwear.harness.devices.identity import path_identity
 from kvwear.harness.devices.measurement import (
     BlockDelta,
@@ -196,8 +195,9 @@ class PreconditionResult:
 
 
 @dataclass(frozen=True)
-class FioParams(DeviceParams):
-    """The `file` and `block` backends' options (module docstring)."""
+class FioParams(FsParams):
+    """The `file` and `block` backends' options (module docstring); the fs layout's (filesystem,
+    discard, fstrim_interval_s, fsync) are FsParams', which the guest backends share."""
 
     ioengine: str = option("libaio", choices=fiolib.IOENGINES)
     iodepth: int = option(16, ge=1, le=65536)
@@ -213,12 +213,6 @@ class FioParams(DeviceParams):
     trim_segment_bytes: int | None = option(None, gt=0, le=2**62)
     skip_trims: bool = False
     keep_image: bool = False
-    # block: with the fs layout — the file system kvwear makes on the device and plays file plans on
-    # (kvwear.harness.devices.fs_player); None: raw block replay with fio
-    filesystem: str | None = option(None, choices=FILESYSTEMS)
-    discard: str = option("online", choices=DISCARD_MODES)     # online | none | fstrim (periodic)
-    fstrim_interval_s: float = option(60.0, gt=0)              # discard=fstrim, on the plan's clock
-    fsync: bool = True                                         # fsync each file after its writes
 
 
 
@@ -591,7 +585,7 @@ class Block(Backend):
         makes on the device (kvwear.harness.devices.fs_player.FsDevice)."""
         params = FioParams.of(spec)
         if params.filesystem is not None:
-            return FsDevice(spec, workdir, params)
+            return FsDevice(spec, workdir, params, params.confirm_serial)
         return FioDevice(spec, workdir)
 
     @classmethod

@@ -37,6 +37,12 @@ file bytes (what write() returned) → block bytes (the device's counters; the e
 the replay sees the same requests) → NAND bytes (`sim`: the block trace replayed on the embedded
 FTL, `block_trace_plan`). The identities are checked by kvwear.harness.estimate.fs_checks.
 
+The file-system options (`FsParams`: filesystem, discard, fstrim_interval_s, fsync) are one typed
+record that the block backend's options and the qemu/femu backends' options both extend, so one
+parser reads and checks them and one place says how each file system is made (`FsParams.mkfs`)
+and mounted (`FsParams.mount_options`), on the host and in the guest (kvwear.harness.devices.qemu,
+whose guest plays the same plan with kvwear-fs, kvwear.harness.devices.guest_files).
+
 Must not: write to anything but the device it checked and the mount it made; leave a mount behind.
 """
 
@@ -54,7 +60,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -62,7 +68,7 @@ import pyarrow.compute as pc
 
 from kvwear.errors import KvwearError
 from kvwear.exclusive import block_identity, device_lock_path, locked
-from kvwear.harness.devices.base import DeviceSpec, ReplayProgress
+from kvwear.harness.devices.base import DeviceParams, DeviceSpec, ReplayProgress, option
 from kvwear.harness.devices.identity import path_identity
 from kvwear.harness.devices.measurement import (
     BlockDelta,
@@ -93,6 +99,58 @@ _MKFS: dict[str, tuple[str, ...]] = {
     "f2fs": ("mkfs.f2fs", "-f", "-q"),
 }
 _PACKAGE = {"ext4": "e2fsprogs", "xfs": "xfsprogs", "f2fs": "f2fs-tools"}
+# The smallest device each mkfs accepts: xfsprogs ≥ 5.19 refuses a file system below 300 MB.
+_MIN_DEVICE_BYTES = {"xfs": 300 << 20}
+# A file layout's objects live in a file system kvwear makes on the device (the file player), whose
+# journal or log, inode tables and allocation groups take part of it: after the player's mkfs, a
+# 512 MiB device left ext4 95.2 % free (88.2 % outside root's reserve; kvwear writes as root) and xfs
+# 81.8 %; a 4 GiB one 96.5 % and 97.0 %. A tier sized from such a device keeps this share back
+# beyond the rounding headroom (kvwear.harness.pipeline.sizing), and a drive kvwear makes for a
+# plan is that much larger than the plan's capacity (`fs_drive_bytes`), so that the largest loss
+# (xfs on a small device) still fits.
+FS_RESERVE = 0.20
+
+
+def fs_drive_bytes(capacity_bytes: int) -> int:
+    """The size of a drive kvwear makes for a file plan laid out on `capacity_bytes`: the plan's
+    capacity and the file system's own share (FS_RESERVE) beside it, rounded up to a MiB."""
+    return -(-int(capacity_bytes / (1 - FS_RESERVE)) // (1 << 20)) * (1 << 20)
+
+
+@dataclass(frozen=True)
+class FsParams(DeviceParams):
+    """The fs layout's device options, shared by every backend that makes a file system and plays
+    file plans on it (the block backend on the host, the qemu/femu backends in their guest): the
+    file system (None: the device plays block plans), how freed blocks are discarded, whether each
+    file is fsync'ed. A backend's options record extends this one, so the options are parsed and
+    checked by one parser (DeviceParams.parse) and named the same everywhere."""
+
+    filesystem: str | None = option(None, choices=FILESYSTEMS)
+    discard: str = option("online", choices=DISCARD_MODES)     # online | none | fstrim (periodic)
+    fstrim_interval_s: float = option(60.0, gt=0)              # discard=fstrim, on the plan's clock
+    fsync: bool = True                                         # fsync each file after its writes
+
+    def mkfs(self) -> tuple[str, ...]:
+        """The mkfs command (without the device) of `filesystem` (module docstring, step 2)."""
+        if self.filesystem is None:
+            raise KvwearError("internal error: mkfs without a filesystem option")
+        return _MKFS[self.filesystem]
+
+    def check_device_bytes(self, size: int, where: str) -> None:
+        """Refuse, before mkfs, a device smaller than the file system's mkfs accepts."""
+        least = _MIN_DEVICE_BYTES.get(self.filesystem or "", 0)
+        if size < least:
+            raise KvwearError(f"{where}: filesystem={self.filesystem} needs a device of at least {least:,} bytes "
+                              f"({_MKFS[str(self.filesystem)][0]} refuses smaller ones), this one has {size:,}")
+
+    def mount_options(self) -> str:
+        """`discard` for discard=online, else `nodiscard`: f2fs discards by default since Linux 4.19
+        (ext4 and xfs do not), so without it discard=none would not hold on f2fs; all three accept it."""
+        return "discard" if self.discard == "online" else "nodiscard"
+
+    def fstrim_interval(self) -> float | None:
+        """The fstrim interval on the plan's clock with discard=fstrim, else None (no fstrim)."""
+        return self.fstrim_interval_s if self.discard == "fstrim" else None
 
 
 def kernel_filesystems(proc: Path = Path("/proc/filesystems")) -> set[str]:
@@ -136,9 +194,21 @@ def block_counters(dev: str) -> BlockDelta:
     """The device's cumulative counters now (/sys/dev/block/M:m/stat, `dev` = "M:m")."""
     path = Path(f"/sys/dev/block/{dev}/stat")
     try:
-        f = [int(x) for x in path.read_text().split()]
+        text = path.read_text()
     except OSError as exc:
         raise KvwearError(f"{path}: cannot read the device's counters: {exc.strerror}") from None
+    return parse_block_stat(text, str(path))
+
+
+def parse_block_stat(text: str, source: str) -> BlockDelta:
+    """A block device's `stat` file (Documentation/block/stat.rst) as cumulative counters; the
+    host's own device, or one a guest read and returned (`source` names it in errors)."""
+    try:
+        f = [int(x) for x in text.split()]
+    except ValueError:
+        raise KvwearError(f"{source}: not a block device's stat line: {text.strip()[:80]!r}") from None
+    if len(f) < 11:
+        raise KvwearError(f"{source}: {len(f)} fields, a block device's stat line has at least 11")
     f += [0] * (17 - len(f))       # discard (kernel 4.18+) and flush (5.5+) fields
     return BlockDelta(write_bytes=f[6] * SECTOR, write_ios=f[4], read_bytes=f[2] * SECTOR, read_ios=f[0],
                       discard_bytes=f[13] * SECTOR, discard_ios=f[11], flush_ios=f[15])
@@ -377,25 +447,10 @@ def replay_trace_on_ftl(trace: pa.Table, capacity_bytes: int, workdir: Path, *,
     return TraceOnFtl(res, expected, drive)
 
 
-class FsOptions(Protocol):
-    """The device options the file player reads (the block backend's, kvwear.harness.devices.fio.FioParams)."""
-
-    @property
-    def filesystem(self) -> str | None: ...
-    @property
-    def discard(self) -> str: ...
-    @property
-    def fstrim_interval_s(self) -> float: ...
-    @property
-    def fsync(self) -> bool: ...
-    @property
-    def confirm_serial(self) -> str | None: ...
-
-
 class FsDevice:
     """A `block:` device holding a file system kvwear made, playing FILE_OPS plans (module docstring)."""
 
-    def __init__(self, spec: DeviceSpec, workdir: Path, options: FsOptions) -> None:
+    def __init__(self, spec: DeviceSpec, workdir: Path, options: FsParams, confirm_serial: str | None) -> None:
         if not spec.target:
             raise KvwearError("device block needs a path: block:/dev/X")
         self.spec = spec
@@ -411,7 +466,7 @@ class FsDevice:
         self._made = False
         self.last_mount_point: Path | None = None
         # the safety guard first: mkfs destroys what is on the device, as a raw replay would
-        self.safety: DeviceFacts = check_block_device(self.path, p.confirm_serial)
+        self.safety: DeviceFacts = check_block_device(self.path, confirm_serial)
         ident = block_identity(self.safety.serial, self.safety.dev)
         self._claim.enter_context(locked(device_lock_path("block", ident), f"{self.path} ({ident})"))
         try:
@@ -422,8 +477,9 @@ class FsDevice:
             # the file system spans the whole device (kvwear makes no partition); the capacity is what
             # the plan's live bytes were sized to fit
             self._capacity = int(spec.capacity_bytes or size)
+            p.check_device_bytes(size, f"device block:{self.path}")
             self.dev = str(self._identity.extra.get("dev"))
-            self.mkfs_argv = (*_MKFS[p.filesystem], self.path)
+            self.mkfs_argv = (*p.mkfs(), self.path)
             before = block_counters(self.dev)
             self._made = True          # from here on the device may carry kvwear's file system
             _run(self.mkfs_argv, f"making {p.filesystem} on {self.path}")
@@ -447,11 +503,6 @@ class FsDevice:
     def capacity_bytes(self) -> int:
         return self._capacity
 
-    def mount_options(self) -> str:
-        """`discard` for discard=online, else `nodiscard`: f2fs discards by default since Linux 4.19
-        (ext4 and xfs do not), so without it discard=none would not hold on f2fs; all three accept it."""
-        return "discard" if self.p.discard == "online" else "nodiscard"
-
     def replay(self, plan: pa.Table | Path, workdir: Path, *, timed: bool = False,
                progress: ReplayProgress | None = None) -> ReplayResult:
         """Mount, play the FILE_OPS `plan` (a table or its Parquet), unmount; the counts (module
@@ -462,8 +513,8 @@ class FsDevice:
         write_bytes = planned_write_bytes(raw, str(plan) if isinstance(plan, Path) else "file_ops plan")
         table = FILE_OPS.conform(raw)
         p = self.p
-        interval = p.fstrim_interval_s if p.discard == "fstrim" else None
-        opts = self.mount_options()
+        interval = p.fstrim_interval()
+        opts = p.mount_options()
         t0 = time.monotonic()
         before = block_counters(self.dev)
         with mounted(self.path, self.filesystem, opts) as point:

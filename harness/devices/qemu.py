@@ -34,6 +34,20 @@ logged NVMe timeouts raises (kvwear.emulator.guest.GuestIOTimeoutError) and is n
 guest output (fio JSON, SMART json/binary/smartctl, dmesg, exit codes) is kept under
 `<workdir>/guest/`.
 
+The fs layout (option `filesystem` = ext4 | xfs | f2fs, with discard, fstrim_interval_s, fsync:
+the shared kvwear.harness.devices.fs_player.FsParams): the replay's plan is a FILE_OPS plan. The
+guest makes the file system on its drive with the host player's mkfs command (counting mkfs's own
+writes apart from its block counters around it), takes the first SMART snapshot, reads the drive's
+block counters (/sys/block/nvme0n1/stat), mounts it with the host player's options, and kvwear's
+guest file player kvwear-fs (emulator/kvwear_fs.c; plan and report:
+kvwear.harness.devices.guest_files) plays the rows as the host's player does; then it unmounts,
+reads the counters again and takes the second snapshot. `ReplayResult.files` is the same
+FileSystemCount as on the host (object → file → block bytes; kvwear.harness.estimate.fs_checks),
+and the drive's SMART host bytes, one level below, are checked against the block bytes. An image
+without kvwear-fs or the file system's mkfs is refused before anything is created
+(kvwear.emulator.guest.require_tool). No eBPF capture sees the guest's block layer, so no block
+trace is played on the embedded FTL; FEMU's own counters give the NAND bytes.
+
 Options (`GuestParams`, DeviceSpec.options; other names are refused with the list): serial, cache
 (none|writeback), drive_options (extra QEMU -drive options, e.g. throttling.bps-write=… to give the
 drive a real drive's speed), qemu_args (extra QEMU arguments, shell-quoted, e.g. "-L
@@ -47,12 +61,12 @@ of random writes run only on the host's fio), guest_dir, qemu_binary (else $KVWE
 qemu-system-x86_64 on PATH), femu_binary, femu (a table of
 FemuGeometry fields, or flat `femu.<field>` keys as `--device-option femu.nchs=4` gives them),
 player (auto|fio|kvwear-dw), drop_handles (False), fdp_nruh, fdp_runs_bytes (stock QEMU's reclaim
-unit size), fdp_nru (FEMU's reclaim units), keep_image (False). Text values from the command line
-are accepted.
+unit size), fdp_nru (FEMU's reclaim units), keep_image (False), filesystem, discard,
+fstrim_interval_s, fsync (the fs layout, above). Text values from the command line are accepted.
 
 Never fills the host: a stock QEMU drive's image is created sparse; before the guest boots, the host
 file system must have room for every byte the plan writes (the union of its write extents; the
-whole drive with precondition=fill) beyond what the image already allocates, else the replay is
+whole drive with precondition=fill or a file system) beyond what the image already allocates, else the replay is
 refused with the numbers (kvwear.harness.devices.fio.check_host_room). An image this backend created is
 deleted when the device closes (the device stage ends, finished or failed) unless keep_image=true.
 A FEMU drive keeps its data in FEMU's memory and has no image.
@@ -95,7 +109,7 @@ from kvwear.emulator.guest import (
     emulator_version,
     fdp_qemu_prefix,
     find_guest,
-    require_dw_tool,
+    require_tool,
     run_guest,
     supports_fdp,
 )
@@ -106,7 +120,6 @@ from kvwear.harness.devices.base import (
     DEVICES,
     Backend,
     Capabilities,
-    DeviceParams,
     DeviceSpec,
     FixedCapacity,
     ReplayProgress,
@@ -125,6 +138,14 @@ from kvwear.harness.devices.directive_plan import (
 )
 from kvwear.harness.devices.fio import ROOM_FIX, check_host_room, plan_written_bytes, remove_created
 from kvwear.harness.devices.fio_iolog import export_iolog_v3
+from kvwear.harness.devices.fs_player import FsParams, fs_drive_bytes
+from kvwear.harness.devices.guest_files import (
+    FS_TOOL,
+    encode_file_plan,
+    guest_file_counts,
+    job_env,
+    parse_fs_report,
+)
 from kvwear.harness.devices.measurement import (
     FdpLogCount,
     HandleCount,
@@ -135,6 +156,7 @@ from kvwear.harness.devices.measurement import (
     TrimMode,
 )
 from kvwear.harness.devices.safety import check_file_target
+from kvwear.harness.plan.files import FILE_OPS, planned_write_bytes
 from kvwear.harness.plan.placement import plan_handles
 from kvwear.harness.wear._decode import hexdump
 from kvwear.harness.wear.base import NVME_DATA_UNIT_BYTES, CounterSource
@@ -151,6 +173,7 @@ from kvwear.harness.wear.femu import (
 from kvwear.harness.wear.identify import DeviceIdentity, identity_from_nvme, parse_id_ctrl_json, parse_id_ns_json
 from kvwear.harness.wear.nvme_smart import parse_smart_log_binary, parse_smart_log_json, sample_from_smart_log
 from kvwear.harness.wear.snapshot import delta
+from kvwear.tables import read_table
 
 if TYPE_CHECKING:
     from kvwear.emulator.ftl import FtlConfig, FtlCounters
@@ -162,8 +185,9 @@ QEMU_BINARY_ENV = "KVWEAR_QEMU_BINARY"     # a stock QEMU other than the one on 
 
 
 @dataclass(frozen=True)
-class GuestParams(DeviceParams):
-    """The `qemu` and `femu` backends' options (module docstring)."""
+class GuestParams(FsParams):
+    """The `qemu` and `femu` backends' options (module docstring); the fs layout's are FsParams',
+    shared with the block backend."""
 
     serial: str = "kvwear0001"
     cache: str = "none"                    # none | writeback (kvwear.emulator.guest.DriveConfig checks)
@@ -336,6 +360,15 @@ def drive_counts(files: Mapping[str, bytes], source: str, *, femu: bool, fdp_log
     return tuple(counts), media, found
 
 
+def guest_protocol(run: GuestRun) -> int:
+    """The protocol version the guest's /init announced (emulator/guest_init.sh: 2 deferred trims,
+    3 kvwear-dw, 4 the fs layout); 1 for an /init that announced none."""
+    value = run.events.get("protocol", "1")
+    if not value.isdigit():
+        raise KvwearError(f"the guest announced protocol {value!r}, not a number (outputs in {run.result_log})")
+    return int(value)
+
+
 def _fio_version_from_stamp(stamp: str) -> str:
     """The guest's fio version from the image stamp ('fio=3.33-3' → 'fio-3.33')."""
     m = re.search(r"^fio=(?:\d+:)?(\d+(?:\.\d+)*)", stamp, re.MULTILINE)
@@ -358,6 +391,12 @@ class GuestDevice:
             FdpConfig(self.fdp_nruh, self.p.fdp_runs_bytes, self.fdp_nru)     # validates now, not at replay
         guest_folder = Path(p.guest_dir) if p.guest_dir else None
         self.image = find_guest(guest_folder)     # fails early, naming the build command
+        # the fs layout: an image without the file player or this file system's mkfs is refused
+        # now, before a drive image is created or a guest boots
+        self.fs: FsParams | None = p if p.filesystem is not None else None
+        if self.fs is not None:
+            require_tool(self.image, FS_TOOL)
+            require_tool(self.image, self.fs.mkfs()[0])
         self.femu: FemuGeometry | None = None
         if spec.kind == "femu":
             self.femu = FemuGeometry.from_options(femu_opts, "device.options.femu")
@@ -375,13 +414,17 @@ class GuestDevice:
             if femu_opts:
                 raise KvwearError(f"device qemu: FEMU geometry options {sorted(femu_opts)} need --device femu")
             qemu_binary = p.qemu_binary or os.environ.get(QEMU_BINARY_ENV, "qemu-system-x86_64")
-            size = int(spec.capacity_bytes) if spec.capacity_bytes is not None else DEFAULT_QEMU_BYTES
-            cap = size
+            cap = int(spec.capacity_bytes) if spec.capacity_bytes is not None else DEFAULT_QEMU_BYTES
+            # the fs layout: the plan's capacity holds the live objects; the drive also holds the
+            # file system's own space, as a tier sized from a device of fixed size leaves it
+            size = fs_drive_bytes(cap) if self.fs is not None else cap
             self.drive_image = Path(spec.target) if spec.target else self.workdir / "qemu-nvme.img"
         if cap <= 0 or cap > size:
             raise KvwearError(f"device {spec.kind}: capacity {cap} bytes outside the drive's {size} bytes")
         self._capacity = cap - cap % BLOCK_BYTES
         self._size = size
+        if self.fs is not None:      # the guest makes the file system on the whole drive
+            self.fs.check_device_bytes(size, f"device {spec.kind}")
         self.config = GuestConfig(
             # DriveConfig and GuestConfig check cache and accel, naming the valid words
             drive=DriveConfig(image=self.drive_image, serial=p.serial, cache=cast(CacheMode, p.cache),
@@ -475,11 +518,16 @@ class GuestDevice:
                               f"fdp_nruh is {nruh}")
         return True, FdpConfig(nruh, self.p.fdp_runs_bytes, self.fdp_nru), False
 
-    def replay(self, plan: pa.Table, workdir: Path, *, timed: bool = False,
+    def replay(self, plan: pa.Table | Path, workdir: Path, *, timed: bool = False,
                progress: ReplayProgress | None = None) -> ReplayResult:
         """Boot the guest, replay `plan` with fio at `iodepth` (or kvwear-dw, see the module
-        docstring), read SMART (and FDP logs) before and after."""
+        docstring), read SMART (and FDP logs) before and after. With option `filesystem`, `plan`
+        is a FILE_OPS plan (a table or its Parquet) played on a file system (`_replay_files`)."""
         workdir = Path(workdir)
+        if self.fs is not None:
+            return self._replay_files(plan, workdir, timed=timed, progress=progress)
+        if isinstance(plan, Path):
+            raise KvwearError(f"device {self.spec.kind}: {plan} is a plan file; block plans come as tables")
         fiolib.validate_plan(plan, self._capacity, block_bytes=BLOCK_BYTES)
         use_dw, fdp, dropped = self._placement(plan)
         if self.drive_image is not None:      # the guest writes into a sparse image on the host
@@ -493,7 +541,7 @@ class GuestDevice:
         settings: dict[str, int] = {}
         dw_plan = plan
         if use_dw:
-            require_dw_tool(self.image)              # a stale image is refused by name, before booting
+            require_tool(self.image, "kvwear-dw")    # a stale image is refused by name, before booting
             # the tool plays trims itself; skip_trims drops them knowingly, as with fio
             if self.p.skip_trims and trims.size:
                 dw_plan = plan.filter(pc.not_equal(plan.column("op").cast(pa.string()), "trim"))
@@ -558,7 +606,7 @@ class GuestDevice:
         if fdp is not None and not self._identity.extra.get("fdp_supported"):
             raise KvwearError(f"{self.config.qemu_binary} took fdp=on but its controller does not report FDP "
                               f"(Identify Controller CTRATT bit 19; outputs in {outdir}): its FDP logs cannot be read")
-        if deferred and run.events.get("protocol") not in ("2", "3"):
+        if deferred and guest_protocol(run) < 2:
             raise KvwearError(f"the guest image in {self.image.kernel.parent} predates deferred trims (its /init "
                               "ignored segments.txt): rebuild it with scripts/build-guest.sh")
         details: dict[str, Any] = {"player": "kvwear-dw" if use_dw else "fio"}
@@ -629,6 +677,70 @@ class GuestDevice:
                                    if dropped else None),
             notes=(f"Host-side observation: {self.host_observation_note()}",),
             tool_output_path=tool_output, details=details)
+
+    def _replay_files(self, plan: pa.Table | Path, workdir: Path, *, timed: bool,
+                      progress: ReplayProgress | None) -> ReplayResult:
+        """One guest boot: make the file system, play the FILE_OPS `plan` with kvwear-fs between
+        the SMART snapshots and the block counters, unmount (the module docstring). Written in the
+        pieces the plan was counted at (its metadata's write size); `timed` is not honoured, as
+        on the host."""
+        fs = self.fs
+        assert fs is not None
+        source = str(plan) if isinstance(plan, Path) else "file_ops plan"
+        raw = read_table(FILE_OPS, plan) if isinstance(plan, Path) else plan
+        write_bytes = planned_write_bytes(raw, source)
+        table = FILE_OPS.conform(raw)
+        if self.drive_image is not None:      # a file system may write anywhere on its drive
+            check_host_room(self.drive_image, self._size, what="drive image", fix=ROOM_FIX)
+        files = {"fs.plan": encode_file_plan(table, write_bytes, fs, source), "job.env": job_env(fs)}
+        if self.p.precondition == "fill":
+            fill = fiolib.seq_fill_job(GUEST_DEVICE, self._capacity, loops=1, ioengine=self.p.ioengine,
+                                       iodepth=self.p.iodepth, name="precondition")
+            files["precondition.fio"] = fiolib.render_job_file([fill]).encode()
+        t0 = time.perf_counter()
+        run = run_guest(self.config, GuestJob(files), workdir / "guest")
+        wall = time.perf_counter() - t0
+        if progress is not None:           # one guest boot plays the whole plan
+            progress(table.num_rows, table.num_rows)
+        self.last_run = run
+        outdir = workdir / "guest"
+        for name, data in run.files.items():
+            (outdir / name).write_bytes(data)
+        if guest_protocol(run) < 4:
+            raise KvwearError(f"the guest image in {self.image.kernel.parent} predates the fs layout (its /init "
+                              "ignored fs.plan): rebuild it with scripts/build-guest.sh")
+        # smartctl's status is a bit mask; only newer FEMU answers the stats log C0h
+        failed = {k: v for k, v in run.exit_codes.items()
+                  if v != 0 and not k.startswith(("smartctl", "femu-stats"))}
+        if failed:
+            # each tool says why first (mkfs then prints its usage): the head of each output
+            said = "".join(f"\n  {f}: " + run.files.get(f, b"").decode(errors="replace").strip()[:400]
+                           for f in ("mkfs.txt", "mount.txt", "fs-stderr.txt") if run.files.get(f, b"").strip())
+            raise KvwearError(f"guest commands failed {failed} (outputs in {outdir}; {fs.filesystem} by "
+                              f"`{' '.join(fs.mkfs())}`, mounted -o {fs.mount_options()}):{said}")
+        self._identity = self._identity_from_run(run)
+        rep = parse_fs_report(run.files["fs.json"], str(outdir / "fs.json"))
+        w = pc.equal(pc.cast(table.column("op"), pa.string()), "write")
+        mkfs_version = run.text("mkfs-version.txt").strip().splitlines()
+        fs_tools = mkfs_version[0] if mkfs_version else f"{fs.mkfs()[0]} (version unknown)"
+        counts = guest_file_counts(rep, run.files, fs,
+                                   object_write_bytes=int(pc.sum(table.column("length_bytes").filter(w)).as_py() or 0),
+                                   fs_tools=fs_tools, kernel=run.events.get("kernel", "?"), source=str(outdir))
+        host_counts, media, counted = drive_counts(run.files, str(outdir), femu=self.femu is not None)
+        block = counts.block
+        details = {"player": FS_TOOL, "guest_player_s": rep.elapsed_s, "boot_s": run.boot_s,
+                   "guest_wall_s": run.wall_s, "guest_fio_s": run.fio_s, "accel": run.accel,
+                   "guest_outputs": str(outdir), **counted}
+        notes = [f"Host-side observation: {self.host_observation_note()}"]
+        if timed:
+            notes.append("the file player plays as fast as possible: t_s is not honoured")
+        return ReplayResult(
+            device=f"{self.spec.kind}:{self._path()}", tool=f"{FS_TOOL} {fs.filesystem} ({fs_tools})",
+            write_bytes=block.write_bytes, read_bytes=block.read_bytes, trim_bytes=block.discard_bytes,
+            write_ios=block.write_ios, read_ios=block.read_ios, wall_s=wall,
+            trims=TrimCount(TrimMode.NATIVE if block.discard_bytes else TrimMode.NONE, 0),
+            media=media, host_counts=host_counts, files=counts, notes=tuple(notes),
+            tool_output_path=str(outdir / "fs.json"), details=details)
 
     def _fdp_log(self, plan: pa.Table, rep: DwReport, fdp: FdpConfig, run: GuestRun,
                  outdir: str) -> tuple[FdpLogCount, list[dict[str, int]]]:
@@ -705,7 +817,10 @@ class Femu(Backend):
 
     @classmethod
     def fixed_capacity(cls, spec: DeviceSpec) -> FixedCapacity:
-        return FixedCapacity(femu_geometry(spec).devsz_mb << 20, whole=True)
+        # a block plan spans the whole drive its geometry fixes; a file plan leaves the file
+        # system its share of it (the tier is sized from the drive with that share kept back)
+        files = GuestParams.of(spec).filesystem is not None
+        return FixedCapacity(femu_geometry(spec).devsz_mb << 20, whole=not files)
 
     @classmethod
     def ftl_config(cls, spec: DeviceSpec) -> FtlConfig:

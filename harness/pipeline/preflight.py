@@ -8,7 +8,8 @@ replays, the device: the backend is known, its options parse, and its own static
 (`Backend.preflight`: a `sim` device's options build an FTL, a `file:` target passes
 `check_file_target` and its folder is writable, a `block:` device passes the safety guard and is
 writable, and no other kvwear holds the device, kvwear.exclusive), and the fs layout goes with a
-device that makes a file system (option `filesystem`) and only with it, and without placement
+device that makes a file system (option `filesystem`: block on the host, qemu and femu in their
+guest) and only with it, and without placement
 handles (the file system places the data). The backends check again when
 they open the device (the state can change while a run simulates).
 This module only inspects; it must not write anything.
@@ -70,7 +71,8 @@ def _check_device(cfg: RunConfig) -> None:
     filesystem = getattr(device_backend(cfg).params(spec), "filesystem", None)
     if cfg.replay.layout == "fs" and filesystem is None:
         raise KvwearError("replay.layout fs: the device must make a file system to play files on: "
-                          "--device block:/dev/X --device-option filesystem=ext4 (ext4 | xfs | f2fs)")
+                          "--device block:/dev/X (or qemu, femu: in the guest) --device-option filesystem=ext4 "
+                          "(ext4 | xfs | f2fs)")
     if filesystem is not None and cfg.replay.layout != "fs":
         raise KvwearError(f"device option filesystem={filesystem} plays file plans: add --layout fs "
                           f"(replay.layout is {cfg.replay.layout})")

@@ -596,9 +596,10 @@ def plan_workload_waf(cfg: RunConfig, plan: Plan, capacity: int) -> WafPredictio
 
 def emulator_waf(cfg: RunConfig, rd: RunDir, label: str) -> float | None:
     """For a device with an FTL twin (`Capabilities.ftl_twin`: femu), the WAF the embedded FTL
-    predicts playing the same plan on its geometry (Backend.twin_waf); else None."""
+    predicts playing the same block plan on its geometry (Backend.twin_waf); else None, and None
+    for the fs layout's file plan (the file system, not the plan, decides what reaches the drive)."""
     b = device_backend(cfg)
-    if not b.capabilities.ftl_twin:
+    if not b.capabilities.ftl_twin or cfg.replay.layout in FILE_LAYOUTS:
         return None
     plan = read_table(BLOCK_OPS, rd.stage_dir("plan", label) / "block_ops.parquet")
     return b.twin_waf(device_spec(cfg, None), plan)

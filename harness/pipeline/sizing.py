@@ -17,20 +17,16 @@ from typing import Any
 from kvwear.emulator.ftl import FtlConfig
 from kvwear.errors import KvwearError
 from kvwear.harness.devices.base import Backend, DeviceSpec, backend
+from kvwear.harness.devices.fs_player import FS_RESERVE
 from kvwear.harness.pipeline.config import DEFAULT_SSD_BYTES, RunConfig
 from kvwear.harness.plan.placement import PlacementConfig
 from kvwear.harness.plan.planner import FILE_LAYOUTS
 from kvwear.units import format_bytes
 
 # The room a plan gets beyond the (scaled) SSD tier, for the 4 KiB rounding of each object: a
-# device sized from the tier is tier × this; a tier sized from a device is device ÷ this.
+# device sized from the tier is tier × this; a tier sized from a device is device ÷ this. A file
+# layout's tier also leaves the file system its share (FS_RESERVE, kvwear.harness.devices.fs_player).
 CAPACITY_HEADROOM = 1.05
-# A file layout's objects live in a file system kvwear makes on the device (the file player), whose
-# journal or log, inode tables and allocation groups take part of it: after the player's mkfs, a
-# 512 MiB device left ext4 95.2 % free (88.2 % outside root's reserve; kvwear writes as root) and xfs
-# 81.8 %; a 4 GiB one 96.5 % and 97.0 %. A tier sized from such a device keeps this share back
-# beyond the rounding headroom, so that the largest loss (xfs on a small device) still fits.
-FS_RESERVE = 0.20
 
 
 def _room(cfg: RunConfig) -> tuple[float, str]:

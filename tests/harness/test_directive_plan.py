@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from kvwear.emulator.guest import DW_SOURCE, GuestError, GuestImage, dw_stamp_line, require_dw_tool
+from kvwear.emulator.guest import DW_SOURCE, GuestError, GuestImage, require_tool, tool_stamp_line
 from kvwear.errors import InputError, KvwearError
 from kvwear.harness.devices.directive_plan import (
     HEADER,
@@ -115,11 +115,12 @@ def test_parse_report_and_its_refusals() -> None:
 def test_a_guest_image_without_the_current_tool_is_refused_by_name(tmp_path: Path) -> None:
     img = GuestImage(kernel=tmp_path / "vmlinuz", initrd=tmp_path / "initrd.img", stamp="fio=3.33-3\ninit 0123")
     with pytest.raises(GuestError, match=f"has no kvwear-dw.*build-guest.sh {tmp_path}"):
-        require_dw_tool(img)
+        require_tool(img, "kvwear-dw")
     stale = GuestImage(kernel=img.kernel, initrd=img.initrd, stamp="kvwear-dw 0000000000000000")
     with pytest.raises(GuestError, match="stale 'kvwear-dw 0000000000000000'"):
-        require_dw_tool(stale)
-    require_dw_tool(GuestImage(kernel=img.kernel, initrd=img.initrd, stamp=f"fio=3.33-3\n{dw_stamp_line()}"))
+        require_tool(stale, "kvwear-dw")
+    require_tool(GuestImage(kernel=img.kernel, initrd=img.initrd, stamp=f"fio=3.33-3\n{tool_stamp_line('kvwear-dw')}"),
+                 "kvwear-dw")
 
 
 # ---------------------------------------------------------------------------------------------
