@@ -12,8 +12,14 @@ with a block layout (its device WAF measured, or the `sim` drive's), the others 
   file-system run: its block bytes), × those bytes ÷ NAND bytes (a drive wears by its NAND writes,
   so the lifetime scales with their inverse; the same workload, span and ratings in every run).
 
+With `--levels`, the fs layout's accounting levels per policy instead, exact to the byte: object
+bytes (the plan) → file bytes (the player's write() calls) → block bytes (the device's own counters,
+mount to unmount) → the drive's own count of the host bytes it received (SMART Data Units Written,
+where the drive reports them: a qemu/femu guest's NVMe drive; a dash for a loop device), with the
+file system's overhead, the discarded bytes and how many accounting checks held.
+
 Must not: run anything or compute a measurement; it reads results rows and puts them side by side.
-`python -m kvwear.reports.fs_compare NAME=RUN_DIR ...` prints the Markdown table.
+`python -m kvwear.reports.fs_compare [--levels] NAME=RUN_DIR ...` prints the Markdown table.
 """
 
 from __future__ import annotations
@@ -59,19 +65,38 @@ def side_by_side_row(run: str, r: ResultsRow) -> SideBySide:
                       overhead, waf, nand, life)
 
 
-def side_by_side(runs: Mapping[str, Path]) -> list[SideBySide]:
-    """Every policy of every run (`runs`: a name → its run directory), policies in the first run's order."""
-    out: list[SideBySide] = []
-    order: list[str] = []
+def _results(runs: Mapping[str, Path]) -> list[tuple[str, Path, list[ResultsRow]]]:
+    """(name, results file, rows) of every run (`runs`: a name → its run directory)."""
+    out = []
     for name, d in runs.items():
         path = Path(d) / "results.parquet"
         if not path.exists():
             raise KvwearError(f"{path}: no results (the run did not finish)")
-        for r in read_results(path):
+        out.append((name, path, read_results(path)))
+    return out
+
+
+def side_by_side(runs: Mapping[str, Path]) -> list[SideBySide]:
+    """Every policy of every run, policies in the first run's order."""
+    out: list[SideBySide] = []
+    order: list[str] = []
+    for name, _, rows in _results(runs):
+        for r in rows:
             if r.policy not in order:
                 order.append(r.policy)
             out.append(side_by_side_row(name, r))
     return sorted(out, key=lambda s: (order.index(s.policy), list(runs).index(s.run)))
+
+
+def levels(runs: Mapping[str, Path]) -> list[tuple[str, ResultsRow]]:
+    """(run name, results row) of every policy of every run, each an fs-layout run, in each run's
+    policy order."""
+    out: list[tuple[str, ResultsRow]] = []
+    for name, path, rows in _results(runs):
+        if not any(r.fs_filesystem for r in rows):
+            raise KvwearError(f"{path}: not a run of the fs layout (no file system in its results)")
+        out += [(name, r) for r in rows]
+    return out
 
 
 def _gb(n: int | None) -> str:
@@ -91,14 +116,35 @@ def markdown(rows: Sequence[SideBySide]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _b(n: int | None) -> str:
+    return "—" if n is None else f"{n:,}"
+
+
+def levels_markdown(rows: Sequence[tuple[str, ResultsRow]]) -> str:
+    """The `--levels` table: one line per policy and run."""
+    lines = ["| policy | run | object bytes | file bytes | block bytes | fs overhead | discarded | SMART host bytes "
+             "| SMART − block | accounting checks |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for run, r in rows:
+        block, smart = r.fs_block_write_bytes, r.smart_write_bytes
+        overhead = "—" if r.fs_overhead_ratio is None else f"{r.fs_overhead_ratio - 1:+.2%}"
+        diff = "—" if smart is None or block is None else f"{smart - block:+,}"
+        lines.append(f"| {r.policy} | {run} | {_b(r.plan_write_bytes)} | {_b(r.file_write_bytes)} | {_b(block)} | "
+                     f"{overhead} | {_b(r.fs_discard_bytes)} | {_b(smart)} | {diff} | "
+                     f"{r.accounting_checks_passed} of {r.accounting_checks_total} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Sequence[str]) -> int:
+    by_level = "--levels" in argv
     # the one NAME=VALUE parser: the name ends at the first '=' (a path may hold more), a name twice is refused
     try:
-        runs = {name: Path(path) for name, path in parse_kv(argv, "fs_compare", form="NAME=RUN_DIR").items()}
+        runs = {name: Path(path) for name, path in
+                parse_kv([a for a in argv if a != "--levels"], "fs_compare", form="NAME=RUN_DIR").items()}
     except ValueError as exc:
-        print(f"usage: python -m kvwear.reports.fs_compare NAME=RUN_DIR ...; {exc}", file=sys.stderr)
+        print(f"usage: python -m kvwear.reports.fs_compare [--levels] NAME=RUN_DIR ...; {exc}", file=sys.stderr)
         return 2
-    print(markdown(side_by_side(runs)), end="")
+    print(levels_markdown(levels(runs)) if by_level else markdown(side_by_side(runs)), end="")
     return 0
 
 

@@ -25,6 +25,7 @@ from kvwear.harness.devices.directive_plan import (
 )
 from kvwear.harness.plan.placement import plan_write_bytes_by_handle
 from kvwear.harness.plan.schema import BLOCK_OPS
+from tests.harness.cbuild import build_static
 
 K = 4096
 
@@ -131,11 +132,7 @@ def test_a_guest_image_without_the_current_tool_is_refused_by_name(tmp_path: Pat
 def tool(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if shutil.which("gcc") is None:
         pytest.fail("gcc not found: scripts/install-system-deps.sh installs it (the guest build needs it too)")
-    out = tmp_path_factory.mktemp("dw") / "kvwear-dw"
-    # the flags of scripts/build-guest.sh: a warning is a build failure there too
-    subprocess.run(["gcc", "-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(out), str(DW_SOURCE)],
-                   check=True, capture_output=True, text=True)
-    return out
+    return build_static(DW_SOURCE, tmp_path_factory.mktemp("dw") / "kvwear-dw")
 
 
 def _dry(tool: Path, plan_file: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -61,25 +61,29 @@ def loop(tmp_path: Path) -> Iterator[str]:
         backing.unlink(missing_ok=True)
 
 
-def workload(n: int = 600, seed: int = 7) -> pa.Table:
-    """A store's stream: objects of 64 KiB – 1 MiB written in turn, the oldest evicted while the
-    live bytes exceed LIVE_BYTES, a read of a recent object now and then."""
-    rng = np.random.default_rng(seed)
-    sizes = rng.integers(16, 257, n) * 4096
+def store_stream(sizes: list[int], live_budget_bytes: int, read_every: int) -> pa.Table:
+    """A store's stream of objects of `sizes` written in turn, the oldest evicted while the live
+    bytes exceed the budget, a read of a recent object after every `read_every`-th write."""
     rows: list[tuple[str, int, int]] = []
     live: list[int] = []
     live_bytes = 0
-    for i, size in enumerate(sizes.tolist()):
-        while live_bytes + size > LIVE_BYTES:
+    for i, size in enumerate(sizes):
+        while live_bytes + size > live_budget_bytes:
             old = live.pop(0)
-            live_bytes -= int(sizes[old])
+            live_bytes -= sizes[old]
             rows.append(("evict", old, 0))
         rows.append(("write", i, size))
         live.append(i)
         live_bytes += size
-        if i % 10 == 9:
+        if i % read_every == read_every - 1:
             rows.append(("read", live[-2], 0))
     return ssd_ops(rows)
+
+
+def workload(n: int = 600, seed: int = 7) -> pa.Table:
+    """Objects of 64 KiB – 1 MiB within LIVE_BYTES (store_stream)."""
+    rng = np.random.default_rng(seed)
+    return store_stream((rng.integers(16, 257, n) * 4096).tolist(), LIVE_BYTES, 10)
 
 
 def play(dev: str, tmp_path: Path, filesystem: str, discard: str, *, fsync: bool = True,

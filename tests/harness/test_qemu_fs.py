@@ -32,7 +32,8 @@ from kvwear.harness.estimate.fs_checks import fs_checks
 from kvwear.harness.plan.files import FilePlanCounts, FsLayoutConfig, plan_file_ops
 from kvwear.harness.plan.planner import ReplayConfig
 from kvwear.harness.wear.base import NVME_DATA_UNIT_BYTES
-from tests.harness.test_plan import ssd_ops
+from tests.harness.cbuild import build_static
+from tests.harness.test_fs_player import store_stream
 
 MiB = 1 << 20
 CAPACITY_BYTES = 256 * MiB       # the plan's; the drive adds the file system's share: 320 MiB
@@ -42,24 +43,10 @@ FSTRIM_INTERVAL_S = 40.0         # f2fs's boot: a trim every 40 rows of the plan
 
 
 def workload(n: int = 150, seed: int = 11) -> pa.Table:
-    """A store's stream: objects of 16 – 256 KiB (some not a page multiple) written in turn, the
-    oldest evicted while the live bytes exceed LIVE_BYTES, a read of a recent object now and then."""
+    """A store's stream (tests/harness/test_fs_player.py's store_stream): objects of 16 – 256 KiB (some
+    not a page multiple), the oldest evicted beyond LIVE_BYTES, a read of a recent one now and then."""
     rng = np.random.default_rng(seed)
-    sizes = (rng.integers(4, 65, n) * 4096 + rng.integers(0, 2, n) * 100).tolist()
-    rows: list[tuple[str, int, int]] = []
-    live: list[int] = []
-    live_bytes = 0
-    for i, size in enumerate(sizes):
-        while live_bytes + size > LIVE_BYTES:
-            old = live.pop(0)
-            live_bytes -= sizes[old]
-            rows.append(("evict", old, 0))
-        rows.append(("write", i, size))
-        live.append(i)
-        live_bytes += size
-        if i % 8 == 7:
-            rows.append(("read", live[-2], 0))
-    return ssd_ops(rows)
+    return store_stream((rng.integers(4, 65, n) * 4096 + rng.integers(0, 2, n) * 100).tolist(), LIVE_BYTES, 8)
 
 
 def file_plan(write_bytes: int = 64 * 1024) -> tuple[pa.Table, FilePlanCounts]:
@@ -76,10 +63,7 @@ def kvwear_fs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """kvwear-fs built on the host as scripts/build-guest.sh builds it for the guest."""
     if shutil.which("gcc") is None:
         pytest.skip("gcc not found: kvwear-fs cannot be built")
-    out = tmp_path_factory.mktemp("kvwear-fs") / "kvwear-fs"
-    subprocess.run(["gcc", "-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(out), str(FS_SOURCE)],
-                   check=True)
-    return out
+    return build_static(FS_SOURCE, tmp_path_factory.mktemp("kvwear-fs") / "kvwear-fs")
 
 
 def test_kvwear_fs_plays_a_plan_as_the_host_player_does(kvwear_fs: Path, tmp_path: Path) -> None:
