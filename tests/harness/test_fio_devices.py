@@ -158,10 +158,10 @@ def test_timed_replay_honours_timestamps(tmp_path: Path) -> None:
     res = dev.replay(plan, tmp_path / "t", timed=True)
     # 0.6 s between the first and the last write (fio's own runtime stops at its last accounted
     # completion, which 3.33 misses here, so the wall clock is the measure).
-    # fio paces an iolog in milliseconds, less the time it counts as spent since the last I/O (rounded
-    # by its clock): 0.5996 s was measured in CI, 0.5960 and 0.5971 s on the 2-core machine under
-    # load, so the bound allows 10 ms of that rounding (unpaced, the three writes take ~1 ms)
-    assert res.write_ios == 3 and res.wall_s >= 0.6 - 0.010
+    # fio paces an iolog in milliseconds, less the time it counts as spent since the last I/O (by its
+    # own clock): the whole fio call took 0.5996 s in CI and 0.5885–0.5971 s on the 2-core machine
+    # under load, so the bound allows fio 5 % of slack (unpaced, the three writes take ~1 ms)
+    assert res.write_ios == 3 and res.wall_s >= 0.6 * 0.95
 
 
 def test_timed_replay_keeps_the_plans_clock_across_trim_segments(tmp_path: Path) -> None:
