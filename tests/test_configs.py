@@ -65,7 +65,7 @@ def test_demo_config_is_the_default_run() -> None:
 # results the same way); the others run here.
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "extra"), [
-    ("agentic-claude-code", ["--param", "sessions=4"]),     # the scale-down its header documents
+    ("agentic-claude-code", ["--param", "sessions=4", "--ssd", "16GB"]),     # the scale-down its header documents
 ])
 def test_run_configs(tmp_path: Path, name: str, extra: list[str]) -> None:
     work = scratch(tmp_path)
