@@ -47,7 +47,8 @@ def test_a_page_without_faults_passes(tmp_path: Path) -> None:
 def test_each_fault_is_named(tmp_path: Path, fault: str) -> None:
     body, expect = BROKEN[fault]
     with pytest.raises(AssertionError, match="screenshots in") as err:
-        assert_reads_well(_page(tmp_path, FINE + body), "check-fault")
+        # a folder of screenshots per fault: pytest-xdist may run two faults at once
+        assert_reads_well(_page(tmp_path, FINE + body), "check-fault-" + "-".join(fault.split()))
     assert expect in str(err.value), str(err.value)
 
 
