@@ -12,7 +12,7 @@ boot included, emulating the guest), so the ratio to read is the wall one. Also 
 Data Units Written delta next to fio's bytes, and FEMU's WAF when FEMU runs.
 
 Run: .venv/bin/python bench/guest.py [--seq-mib 32] [--rand-mib 8] [--rounds 5] [--plans seq128k,rand4k]
-     [--femu-binary PATH]
+     [--femu-binary PATH] [--smoke]
 """
 
 from __future__ import annotations
@@ -62,7 +62,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=MIN_ROUNDS)
     ap.add_argument("--plans", default="seq128k,rand4k", help="which plans to play (seq128k, rand4k)")
     ap.add_argument("--femu-binary", default=os.environ.get(FEMU_BINARY_ENV, ""))
+    ap.add_argument("--smoke", action="store_true",
+                    help="one round, no warm-up: one boot a device instead of six, to check the bench runs "
+                         "(tests/bench); a ratio of one sample means nothing")
     args = ap.parse_args()
+    if args.smoke:
+        print("smoke: one round, no warm-up; the ratios below are one sample each")
     image = build_guest()
     print(f"guest: {image.kernel.parent} ({image.stamp.splitlines()[0]})")
     span = 64 * MiB
@@ -94,7 +99,8 @@ def main() -> None:
         for pname, p in plans.items():
             sides = {f"host file, {pname}": side(host, p)}
             sides.update({f"{dn}, {pname}": side(d, p) for dn, d in opened.items()})
-            res = interleave(sides, rounds=args.rounds)
+            res = (interleave(sides, rounds=1, warmup=0, min_rounds=1) if args.smoke
+                   else interleave(sides, rounds=args.rounds))
             print(f"\n{pname}: {p.num_rows:,} writes, {p.num_rows and int(p.column('length_bytes')[0].as_py())} "
                   "bytes each")
             for line in res.table(f"host file, {pname}", {k: p.num_rows for k in sides}, "writes"):

@@ -27,7 +27,7 @@ SMOKE: dict[str, tuple[list[str], str, str]] = {
     "layouts": (["--sessions", "2", "--synthetic-ops", "3000", "--baseline", str(REPO / "harness/plan/planner.py")],
                 "plans identical: True", ""),
     "loaders": (["--size-mb", "0.5", "--no-pandas"], "× ref > 1: faster than kvwear convert", ""),
-    "guest": (["--plans", "rand4k", "--rand-mib", "1"], "qemu / host file, fio's time",
+    "guest": (["--plans", "rand4k", "--rand-mib", "1", "--smoke"], "qemu / host file, fio's time",
               "" if ROOT and shutil.which("fio") and shutil.which("qemu-system-x86_64") else
               "needs root, fio and qemu-system-x86_64"),
     "sweep": (["--points-per-policy", "1", "--sessions", "2", "--turns", "2"], "scaling 2 workers / 1 worker", ""),
