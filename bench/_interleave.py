@@ -26,6 +26,7 @@ side was missing; it does not judge a ratio (the bench states its target).
 
 from __future__ import annotations
 
+import argparse
 import os
 import resource
 import statistics
@@ -36,6 +37,19 @@ from typing import Any
 
 #: the fewest timed rounds a bench may print a ratio from (the benches' shared rule)
 MIN_ROUNDS = 5
+
+
+def add_round_options(ap: argparse.ArgumentParser) -> None:
+    """A bench's `--rounds` (≥ MIN_ROUNDS) and `--smoke` (one round, no warm-up: the form
+    tests/bench/test_benches_run.py runs to check that the bench runs; its ratios are one sample)."""
+    ap.add_argument("--rounds", type=int, default=MIN_ROUNDS, help=f"interleaved timed rounds (≥ {MIN_ROUNDS})")
+    ap.add_argument("--smoke", action="store_true",
+                    help="one round, no warm-up, to check the bench runs: a ratio of one sample means nothing")
+
+
+def rounds_of(args: argparse.Namespace) -> dict[str, int]:
+    """interleave()'s rounds, warm-up and minimum for a bench's parsed `add_round_options`."""
+    return {"rounds": 1, "warmup": 0, "min_rounds": 1} if args.smoke else {"rounds": args.rounds}
 
 
 @dataclass(frozen=True)
@@ -157,6 +171,8 @@ def interleave(sides: Mapping[str, Side | Callable[[], Any]], rounds: int = MIN_
     order rotating each round. A plain callable is a `Side` with nothing around it."""
     if rounds < min_rounds:
         raise ValueError(f"rounds: {rounds} < {min_rounds}, too few to print a ratio from")
+    if rounds < MIN_ROUNDS:
+        print(f"smoke: {rounds} timed round(s), {warmup} warm-up: the ratios below mean nothing")
     if len(sides) < 2:
         raise ValueError("interleave: needs at least two sides")
     norm = {k: v if isinstance(v, Side) else Side(v) for k, v in sides.items()}

@@ -17,7 +17,7 @@ import argparse
 
 import numpy as np
 import pyarrow as pa
-from _interleave import MIN_ROUNDS, interleave
+from _interleave import add_round_options, interleave, rounds_of
 
 from kvwear.harness.plan.files import plan_file_ops
 from kvwear.harness.plan.planner import ReplayConfig, plan_block_ops
@@ -54,13 +54,13 @@ def stream(n_ops: int) -> pa.Table:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ops", type=int, default=300_000)
-    ap.add_argument("--rounds", type=int, default=MIN_ROUNDS)
+    add_round_options(ap)
     a = ap.parse_args()
     ops = stream(a.ops)
     res = interleave({
         "fs (files)": lambda: plan_file_ops(ops, ReplayConfig(capacity_bytes=DEVICE_BYTES, layout="fs")),
         "extent (blocks)": lambda: plan_block_ops(ops, ReplayConfig(capacity_bytes=DEVICE_BYTES, layout="extent")),
-    }, rounds=a.rounds)
+    }, **rounds_of(a))
     print(f"{ops.num_rows:,} ssd_ops, objects of {OBJECT_BYTES:,} bytes, device {DEVICE_BYTES >> 30} GiB")
     print("\n".join(res.table("extent (blocks)", work={k: ops.num_rows for k in res.times}, unit="ops")))
 

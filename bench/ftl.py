@@ -27,7 +27,7 @@ import argparse
 from collections.abc import Callable
 
 import numpy as np
-from _interleave import MIN_ROUNDS, interleave
+from _interleave import add_round_options, interleave, rounds_of
 
 from kvwear.emulator.ftl import Ftl, FtlConfig
 from kvwear.harness.estimate.estimator import analytical_waf
@@ -94,12 +94,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pages", type=int, default=1 << 18, help="logical 4 KiB pages of the drive (both sides)")
     ap.add_argument("--round-pages", type=int, default=0, help="host pages per side per round (default: pages / 2)")
-    ap.add_argument("--rounds", type=int, default=MIN_ROUNDS)
+    add_round_options(ap)
     ap.add_argument("--full", action="store_true", help="the 4 GiB drive (2^20 pages)")
     ap.add_argument("--rho", type=float, default=0.15)
     ap.add_argument("--ppb", type=int, default=256, help="pages per block")
     ap.add_argument("--ruh", type=int, default=4, help="reclaim unit handles of the FDP run")
     args = ap.parse_args()
+    if args.smoke:
+        args.rounds = 1        # what rounds_of() times: the printed count says so
     rho, ppb, ruh = args.rho, args.ppb, args.ruh
     n = 1 << 20 if args.full else args.pages
     per_round = args.round_pages or n // 2
@@ -130,7 +132,7 @@ def main() -> None:
     before = {"numba": ftl.counters(), "fdp": fdp.counters()}
     h0, g0 = ref.host, ref.gc
     res = interleave({"numba kernel": side(ftl.write), f"numba, {ruh} RUH": side(fdp_write),
-                      "pure Python": side(ref.write)}, rounds=args.rounds)
+                      "pure Python": side(ref.write)}, **rounds_of(args))
     # the WAF over the timed rounds: the warm-up round's chunk came first on every side
     d = ftl.counters().minus(before["numba"])
     fd = fdp.counters().minus(before["fdp"])

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from _interleave import MIN_ROUNDS, SelfTimed, cpu_now, interleave
+from _interleave import SelfTimed, add_round_options, cpu_now, interleave, rounds_of
 
 from kvwear.emulator.guest import build_guest
 from kvwear.harness.devices.base import DeviceBackend, DeviceSpec, open_device
@@ -59,15 +59,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seq-mib", type=int, default=32)
     ap.add_argument("--rand-mib", type=int, default=8)
-    ap.add_argument("--rounds", type=int, default=MIN_ROUNDS)
+    add_round_options(ap)
     ap.add_argument("--plans", default="seq128k,rand4k", help="which plans to play (seq128k, rand4k)")
     ap.add_argument("--femu-binary", default=os.environ.get(FEMU_BINARY_ENV, ""))
-    ap.add_argument("--smoke", action="store_true",
-                    help="one round, no warm-up: one boot a device instead of six, to check the bench runs "
-                         "(tests/bench); a ratio of one sample means nothing")
     args = ap.parse_args()
-    if args.smoke:
-        print("smoke: one round, no warm-up; the ratios below are one sample each")
     image = build_guest()
     print(f"guest: {image.kernel.parent} ({image.stamp.splitlines()[0]})")
     span = 64 * MiB
@@ -99,8 +94,7 @@ def main() -> None:
         for pname, p in plans.items():
             sides = {f"host file, {pname}": side(host, p)}
             sides.update({f"{dn}, {pname}": side(d, p) for dn, d in opened.items()})
-            res = (interleave(sides, rounds=1, warmup=0, min_rounds=1) if args.smoke
-                   else interleave(sides, rounds=args.rounds))
+            res = interleave(sides, **rounds_of(args))     # --smoke: one boot a device, not six
             print(f"\n{pname}: {p.num_rows:,} writes, {p.num_rows and int(p.column('length_bytes')[0].as_py())} "
                   "bytes each")
             for line in res.table(f"host file, {pname}", {k: p.num_rows for k in sides}, "writes"):

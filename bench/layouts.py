@@ -35,7 +35,7 @@ from types import ModuleType
 
 import numpy as np
 import pyarrow as pa
-from _interleave import MIN_ROUNDS, interleave
+from _interleave import add_round_options, interleave, rounds_of
 
 from kvwear.harness.devices.base import DeviceSpec, open_device
 from kvwear.harness.pipeline.config import config_from_mapping
@@ -114,7 +114,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--policy", default="lru")
     ap.add_argument("--sessions", type=int, default=10)
-    ap.add_argument("--rounds", type=int, default=MIN_ROUNDS)
+    add_round_options(ap)
     ap.add_argument("--baseline", default="", help="a git revision or a planner.py file to time beside this one")
     ap.add_argument("--no-models", action="store_true", help="only the planner's rate")
     ap.add_argument("--synthetic-ops", type=int, default=300_000, help="ssd_ops of the planner-rate stream")
@@ -156,7 +156,7 @@ def main() -> None:
         if base is not None:
             sides[f"{layout}, 1 TiB, baseline"] = plan_side(base, ops, 1 << 40, layout)
             sides[f"{layout}, pressured, baseline"] = plan_side(base, ops, tight, layout)
-        res = interleave(sides, rounds=a.rounds)
+        res = interleave(sides, **rounds_of(a))
         print()
         for line in res.table(f"{layout}, 1 TiB", {k: ops.num_rows for k in sides}, "ssd_ops"):
             print(line)

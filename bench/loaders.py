@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from _interleave import MIN_ROUNDS, SelfTimed, interleave
+from _interleave import SelfTimed, add_round_options, interleave, rounds_of
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -123,7 +123,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size-mb", type=float, default=50.0, help="size of the generated JSONL (MB)")
     ap.add_argument("--full", action="store_true", help="a 300 MB file")
-    ap.add_argument("--rounds", type=int, default=MIN_ROUNDS)
+    add_round_options(ap)
     ap.add_argument("--no-pandas", action="store_true", help="skip pandas (slow and memory-hungry)")
     args = ap.parse_args()
     size_mb = 300.0 if args.full else args.size_mb
@@ -147,8 +147,10 @@ def main() -> None:
                 return SelfTimed(r["cpu_s"], r["seconds"], r)
             return go
 
-        res = interleave({w: side(w) for w in readers}, rounds=args.rounds)
-    results = {w: {k: statistics.median(x[k] for x in rs[1:]) for k in rs[0]} for w, rs in runs.items()}
+        rounds = rounds_of(args)
+        res = interleave({w: side(w) for w in readers}, **rounds)
+    warm_runs = rounds.get("warmup", 1)     # the untimed warm-up run(s) come first
+    results = {w: {k: statistics.median(x[k] for x in rs[warm_runs:]) for k in rs[0]} for w, rs in runs.items()}
     ref = results["kvwear-convert"]
     parquet = ref["out_bytes"]
     print(f"\nParquet output (kvwear convert): {parquet / 1e6:.1f} MB "

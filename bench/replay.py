@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from _interleave import MIN_ROUNDS, Side, interleave, proc_cpu_s
+from _interleave import Side, add_round_options, interleave, proc_cpu_s, rounds_of
 
 from kvwear.harness.capture import CaptureResult, Tracer, TracerUnavailable, kernel_dev_t, open_tracer
 from kvwear.harness.devices import fio_runner as fiolib
@@ -92,7 +92,7 @@ def timed_fio(job: fiolib.FioJob, workdir: Path, stem: str, op: str, expect: int
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ops", type=int, default=50_000)
-    ap.add_argument("--rounds", type=int, default=MIN_ROUNDS, help=f"interleaved timed rounds (≥ {MIN_ROUNDS})")
+    add_round_options(ap)
     ap.add_argument("--iodepth", type=int, default=16)
     ap.add_argument("--ioengine", default="libaio")
     ap.add_argument("--bs", default="4KiB")
@@ -101,6 +101,8 @@ def main() -> None:
     ap.add_argument("--trim-ops", type=int, default=20_000,
                     help="writes of the TRIM comparison's plan (a trim after every third; 0: no TRIM comparison)")
     args = ap.parse_args()
+    if args.smoke:
+        args.rounds = 1        # what rounds_of() times: the printed count says so
     bs, cap = parse_size(args.bs), parse_size(args.capacity)
     root = os.geteuid() == 0
     plan = make_plan(args.ops, cap, bs)
@@ -184,7 +186,7 @@ def main() -> None:
 
                 sides["fio writes + randtrim"] = fio_writes_then_trims
                 sides["kvwear, TRIM"] = replay_with_trims
-            res = interleave(sides, rounds=args.rounds)
+            res = interleave(sides, **rounds_of(args))
             can_trim = fiolib.fio_replays_trim(dev.fio_version)
 
     work = {k: float(args.trim_ops + n_trims if k in ("fio writes + randtrim", "kvwear, TRIM") else args.ops)

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from _interleave import MIN_ROUNDS, interleave
+from _interleave import add_round_options, interleave, rounds_of
 
 from kvwear.harness.pipeline.sweep import SweepProgress, plan_sweep, run_sweep
 
@@ -38,7 +38,7 @@ def main() -> None:
     ap.add_argument("--points-per-policy", type=int, default=2)
     ap.add_argument("--sessions", type=int, default=20)
     ap.add_argument("--turns", type=int, default=10)
-    ap.add_argument("--rounds", type=int, default=MIN_ROUNDS)
+    add_round_options(ap)
     ap.add_argument("--full", action="store_true", help="4 points per policy of 100 sessions")
     args = ap.parse_args()
     k, sessions = (4, 100) if args.full else (args.points_per_policy, args.sessions)
@@ -53,7 +53,7 @@ def main() -> None:
         assert prog.done == len(plan.points), prog
         return prog
 
-    res = interleave({"jobs=1": lambda: sweep(1), "jobs=2": lambda: sweep(2)}, rounds=args.rounds)
+    res = interleave({"jobs=1": lambda: sweep(1), "jobs=2": lambda: sweep(2)}, **rounds_of(args))
     n = len(plan.points)
     print(f"{n} points ({k} per policy; multi-round, {sessions} sessions × {args.turns} turns, kimi-k3, "
           f"sim device) per sweep")

@@ -1,7 +1,8 @@
 """Every bench in bench/ runs to its end in a smoke size, so none can rot: each is started as
 `make bench` starts it (`python bench/NAME.py`, its own process) with arguments that make its
-work small, and must exit 0 and print what its report promises. The rates these sizes print
-mean nothing; `make bench` runs the benches at their default sizes.
+work small (`--smoke` where the bench interleaves: one round, no warm-up), and must exit 0 and
+print what its report promises. The rates these sizes print mean nothing; `make bench` runs the
+benches at their default sizes.
 
 A bench not listed here fails the last test: a new bench gets its smoke form when it lands."""
 
@@ -21,16 +22,16 @@ ROOT = os.geteuid() == 0
 
 # bench → (arguments of its smoke form, text its output must hold, why it cannot run here or "")
 SMOKE: dict[str, tuple[list[str], str, str]] = {
-    "replay": (["--ops", "2000", "--trim-ops", "600"], "kvwear replay / fio replaying the same iolog",
+    "replay": (["--ops", "2000", "--trim-ops", "600", "--smoke"], "kvwear replay / fio replaying the same iolog",
                "" if shutil.which("fio") else "needs fio"),
-    "ftl": (["--pages", "16384", "--ppb", "64"], "numba / pure Python on the same drive and writes", ""),
-    "layouts": (["--sessions", "2", "--synthetic-ops", "3000", "--baseline", str(REPO / "harness/plan/planner.py")],
+    "ftl": (["--pages", "16384", "--ppb", "64", "--smoke"], "numba / pure Python on the same drive and writes", ""),
+    "layouts": (["--smoke", "--sessions", "2", "--synthetic-ops", "3000", "--baseline", str(REPO / "harness/plan/planner.py")],
                 "plans identical: True", ""),
-    "loaders": (["--size-mb", "0.5", "--no-pandas"], "× ref > 1: faster than kvwear convert", ""),
+    "loaders": (["--size-mb", "0.5", "--no-pandas", "--smoke"], "× ref > 1: faster than kvwear convert", ""),
     "guest": (["--plans", "rand4k", "--rand-mib", "1", "--smoke"], "qemu / host file, fio's time",
               "" if ROOT and shutil.which("fio") and shutil.which("qemu-system-x86_64") else
               "needs root, fio and qemu-system-x86_64"),
-    "sweep": (["--points-per-policy", "1", "--sessions", "2", "--turns", "2"], "scaling 2 workers / 1 worker", ""),
+    "sweep": (["--points-per-policy", "1", "--sessions", "2", "--turns", "2", "--smoke"], "scaling 2 workers / 1 worker", ""),
     "run": (["--policy", "lru", "--sessions", "3"], "kvwear run, default config", ""),
     "scale": (["--base-copies", "1", "--sizes", "1"], "peak RSS, MiB", ""),
     "frontier": (["--quick", "--models", "kimi-k3", "--only", "mooncake", "--policies", "lru,gandalf"],
@@ -39,7 +40,7 @@ SMOKE: dict[str, tuple[list[str], str, str]] = {
     "gandalf_gamma": (["--model", "kimi-k3", "--dram", "1%", "--ssd", "10%", "--slice", "60",
                        "--variant", ";stranded=zero"], "cases rise by more than", ""),
     "waf_model": (["--smoke"], "GC-active", ""),
-    "fs_layout": (["--ops", "3000"], "fs (files)", ""),
+    "fs_layout": (["--ops", "3000", "--smoke"], "fs (files)", ""),
     "placement": (["--sessions", "3", "--turns", "3", "--dram", "100MB", "--ssd", "200MB", "--devsz-mb", "256",
                    "--policy", "lru"], "lru", ""),
 }
