@@ -78,7 +78,7 @@ from kvwear.harness.devices.measurement import (
     TrimMode,
 )
 from kvwear.harness.devices.safety import DeviceFacts, check_block_device, loop_serial
-from kvwear.harness.plan.files import FILE_OPS, planned_write_bytes
+from kvwear.harness.plan.files import FILE_OPS, object_write_bytes, planned_write_bytes
 from kvwear.harness.plan.schema import BLOCK_OPS
 from kvwear.harness.wear.identify import DeviceIdentity
 from kvwear.records import decode, encode
@@ -527,8 +527,7 @@ class FsDevice:
             end_bytes = sum(f.stat().st_size for f in left)
         block = delta(block_counters(self.dev), before)
         wall = time.monotonic() - t0
-        w = pc.equal(pc.cast(table.column("op"), pa.string()), "write")
-        planned = int(pc.sum(table.column("length_bytes").filter(w)).as_py() or 0)
+        planned = object_write_bytes(table)
         files = FileSystemCount(
             filesystem=self.filesystem, discard=p.discard, fsync=p.fsync, fstrim_interval_s=interval,
             mkfs_command=" ".join(self.mkfs_argv), mount_options=opts, fs_tools=self.fs_tools,

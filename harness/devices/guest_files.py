@@ -101,8 +101,8 @@ def parse_fs_report(data: bytes, source: str) -> FsReport:
     values: dict[str, int | float] = {}
     for f in fields(FsReport):
         v = raw.get(f.name)
-        number = isinstance(v, int) or (f.name == "elapsed_s" and isinstance(v, float))
-        if isinstance(v, bool) or not isinstance(v, int | float) or not number or v < 0:
+        kinds = (int, float) if f.name == "elapsed_s" else (int,)       # every count is an integer
+        if isinstance(v, bool) or not isinstance(v, kinds) or v < 0:
             raise KvwearError(f"{source}: field {f.name}: expected a non-negative number, got {v!r}")
         values[f.name] = v
     return FsReport(**values)  # type: ignore[arg-type]

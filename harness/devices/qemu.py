@@ -156,7 +156,7 @@ from kvwear.harness.devices.measurement import (
     TrimMode,
 )
 from kvwear.harness.devices.safety import check_file_target
-from kvwear.harness.plan.files import FILE_OPS, planned_write_bytes
+from kvwear.harness.plan.files import FILE_OPS, object_write_bytes, planned_write_bytes
 from kvwear.harness.plan.placement import plan_handles
 from kvwear.harness.wear._decode import hexdump
 from kvwear.harness.wear.base import NVME_DATA_UNIT_BYTES, CounterSource
@@ -720,11 +720,10 @@ class GuestDevice:
                               f"`{' '.join(fs.mkfs())}`, mounted -o {fs.mount_options()}):{said}")
         self._identity = self._identity_from_run(run)
         rep = parse_fs_report(run.files["fs.json"], str(outdir / "fs.json"))
-        w = pc.equal(pc.cast(table.column("op"), pa.string()), "write")
         mkfs_version = run.text("mkfs-version.txt").strip().splitlines()
         fs_tools = mkfs_version[0] if mkfs_version else f"{fs.mkfs()[0]} (version unknown)"
         counts = guest_file_counts(rep, run.files, fs,
-                                   object_write_bytes=int(pc.sum(table.column("length_bytes").filter(w)).as_py() or 0),
+                                   object_write_bytes=object_write_bytes(table),
                                    fs_tools=fs_tools, kernel=run.events.get("kernel", "?"), source=str(outdir))
         host_counts, media, counted = drive_counts(run.files, str(outdir), femu=self.femu is not None)
         block = counts.block

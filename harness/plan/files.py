@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kvwear.errors import InputError, KvwearError
 from kvwear.harness.plan.planner import (
@@ -99,6 +100,12 @@ class FsLayoutConfig:
     def metadata(self) -> dict[bytes, bytes]:
         """What a FILE_OPS table planned with these settings carries (WRITE_BYTES_KEY)."""
         return {WRITE_BYTES_KEY: str(self.write_bytes).encode()}
+
+
+def object_write_bytes(file_ops: pa.Table) -> int:
+    """Σ bytes of a FILE_OPS plan's writes: what a file player must write (the object level)."""
+    w = pc.equal(pc.cast(file_ops.column("op"), pa.string()), "write")
+    return int(pc.sum(file_ops.column("length_bytes").filter(w)).as_py() or 0)
 
 
 def planned_write_bytes(file_ops: pa.Table | pa.Schema, source: str) -> int:
