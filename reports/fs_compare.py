@@ -144,7 +144,15 @@ def main(argv: Sequence[str]) -> int:
     except ValueError as exc:
         print(f"usage: python -m kvwear.reports.fs_compare [--levels] NAME=RUN_DIR ...; {exc}", file=sys.stderr)
         return 2
-    print(levels_markdown(levels(runs)) if by_level else markdown(side_by_side(runs)), end="")
+    if not runs:
+        print("usage: python -m kvwear.reports.fs_compare [--levels] NAME=RUN_DIR ...; no run given", file=sys.stderr)
+        return 2
+    try:
+        table = levels_markdown(levels(runs)) if by_level else markdown(side_by_side(runs))
+    except KvwearError as exc:          # a run that did not finish, or not of the fs layout: named, no traceback
+        print(f"fs_compare: {exc}", file=sys.stderr)
+        return 2
+    print(table, end="")
     return 0
 
 

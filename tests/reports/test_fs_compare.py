@@ -90,3 +90,12 @@ def test_a_block_run_or_an_unfinished_one_is_named(tmp_path: Path) -> None:
     (tmp_path / "half").mkdir()
     with pytest.raises(KvwearError, match=r"half/results\.parquet: no results"):
         levels({"x": tmp_path / "half"})
+
+
+def test_the_command_names_a_bad_run_without_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    raw = _run(tmp_path / "raw", [ResultsRow("lru", plan_write_bytes=10, device_write_bytes=10)])
+    assert main(["--levels", f"raw={raw}"]) == 2
+    assert "raw/results.parquet: not a run of the fs layout" in capsys.readouterr().err
+    assert main([f"x={tmp_path / 'missing'}"]) == 2
+    assert "missing/results.parquet: no results" in capsys.readouterr().err
+    assert main(["--levels"]) == 2 and "no run given" in capsys.readouterr().err
