@@ -66,11 +66,14 @@ def _thin_ticks(fig: plt.Figure) -> list[str]:
     """Keep every other tick of an automatic axis whose labels overlap ('0.19000.19250.1950'),
     until they do not; returns the axes still overlapping (categories are never dropped)."""
     left = []
+    drawn = False      # a draw lays out every axis: another is needed only after a locator changed
     for ax in fig.axes:
         for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
             chosen = isinstance(axis.get_major_locator(), FixedLocator)    # ticks the figure placed itself
             for _ in range(4):
-                fig.canvas.draw()
+                if not drawn:
+                    fig.canvas.draw()
+                    drawn = True
                 if not _overlapping(axis):
                     break
                 if chosen:
@@ -79,6 +82,7 @@ def _thin_ticks(fig: plt.Figure) -> list[str]:
                 lo, hi = sorted(axis.get_view_interval())
                 locs = [v for v in axis.get_majorticklocs() if lo <= v <= hi]
                 axis.set_major_locator(FixedLocator(locs[::2]))
+                drawn = False
             else:
                 left.append(f"{ax.get_title() or 'a panel'}: the {name} axis' labels overlap")
     return left

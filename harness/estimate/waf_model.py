@@ -520,41 +520,38 @@ def _adjacent_all(bt, bt_n, trans, runs, cb, band_len):
     return bt
 
 
-_RADIX_BITS = 11
-_RADIX = 1 << _RADIX_BITS
-
-
 @numba.njit(cache=True)
-def _live_by_time(lo, hi, lpn, key, l2, k2):
-    """The live pages (their last write not trimmed) and their write times, in write-time order, into
-    two of the four arrays given (each of `_live_pages` entries; 4-byte where the addresses and
-    times fit), returned: an LSD radix sort on 11-bit digits (numpy's argsort of the 62 M
-    survivors of the default run's 268.8 GB drive took 9–15 s, this 1–2 s; 16-bit digits scatter
-    into 65,536 places at once and miss the TLB on nearly every page: 11 s)."""
-    n = lpn.shape[0]
-    m = 0
+def _live_by_time(lo, hi, total, window, slot, lpn, key):
+    """The live pages (their last write not trimmed) and their write times, in write-time order,
+    into `lpn` and `key` (each `_live_pages` entries; 4-byte where the addresses and times fit).
+    Counting placement, not a comparison sort: the live pages' write times are distinct host times
+    below `total`, so each page has a slot of its own in a table indexed by time (`slot`, `window`
+    entries, filled with its dtype's maximum: no page), read back in time order. Times are placed
+    `window` at a time, each window one pass over the page table; the caller makes the window the
+    larger of the page table and the output (the radix sort's two scratch arrays were the output's
+    size again), so there are at most as many passes as the plan writes the drive over.
+    Consecutive pages of an object were written at consecutive times, so the placement writes the
+    table mostly in order: on the default run's 62 M survivors this took a third of the CPU time
+    of the 11-bit LSD radix sort it replaced (numpy's argsort took longer still)."""
+    none = slot.dtype.type(np.iinfo(slot.dtype).max)
+    lo_t, hi_t = total, 0                 # the live times' span: windows outside it hold nothing
     for i in range(lo.shape[0]):
         t = _page_time(lo, hi, i)
         if t >= 0:
-            lpn[m] = i
-            key[m] = t
-            m += 1
-    top = np.int64(key.max()) if n else 0
-    shift = 0
-    while shift == 0 or (top >> shift) > 0:
-        cnt = np.zeros(_RADIX + 1, np.int64)
-        for i in range(n):
-            cnt[((np.int64(key[i]) >> shift) & (_RADIX - 1)) + 1] += 1
-        for j in range(_RADIX):
-            cnt[j + 1] += cnt[j]
-        for i in range(n):
-            d = (np.int64(key[i]) >> shift) & (_RADIX - 1)
-            k2[cnt[d]] = key[i]
-            l2[cnt[d]] = lpn[i]
-            cnt[d] += 1
-        key, k2 = k2, key
-        lpn, l2 = l2, lpn
-        shift += _RADIX_BITS
+            lo_t, hi_t = min(lo_t, t), max(hi_t, t + 1)
+    m = 0
+    for w0 in range(lo_t, hi_t, window):
+        w1 = min(w0 + window, hi_t)
+        for i in range(lo.shape[0]):
+            t = _page_time(lo, hi, i)
+            if t >= w0 and t < w1:
+                slot[t - w0] = i
+        for t in range(w1 - w0):
+            if slot[t] != none:
+                lpn[m] = slot[t]
+                key[m] = w0 + t
+                slot[t] = none
+                m += 1
     return lpn, key
 
 
@@ -863,8 +860,10 @@ class DeathCounter:
         n = int(_live_pages(self.last_lo, self.last_hi))
         adt = np.uint32 if self.exposed_pages < 1 << 32 else np.int64
         tdt = np.uint32 if self.total < 1 << 32 else np.int64
-        lpn, tw = _live_by_time(self.last_lo, self.last_hi, np.empty(n, adt), np.empty(n, tdt), np.empty(n, adt),
-                                np.empty(n, tdt))
+        # one pass over the page table per window: at most the plan's drive writes
+        window = max(min(self.total, max(2 * n, self.exposed_pages)), 1)
+        lpn, tw = _live_by_time(self.last_lo, self.last_hi, self.total, window,
+                                np.full(window, np.iinfo(adt).max, adt), np.empty(n, adt), np.empty(n, tdt))
         surv = _sorted_runs(tw, lpn, self.ft, self.total, False)
         rows += _cells_of_runs(surv, np.full(surv.shape[1], RUN_SURVIVOR), bl, nlb, ndb)
         nxt = _sorted_runs(tw, lpn, self.ft, self.total, True)
