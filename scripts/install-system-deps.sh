@@ -12,7 +12,7 @@ if [ "$(id -u)" != 0 ]; then
   exit 0
 fi
 pkgs=(fio bpfcc-tools python3-bpfcc bpftrace linux-headers-amd64 smartmontools nvme-cli
-      qemu-system-x86 qemu-utils busybox-static chromium util-linux e2fsprogs xfsprogs f2fs-tools cpio zstd
+      qemu-system-x86 qemu-utils busybox-static chromium util-linux e2fsprogs xfsprogs f2fs-tools cpio lz4 zstd
       python3-venv xz-utils gcc libc6-dev)
 missing=()
 for p in "${pkgs[@]}"; do
