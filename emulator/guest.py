@@ -167,7 +167,10 @@ def build_command(folder: Path | None = None) -> str:
 def find_guest(folder: Path | None = None) -> GuestImage:
     """The built guest in `folder` (default `guest_dir()`), or GuestNotBuiltError saying how to build it."""
     folder = Path(folder) if folder else guest_dir()
-    kernel, initrd, stamp = folder / "vmlinuz", folder / "initrd.img", folder / "stamp"
+    # vmlinux: the kernel's ELF with its PVH entry, which QEMU boots directly; vmlinuz: the bzImage,
+    # when the kernel has no PVH entry (scripts/build-guest.sh says which it wrote)
+    kernel = next((k for k in (folder / "vmlinux", folder / "vmlinuz") if k.is_file()), folder / "vmlinux")
+    initrd, stamp = folder / "initrd.img", folder / "stamp"
     missing = [p.name for p in (kernel, initrd, stamp) if not p.is_file()]
     if missing:
         raise GuestNotBuiltError(
