@@ -9,8 +9,8 @@ few promise more (a line printed, JSON on stdout), checked below.
 Examples run in the order they are found, except that one reading an output of another (a path
 under out/, runs/ or sweeps/ that it does not write itself) runs after the example writing it.
 Examples linked that way make one unit; every other example is a unit of its own; each unit is a
-test (so that pytest-xdist spreads them over its workers), and the units of a worker share one
-clone.
+test (so that pytest-xdist spreads them over its workers), and the units of a worker, with its
+sweep examples, share one clone (which compiles kvwear's numba kernels once).
 Where an example needs hardware, the test provides it or says why it cannot: the `--scheduler`
 example gets a Dask scheduler and worker started here; the loop device example runs in
 tests/harness/test_run_block.py (root, a loop device it makes); the FEMU example skips, with the
@@ -112,12 +112,6 @@ def fresh_clone() -> Iterator[Path]:
         yield dest
     finally:
         shutil.rmtree(base, ignore_errors=True)
-
-
-@pytest.fixture
-def clone() -> Iterator[Path]:
-    with fresh_clone() as dest:
-        yield dest
 
 
 def outputs(example: str) -> list[str]:
@@ -335,8 +329,8 @@ def dask_cluster(tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.mark.timeout(3600)
-def test_sweep_examples_in_a_fresh_clone(clone: Path, dask_cluster: str) -> None:
-    work = clone
+def test_sweep_examples_in_a_fresh_clone(session_clone: Path, dask_cluster: str) -> None:
+    work = session_clone            # its sweeps/ is its own, and removed at the end
     n = None
     for example in sorted(SWEEPS, key=lambda e: "--scheduler" not in e):     # the Dask one on an empty store
         out = run_example(example, work, replace={"tcp://127.0.0.1:8786": dask_cluster})
@@ -354,10 +348,10 @@ def test_sweep_examples_in_a_fresh_clone(clone: Path, dask_cluster: str) -> None
     shutil.rmtree(work / "sweeps")
 
 
-def test_femu_example(clone: Path) -> None:
+def test_femu_example() -> None:
     binary = Path(next(a for a in shlex.split(FEMU_EXAMPLE) if a.endswith("qemu-system-x86_64"))).expanduser()
     if not binary.is_file():
         pytest.skip(f"{FEMU_EXAMPLE!r} needs the user's FEMU build, and {binary} does not exist")
-    work = clone
-    # as a shell would expand them: ~ and $HOME
-    run_example(os.path.expandvars(FEMU_EXAMPLE.replace("~", str(Path.home()))), work)
+    with fresh_clone() as work:        # cloned only when the example can run
+        # as a shell would expand them: ~ and $HOME
+        run_example(os.path.expandvars(FEMU_EXAMPLE.replace("~", str(Path.home()))), work)
