@@ -37,8 +37,10 @@ always reaped.
 
 Accelerator: TCG by default. /dev/kvm on the machines this was built on cannot run a stock Debian
 kernel (with `-cpu host` QEMU aborts at once, "failed to set MSR 0x10a"; with QEMU's default CPU
-the guest hangs after "Probing EDD"), so `kvm` is used only when asked for, and `auto` uses it
-only if a probe boot under KVM reaches `ready` (`kvm_works`; here it answers False in 0.1 s).
+the guest hangs after "Probing EDD"; on 2026-12-04 with `-cpu host` too, until the probe's 20 s
+timeout, spending them as system CPU), so `kvm` is used only when asked for, and `auto` uses it
+only if the CPU offers hardware virtualisation (a vmx or svm flag; this machine's has neither,
+though it has /dev/kvm) and a probe boot under KVM reaches `ready` (`kvm_works`).
 
 This module launches processes and moves bytes; it does not interpret SMART or fio output
 (kvwear.harness.wear, kvwear.harness.devices.fio_runner do) and never touches a disk it was not given.
@@ -673,10 +675,24 @@ def run_guest(cfg: GuestConfig, job: GuestJob, workdir: Path, *, check_io_timeou
     return run
 
 
+def cpu_virtualises(cpuinfo: str) -> bool:
+    """Does /proc/cpuinfo's text name a hardware virtualisation flag (Intel vmx, AMD svm) on every
+    processor it lists? Without one, KVM cannot run a guest whatever /dev/kvm says."""
+    flags = [set(line.split(":", 1)[1].split()) for line in cpuinfo.splitlines()
+             if line.startswith("flags") and ":" in line]
+    return bool(flags) and all(f & {"vmx", "svm"} for f in flags)
+
+
 @functools.cache
 def kvm_works(qemu_binary: str, kernel: Path, initrd: Path, timeout_s: float = 20.0) -> bool:
-    """Does a guest boot under KVM reach 'ready' within `timeout_s`? (Probed once per process.)"""
+    """Does a guest boot under KVM reach 'ready' within `timeout_s`? (Probed once per process, and
+    only where /dev/kvm is usable and the CPU virtualises: a probe that hangs costs its timeout.)"""
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return False
+    try:
+        if not cpu_virtualises(Path("/proc/cpuinfo").read_text()):
+            return False
+    except OSError:
         return False
     import tempfile
 

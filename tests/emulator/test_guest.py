@@ -28,6 +28,7 @@ from kvwear.emulator.guest import (
     GuestProtocolError,
     GuestTimeoutError,
     build_guest,
+    cpu_virtualises,
     find_guest,
     find_io_timeouts,
     kernel_cmdline,
@@ -52,6 +53,17 @@ def test_build_guest_swaps_the_image_without_its_stamp() -> None:
     moves = [i for i, ln in enumerate(lines) if ln.startswith('mv "$work/') and '"$out/' in ln]
     write = lines.index('echo "$stamp" > "$out/stamp"')
     assert len(moves) == 2 and drop < min(moves) and max(moves) < write
+
+def test_cpu_virtualises_reads_the_flags_of_every_processor() -> None:
+    """The KVM probe is skipped where the CPU has no vmx/svm flag (a hanging probe costs 20 s)."""
+    intel = "processor\t: 0\nflags\t\t: fpu vme vmx sse2\n\nprocessor\t: 1\nflags\t\t: fpu vmx\n"
+    assert cpu_virtualises(intel) and cpu_virtualises("flags : svm lm\n")
+    assert not cpu_virtualises("flags\t\t: fpu vme sse2 hypervisor\n")
+    assert not cpu_virtualises(intel + "processor\t: 2\nflags\t\t: fpu\n")      # every processor
+    assert not cpu_virtualises("") and not cpu_virtualises("vmx\n")                # no flags line
+    here = Path("/proc/cpuinfo").read_text()
+    assert cpu_virtualises(here) == ((" vmx" in here or " svm" in here) and "flags" in here)
+
 
 # ---------------------------------------------------------------------------------------------
 # command line
