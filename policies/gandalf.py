@@ -947,9 +947,20 @@ class GandalfPolicy(Policy[GandalfParams]):
                 movers.append(m)
         best: tuple[float, Obj] | None = None
         fallback: tuple[float, Obj] | None = None
+        # a candidate whose M is no lower than the drop's D or the best open M so far cannot be
+        # chosen (ties keep the earlier one), and the fallback is used only with neither: its
+        # door (the next-hit value, a tree walk) is then not priced. Only under the histogram
+        # model and when its class's histogram exists, where value() changes nothing (the
+        # exponential fit expires samples when read, and value() creates a missing histogram)
+        prune = self._hist_model
+        hists = self.hists
         for o in movers:
-            open_, m_cost = self._move_price(o)
-            if open_:
+            f = self.fee(o)
+            m_cost = f / (max(o.nbytes, 1) * self._idle_s(o))
+            if (prune and ((drop is not None and m_cost >= drop[0]) or (best is not None and m_cost >= best[0]))
+                    and self.class_of(o) in hists):
+                continue
+            if self.value(o) > f:
                 if best is None or m_cost < best[0]:
                     best = (m_cost, o)
             elif fallback is None or m_cost < fallback[0]:
