@@ -259,8 +259,10 @@ victims restricted to leaves, the first of each list's `scan` oldest that strand
 Per-event work: objects sit in LRU lists per tier × class, inside which D is non-increasing in
 idle time, so the cheapest object of a list is (up to the hybrid adjustments) its head and a
 decision looks at O(W) heads (W ≈ 2 kinds × 2 reuse classes × ~10 length classes, up to `scan`
-entries each for the leaf and root-side tests). `split_victims` is off: a move must write the
-root side of a segment, not the leaf-side part the simulator would cut.
+entries each for the leaf and root-side tests). A list's scan is kept until an entry of it, or the
+residency of what its tests read, changes, so the evictions of one request rescan a few lists.
+`split_victims` is off: a move must write the root side of a segment, not the leaf-side part the
+simulator would cut.
 
 Must not: do I/O, read the wall clock, keep global state.
 """
@@ -410,6 +412,13 @@ class GandalfPolicy(Policy[GandalfParams]):
         self._own_tokens: dict[Obj, int] = {}
         # (value P·n·c in $, D in $/byte/s) per object, valid until the next access of anything
         self._vcache: dict[Obj, tuple[float, float]] = {}
+        # per DRAM list, what victim()'s scan of its first entries found: (its drop candidate as
+        # (D, object) or None, its move candidates). Valid while nothing the scan read changes:
+        # the list's entries, the residency of their parents, children, states and segments, and
+        # the cached D (see _rescan_near). HBM residency reaches the policy through no hook, but
+        # the simulator changes it before DRAM's evictions in a request, and a request's first
+        # access clears the scans
+        self._scans: dict[ClassKey, tuple[tuple[float, Obj] | None, list[Obj]]] = {}
         self.p_w = cfg.ssd_usd_per_byte_written
         day = 86400.0
         cap = max(ctx.capacity_bytes[SSD], 1)
@@ -443,6 +452,7 @@ class GandalfPolicy(Policy[GandalfParams]):
     def begin_request(self, req: RequestInfo) -> None:
         self._victims = None
         self._vcache.clear()  # the clock moved: every value and D changes
+        self._scans.clear()
         now = req.arrival_s
         self._state_credited = False
         self._credited_end = 0
@@ -683,10 +693,42 @@ class GandalfPolicy(Policy[GandalfParams]):
                     mark(c)
                     stack.append(c)
         self._vcache.clear()
+        self._scans.clear()
         self._victims = None
+
+    def _rescan_near(self, obj: Obj) -> None:
+        """`obj`'s residency changed: the scans of the DRAM lists holding what victim() tests by it
+        are redone — its parent (or a state's segment: droppable only with nothing resident
+        below) and its children and state (root-side only below a node that is not DRAM-only).
+        Its own list is redone by _enlist/_delist; the cached D of its parent or segment, which
+        removed() drops, belongs to the same lists."""
+        scans = self._scans
+        if not scans:
+            return
+        where = self.where[DRAM]
+        if isinstance(obj, Segment):
+            key = where.get(obj.parent) if obj.parent is not None else None
+            if key is not None:
+                scans.pop(key, None)
+            st = obj.state
+            if st is not None:
+                key = where.get(st)
+                if key is not None:
+                    scans.pop(key, None)
+            for c in obj.children.values():
+                key = where.get(c)
+                if key is not None:
+                    scans.pop(key, None)
+        else:
+            assert isinstance(obj, State)
+            key = where.get(obj.seg)
+            if key is not None:
+                scans.pop(key, None)
 
     def _enlist(self, obj: Obj, tier: int) -> None:
         key = (obj.kind, _rc(obj.pdata[1] if obj.pdata else 1), _size_class(obj))
+        if tier == DRAM:
+            self._scans.pop(key, None)
         lists = self.lists[tier]
         od = lists.get(key)
         if od is None:
@@ -698,6 +740,8 @@ class GandalfPolicy(Policy[GandalfParams]):
         key = self.where[tier].pop(obj, None)
         if key is None:
             return False
+        if tier == DRAM:
+            self._scans.pop(key, None)
         del self.lists[tier][key][obj]
         return True
 
@@ -716,6 +760,8 @@ class GandalfPolicy(Policy[GandalfParams]):
         self._victims = None  # values change with this access
         if self._vcache:
             self._vcache.clear()
+        if self._scans:
+            self._scans.clear()
         ctx = self.ctx
         prev = obj.pdata  # a ghost segment still in the tree keeps its record
         if prev is None:
@@ -746,6 +792,7 @@ class GandalfPolicy(Policy[GandalfParams]):
         return DRAM
 
     def added(self, obj: Obj, tier: int) -> None:
+        self._rescan_near(obj)
         if self._zero_stranded and obj.tiers == tier:  # resident again (or new)
             if _gap_above(obj):
                 self._strand(obj)
@@ -767,6 +814,7 @@ class GandalfPolicy(Policy[GandalfParams]):
                 self.clean[obj] = None
 
     def removed(self, obj: Obj, tier: int) -> None:
+        self._rescan_near(obj)
         c = self._vcache
         if c:
             c.pop(obj, None)
@@ -805,6 +853,8 @@ class GandalfPolicy(Policy[GandalfParams]):
         self._victims = None  # values and the SSD lists' order change
         if self._vcache:
             self._vcache.clear()
+        if self._scans:
+            self._scans.clear()
         ctx = self.ctx
         if isinstance(obj, Segment):
             seg = obj
@@ -827,6 +877,7 @@ class GandalfPolicy(Policy[GandalfParams]):
             self.clean.move_to_end(obj)
 
     def split(self, head: Segment, tail: Segment, evicting_tier: int) -> None:
+        self._scans.clear()  # the tree changes shape
         if tail in self.where[SSD]:
             self._victims = None  # the SSD lists change
         for tier in (DRAM, SSD):
@@ -875,6 +926,46 @@ class GandalfPolicy(Policy[GandalfParams]):
         f = self.fee(obj)
         return v > f, f / (max(obj.nbytes, 1) * self._idle_s(obj))
 
+    def _scan(self, key: ClassKey, od: OrderedDict[Obj, None]) -> tuple[tuple[float, Obj] | None, list[Obj]]:
+        """One DRAM list's first entries (up to `scan`): its first droppable object with its D,
+        and its first `move_candidates` root-side objects. D is needed for the first droppable
+        object only; the move candidates are priced by victim(), once per decision."""
+        drop: tuple[float, Obj] | None = None
+        movers: list[Obj] = []
+        scan = self.p.scan
+        per_list = self.p.move_candidates
+        ssd_cap = self.ctx.capacity_bytes[SSD]
+        on_both = DRAM | SSD
+        for i, o in enumerate(od):
+            if i >= scan or (drop is not None and len(movers) >= per_list):
+                break
+            if drop is None:
+                ok = True
+                if isinstance(o, Segment):
+                    st = o.state
+                    if st is not None and st.tiers:
+                        ok = False
+                    else:
+                        for c in o.children.values():
+                            if c.tiers:
+                                ok = False
+                                break
+                if ok:
+                    # a droppable segment of a hybrid model leads nowhere: worth 0
+                    drop = (0.0 if (self.hybrid and o.kind == FULL) else self._vd(o, key)[1], o)
+            if len(movers) < per_list and ssd_cap >= o.nbytes:
+                # root-side (a node a move may write, so the SSD part of every path stays a
+                # prefix): a segment's parent is the root or not DRAM-only, a state's segment
+                # is not DRAM-only
+                if isinstance(o, Segment):
+                    par = o.parent
+                    if par is not None and par.parent is not None and par.tiers & on_both == DRAM:
+                        continue
+                elif o.seg.tiers & on_both == DRAM:  # type: ignore[attr-defined]
+                    continue
+                movers.append(o)
+        return drop, movers
+
     def victim(self, tier: int, need_bytes: int) -> Obj:
         self._decision = None
         if tier == SSD:
@@ -889,53 +980,22 @@ class GandalfPolicy(Policy[GandalfParams]):
         drop: tuple[float, Obj] | None = None
         coldest: Obj | None = None
         movers: list[Obj] = []
-        scan = self.p.scan
-        per_list = self.p.move_candidates
-        hybrid = self.hybrid
         ssd_cap = self.ctx.capacity_bytes[SSD]
-        vd = self._vd
-        on_both = DRAM | SSD
-        # the hot loop of the policy: D is needed for a list's first droppable object only;
-        # root-side objects are collected as move candidates (priced below, once per decision)
+        scans = self._scans
+        # the hot loop of the policy, over the lists in order; a list's scan is kept until what it
+        # read changes (one request's evictions change a few lists, see _rescan_near)
         for key, od in self.lists[DRAM].items():
             if not od:
                 continue
-            found_drop = False
-            movers_here = 0
-            for i, o in enumerate(od):
-                if i >= scan or (found_drop and movers_here >= per_list):
-                    break
-                if i == 0 and coldest is None:
-                    coldest = o
-                if not found_drop:
-                    ok = True
-                    if isinstance(o, Segment):
-                        st = o.state
-                        if st is not None and st.tiers:
-                            ok = False
-                        else:
-                            for c in o.children.values():
-                                if c.tiers:
-                                    ok = False
-                                    break
-                    if ok:
-                        found_drop = True
-                        # a droppable segment of a hybrid model leads nowhere: worth 0
-                        d = 0.0 if (hybrid and o.kind == FULL) else vd(o, key)[1]
-                        if drop is None or d < drop[0]:
-                            drop = (d, o)
-                if movers_here < per_list and ssd_cap >= o.nbytes:
-                    # root-side (a node a move may write, so the SSD part of every path stays a
-                    # prefix): a segment's parent is the root or not DRAM-only, a state's segment
-                    # is not DRAM-only
-                    if isinstance(o, Segment):
-                        par = o.parent
-                        if par is not None and par.parent is not None and par.tiers & on_both == DRAM:
-                            continue
-                    elif o.seg.tiers & on_both == DRAM:  # type: ignore[attr-defined]
-                        continue
-                    movers.append(o)
-                    movers_here += 1
+            if coldest is None:
+                coldest = next(iter(od))
+            got = scans.get(key)
+            if got is None:
+                got = scans[key] = self._scan(key, od)
+            d_o, ms = got
+            if d_o is not None and (drop is None or d_o[0] < drop[0]):
+                drop = d_o
+            movers += ms
         if coldest is None:
             raise KvwearError("gandalf: DRAM over capacity with no DRAM object listed")
         if drop is not None and drop[0] == 0.0:
@@ -980,7 +1040,7 @@ class GandalfPolicy(Policy[GandalfParams]):
             if run_bytes <= ssd_cap:
                 f = move_cost(self.p.gamma, self.budget.mu(self.ctx.now_s), self.p_w, run_bytes,
                               self.displaced_value(run_bytes - self.ctx.free_bytes(SSD)))
-                if vd(leaf, self.class_of(leaf))[0] > f:
+                if self._vd(leaf, self.class_of(leaf))[0] > f:
                     self._decision = (end, True)
                     return end
             self._decision = (drop[1], False)
