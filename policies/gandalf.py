@@ -279,7 +279,7 @@ from kvwear.errors import KvwearError
 from kvwear.policies._estimators import ReuseHistogram, SlidingExpFit, WriteBudget, move_cost
 from kvwear.policies._history import GhostTable
 from kvwear.policies.base import POLICIES, YEAR_S, Policy, PolicyParams, RequestInfo, SimContext, param
-from kvwear.policies.tree import DRAM, FULL, LINEAR, SSD, Obj, Segment, State, depth_blocks
+from kvwear.policies.tree import DRAM, FULL, HBM, LINEAR, SSD, Obj, Segment, State, depth_blocks
 
 
 @dataclass(frozen=True)
@@ -412,13 +412,14 @@ class GandalfPolicy(Policy[GandalfParams]):
         self._own_tokens: dict[Obj, int] = {}
         # (value P·n·c in $, D in $/byte/s) per object, valid until the next access of anything
         self._vcache: dict[Obj, tuple[float, float]] = {}
-        # per DRAM list, what victim()'s scan of its first entries found: (its drop candidate as
-        # (D, object) or None, its move candidates). Valid while nothing the scan read changes:
-        # the list's entries, the residency of their parents, children, states and segments, and
-        # the cached D (see _rescan_near). HBM residency reaches the policy through no hook, but
-        # the simulator changes it before DRAM's evictions in a request, and a request's first
-        # access clears the scans
-        self._scans: dict[ClassKey, tuple[tuple[float, Obj] | None, list[Obj]]] = {}
+        # per DRAM list, what victim()'s scan of its first entries found: (its drop candidate or
+        # None, its move candidates); D is looked up at each decision. Valid while nothing the
+        # scan read changes: the list's entries and the residency of their parents, children,
+        # states and segments (see _rescan_near), across requests. HBM residency reaches the
+        # policy through no hook: with an HBM tier the scans are redone every request (the
+        # simulator changes HBM residency before a request's DRAM evictions, not during them)
+        self._scans: dict[ClassKey, tuple[Obj | None, list[Obj]]] = {}
+        self._hbm = ctx.capacity_bytes[HBM] > 0
         self.p_w = cfg.ssd_usd_per_byte_written
         day = 86400.0
         cap = max(ctx.capacity_bytes[SSD], 1)
@@ -452,7 +453,8 @@ class GandalfPolicy(Policy[GandalfParams]):
     def begin_request(self, req: RequestInfo) -> None:
         self._victims = None
         self._vcache.clear()  # the clock moved: every value and D changes
-        self._scans.clear()
+        if self._hbm:
+            self._scans.clear()
         now = req.arrival_s
         self._state_credited = False
         self._credited_end = 0
@@ -696,34 +698,31 @@ class GandalfPolicy(Policy[GandalfParams]):
         self._scans.clear()
         self._victims = None
 
-    def _rescan_near(self, obj: Obj) -> None:
-        """`obj`'s residency changed: the scans of the DRAM lists holding what victim() tests by it
-        are redone — its parent (or a state's segment: droppable only with nothing resident
-        below) and its children and state (root-side only below a node that is not DRAM-only).
-        Its own list is redone by _enlist/_delist; the cached D of its parent or segment, which
-        removed() drops, belongs to the same lists."""
+    def _rescan_near(self, obj: Obj, old: int) -> None:
+        """`obj`'s residency changed from `old` to `obj.tiers`: the scans of the DRAM lists holding
+        what victim() tests by it are redone — its parent (or a state's segment) when it became
+        resident or left every tier (droppable only with nothing resident below), its children
+        and state when it became or stopped being DRAM-only (root-side only below a node that is
+        not). Its own list is redone by _enlist/_delist."""
         scans = self._scans
         if not scans:
             return
+        new = obj.tiers
         where = self.where[DRAM]
-        if isinstance(obj, Segment):
-            key = where.get(obj.parent) if obj.parent is not None else None
+        up = obj.seg if isinstance(obj, State) else obj.parent if isinstance(obj, Segment) else None
+        if bool(old) != bool(new) and up is not None:
+            key = where.get(up)
             if key is not None:
                 scans.pop(key, None)
-            st = obj.state
-            if st is not None:
-                key = where.get(st)
+        on_both = DRAM | SSD
+        if isinstance(obj, Segment) and ((old & on_both) == DRAM) != ((new & on_both) == DRAM):
+            below: list[Obj] = list(obj.children.values())
+            if obj.state is not None:
+                below.append(obj.state)
+            for o in below:
+                key = where.get(o)
                 if key is not None:
                     scans.pop(key, None)
-            for c in obj.children.values():
-                key = where.get(c)
-                if key is not None:
-                    scans.pop(key, None)
-        else:
-            assert isinstance(obj, State)
-            key = where.get(obj.seg)
-            if key is not None:
-                scans.pop(key, None)
 
     def _enlist(self, obj: Obj, tier: int) -> None:
         key = (obj.kind, _rc(obj.pdata[1] if obj.pdata else 1), _size_class(obj))
@@ -760,8 +759,6 @@ class GandalfPolicy(Policy[GandalfParams]):
         self._victims = None  # values change with this access
         if self._vcache:
             self._vcache.clear()
-        if self._scans:
-            self._scans.clear()
         ctx = self.ctx
         prev = obj.pdata  # a ghost segment still in the tree keeps its record
         if prev is None:
@@ -792,7 +789,7 @@ class GandalfPolicy(Policy[GandalfParams]):
         return DRAM
 
     def added(self, obj: Obj, tier: int) -> None:
-        self._rescan_near(obj)
+        self._rescan_near(obj, obj.tiers & ~tier)
         if self._zero_stranded and obj.tiers == tier:  # resident again (or new)
             if _gap_above(obj):
                 self._strand(obj)
@@ -814,7 +811,7 @@ class GandalfPolicy(Policy[GandalfParams]):
                 self.clean[obj] = None
 
     def removed(self, obj: Obj, tier: int) -> None:
-        self._rescan_near(obj)
+        self._rescan_near(obj, obj.tiers | tier)
         c = self._vcache
         if c:
             c.pop(obj, None)
@@ -853,8 +850,6 @@ class GandalfPolicy(Policy[GandalfParams]):
         self._victims = None  # values and the SSD lists' order change
         if self._vcache:
             self._vcache.clear()
-        if self._scans:
-            self._scans.clear()
         ctx = self.ctx
         if isinstance(obj, Segment):
             seg = obj
@@ -877,7 +872,13 @@ class GandalfPolicy(Policy[GandalfParams]):
             self.clean.move_to_end(obj)
 
     def split(self, head: Segment, tail: Segment, evicting_tier: int) -> None:
-        self._scans.clear()  # the tree changes shape
+        # the head joins the tail's lists and becomes its parent (the tail's root-side test), in
+        # its parent's children in place of the tail, with the tail's residency
+        where = self.where[DRAM]
+        for o in (tail, head.parent):
+            key = where.get(o) if o is not None else None
+            if key is not None:
+                self._scans.pop(key, None)
         if tail in self.where[SSD]:
             self._victims = None  # the SSD lists change
         for tier in (DRAM, SSD):
@@ -926,11 +927,10 @@ class GandalfPolicy(Policy[GandalfParams]):
         f = self.fee(obj)
         return v > f, f / (max(obj.nbytes, 1) * self._idle_s(obj))
 
-    def _scan(self, key: ClassKey, od: OrderedDict[Obj, None]) -> tuple[tuple[float, Obj] | None, list[Obj]]:
-        """One DRAM list's first entries (up to `scan`): its first droppable object with its D,
-        and its first `move_candidates` root-side objects. D is needed for the first droppable
-        object only; the move candidates are priced by victim(), once per decision."""
-        drop: tuple[float, Obj] | None = None
+    def _scan(self, od: OrderedDict[Obj, None]) -> tuple[Obj | None, list[Obj]]:
+        """One DRAM list's first entries (up to `scan`): its first droppable object and its first
+        `move_candidates` root-side objects (victim() prices them, once per decision)."""
+        drop: Obj | None = None
         movers: list[Obj] = []
         scan = self.p.scan
         per_list = self.p.move_candidates
@@ -951,8 +951,7 @@ class GandalfPolicy(Policy[GandalfParams]):
                                 ok = False
                                 break
                 if ok:
-                    # a droppable segment of a hybrid model leads nowhere: worth 0
-                    drop = (0.0 if (self.hybrid and o.kind == FULL) else self._vd(o, key)[1], o)
+                    drop = o
             if len(movers) < per_list and ssd_cap >= o.nbytes:
                 # root-side (a node a move may write, so the SSD part of every path stays a
                 # prefix): a segment's parent is the root or not DRAM-only, a state's segment
@@ -982,6 +981,8 @@ class GandalfPolicy(Policy[GandalfParams]):
         movers: list[Obj] = []
         ssd_cap = self.ctx.capacity_bytes[SSD]
         scans = self._scans
+        hybrid = self.hybrid
+        vd = self._vd
         # the hot loop of the policy, over the lists in order; a list's scan is kept until what it
         # read changes (one request's evictions change a few lists, see _rescan_near)
         for key, od in self.lists[DRAM].items():
@@ -991,10 +992,14 @@ class GandalfPolicy(Policy[GandalfParams]):
                 coldest = next(iter(od))
             got = scans.get(key)
             if got is None:
-                got = scans[key] = self._scan(key, od)
-            d_o, ms = got
-            if d_o is not None and (drop is None or d_o[0] < drop[0]):
-                drop = d_o
+                got = scans[key] = self._scan(od)
+            o, ms = got
+            if o is not None:
+                # D is needed for a list's first droppable object only; a droppable segment of a
+                # hybrid model leads nowhere: worth 0
+                d = 0.0 if (hybrid and o.kind == FULL) else vd(o, key)[1]
+                if drop is None or d < drop[0]:
+                    drop = (d, o)
             movers += ms
         if coldest is None:
             raise KvwearError("gandalf: DRAM over capacity with no DRAM object listed")
@@ -1040,7 +1045,7 @@ class GandalfPolicy(Policy[GandalfParams]):
             if run_bytes <= ssd_cap:
                 f = move_cost(self.p.gamma, self.budget.mu(self.ctx.now_s), self.p_w, run_bytes,
                               self.displaced_value(run_bytes - self.ctx.free_bytes(SSD)))
-                if self._vd(leaf, self.class_of(leaf))[0] > f:
+                if vd(leaf, self.class_of(leaf))[0] > f:
                     self._decision = (end, True)
                     return end
             self._decision = (drop[1], False)
