@@ -407,6 +407,8 @@ class GandalfPolicy(Policy[GandalfParams]):
         self.c_token = cfg.usd_per_recomputed_token
         self._hist_model = p.idle_model == "hist"
         self._state_tokens = p.state_tokens
+        self._superseded_weight = p.superseded_weight
+        self._min_idle_s = p.min_idle_s
         self._ghost_inside = p.ghost_credit == "inside"
         # state → tokens since the previous checkpoint position, when it was created ("segment")
         self._own_tokens: dict[Obj, int] = {}
@@ -562,6 +564,10 @@ class GandalfPolicy(Policy[GandalfParams]):
             weight = 1.0
         else:
             assert isinstance(obj, State)
+            # the weight first: a superseded state at weight 0 (the default) needs no walk up
+            weight = self._superseded_weight if self.hybrid and _superseded(obj) else 1.0
+            if weight == 0.0:
+                return 0.0
             n = obj.seg.end_tokens
             if self._state_tokens == "marginal":
                 n -= _fallback_tokens(obj.seg)
@@ -569,9 +575,6 @@ class GandalfPolicy(Policy[GandalfParams]):
                 # its own segment, as measured when it was created, or less once a request
                 # checkpoints between (the deepest resident state above is a checkpoint too)
                 n = min(self._own_tokens.get(obj, n), n - _fallback_tokens(obj.seg))
-            weight = self.p.superseded_weight if self.hybrid and _superseded(obj) else 1.0
-            if weight == 0.0:
-                return 0.0
         if key is None:
             key = self.class_of(obj)
         last = obj.pdata[0] if obj.pdata is not None else obj.last_s
@@ -611,8 +614,9 @@ class GandalfPolicy(Policy[GandalfParams]):
             # _idle_s, inlined
             pd = obj.pdata
             w = self.ctx.now_s - (pd[0] if pd is not None else obj.last_s)
-            floor = self.p.min_idle_s
-            got = c[obj] = (v, v / (max(obj.nbytes, 1) * (w if w > floor else floor)))
+            floor = self._min_idle_s
+            nb = obj.nbytes
+            got = c[obj] = (v, v / ((nb if nb > 1 else 1) * (w if w > floor else floor)))
         return got
 
     def drop_cost(self, obj: Obj) -> float:
@@ -631,12 +635,13 @@ class GandalfPolicy(Policy[GandalfParams]):
             entries: list[tuple[float, int, float]] = []
             scan = self.p.scan
             stranded = self.stranded_ssd
+            vcache = self._vcache
             for key, od in self.lists[SSD].items():
                 for i, o in enumerate(od):
                     if i >= scan:
                         break
                     if not (zero and o in stranded):
-                        v, d = self._vd(o, key)
+                        v, d = vcache.get(o) or self._vd(o, key)
                         entries.append((d, o.nbytes, v))
             entries.sort(key=lambda e: e[0])
             cb: list[int] = []
@@ -983,6 +988,7 @@ class GandalfPolicy(Policy[GandalfParams]):
         scans = self._scans
         hybrid = self.hybrid
         vd = self._vd
+        vcache = self._vcache
         # the hot loop of the policy, over the lists in order; a list's scan is kept until what it
         # read changes (one request's evictions change a few lists, see _rescan_near)
         for key, od in self.lists[DRAM].items():
@@ -997,7 +1003,11 @@ class GandalfPolicy(Policy[GandalfParams]):
             if o is not None:
                 # D is needed for a list's first droppable object only; a droppable segment of a
                 # hybrid model leads nowhere: worth 0
-                d = 0.0 if (hybrid and o.kind == FULL) else vd(o, key)[1]
+                if hybrid and o.kind == FULL:
+                    d = 0.0
+                else:
+                    vdo = vcache.get(o) or vd(o, key)
+                    d = vdo[1]
                 if drop is None or d < drop[0]:
                     drop = (d, o)
             movers += ms
