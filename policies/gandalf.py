@@ -348,7 +348,10 @@ def _leads_nowhere(seg: Segment) -> bool:
     st = seg.state
     if st is not None and st.tiers:
         return False
-    return not any(c.tiers for c in seg.children.values())
+    for c in seg.children.values():  # noqa: SIM110 - a loop, not any()/all() over a generator: hot
+        if c.tiers:
+            return False
+    return True
 
 
 def _gap_above(obj: Obj) -> bool:
