@@ -10,12 +10,15 @@ oracleGeneral file built before timing; kvwear simulates the requests through bo
 whatever granularity it works at. Only the simulation is timed on each side (libCacheSim's
 `process_trace`, kvwear's `simulate` on the loaded table), not building inputs.
 
-Timing is interleaved, ABAB…: each of `--rounds` rounds (≥ 5) runs every side once, in a fixed
-order, so load from the machine's other tenants falls on all sides alike. Per side it prints min
-and median CPU seconds (this process's, `time.process_time`) and wall seconds, and the ratio of
-each kvwear side's chunk-access rate to libCacheSim's by median CPU time (min in brackets).
+Timing is interleaved (bench/_interleave.py): `--rounds` rounds (≥ 5) after an untimed warm-up,
+every side once per round, the order rotating each round, so load from the machine's other
+tenants falls on all sides alike and no side always runs after the same one. Per side it prints
+min and median CPU seconds (this process's) and wall seconds, its speed over libCacheSim by CPU
+and by wall time (min and median), and its chunk-access rate at the median CPU time; then, per
+kvwear side, the ratio to libCacheSim and what the side's last run reported. `--smoke`: one
+round, no warm-up, to check that the bench runs (its ratios are one sample).
 
-Run: .venv/bin/python bench/simulator.py [--policies lru,gandalf] [--requests N] [--rounds 5]
+Run: .venv/bin/python bench/simulator.py [--policies lru,gandalf] [--requests N] [--rounds 5] [--smoke]
      [--trace PATH] [--model kimi-k3] [--dram BYTES] [--ssd BYTES]
 """
 
@@ -23,13 +26,12 @@ from __future__ import annotations
 
 import argparse
 import gc
-import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from _interleave import Side, add_round_options, interleave, rounds_of
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -40,33 +42,6 @@ from kvwear.policies.sim import SimConfig, chunks_of, simulate  # noqa: E402
 from kvwear.workloads.loaders import load_requests  # noqa: E402
 from kvwear.workloads.models import get_profile  # noqa: E402
 
-MIN_ROUNDS = 5
-
-
-@dataclass
-class Side:
-    """One contender: a run function (returns a one-line note) and its timings."""
-
-    name: str
-    run: Callable[[], str]
-    cpu_s: list[float] = field(default_factory=list)
-    wall_s: list[float] = field(default_factory=list)
-    note: str = ""
-
-    def time_once(self) -> None:
-        gc.collect()  # garbage of the previous side is not this side's work
-        c0, w0 = time.process_time(), time.perf_counter()
-        self.note = self.run()
-        self.cpu_s.append(time.process_time() - c0)
-        self.wall_s.append(time.perf_counter() - w0)
-
-
-def interleave(sides: list[Side], rounds: int) -> None:
-    """ABAB…: every round times each side once, in order."""
-    for _ in range(rounds):
-        for s in sides:
-            s.time_once()
-
 
 def main() -> None:
     names = POLICIES.names()
@@ -75,13 +50,13 @@ def main() -> None:
     ap.add_argument("--trace", default=str(REPO.parent / "shared/traces/mooncake/conversation_trace.jsonl"))
     ap.add_argument("--policies", default=",".join(default), help="comma-separated policy specs")
     ap.add_argument("--requests", type=int, default=0, help="only the first N requests (0: all)")
-    ap.add_argument("--rounds", type=int, default=MIN_ROUNDS, help=f"interleaved rounds (≥ {MIN_ROUNDS})")
+    add_round_options(ap)
     ap.add_argument("--model", default="kimi-k3")
     ap.add_argument("--dram", type=float, default=100e9, help="DRAM bytes")
     ap.add_argument("--ssd", type=float, default=1e12, help="SSD bytes")
     args = ap.parse_args()
-    if args.rounds < MIN_ROUNDS:
-        sys.exit(f"--rounds must be ≥ {MIN_ROUNDS}, got {args.rounds}")
+    if args.smoke:
+        args.rounds = 1        # what rounds_of() times: the printed count says so
 
     table = load_requests(args.trace).table
     if args.requests:
@@ -117,19 +92,19 @@ def main() -> None:
                         f"ratio {s.chunk_miss_ratio:.3f}, SSD writes {s.ssd_write_bytes / 1e9:,.1f} GB")
             return run
 
-        sides = [Side("libCacheSim C LRU", run_lcs)]
-        sides += [Side(f"kvwear {spec}", kvwear_side(spec)) for spec in args.policies.split(",") if spec]
-        interleave(sides, args.rounds)
+        ref = "libCacheSim C LRU"
+        # gc.collect before each call, untimed: the previous side's prefix tree is cyclic garbage
+        # that would otherwise be collected on the next side's clock
+        sides = {ref: Side(run_lcs, before=gc.collect)}
+        sides.update({f"kvwear {spec}": Side(kvwear_side(spec), before=gc.collect)
+                      for spec in args.policies.split(",") if spec})
+        res = interleave(sides, **rounds_of(args))
 
-    ref = sides[0]
-    ref_med, ref_min = statistics.median(ref.cpu_s), min(ref.cpu_s)
-    print(f"{'side':26s} {'CPU s min':>9s} {'median':>8s} {'wall s min':>10s} {'median':>8s} "
-          f"{'chunk acc/s (median CPU)':>24s} {'vs libCacheSim':>15s}  notes")
-    for s in sides:
-        med, lo = statistics.median(s.cpu_s), min(s.cpu_s)
-        ratio = ref_med / med
-        print(f"{s.name:26s} {lo:9.3f} {med:8.3f} {min(s.wall_s):10.3f} {statistics.median(s.wall_s):8.3f} "
-              f"{chunks / med:24,.0f} {ratio:9.2f}x ({ref_min / lo:.2f}x)  {s.note}")
+    for line in res.table(ref, {name: chunks for name in sides}, "chunk acc"):
+        print(line)
+    for name in sides:
+        ratio = "" if name == ref else f"vs libCacheSim {res.ratio(name, ref).text()}; "
+        print(f"{name}: {ratio}{res.last[name]}")
 
 
 if __name__ == "__main__":

@@ -244,12 +244,18 @@ class ReuseHistogram:
                 acc += self.gaps[i]
                 suf[i] = acc
             self._suffix = suf
-        if idle_s < self.min_gap_s:
+        # Gandalf prices every candidate with this: the attributes are read once, and max(x, 0.0)
+        # is written out (the same value, -0.0 and NaN included)
+        lo = self.min_gap_s
+        if idle_s < lo:
             g = suf[0]
         else:
-            b = int(math.log2(idle_s / self.min_gap_s)) + 1
-            g = suf[b if b < self.bins else self.bins - 1]
-        never = max(self.entries - self.reuses, 0.0)
+            b = int(math.log2(idle_s / lo)) + 1
+            top = self.bins - 1
+            g = suf[b if b <= top else top]
+        never = self.entries - self.reuses
+        if never < 0.0:
+            never = 0.0
         tot = g + never
         return g / tot if tot > 0 else 0.0
 

@@ -259,8 +259,10 @@ victims restricted to leaves, the first of each list's `scan` oldest that strand
 Per-event work: objects sit in LRU lists per tier × class, inside which D is non-increasing in
 idle time, so the cheapest object of a list is (up to the hybrid adjustments) its head and a
 decision looks at O(W) heads (W ≈ 2 kinds × 2 reuse classes × ~10 length classes, up to `scan`
-entries each for the leaf and root-side tests). `split_victims` is off: a move must write the
-root side of a segment, not the leaf-side part the simulator would cut.
+entries each for the leaf and root-side tests). A list's scan is kept until an entry of it, or the
+residency of what its tests read, changes, so the evictions of one request rescan a few lists.
+`split_victims` is off: a move must write the root side of a segment, not the leaf-side part the
+simulator would cut.
 
 Must not: do I/O, read the wall clock, keep global state.
 """
@@ -277,7 +279,7 @@ from kvwear.errors import KvwearError
 from kvwear.policies._estimators import ReuseHistogram, SlidingExpFit, WriteBudget, move_cost
 from kvwear.policies._history import GhostTable
 from kvwear.policies.base import POLICIES, YEAR_S, Policy, PolicyParams, RequestInfo, SimContext, param
-from kvwear.policies.tree import DRAM, FULL, LINEAR, SSD, Obj, Segment, State, depth_blocks
+from kvwear.policies.tree import DRAM, FULL, HBM, LINEAR, SSD, Obj, Segment, State, depth_blocks
 
 
 @dataclass(frozen=True)
@@ -346,7 +348,10 @@ def _leads_nowhere(seg: Segment) -> bool:
     st = seg.state
     if st is not None and st.tiers:
         return False
-    return not any(c.tiers for c in seg.children.values())
+    for c in seg.children.values():  # noqa: SIM110 - a loop, not any()/all() over a generator: hot
+        if c.tiers:
+            return False
+    return True
 
 
 def _gap_above(obj: Obj) -> bool:
@@ -405,11 +410,21 @@ class GandalfPolicy(Policy[GandalfParams]):
         self.c_token = cfg.usd_per_recomputed_token
         self._hist_model = p.idle_model == "hist"
         self._state_tokens = p.state_tokens
+        self._superseded_weight = p.superseded_weight
+        self._min_idle_s = p.min_idle_s
         self._ghost_inside = p.ghost_credit == "inside"
         # state → tokens since the previous checkpoint position, when it was created ("segment")
         self._own_tokens: dict[Obj, int] = {}
         # (value P·n·c in $, D in $/byte/s) per object, valid until the next access of anything
         self._vcache: dict[Obj, tuple[float, float]] = {}
+        # per DRAM list, what victim()'s scan of its first entries found: (its drop candidate or
+        # None, its move candidates); D is looked up at each decision. Valid while nothing the
+        # scan read changes: the list's entries and the residency of their parents, children,
+        # states and segments (see _rescan_near), across requests. HBM residency reaches the
+        # policy through no hook: with an HBM tier the scans are redone every request (the
+        # simulator changes HBM residency before a request's DRAM evictions, not during them)
+        self._scans: dict[ClassKey, tuple[Obj | None, list[Obj]]] = {}
+        self._hbm = ctx.capacity_bytes[HBM] > 0
         self.p_w = cfg.ssd_usd_per_byte_written
         day = 86400.0
         cap = max(ctx.capacity_bytes[SSD], 1)
@@ -443,6 +458,8 @@ class GandalfPolicy(Policy[GandalfParams]):
     def begin_request(self, req: RequestInfo) -> None:
         self._victims = None
         self._vcache.clear()  # the clock moved: every value and D changes
+        if self._hbm:
+            self._scans.clear()
         now = req.arrival_s
         self._state_credited = False
         self._credited_end = 0
@@ -550,6 +567,10 @@ class GandalfPolicy(Policy[GandalfParams]):
             weight = 1.0
         else:
             assert isinstance(obj, State)
+            # the weight first: a superseded state at weight 0 (the default) needs no walk up
+            weight = self._superseded_weight if self.hybrid and _superseded(obj) else 1.0
+            if weight == 0.0:
+                return 0.0
             n = obj.seg.end_tokens
             if self._state_tokens == "marginal":
                 n -= _fallback_tokens(obj.seg)
@@ -557,9 +578,6 @@ class GandalfPolicy(Policy[GandalfParams]):
                 # its own segment, as measured when it was created, or less once a request
                 # checkpoints between (the deepest resident state above is a checkpoint too)
                 n = min(self._own_tokens.get(obj, n), n - _fallback_tokens(obj.seg))
-            weight = self.p.superseded_weight if self.hybrid and _superseded(obj) else 1.0
-            if weight == 0.0:
-                return 0.0
         if key is None:
             key = self.class_of(obj)
         last = obj.pdata[0] if obj.pdata is not None else obj.last_s
@@ -599,8 +617,9 @@ class GandalfPolicy(Policy[GandalfParams]):
             # _idle_s, inlined
             pd = obj.pdata
             w = self.ctx.now_s - (pd[0] if pd is not None else obj.last_s)
-            floor = self.p.min_idle_s
-            got = c[obj] = (v, v / (max(obj.nbytes, 1) * (w if w > floor else floor)))
+            floor = self._min_idle_s
+            nb = obj.nbytes
+            got = c[obj] = (v, v / ((nb if nb > 1 else 1) * (w if w > floor else floor)))
         return got
 
     def drop_cost(self, obj: Obj) -> float:
@@ -619,12 +638,13 @@ class GandalfPolicy(Policy[GandalfParams]):
             entries: list[tuple[float, int, float]] = []
             scan = self.p.scan
             stranded = self.stranded_ssd
+            vcache = self._vcache
             for key, od in self.lists[SSD].items():
                 for i, o in enumerate(od):
                     if i >= scan:
                         break
                     if not (zero and o in stranded):
-                        v, d = self._vd(o, key)
+                        v, d = vcache.get(o) or self._vd(o, key)
                         entries.append((d, o.nbytes, v))
             entries.sort(key=lambda e: e[0])
             cb: list[int] = []
@@ -683,10 +703,39 @@ class GandalfPolicy(Policy[GandalfParams]):
                     mark(c)
                     stack.append(c)
         self._vcache.clear()
+        self._scans.clear()
         self._victims = None
+
+    def _rescan_near(self, obj: Obj, old: int) -> None:
+        """`obj`'s residency changed from `old` to `obj.tiers`: the scans of the DRAM lists holding
+        what victim() tests by it are redone — its parent (or a state's segment) when it became
+        resident or left every tier (droppable only with nothing resident below), its children
+        and state when it became or stopped being DRAM-only (root-side only below a node that is
+        not). Its own list is redone by _enlist/_delist."""
+        scans = self._scans
+        if not scans:
+            return
+        new = obj.tiers
+        where = self.where[DRAM]
+        up = obj.seg if isinstance(obj, State) else obj.parent if isinstance(obj, Segment) else None
+        if bool(old) != bool(new) and up is not None:
+            key = where.get(up)
+            if key is not None:
+                scans.pop(key, None)
+        on_both = DRAM | SSD
+        if isinstance(obj, Segment) and ((old & on_both) == DRAM) != ((new & on_both) == DRAM):
+            below: list[Obj] = list(obj.children.values())
+            if obj.state is not None:
+                below.append(obj.state)
+            for o in below:
+                key = where.get(o)
+                if key is not None:
+                    scans.pop(key, None)
 
     def _enlist(self, obj: Obj, tier: int) -> None:
         key = (obj.kind, _rc(obj.pdata[1] if obj.pdata else 1), _size_class(obj))
+        if tier == DRAM:
+            self._scans.pop(key, None)
         lists = self.lists[tier]
         od = lists.get(key)
         if od is None:
@@ -698,6 +747,8 @@ class GandalfPolicy(Policy[GandalfParams]):
         key = self.where[tier].pop(obj, None)
         if key is None:
             return False
+        if tier == DRAM:
+            self._scans.pop(key, None)
         del self.lists[tier][key][obj]
         return True
 
@@ -746,6 +797,7 @@ class GandalfPolicy(Policy[GandalfParams]):
         return DRAM
 
     def added(self, obj: Obj, tier: int) -> None:
+        self._rescan_near(obj, obj.tiers & ~tier)
         if self._zero_stranded and obj.tiers == tier:  # resident again (or new)
             if _gap_above(obj):
                 self._strand(obj)
@@ -767,6 +819,7 @@ class GandalfPolicy(Policy[GandalfParams]):
                 self.clean[obj] = None
 
     def removed(self, obj: Obj, tier: int) -> None:
+        self._rescan_near(obj, obj.tiers | tier)
         c = self._vcache
         if c:
             c.pop(obj, None)
@@ -827,6 +880,13 @@ class GandalfPolicy(Policy[GandalfParams]):
             self.clean.move_to_end(obj)
 
     def split(self, head: Segment, tail: Segment, evicting_tier: int) -> None:
+        # the head joins the tail's lists and becomes its parent (the tail's root-side test), in
+        # its parent's children in place of the tail, with the tail's residency
+        where = self.where[DRAM]
+        for o in (tail, head.parent):
+            key = where.get(o) if o is not None else None
+            if key is not None:
+                self._scans.pop(key, None)
         if tail in self.where[SSD]:
             self._victims = None  # the SSD lists change
         for tier in (DRAM, SSD):
@@ -875,6 +935,44 @@ class GandalfPolicy(Policy[GandalfParams]):
         f = self.fee(obj)
         return v > f, f / (max(obj.nbytes, 1) * self._idle_s(obj))
 
+    def _scan(self, od: OrderedDict[Obj, None]) -> tuple[Obj | None, list[Obj]]:
+        """One DRAM list's first entries (up to `scan`): its first droppable object and its first
+        `move_candidates` root-side objects (victim() prices them, once per decision)."""
+        drop: Obj | None = None
+        movers: list[Obj] = []
+        scan = self.p.scan
+        per_list = self.p.move_candidates
+        ssd_cap = self.ctx.capacity_bytes[SSD]
+        on_both = DRAM | SSD
+        for i, o in enumerate(od):
+            if i >= scan or (drop is not None and len(movers) >= per_list):
+                break
+            if drop is None:
+                ok = True
+                if isinstance(o, Segment):
+                    st = o.state
+                    if st is not None and st.tiers:
+                        ok = False
+                    else:
+                        for c in o.children.values():
+                            if c.tiers:
+                                ok = False
+                                break
+                if ok:
+                    drop = o
+            if len(movers) < per_list and ssd_cap >= o.nbytes:
+                # root-side (a node a move may write, so the SSD part of every path stays a
+                # prefix): a segment's parent is the root or not DRAM-only, a state's segment
+                # is not DRAM-only
+                if isinstance(o, Segment):
+                    par = o.parent
+                    if par is not None and par.parent is not None and par.tiers & on_both == DRAM:
+                        continue
+                elif o.seg.tiers & on_both == DRAM:  # type: ignore[attr-defined]
+                    continue
+                movers.append(o)
+        return drop, movers
+
     def victim(self, tier: int, need_bytes: int) -> Obj:
         self._decision = None
         if tier == SSD:
@@ -889,53 +987,33 @@ class GandalfPolicy(Policy[GandalfParams]):
         drop: tuple[float, Obj] | None = None
         coldest: Obj | None = None
         movers: list[Obj] = []
-        scan = self.p.scan
-        per_list = self.p.move_candidates
-        hybrid = self.hybrid
         ssd_cap = self.ctx.capacity_bytes[SSD]
+        scans = self._scans
+        hybrid = self.hybrid
         vd = self._vd
-        on_both = DRAM | SSD
-        # the hot loop of the policy: D is needed for a list's first droppable object only;
-        # root-side objects are collected as move candidates (priced below, once per decision)
+        vcache = self._vcache
+        # the hot loop of the policy, over the lists in order; a list's scan is kept until what it
+        # read changes (one request's evictions change a few lists, see _rescan_near)
         for key, od in self.lists[DRAM].items():
             if not od:
                 continue
-            found_drop = False
-            movers_here = 0
-            for i, o in enumerate(od):
-                if i >= scan or (found_drop and movers_here >= per_list):
-                    break
-                if i == 0 and coldest is None:
-                    coldest = o
-                if not found_drop:
-                    ok = True
-                    if isinstance(o, Segment):
-                        st = o.state
-                        if st is not None and st.tiers:
-                            ok = False
-                        else:
-                            for c in o.children.values():
-                                if c.tiers:
-                                    ok = False
-                                    break
-                    if ok:
-                        found_drop = True
-                        # a droppable segment of a hybrid model leads nowhere: worth 0
-                        d = 0.0 if (hybrid and o.kind == FULL) else vd(o, key)[1]
-                        if drop is None or d < drop[0]:
-                            drop = (d, o)
-                if movers_here < per_list and ssd_cap >= o.nbytes:
-                    # root-side (a node a move may write, so the SSD part of every path stays a
-                    # prefix): a segment's parent is the root or not DRAM-only, a state's segment
-                    # is not DRAM-only
-                    if isinstance(o, Segment):
-                        par = o.parent
-                        if par is not None and par.parent is not None and par.tiers & on_both == DRAM:
-                            continue
-                    elif o.seg.tiers & on_both == DRAM:  # type: ignore[attr-defined]
-                        continue
-                    movers.append(o)
-                    movers_here += 1
+            if coldest is None:
+                coldest = next(iter(od))
+            got = scans.get(key)
+            if got is None:
+                got = scans[key] = self._scan(od)
+            o, ms = got
+            if o is not None:
+                # D is needed for a list's first droppable object only; a droppable segment of a
+                # hybrid model leads nowhere: worth 0
+                if hybrid and o.kind == FULL:
+                    d = 0.0
+                else:
+                    vdo = vcache.get(o) or vd(o, key)
+                    d = vdo[1]
+                if drop is None or d < drop[0]:
+                    drop = (d, o)
+            movers += ms
         if coldest is None:
             raise KvwearError("gandalf: DRAM over capacity with no DRAM object listed")
         if drop is not None and drop[0] == 0.0:
@@ -947,9 +1025,20 @@ class GandalfPolicy(Policy[GandalfParams]):
                 movers.append(m)
         best: tuple[float, Obj] | None = None
         fallback: tuple[float, Obj] | None = None
+        # a candidate whose M is no lower than the drop's D or the best open M so far cannot be
+        # chosen (ties keep the earlier one), and the fallback is used only with neither: its
+        # door (the next-hit value, a tree walk) is then not priced. Only under the histogram
+        # model and when its class's histogram exists, where value() changes nothing (the
+        # exponential fit expires samples when read, and value() creates a missing histogram)
+        prune = self._hist_model
+        hists = self.hists
         for o in movers:
-            open_, m_cost = self._move_price(o)
-            if open_:
+            f = self.fee(o)
+            m_cost = f / (max(o.nbytes, 1) * self._idle_s(o))
+            if (prune and ((drop is not None and m_cost >= drop[0]) or (best is not None and m_cost >= best[0]))
+                    and self.class_of(o) in hists):
+                continue
+            if self.value(o) > f:
                 if best is None or m_cost < best[0]:
                     best = (m_cost, o)
             elif fallback is None or m_cost < fallback[0]:

@@ -38,7 +38,7 @@ SMOKE: dict[str, tuple[list[str], str, str]] = {
     "scale": (["--base-copies", "1", "--sizes", "1"], "peak RSS, MiB", ""),
     "frontier": (["--quick", "--models", "kimi-k3", "--only", "mooncake", "--policies", "lru,gandalf"],
                  "Gandalf dominates", ""),
-    "simulator": (["--policies", "lru", "--requests", "300"], "libCacheSim", ""),
+    "simulator": (["--policies", "lru", "--requests", "300", "--smoke"], "kvwear lru: vs libCacheSim", ""),
     "gandalf_gamma": (["--model", "kimi-k3", "--dram", "1%", "--ssd", "10%", "--slice", "60",
                        "--variant", ";stranded=zero"], "cases rise by more than", ""),
     "waf_model": (["--smoke"], "GC-active", ""),
