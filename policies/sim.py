@@ -102,24 +102,8 @@ CAUSE_HIT = CAUSES.index("hit")
 CAUSE_CAPACITY = CAUSES.index("capacity")
 CAUSE_PROMOTE = CAUSES.index("promote")
 _POLICY_TIERS = DRAM | SSD
-
-
-class _Visit:
-    """What visiting one request's path produced: its hits (tokens, chunks, by tier, bytes
-    served from DRAM and SSD, the tier of its state), what it sends to the SSD and what it used."""
-
-    __slots__ = ("dram_bytes", "hit_chunks", "hit_tokens", "pending_ssd", "ssd_bytes", "state_tier",
-                 "tok_tier", "used")
-
-    def __init__(self) -> None:
-        self.hit_tokens = 0
-        self.hit_chunks = 0
-        self.tok_tier = [0, 0, 0, 0, 0]  # index by tier bit: 1 hbm, 2 dram, 4 ssd (sparse)
-        self.dram_bytes = 0
-        self.ssd_bytes = 0
-        self.state_tier = -1
-        self.pending_ssd: list[Obj] = []
-        self.used: list[Obj] = []
+# Simulator._visit's result (its docstring names the fields)
+_VisitResult = tuple[int, int, list[int], int, int, int, list[Obj], list[Obj]]
 
 
 @dataclass(frozen=True)
@@ -436,16 +420,18 @@ class Simulator:
         path = self._walk(request_id, ns, keys, block_tokens, hashed_tokens)
         state_seg = self._state_segment(path, nk, block_tokens) if self.hybrid else None
         p, hit_state = self._hit_point(path, fut)
-        v = self._visit(path, p, hit_state, state_seg, fut, block_tokens)
-        self._settle(v.pending_ssd, v.used)
+        hit_tokens, hit_chunks, tt, dram_bytes, ssd_bytes, state_tier, pending_ssd, used = self._visit(
+            path, p, hit_state, state_seg, fut, block_tokens)
+        self._settle(pending_ssd, used)
         k_chunks = block_tokens // self.chunk_tokens
-        hit_tokens = v.hit_tokens if v.hit_tokens <= hashed_tokens else hashed_tokens
+        if hit_tokens > hashed_tokens:
+            hit_tokens = hashed_tokens
         total_chunks = (nk - 1) * k_chunks + -(-(hashed_tokens - (nk - 1) * block_tokens) // self.chunk_tokens)
         # a cached full block hit by a request whose copy is partial counts no more than it covers
-        hit_chunks = v.hit_chunks if v.hit_chunks <= total_chunks else total_chunks
-        tt = v.tok_tier
-        acc.request_end(req, before, hit_tokens, tt[HBM], tt[DRAM], tt[SSD], v.state_tier,
-                        v.dram_bytes, v.ssd_bytes, hit_chunks, total_chunks)
+        if hit_chunks > total_chunks:
+            hit_chunks = total_chunks
+        acc.request_end(req, before, hit_tokens, tt[HBM], tt[DRAM], tt[SSD], state_tier,
+                        dram_bytes, ssd_bytes, hit_chunks, total_chunks)
 
     def _begin(self, seq: int, request_id: int, session: str | None, category: str,
                turn: int | None, t: float, input_tokens: int, hashed_tokens: int) -> RequestInfo:
@@ -556,13 +542,17 @@ class Simulator:
         return p, hit_state
 
     def _visit(self, path: list[Segment], p: int, hit_state: State | None, state_seg: Segment | None,
-               fut: np.ndarray | None, B: int) -> _Visit:
+               fut: np.ndarray | None, B: int) -> _VisitResult:
         """Visit the request's objects: its state (placed new, or touched), then the path leaf →
         root — hits served from their fastest tier up to p, resident segments beyond it touched,
-        missing ones (new, or ghosts coming back) placed where the policy says."""
-        v = _Visit()
-        pending_ssd = v.pending_ssd
-        used = v.used
+        missing ones (new, or ghosts coming back) placed where the policy says. Returns (hit
+        tokens, hit chunks, hit tokens by tier bit, bytes served from DRAM and from SSD, the
+        state's tier or −1, what goes to the SSD, what the request used): a plain tuple, as a
+        record object a request made the split request() measurably slower than the unsplit one
+        (docs/results/2026-12-03-simulator-speed.md)."""
+        pending_ssd: list[Obj] = []
+        used: list[Obj] = []
+        state_tier = -1
         t = self.now_s
         seq = self.seq
         if state_seg is not None:
@@ -586,13 +576,13 @@ class Simulator:
                 used.append(st)
         k_chunks = B // self.chunk_tokens
         S = self.chunk_tokens
-        tok_tier = v.tok_tier
+        tok_tier = [0, 0, 0, 0, 0]  # index by tier bit: 1 hbm, 2 dram, 4 ssd (sparse)
         hit_tokens = hit_chunks = dram_bytes = ssd_bytes = 0
         for j in range(len(path) - 1, -1, -1):
             seg = path[j]
             if j == p - 1 and hit_state is not None:
                 tier, nb = self._hit(hit_state, fut, seg.start + seg.n - 1)
-                v.state_tier = tier
+                state_tier = tier
                 if tier == DRAM:
                     dram_bytes += nb
                 elif tier == SSD:
@@ -625,8 +615,7 @@ class Simulator:
                     seg.next_seq = int(fut[0, seg.start])
                 self._place_new(seg, pending_ssd)
             used.append(seg)
-        v.hit_tokens, v.hit_chunks, v.dram_bytes, v.ssd_bytes = hit_tokens, hit_chunks, dram_bytes, ssd_bytes
-        return v
+        return hit_tokens, hit_chunks, tok_tier, dram_bytes, ssd_bytes, state_tier, pending_ssd, used
 
     def _settle(self, pending_ssd: list[Obj], used: list[Obj]) -> None:
         """Write what this request sends to the SSD (placements, then the policy's promotions),
