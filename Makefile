@@ -8,12 +8,10 @@ TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 
 .PHONY: setup system-packages system-deps demo test lint docs bench clean
 
-# --no-compile: pip byte-compiling every installed file took 20 of the install's 38 s here; Python
-# compiles the modules a command imports the first time it imports them.
 $(BIN)/kvwear: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q --no-compile -e '.[dev,cluster,smart,docs]'
+	$(BIN)/pip install -q -e '.[dev,cluster,smart,docs]'
 	touch $@
 
 setup: $(BIN)/kvwear
