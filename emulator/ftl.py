@@ -90,7 +90,10 @@ from numba import types as _nbtypes
 from numba.core import cgutils as _cgutils
 from numba.extending import intrinsic as _intrinsic
 
+from kvwear import jitcache
 from kvwear.errors import KvwearError
+
+jitcache.install()   # numba's cache saved under a lock: before any cached kernel is defined
 
 GcMode = Literal["line", "block"]
 Victim = Literal["greedy", "cost-benefit", "fifo"]

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 # wear/capture → estimate → reports; the pipeline orchestrates every stage, the CLI drives it.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("kvwear.errors", "kvwear.units", "kvwear.registry", "kvwear.tables", "kvwear.kv", "kvwear.children",
-     "kvwear.memory", "kvwear.exclusive", "kvwear.records", "kvwear.values", "kvwear"),
+     "kvwear.memory", "kvwear.exclusive", "kvwear.records", "kvwear.values", "kvwear.jitcache", "kvwear"),
     ("kvwear.workloads",),
     ("kvwear.policies",),
     ("kvwear.harness.plan",),

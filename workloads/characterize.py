@@ -77,9 +77,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from scipy import stats
 
+from kvwear import jitcache
 from kvwear.errors import KvwearError
 from kvwear.tables import TableSpec
 from kvwear.workloads.schema import REQUESTS
+
+jitcache.install()   # numba's cache saved under a lock: before any cached kernel is defined
 
 SKEW_LEVELS: tuple[float, ...] = (0.50, 0.77, 0.90)
 CURVE_POINTS = 512  # points kept of curves that have one point per block or per request

@@ -74,6 +74,7 @@ import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
+from kvwear import jitcache
 from kvwear.errors import KvwearError
 from kvwear.tables import TableWriter, atomic_write, write_table
 from kvwear.units import check_budget
@@ -90,6 +91,8 @@ from kvwear.workloads.characterize import (
     request_reuse_table,
 )
 from kvwear.workloads.schema import REQUESTS, list_parts
+
+jitcache.install()   # numba's cache saved under a lock: before any cached kernel is defined
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]

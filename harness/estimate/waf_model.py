@@ -103,11 +103,14 @@ from typing import Any, Literal
 import numba
 import numpy as np
 
+from kvwear import jitcache
 from kvwear.emulator.ftl import OP_WRITE, Ftl, FtlConfig
 from kvwear.emulator.precondition import PreconditionSpec, default_round_pages, passes_until_steady
 from kvwear.emulator.precondition import precondition as run_precondition
 from kvwear.errors import KvwearError
 from kvwear.harness.plan.planner import slot_hash
+
+jitcache.install()   # numba's cache saved under a lock: before any cached kernel is defined
 
 SUMMARY_VERSION = 2                  # 2: run_cells and write_ios (the run-level model's input)
 PAGE_BYTES = 4096                    # the summary's page: the plan's 4 KiB alignment unit

@@ -49,8 +49,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kvwear import jitcache
 from kvwear.errors import InputError, KvwearError
 from kvwear.harness.plan.schema import BLOCK_OPS
+
+jitcache.install()   # numba's cache saved under a lock: before any cached kernel is defined
 
 Placement = Literal["none", "kind", "lifetime"]
 PLACEMENTS: tuple[str, ...] = ("none", "kind", "lifetime")

@@ -61,8 +61,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kvwear import jitcache
 from kvwear.errors import InputError, KvwearError
 from kvwear.harness.plan.schema import BLOCK_OPS
+
+jitcache.install()   # numba's cache saved under a lock: before any cached kernel is defined
 
 Layout = Literal["log", "slab", "extent", "fs"]
 TimeMode = Literal["original", "compressed", "afap"]
