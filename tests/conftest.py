@@ -3,27 +3,14 @@
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-# Each pytest-xdist worker, and every kvwear process its tests start, compiles numba kernels into a
-# cache of that worker's own (set before anything imports numba: a dispatcher picks its cache
-# folder when it is defined). With one cache in the checkout shared by both workers, processes of
-# the two compiled and wrote the same kernels at once, which numba does not guard (numba issue
-# #4807, open); a fresh clone's CI run once lost a `kvwear run` to SIGSEGV that way (2026-12-04).
-_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
-_NUMBA_CACHE = (Path(tempfile.gettempdir()) / f"kvwear-numba-{os.getppid()}-{_WORKER}"
-                if _WORKER and "NUMBA_CACHE_DIR" not in os.environ else None)
-if _NUMBA_CACHE is not None:
-    os.environ["NUMBA_CACHE_DIR"] = str(_NUMBA_CACHE)
+import pytest
+from hypothesis import settings
 
-import pytest  # noqa: E402
-from hypothesis import settings  # noqa: E402
-
-from kvwear.harness.devices.sim import Sim  # noqa: E402
+from kvwear.harness.devices.sim import Sim
 
 # CI runs property tests derandomized (the same examples every run, so a submission's verdict does
 # not depend on the draw); locally they draw new examples each run, which is how bugs are found.
@@ -99,8 +86,3 @@ def in_service() -> Iterator[None]:
         mp.setattr(Sim, "RUN_PRESET", IN_SERVICE[0])
         mp.setattr(Sim, "RUN_PRECONDITION", IN_SERVICE[1])
         yield
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    if _NUMBA_CACHE is not None:
-        shutil.rmtree(_NUMBA_CACHE, ignore_errors=True)
