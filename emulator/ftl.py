@@ -996,16 +996,32 @@ class Ftl:
         self._every = c.interval_host_pages
         self._next_mark = c.interval_host_pages if c.interval_host_pages > 0 else 0
 
-    def copy(self) -> Ftl:
-        """An independent drive in this one's exact state (a preconditioned drive, played again)."""
-        out = Ftl.__new__(Ftl)
+    def copy(self, into: Ftl | None = None) -> Ftl:
+        """An independent drive in this one's exact state (a preconditioned drive, played again).
+
+        `into`, a drive of the same configuration that nobody uses any more, is overwritten and
+        returned: its arrays are already the process's memory, where a new copy of a 268.8 GB
+        drive's 600 MB of page maps takes the kernel 0.3-3 s of page faults (measured in a VM)."""
+        if into is not None and into.config != self.config:
+            raise ValueError(f"copy into a drive of another configuration: {into.config.description} "
+                             f"for {self.config.description}")
+        out = Ftl.__new__(Ftl) if into is None else into
         for k, v in self.__dict__.items():
             if isinstance(v, np.ndarray):
+                dst = out.__dict__.get(k) if into is not None else None
+                if isinstance(dst, np.ndarray) and dst.shape == v.shape and dst.dtype == v.dtype:
+                    np.copyto(dst, v)
+                    continue
                 v = v.copy()
             elif isinstance(v, list):
                 v = list(v)
             out.__dict__[k] = v
         return out
+
+    @property
+    def nbytes(self) -> int:
+        """The memory of the drive's state (its page maps, line tables and counters)."""
+        return sum(v.nbytes for v in self.__dict__.values() if isinstance(v, np.ndarray))
 
     @property
     def interval_every(self) -> int:

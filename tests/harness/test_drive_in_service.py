@@ -115,6 +115,26 @@ def test_a_preconditioned_drive_is_reused_identically(tmp_path: Path) -> None:
         b.write_bytes, b.nand_write_bytes, b.details["workload"], b.phases)
 
 
+def test_a_closed_devices_drive_is_overwritten_by_the_next_copy(tmp_path: Path) -> None:
+    # A run's policies play one after another: the next device's copy of the kept drive goes into
+    # the memory of the previous device's (played, then closed) drive, and plays the same.
+    plan = _plan()
+    spec = _spec(precondition="steady", precondition_seed=7)
+    first = SimDevice(spec, tmp_path / "a")
+    a = first.replay(plan, tmp_path / "a")
+    played = first.ftl
+    assert played is not None
+    maps = played._l2p
+    first.close()
+    second = SimDevice(spec, tmp_path / "b")
+    b = second.replay(plan, tmp_path / "b")
+    assert second.ftl is played and second.ftl._l2p is maps        # the same memory, overwritten
+    assert (a.write_bytes, a.nand_write_bytes, a.details["workload"], a.phases) == (
+        b.write_bytes, b.nand_write_bytes, b.details["workload"], b.phases)
+    played.check_invariants()
+    second.close()
+
+
 def test_timeline_counts_the_workload_per_interval(tmp_path: Path) -> None:
     res = SimDevice(_spec(precondition="fill"), tmp_path / "d").replay(_plan(), tmp_path / "d")
     iv = pq.read_table(res.intervals_path).to_pydict()
