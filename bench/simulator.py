@@ -8,7 +8,13 @@ replays that stream (one access per chunk, `kvwear.policies.flat.flatten_chunks`
 LRU with room for (DRAM + SSD) / chunk bytes chunks — the bytes kvwear's two tiers hold — from an
 oracleGeneral file built before timing; kvwear simulates the requests through both tiers at
 whatever granularity it works at. Only the simulation is timed on each side (libCacheSim's
-`process_trace`, kvwear's `simulate` on the loaded table), not building inputs.
+`process_trace`, kvwear's `simulate` on the loaded table), not building inputs, and not freeing
+what the call made: each side's result (libCacheSim's cache and reader, kvwear's simulation) is
+kept past its clock and released before the next side, untimed, with a full collection and both
+allocators' trims (pyarrow's pool, glibc's `malloc_trim`). Without the trim, the side timed right
+after libCacheSim paid ~0.4–0.6 CPU s more (kvwear lru 0.84 s instead of 0.41 s, load 0.5): glibc
+keeps the ~2.5 M small chunks of libCacheSim's freed cache in its fast bins and consolidates them
+at the next side's allocations; `malloc_trim(0)` consolidates them before the clock starts.
 
 Timing is interleaved (bench/_interleave.py): `--rounds` rounds (≥ 5) after an untimed warm-up,
 every side once per round, the order rotating each round, so load from the machine's other
@@ -25,7 +31,6 @@ Run: .venv/bin/python bench/simulator.py [--policies lru,gandalf] [--requests N]
 from __future__ import annotations
 
 import argparse
-import gc
 import sys
 import tempfile
 from collections.abc import Callable
@@ -36,6 +41,7 @@ from _interleave import Side, add_round_options, interleave, rounds_of
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from kvwear.memory import release_freed_memory  # noqa: E402
 from kvwear.policies.base import POLICIES  # noqa: E402
 from kvwear.policies.flat import flatten_chunks, oracle_general  # noqa: E402
 from kvwear.policies.sim import SimConfig, chunks_of, simulate  # noqa: E402
@@ -80,25 +86,38 @@ def main() -> None:
         oracle_general(ids).tofile(path)
         del ids
 
+        # the last timed call's result: held past the side's clock, so that freeing it (a return
+        # would, inside the call) is charged to no side
+        held: list[object] = []
+
+        def release() -> None:
+            # untimed, before every side: the previous side's prefix tree is cyclic garbage (a
+            # full collection), and the trims hand its freed memory back (see the docstring)
+            held.clear()
+            release_freed_memory(full_collect=True)
+
         def run_lcs() -> str:
             reader = lcs.TraceReader(path, lcs.TraceType.ORACLE_GENERAL_TRACE)
-            mr, _ = lcs.LRU(capacity).process_trace(reader)
+            cache = lcs.LRU(capacity)
+            mr, _ = cache.process_trace(reader)
+            held.extend((cache, reader))
             return f"flat LRU of {capacity:,} chunks, chunk miss ratio {mr:.3f}"
 
         def kvwear_side(spec: str) -> Callable[[], str]:
             def run() -> str:
-                s = simulate(table, cfg, spec).summary
+                out = simulate(table, cfg, spec)
+                held.append(out)
+                s = out.summary
                 return (f"tiered DRAM+SSD, token miss ratio {s.token_miss_ratio:.3f}, chunk miss "
                         f"ratio {s.chunk_miss_ratio:.3f}, SSD writes {s.ssd_write_bytes / 1e9:,.1f} GB")
             return run
 
         ref = "libCacheSim C LRU"
-        # gc.collect before each call, untimed: the previous side's prefix tree is cyclic garbage
-        # that would otherwise be collected on the next side's clock
-        sides = {ref: Side(run_lcs, before=gc.collect)}
-        sides.update({f"kvwear {spec}": Side(kvwear_side(spec), before=gc.collect)
+        sides = {ref: Side(run_lcs, before=release)}
+        sides.update({f"kvwear {spec}": Side(kvwear_side(spec), before=release)
                       for spec in args.policies.split(",") if spec})
         res = interleave(sides, **rounds_of(args))
+        release()
 
     for line in res.table(ref, {name: chunks for name in sides}, "chunk acc"):
         print(line)
