@@ -1419,9 +1419,11 @@ def _seed(seed):
 
 @numba.njit(cache=True)
 def _synth(n_pages, pass_pages, band_len, c_off, nc, tc, c_cb, c_cum, c_kind, c_len, c_dlo, c_dhi, req_pages, pool,
-           pn, ver, ow, tr, st, ops, first, npages):
+           pn, ver, ow, tr, st, ops, first, npages, joined):
     """`n_pages` more host pages of the synthetic stream (the run-level model above) as requests
-    written into ops / first / npages; returns the requests written. The stream's state persists
+    written into ops / first / npages; returns the requests written. A write request split where
+    its addresses are not contiguous, and the trims due at one moment, are each one host request
+    of several parts (`joined`: the part continues the request before it, Ftl.apply_ops). The stream's state persists
     between calls: `pool` (free addresses, a stack of `pn[0]`), `ver` (each address's write
     count: a heap entry of an older write is stale), the heaps `ow` (pages overwritten by the write
     at their due host page) and `tr` (pages trimmed when the host has written their due pages),
@@ -1456,7 +1458,7 @@ def _synth(n_pages, pass_pages, band_len, c_off, nc, tc, c_cb, c_cum, c_kind, c_
                 if w > k0 and first[w - 1] + npages[w - 1] == lpn:
                     npages[w - 1] += 1
                 else:
-                    ops[w], first[w], npages[w] = 2, lpn, 1
+                    ops[w], first[w], npages[w], joined[w] = 2, lpn, 1, w > k0
                     w += 1
             for j in range(seg.shape[0] - 1, -1, -1):
                 pool[pn[0]] = seg[j]
@@ -1485,7 +1487,8 @@ def _synth(n_pages, pass_pages, band_len, c_off, nc, tc, c_cb, c_cum, c_kind, c_
             if m > 0 and ops[m - 1] == 0 and first[m - 1] + npages[m - 1] == lpn and s > s0:
                 npages[m - 1] += 1
             else:
-                ops[m], first[m], npages[m] = 0, lpn, 1
+                # a part of the same host request where it continues one (Ftl.apply_ops(joined=))
+                ops[m], first[m], npages[m], joined[m] = 0, lpn, 1, s > s0
                 m += 1
             # this page's death: from the open run, or a new run drawn from the page's band
             while st[1] <= 0:
@@ -1606,9 +1609,10 @@ def run_model_waf(summary: DeathSummary, config: FtlConfig, precondition: Precon
     def play() -> None:
         buf = 3 * pass_pages + 16
         ops, first, npg = np.empty(buf, np.int8), np.empty(buf, np.int64), np.empty(buf, np.int64)
+        joined = np.zeros(buf, np.bool_)
         m = _synth(pass_pages, pass_pages, band_len, c_off, nc, tc, cb, c_cum, c_kind, c_len, c_dlo, c_dhi, req, pool,
-                   pn, ver, ow, tr, st, ops, first, npg)
-        ftl.apply_ops(ops[:m], first[:m], npg[:m])
+                   pn, ver, ow, tr, st, ops, first, npg, joined)
+        ftl.apply_ops(ops[:m], first[:m], npg[:m], joined=joined[:m])
 
     before = ftl.counters()
     phases = None
