@@ -1589,11 +1589,12 @@ def run_model_waf(summary: DeathSummary, config: FtlConfig, precondition: Precon
         rp = precondition.round_pages or default_round_pages(config.exposed_pages)
         spec = replace(precondition, round_pages=max(1, round(rp * f)))
         run_precondition(ftl, spec)
-        foot = min(n, max(1, round(summary.footprint_pages * k)))
         round_pages, crit = spec.round_pages, spec.criterion
     else:
-        foot = n
         round_pages, crit = default_round_pages(n), None
+    # the stream addresses the plan's footprint, fresh or preconditioned: its live data can never
+    # exceed what the plan's can (pages the plan never writes hold nothing on a fresh drive)
+    foot = min(n, max(1, round(summary.footprint_pages * k)))
     pool = np.arange(foot - 1, -1, -1, dtype=np.int64)
     pn = np.array([foot], np.int64)
     ver = np.zeros(n, np.int64)
