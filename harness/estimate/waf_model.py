@@ -1454,7 +1454,7 @@ def _seed(seed):
 
 @numba.njit(cache=True)
 def _synth(end, pass_pages, band_len, c_off, nc, tc, c_cb, c_cum, c_kind, c_len, c_dlo, c_dhi, req_pages, g_cum,
-           g_mean, g_scale, pool, pn, ver, ow, tr, st, ops, first, npages, joined):
+           g_mean, g_scale, trim_pages, pool, pn, ver, ow, tr, st, ops, first, npages, joined):
     """The synthetic stream (the run-level model above) up to host page `end`, as requests written
     into ops / first / npages, or until they are full (the caller plays them and calls again);
     returns the requests written. A write request split where its addresses are not contiguous,
@@ -1493,13 +1493,18 @@ def _synth(end, pass_pages, band_len, c_off, nc, tc, c_cb, c_cum, c_kind, c_len,
                 m += 1
         if m > k0:
             seg = np.sort(first[k0:m])
+            # as many host requests as the plan's TRIMs of as many pages (trim_pages: pages a TRIM
+            # request): each is a GC tick for FEMU, and the plan's come in bursts (LRU's evictions)
+            p = seg.shape[0]
+            h = 1 if trim_pages <= 0 else min(p, max(1, int(p / trim_pages + np.random.random())))
             w = k0
-            for j in range(seg.shape[0]):
+            for j in range(p):
                 lpn = seg[j]
-                if w > k0 and first[w - 1] + npages[w - 1] == lpn:
+                new_req = (j * h) // p != ((j - 1) * h) // p if j > 0 else False
+                if w > k0 and first[w - 1] + npages[w - 1] == lpn and not new_req:
                     npages[w - 1] += 1
                 else:
-                    ops[w], first[w], npages[w], joined[w] = 2, lpn, 1, w > k0
+                    ops[w], first[w], npages[w], joined[w] = 2, lpn, 1, w > k0 and not new_req
                     w += 1
             for j in range(seg.shape[0] - 1, -1, -1):
                 pool[pn[0]] = seg[j]
@@ -1681,6 +1686,7 @@ def run_model_waf(summary: DeathSummary, config: FtlConfig, precondition: Precon
     st[5] = -1
     g_cum, g_mean = _gap_tables(summary, nb)
     g_scale = summary.write_ios * req / pass_pages if summary.write_ios else 1.0
+    trim_pages = summary.trimmed_pages / summary.trim_ios * k if summary.trim_ios else 0.0
     # The requests of a pass are drawn and played a buffer at a time: with the reads between
     # writes (a plan may read far more often than it writes) a pass's requests are not bounded by
     # its pages, and the buffer's 17 B a request would be the model's largest allocation.
@@ -1693,7 +1699,7 @@ def run_model_waf(summary: DeathSummary, config: FtlConfig, precondition: Precon
         end = int(st[0]) + pass_pages
         while st[0] < end:
             m = _synth(end, pass_pages, band_len, c_off, nc, tc, cb, c_cum, c_kind, c_len, c_dlo, c_dhi, req,
-                       g_cum, g_mean, g_scale, pool, pn, ver, ow, tr, st, ops, first, npg, joined)
+                       g_cum, g_mean, g_scale, trim_pages, pool, pn, ver, ow, tr, st, ops, first, npg, joined)
             ftl.apply_ops(ops[:m], first[:m], npg[:m], joined=joined[:m])
 
     before = ftl.counters()

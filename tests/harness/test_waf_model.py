@@ -475,3 +475,48 @@ def test_the_stream_plays_the_plans_requests_and_read_gaps_a_buffer_at_a_time(mo
     small = waf_model.run_model_waf(s, cfg)
     assert len(seen) > 10 and max(len(o) for o, _ in seen) <= 500
     assert small == whole
+
+
+def _recorded_stream(monkeypatch: pytest.MonkeyPatch, s: DeathSummary, cfg: FtlConfig) -> tuple[np.ndarray, np.ndarray]:
+    """The run-level model's stream for `s` on `cfg`: op codes and joined marks as the FTL got them."""
+    from kvwear.harness.estimate import waf_model
+
+    seen: list[tuple[np.ndarray, np.ndarray]] = []
+    play = Ftl.apply_ops
+
+    def recording(self: Ftl, ops: np.ndarray, first: np.ndarray, n: np.ndarray, handles: np.ndarray | None = None,
+                  joined: np.ndarray | None = None) -> None:
+        seen.append((ops.copy(), np.zeros(len(ops), bool) if joined is None else joined.copy()))
+        play(self, ops, first, n, handles, joined)
+
+    with monkeypatch.context() as mp:
+        mp.setattr(Ftl, "apply_ops", recording)
+        waf_model.run_model_waf(s, cfg)
+    return np.concatenate([o for o, _ in seen]), np.concatenate([j for _, j in seen])
+
+
+def test_the_stream_trims_in_as_many_requests_as_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Objects of 64 pages written into free slots and trimmed whole, one TRIM request each, a few
+    at a time: the stream's TRIM host requests are the plan's (trim_ios), each of about an
+    object's pages, not one per moment."""
+    cfg = FtlConfig.femu(192, pgs_per_blk=256, blks_per_pl=60, luns_per_ch=2, nchs=2)
+    n_l = cfg.exposed_pages
+    slots = n_l // 64
+    rng = np.random.default_rng(4)
+    live: list[int] = []
+    free = list(range(slots))
+    rows: list[tuple[int, int, int]] = []
+    for _ in range(4 * slots):
+        if len(live) > slots * 3 // 4:
+            for _ in range(int(rng.integers(1, 6))):
+                v = live.pop(int(rng.integers(0, len(live) // 4 + 1)))
+                rows.append((OP_TRIM, v * 64, 64))
+                free.append(v)
+        slot = free.pop(int(rng.integers(0, len(free))))
+        rows.append((OP_WRITE, slot * 64, 64))
+        live.append(slot)
+    a = np.array(rows, np.int64)
+    s = death_summary(a[:, 0].astype(np.int8), a[:, 1], a[:, 2], n_l)
+    assert s.trim_ios == int((a[:, 0] == OP_TRIM).sum()) > 1000
+    ops, joined = _recorded_stream(monkeypatch, s, cfg)
+    assert ((ops == OP_TRIM) & ~joined).sum() == pytest.approx(s.trim_ios, rel=0.10)
