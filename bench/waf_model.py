@@ -21,9 +21,11 @@ Output: one line per case, then per regime (the model's regime × GC-active or n
 the cases, the error distribution and how many are within 10 %, and the same per drive and per layout.
 By default the workload plans skip the two drives on which they never GC fresh out of box
 (`IDLE_FOR_WORKLOADS`); `--full` plays every plan on every drive and adds 16-token chunks and more
-sessions. `--smoke` runs a tiny matrix (the test suite runs it).
+sessions. `--held-back` plays only those added workloads, on the default matrix's drives: the
+model's changes are measured on the default matrix, and this checks them on plans they were not
+measured on. `--smoke` runs a tiny matrix (the test suite runs it).
 
-Run: .venv/bin/python bench/waf_model.py [--smoke | --full] [--csv out.csv]
+Run: .venv/bin/python bench/waf_model.py [--smoke | --full | --held-back] [--csv out.csv]
 """
 
 from __future__ import annotations
@@ -280,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     size = ap.add_mutually_exclusive_group()
     size.add_argument("--smoke", action="store_true", help="a tiny matrix (the test suite's)")
     size.add_argument("--full", action="store_true", help="adds 16-token chunks and more sessions")
+    size.add_argument("--held-back", action="store_true",
+                      help="only --full's workloads that the default matrix leaves out, on the default drives "
+                           "(a check on workloads the model was not tuned on)")
     ap.add_argument("--csv", help="write the cases to this CSV file")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
@@ -288,9 +293,11 @@ def main(argv: list[str] | None = None) -> int:
     layouts: tuple[str, ...]
     if args.smoke:
         workloads, policies, layouts = [Workload(4, 16, 150)], ("lru",), ("slab",)
-    elif args.full:
+    elif args.full or args.held_back:
         workloads = [Workload(10, 4, 190), Workload(20, 16, 195), Workload(20, 16, 150), Workload(40, 16, 150),
                      Workload(20, 4, 120)]
+        if args.held_back:
+            workloads = workloads[1:]
         policies, layouts = POLICIES, LAYOUTS
     else:
         # one workload (its plans write 22–46 drive writes each): the run-level model and the
@@ -299,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def plans() -> Iterator[tuple[str, str, bool, Requests]]:
         yield from policy_plans(workloads, policies, layouts)
+        if args.held_back:
+            return
         yield "uniform", "-", False, random_plan(1.0, 2.0 if args.smoke else 8.0, 11)
         if not args.smoke:
             yield "hot/cold 90/10", "-", False, random_plan(0.9, 8.0, 12)

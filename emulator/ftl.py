@@ -29,6 +29,10 @@ Two GC trigger modes:
   `gc_thres_lines` and the victim has ≥ `min_invalid_pages` invalid pages (FEMU: pages/line ÷ 8).
   A line is closed, and the next free line taken, as soon as its last page is written (FEMU
   advances its write pointer right after programming), so free-line counts match FEMU's.
+  `apply_ops(joined=...)` marks requests that are further parts of one host request (a request
+  split where its addresses are not contiguous): they play as that one request, forced GC before
+  its first part and background GC after its last. Unmarked, every request is its own (the sim
+  device's plan rows); the workload WAF model marks the parts of the requests it draws.
 - `block`: on demand, before each host page: GC while free lines ≤ `reserve_lines`.
 
 Victim selection: `greedy` (fewest valid pages; block mode O(1) through per-valid-count buckets,
@@ -120,6 +124,11 @@ _FRONT = 14
 _P_PPL, _P_LINES, _P_NLPN, _P_MODE, _P_BG, _P_HIGH, _P_MININV, _P_VICTIM, _P_RESERVE = range(9)
 _P_SEPGC, _P_TRIM, _P_RUH, _P_GCSHARED = 9, 10, 11, 12
 _NPARAMS = 13
+
+# `_run`'s per-request join flags (Ftl.apply_ops(joined=...)): the parts of one host request
+_JOINS_PREV = 1                    # this request continues the one before it
+_JOINED_NEXT = 2                   # the next request continues this one
+_NO_JOINS = np.zeros(0, np.int8)   # every request a host request of its own
 
 # line states
 _FREE, _OPEN, _CLOSED, _VICTIM = 0, 1, 2, 3
@@ -781,11 +790,13 @@ def _gc(force, sc, l2p, p2l, vpc, lstate, head, nxt, prv, hq, hpos, gcord, close
 
 
 @numba.njit(cache=True)
-def _run(ops, starts, npages, handles, sc, l2p, p2l, vpc, lstate, head, nxt, prv, hq, hpos, gcord, close_seq,
+def _run(ops, starts, npages, handles, joins, sc, l2p, p2l, vpc, lstate, head, nxt, prv, hq, hpos, gcord, close_seq,
          free_ring, line_erases, lhandle, hs, pr):
-    """Play requests in order (`handles`: each request's placement handle). Returns -1 when done,
-    else the index of the request that found no free line to write to (the device is out of space:
-    GC could not reclaim anything)."""
+    """Play requests in order (`handles`: each request's placement handle). `joins` (empty, or one
+    flag per request): _JOINS_PREV, the request continues the host request before it (no forced
+    GC before it); _JOINED_NEXT, the next request continues this one (no background GC after it).
+    Returns -1 when done, else the index of the request that found no free line to write to (the
+    device is out of space: GC could not reclaim anything)."""
     line_mode = pr[_P_MODE] == 0
     ppl = pr[_P_PPL]
     high = pr[_P_HIGH]
@@ -795,6 +806,7 @@ def _run(ops, starts, npages, handles, sc, l2p, p2l, vpc, lstate, head, nxt, prv
     ruh = pr[_P_RUH]
     n_lines = pr[_P_LINES]
     nops = ops.shape[0]
+    joined = joins.shape[0] > 0
     for r in range(nops):
         op = ops[r]
         s = starts[r]
@@ -815,7 +827,7 @@ def _run(ops, starts, npages, handles, sc, l2p, p2l, vpc, lstate, head, nxt, prv
         elif op == 0 or do_trim:
             # writes and trims share the page loop, so a page stops being valid in one place
             write = op == 0
-            if write and line_mode:
+            if write and line_mode and not (joined and joins[r] & _JOINS_PREV):
                 # FEMU's ssd_write: forced GC before the request's first page
                 while sc[_FREE_CNT] <= high:
                     if _gc(True, sc, l2p, p2l, vpc, lstate, head, nxt, prv, hq, hpos, gcord, close_seq,
@@ -911,7 +923,7 @@ def _run(ops, starts, npages, handles, sc, l2p, p2l, vpc, lstate, head, nxt, prv
                 hs[hd] += n
                 hs[ruh + 1 + hd] += n
         # background GC: one run after each request of any kind (FEMU's bb_ftl_process_req)
-        if line_mode and sc[_FREE_CNT] <= bg and _gc(
+        if line_mode and sc[_FREE_CNT] <= bg and not (joined and joins[r] & _JOINED_NEXT) and _gc(
                 False, sc, l2p, p2l, vpc, lstate, head, nxt, prv, hq, hpos, gcord, close_seq, free_ring,
                 line_erases, lhandle, hs, pr) < 0:
             sc[_ERR_REQ] = r
@@ -1052,9 +1064,16 @@ class Ftl:
         self.apply_ops(np.full(len(lpns), OP_READ, np.int8), lpns, np.ones(len(lpns), np.int64))
 
     def apply_ops(self, op_codes: np.ndarray, start_lpn: np.ndarray, npages: np.ndarray,
-                  handles: np.ndarray | None = None) -> None:
+                  handles: np.ndarray | None = None, joined: np.ndarray | None = None) -> None:
         """Play requests (OP_WRITE/OP_READ/OP_TRIM, first LPN, page count, placement handle — all
         0 when `handles` is None; reads and trims ignore it) in order.
+
+        `joined` (bool per request, or None: every request its own): request r is a further part
+        of the host request that request r − 1 belongs to, as the parts of one request split where
+        its addresses are not contiguous. The parts play as one host request in line mode: forced
+        GC only before its first part, background GC only after its last (block mode's GC, on
+        demand before each page, does not see requests). The first request of a call always
+        starts a host request.
 
         Raises KvwearError on an LPN outside the exposed capacity, a handle outside [0, ruh), or
         when the drive has no free line left (every line full of valid data)."""
@@ -1063,6 +1082,15 @@ class Ftl:
         n = np.ascontiguousarray(npages, dtype=np.int64)
         hd = (np.zeros(len(ops), np.int64) if handles is None
               else np.ascontiguousarray(handles, dtype=np.int64))
+        jn = _NO_JOINS
+        if joined is not None:
+            j = np.asarray(joined, dtype=np.bool_)
+            if len(j) != len(ops):
+                raise KvwearError("apply_ops: joined and op_codes differ in length")
+            if len(j) and j[1:].any():
+                jn = np.zeros(len(j), np.int8)
+                jn[1:] = np.where(j[1:], _JOINS_PREV, 0)
+                jn[:-1] |= np.where(j[1:], _JOINED_NEXT, 0).astype(np.int8)
         if not (len(ops) == len(starts) == len(n) == len(hd)):
             raise KvwearError("apply_ops: op_codes, start_lpn, npages and handles differ in length")
         if len(ops) == 0:
@@ -1082,7 +1110,7 @@ class Ftl:
             )
         every = self._every
         if every <= 0:
-            self._run(ops, starts, n, hd)
+            self._run(ops, starts, n, hd, jn)
             return
         # split at request boundaries where the cumulative host pages cross an interval mark
         wpages = np.where(ops == OP_WRITE, n, 0)
@@ -1092,9 +1120,9 @@ class Ftl:
             hi = int(np.searchsorted(cum, self._next_mark, side="left")) + 1
             hi = max(hi, lo + 1)
             if hi > len(ops):
-                self._run(ops[lo:], starts[lo:], n[lo:], hd[lo:])
+                self._run(ops[lo:], starts[lo:], n[lo:], hd[lo:], jn[lo:])
                 break
-            self._run(ops[lo:hi], starts[lo:hi], n[lo:hi], hd[lo:hi])
+            self._run(ops[lo:hi], starts[lo:hi], n[lo:hi], hd[lo:hi], jn[lo:hi])
             lo = hi
             while self._sc[_HOST_PAGES] >= self._next_mark:
                 self._iv_host.append(int(self._sc[_HOST_PAGES]))
@@ -1102,8 +1130,8 @@ class Ftl:
                 self._iv_erase.append(int(self._sc[_LINE_ERASES]))
                 self._next_mark += every
 
-    def _run(self, ops: np.ndarray, starts: np.ndarray, n: np.ndarray, hd: np.ndarray) -> None:
-        r = _run(ops, starts, n, hd, self._sc, self._l2p, self._p2l, self._vpc, self._lstate, self._head,
+    def _run(self, ops: np.ndarray, starts: np.ndarray, n: np.ndarray, hd: np.ndarray, jn: np.ndarray) -> None:
+        r = _run(ops, starts, n, hd, jn, self._sc, self._l2p, self._p2l, self._vpc, self._lstate, self._head,
                  self._nxt, self._prv, self._hq, self._hpos, self._gcord, self._close_seq, self._free_ring,
                  self._line_erases, self._lhandle, self._hs, self._pr)
         if r >= 0:

@@ -98,7 +98,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import numba
 import numpy as np
@@ -112,7 +112,9 @@ from kvwear.harness.plan.planner import slot_hash
 
 jitcache.install()   # numba's cache saved under a lock: before any cached kernel is defined
 
-SUMMARY_VERSION = 2                  # 2: run_cells and write_ios (the run-level model's input)
+# 2: run_cells and write_ios (the run-level model's input); 3: read_gaps and trim_ios (the
+# requests besides writes, each of which lets FEMU's background GC run once)
+SUMMARY_VERSION: Final = 3
 PAGE_BYTES = 4096                    # the summary's page: the plan's 4 KiB alignment unit
 GRID_POINTS_PER_OCTAVE = 8           # survival grid resolution (log-spaced distances)
 # Write-time bands with a survival curve each: a plan is not stationary (the first pass over an
@@ -137,6 +139,9 @@ RUN_KINDS = 5
 # Neighbouring runs (`DeathSummary.run_transitions`): their distance bins, coarser (16 per octave:
 # the fine bin >> 1), counted pair by pair in write order; a survivor's bin is -1 in the rows.
 RUN_COARSE_SHIFT = 1                 # 16 per octave
+# Read gaps (`DeathSummary.read_gaps`): the read requests between two write requests, binned by bit
+# length (bin 0: none, bin i: 2^(i−1) … 2^i − 1 reads), each bin with its reads summed (the mean).
+GAP_BINS = 48
 
 # The model's regime (`WafPrediction.regime`): which GC did most of the copying in the model (the
 # FTL's GC triggers, FtlConfig.gc_mode: on-demand block GC, FEMU's line background / forced), and
@@ -170,9 +175,13 @@ class DeathSummary:
     distances are 0. `run_transitions`: rows (table, band, bin before, bin after, count) — how
     often a run whose first page's distance is in coarse bin `before` (16 per octave; −1: a
     survivor) is followed in write order by one in bin `after`, counted in the later run's band;
-    table 0 with the survivors as survivors, table 1 with their next-pass deaths (RUN_NEXT_*)."""
+    table 0 with the survivors as survivors, table 1 with their next-pass deaths (RUN_NEXT_*).
+    `trim_ios`: the plan's TRIM requests. `read_gaps`: rows (band, gap bin, write requests, reads):
+    how many write requests had a number of read requests in gap bin `bin` (`GAP_BINS`) since the
+    write request before them, and those reads in all, counted in the band of the write's first
+    host page (reads after the plan's last write are not counted)."""
 
-    version: int
+    version: Literal[3]      # SUMMARY_VERSION: an older summary is refused on read, its version named
     page_bytes: int
     exposed_pages: int
     host_pages: int
@@ -191,6 +200,8 @@ class DeathSummary:
     write_ios: int
     run_cells: tuple[tuple[int, ...], ...]
     run_transitions: tuple[tuple[int, ...], ...]
+    read_gaps: tuple[tuple[int, ...], ...]
+    trim_ios: int
 
     def __post_init__(self) -> None:
         if self.version != SUMMARY_VERSION:
@@ -214,6 +225,14 @@ class DeathSummary:
                     or not (-1 <= row[2] < nc and -1 <= row[3] < nc) or row[4] <= 0:
                 raise KvwearError(f"death_summary run_transitions row {list(row)}: not (table 0 or 1, band in "
                                   f"[0, {bands}), bin before and after in [-1, {nc}), count > 0)")
+        for row in self.read_gaps:
+            # a bin's reads lie between its write requests times the bin's smallest and largest gap
+            if len(row) != 4 or not 0 <= row[0] < bands or not 0 <= row[1] < GAP_BINS or row[2] <= 0 \
+                    or not row[2] * (1 << row[1] >> 1) <= row[3] <= row[2] * ((1 << row[1]) - 1):
+                raise KvwearError(f"death_summary read_gaps row {list(row)}: not (band in [0, {bands}), gap bin in "
+                                  f"[0, {GAP_BINS}), write requests > 0, reads in the bin's range)")
+        if self.trim_ios < 0:
+            raise KvwearError(f"death_summary trim_ios {self.trim_ios} < 0")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -312,7 +331,7 @@ def _short_runs(short, m, lt, lt_n, pend, grid, total, band_len, line_shifts, li
 
 @numba.njit(cache=True)
 def _deaths(ops, first, npages, last_lo, last_hi, now, grid, total, band_len, dead_diff, hist, counts, line_shifts,
-            lt, lt_n, pend, line_hist, short, rs, rcell, nlb, ndb, ft, bt, bt_n, trans):
+            lt, lt_n, pend, line_hist, short, rs, rcell, nlb, ndb, ft, bt, bt_n, trans, gaps):
     """One pass over the page requests. The page's live write's host time (−1: never written,
     −2: trimmed) is held in 40 bits split over last_lo (uint32) and last_hi (uint8) (_page_time).
     dead_diff[band]: +1/−1 over the grid range [d, T − t) where a death at distance d is visible.
@@ -331,6 +350,8 @@ def _deaths(ops, first, npages, last_lo, last_hi, now, grid, total, band_len, de
     (_run_flush) and a new one starts. `ft[lpn]`: 1 + the host time of the page's first write or
     TRIM in the plan, 0 before; the survivors' next-pass deaths follow.
     Each finished run is paired with its neighbours in write order (_adjacent: `bt`, `trans`).
+    Requests: counts[3] write, counts[4] TRIM; counts[5] the reads since the last write request,
+    which the next write request adds to gaps[band, gap bin] (write requests, reads).
     `now`: the host pages written before these requests (a plan fed in batches); returns
     (now, lt, bt), the tables grown when they filled."""
     s0 = line_shifts[0]
@@ -347,9 +368,18 @@ def _deaths(ops, first, npages, last_lo, last_hi, now, grid, total, band_len, de
     for r in range(ops.shape[0]):
         op = ops[r]
         if op == 1:
+            counts[5] += 1
             continue
         if op == 0:
             counts[3] += 1
+            g = counts[5]
+            gb = min(now // band_len, gaps.shape[0] - 1)
+            gi = min(_bitlen(g), gaps.shape[1] - 1)
+            gaps[gb, gi, 0] += 1
+            gaps[gb, gi, 1] += g
+            counts[5] = 0
+        else:
+            counts[4] += 1
         for lpn in range(first[r], first[r] + npages[r]):
             if ft[lpn] == 0:
                 ft[lpn] = now + 1
@@ -771,7 +801,8 @@ class DeathCounter:
         self.nb = max(1, -(-total // self.band_len))
         self.dead_diff = np.zeros((self.nb, len(self.grid) + 1), np.int64)
         self.hist = np.zeros(len(self.grid), np.int64)
-        self.counts = np.zeros(4, np.int64)         # overwritten, trimmed, footprint, write requests
+        # overwritten, trimmed, footprint, write requests, TRIM requests, reads since the last write
+        self.counts = np.zeros(6, np.int64)
         self.sizes = np.asarray(LINE_PAGES, np.int64)
         self.shifts = np.log2(self.sizes).astype(np.int64)        # LINE_PAGES are powers of two
         # the open lines only (bounded by the device's live pages), never one entry per line of the plan
@@ -794,6 +825,7 @@ class DeathCounter:
         self.bt = np.full((2, 1 << 10), -1, np.int64)
         self.bt_n = np.zeros(1, np.int64)
         self.trans = np.zeros((self.nb, self.nc, self.nc), np.int64)
+        self.gaps = np.zeros((self.nb, GAP_BINS, 2), np.int64)      # DeathSummary.read_gaps
 
     def feed(self, op_codes: np.ndarray, first_page: np.ndarray, npages: np.ndarray) -> None:
         """The next requests of the plan."""
@@ -805,7 +837,7 @@ class DeathCounter:
         self.now, self.lines, self.bt = _deaths(
             ops, first, n, self.last_lo, self.last_hi, self.now, self.grid, self.total, self.band_len, self.dead_diff,
             self.hist, self.counts, self.shifts, self.lines, self.lines_n, self.pend, self.line_hist, self.short,
-            self.run, self.rcell, self.nlb, self.ndb, self.ft, self.bt, self.bt_n, self.trans)
+            self.run, self.rcell, self.nlb, self.ndb, self.ft, self.bt, self.bt_n, self.trans, self.gaps)
 
     def summary(self) -> DeathSummary:
         """The summary of everything fed (which must be the `total_pages` announced)."""
@@ -848,6 +880,9 @@ class DeathCounter:
             band_survival=_rows(band_s), line_pages=tuple(int(w) for w in sizes),
             band_line_survival=tuple(_rows(e) for e in line_s),
             write_ios=int(counts[3]), run_cells=cells, run_transitions=trans,
+            read_gaps=tuple((int(b), int(i), int(self.gaps[b, i, 0]), int(self.gaps[b, i, 1]))
+                            for b, i in zip(*np.nonzero(self.gaps[:, :, 0]), strict=True)),
+            trim_ios=int(counts[4]),
         )
 
     def _run_cells(self) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]]:
@@ -1418,15 +1453,23 @@ def _seed(seed):
 
 
 @numba.njit(cache=True)
-def _synth(n_pages, pass_pages, band_len, c_off, nc, tc, c_cb, c_cum, c_kind, c_len, c_dlo, c_dhi, req_pages, pool,
-           pn, ver, ow, tr, st, ops, first, npages):
-    """`n_pages` more host pages of the synthetic stream (the run-level model above) as requests
-    written into ops / first / npages; returns the requests written. The stream's state persists
+def _synth(end, pass_pages, band_len, c_off, nc, tc, c_cb, c_cum, c_kind, c_len, c_dlo, c_dhi, req_pages, g_cum,
+           g_mean, g_scale, trim_pages, pool, pn, ver, ow, tr, st, ops, first, npages, joined):
+    """The synthetic stream (the run-level model above) up to host page `end`, as requests written
+    into ops / first / npages, or until they are full (the caller plays them and calls again);
+    returns the requests written. A write request split where its addresses are not contiguous,
+    and the trims due at one moment, are each one host request of several parts (`joined`: the
+    part continues the request before it, Ftl.apply_ops). Before each write request go the reads
+    of a gap drawn from its band's read gaps (g_cum: cumulative write requests per gap bin,
+    g_mean: the bin's mean reads; `g_scale` plan write requests a drawn request stands for, 1
+    unless the scaled request was rounded up to a page: the gaps of the others and their own
+    requests, as reads). The stream's state persists
     between calls: `pool` (free addresses, a stack of `pn[0]`), `ver` (each address's write
     count: a heap entry of an older write is stale), the heaps `ow` (pages overwritten by the write
     at their due host page) and `tr` (pages trimmed when the host has written their due pages),
     each (keys, addresses, versions, size), and `st` (host pages so far, the open run: pages left,
-    kind, due, distance, the last run's coarse bin). A run of band b is drawn in two steps: its
+    kind, due, distance, the last run's coarse bin; reads owed before the next write request, and
+    whether its gap is drawn). A run of band b is drawn in two steps: its
     coarse distance bin from the transitions `tc[b, bin of the run before]` (cumulative counts; the
     band's cells when that row is empty), then a cell of that band and bin, c_*[c_off[b·nc + bin] :
     c_off[b·nc + bin + 1]], with weights c_cum (cumulative run counts); lengths c_len are means
@@ -1436,12 +1479,12 @@ def _synth(n_pages, pass_pages, band_len, c_off, nc, tc, c_cb, c_cum, c_kind, c_
     ok, ol, ov, on = ow
     tk, tl, tv, tn = tr
     m = 0
-    end = st[0] + n_pages
-    while st[0] < end:
+    cap = ops.shape[0] - req_pages - 1       # room kept for one write request's parts
+    while st[0] < end and m < cap:
         s0 = st[0]
         # trims due by now, in address order, as requests of contiguous addresses
         k0 = m
-        while tn[0] > 0 and tk[0] <= s0:
+        while tn[0] > 0 and tk[0] <= s0 and m < cap:
             lpn, v = tl[0], tv[0]
             _hpop(tk, tl, tv, tn)
             if ver[lpn] == v:
@@ -1450,18 +1493,42 @@ def _synth(n_pages, pass_pages, band_len, c_off, nc, tc, c_cb, c_cum, c_kind, c_
                 m += 1
         if m > k0:
             seg = np.sort(first[k0:m])
+            # as many host requests as the plan's TRIMs of as many pages (trim_pages: pages a TRIM
+            # request): each is a GC tick for FEMU, and the plan's come in bursts (LRU's evictions)
+            p = seg.shape[0]
+            h = 1 if trim_pages <= 0 else min(p, max(1, int(p / trim_pages + np.random.random())))
             w = k0
-            for j in range(seg.shape[0]):
+            for j in range(p):
                 lpn = seg[j]
-                if w > k0 and first[w - 1] + npages[w - 1] == lpn:
+                new_req = (j * h) // p != ((j - 1) * h) // p if j > 0 else False
+                if w > k0 and first[w - 1] + npages[w - 1] == lpn and not new_req:
                     npages[w - 1] += 1
                 else:
-                    ops[w], first[w], npages[w] = 2, lpn, 1
+                    ops[w], first[w], npages[w], joined[w] = 2, lpn, 1, w > k0 and not new_req
                     w += 1
             for j in range(seg.shape[0] - 1, -1, -1):
                 pool[pn[0]] = seg[j]
                 pn[0] += 1
             m = w
+        # the reads before this write request (FEMU's background GC runs once after each)
+        if st[7] == 0:
+            b = min((s0 % pass_pages) // band_len, g_cum.shape[0] - 1)
+            row = g_cum[b]
+            g = 0.0
+            for _ in range(int(g_scale + np.random.random())):
+                if row[row.shape[0] - 1] > 0:
+                    i = min(np.searchsorted(row, np.random.random() * row[row.shape[0] - 1], "right"),
+                            row.shape[0] - 1)
+                    g += g_mean[b, i]
+            st[6] = int(g + (g_scale - 1.0) + np.random.random())
+            st[7] = 1
+        while st[6] > 0 and m < cap:
+            ops[m], first[m], npages[m], joined[m] = 1, 0, 1, False
+            m += 1
+            st[6] -= 1
+        if st[6] > 0:
+            break
+        st[7] = 0
         # one write request of up to req_pages pages (split where the addresses are not contiguous)
         for _ in range(min(req_pages, end - s0)):
             s = st[0]
@@ -1485,7 +1552,8 @@ def _synth(n_pages, pass_pages, band_len, c_off, nc, tc, c_cb, c_cum, c_kind, c_
             if m > 0 and ops[m - 1] == 0 and first[m - 1] + npages[m - 1] == lpn and s > s0:
                 npages[m - 1] += 1
             else:
-                ops[m], first[m], npages[m] = 0, lpn, 1
+                # a part of the same host request where it continues one (Ftl.apply_ops(joined=))
+                ops[m], first[m], npages[m], joined[m] = 0, lpn, 1, s > s0
                 m += 1
             # this page's death: from the open run, or a new run drawn from the page's band
             while st[1] <= 0:
@@ -1545,6 +1613,19 @@ def _scaled(config: FtlConfig) -> tuple[FtlConfig, float]:
     return config.with_(pages_per_block=ppb, exposed_pages=exposed, interval_host_pages=0), f
 
 
+_SYNTH_BUFFER = 1 << 18         # requests drawn before the FTL plays them (run_model_waf's play)
+
+
+def _gap_tables(summary: DeathSummary, nb: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per band: cumulative write requests over the read-gap bins, and each bin's mean reads."""
+    cnt = np.zeros((nb, GAP_BINS))
+    reads = np.zeros((nb, GAP_BINS))
+    for b, i, c, r in summary.read_gaps:
+        cnt[b, i] += c
+        reads[b, i] += r
+    return np.cumsum(cnt, axis=1), reads / np.maximum(cnt, 1)
+
+
 def run_model_waf(summary: DeathSummary, config: FtlConfig, precondition: PreconditionSpec | None = None,
                   until_steady: bool = False, seed: int = 1) -> RunModelResult:
     """The run-level model (above) of `summary`'s plan on drive `config`, preconditioned as
@@ -1586,11 +1667,12 @@ def run_model_waf(summary: DeathSummary, config: FtlConfig, precondition: Precon
         rp = precondition.round_pages or default_round_pages(config.exposed_pages)
         spec = replace(precondition, round_pages=max(1, round(rp * f)))
         run_precondition(ftl, spec)
-        foot = min(n, max(1, round(summary.footprint_pages * k)))
         round_pages, crit = spec.round_pages, spec.criterion
     else:
-        foot = n
         round_pages, crit = default_round_pages(n), None
+    # the stream addresses the plan's footprint, fresh or preconditioned: its live data can never
+    # exceed what the plan's can (pages the plan never writes hold nothing on a fresh drive)
+    foot = min(n, max(1, round(summary.footprint_pages * k)))
     pool = np.arange(foot - 1, -1, -1, dtype=np.int64)
     pn = np.array([foot], np.int64)
     ver = np.zeros(n, np.int64)
@@ -1600,15 +1682,25 @@ def run_model_waf(summary: DeathSummary, config: FtlConfig, precondition: Precon
         return np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64), np.zeros(1, np.int64)
 
     ow, tr = heap(), heap()
-    st = np.zeros(6, np.int64)
+    st = np.zeros(8, np.int64)
     st[5] = -1
+    g_cum, g_mean = _gap_tables(summary, nb)
+    g_scale = summary.write_ios * req / pass_pages if summary.write_ios else 1.0
+    trim_pages = summary.trimmed_pages / summary.trim_ios * k if summary.trim_ios else 0.0
+    # The requests of a pass are drawn and played a buffer at a time: with the reads between
+    # writes (a plan may read far more often than it writes) a pass's requests are not bounded by
+    # its pages, and the buffer's 17 B a request would be the model's largest allocation.
+    buf = max(min(3 * pass_pages + 16, _SYNTH_BUFFER), 4 * req + 64)
+    ops, first, npg = np.empty(buf, np.int8), np.empty(buf, np.int64), np.empty(buf, np.int64)
+    joined = np.zeros(buf, np.bool_)
     _seed(seed)
+
     def play() -> None:
-        buf = 3 * pass_pages + 16
-        ops, first, npg = np.empty(buf, np.int8), np.empty(buf, np.int64), np.empty(buf, np.int64)
-        m = _synth(pass_pages, pass_pages, band_len, c_off, nc, tc, cb, c_cum, c_kind, c_len, c_dlo, c_dhi, req, pool,
-                   pn, ver, ow, tr, st, ops, first, npg)
-        ftl.apply_ops(ops[:m], first[:m], npg[:m])
+        end = int(st[0]) + pass_pages
+        while st[0] < end:
+            m = _synth(end, pass_pages, band_len, c_off, nc, tc, cb, c_cum, c_kind, c_len, c_dlo, c_dhi, req,
+                       g_cum, g_mean, g_scale, trim_pages, pool, pn, ver, ow, tr, st, ops, first, npg, joined)
+            ftl.apply_ops(ops[:m], first[:m], npg[:m], joined=joined[:m])
 
     before = ftl.counters()
     phases = None

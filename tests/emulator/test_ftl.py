@@ -302,3 +302,42 @@ def test_fdp_every_handle_holds_an_open_unit_from_the_start() -> None:
     _write_with(eager, np.array([0, 1]), np.array([1, 2]))
     assert eager.counters().free_lines >= free and eager.handle_of(np.array([0, 1])).tolist() == [1, 2]
 
+
+
+def _counts(ftl: Ftl) -> tuple[int, int, int, int]:
+    c = ftl.counters()
+    return c.host_pages, c.gc_pages, c.gc_runs, c.forced_gc_runs
+
+
+def test_joined_parts_play_as_one_host_request() -> None:
+    # random 8-page requests after a fill on FEMU's line GC: split into 1-page parts marked joined,
+    # they play exactly as the unsplit requests; unmarked, each part is a request of its own, and
+    # FEMU runs background GC after every one of them
+    cfg = FtlConfig.femu(**FEMU_ARGS)
+    rng = np.random.default_rng(7)
+    starts = rng.integers(0, cfg.exposed_pages // 8, 3 * cfg.exposed_pages // 8) * 8
+    whole, joined, split = Ftl(cfg), Ftl(cfg), Ftl(cfg)
+    for f in (whole, joined, split):
+        _seq_fill(f, cfg.exposed_pages, 32)
+    whole.apply_ops(np.full(len(starts), OP_WRITE, np.int8), starts, np.full(len(starts), 8))
+    parts = (starts[:, None] + np.arange(8)).ravel()
+    ops, ones = np.full(len(parts), OP_WRITE, np.int8), np.ones(len(parts), np.int64)
+    marks = np.tile(np.arange(8) > 0, len(starts))
+    joined.apply_ops(ops, parts, ones, joined=marks)
+    split.apply_ops(ops, parts, ones)
+    assert _counts(joined) == _counts(whole)
+    assert _counts(split)[2] > _counts(whole)[2]          # more background GC runs
+    joined.check_invariants()
+    # the same with per-interval counters, which split a call where a mark falls inside a request
+    iv = Ftl(cfg.with_(interval_host_pages=1000))
+    _seq_fill(iv, cfg.exposed_pages, 32)
+    iv.apply_ops(ops, parts, ones, joined=marks)
+    assert _counts(iv) == _counts(whole)
+    # block GC runs on demand before each page: requests do not matter to it
+    blk = FtlConfig.block_level(cfg.exposed_bytes, 0.1, pages_per_block=64)
+    a, b = Ftl(blk), Ftl(blk)
+    a.apply_ops(ops, parts, ones, joined=marks)
+    b.apply_ops(ops, parts, ones)
+    assert _counts(a) == _counts(b)
+    with pytest.raises(KvwearError, match="joined"):
+        a.apply_ops(ops, parts, ones, joined=marks[:-1])

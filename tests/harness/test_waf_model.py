@@ -82,12 +82,18 @@ def _brute_force_summary(ops: np.ndarray, first: np.ndarray, n: np.ndarray, expo
     counts = [0, 0, 0]                              # overwritten, trimmed, footprint
     touched: dict[int, int] = {}                    # page -> host time of its first write or TRIM
     deaths: list[tuple[int, int]] = []              # (tw, death time) in that order
-    write_ios = 0
+    write_ios = trim_ios = reads = 0
+    gaps: list[tuple[int, int]] = []                # (host time of a write request, reads before it)
     now = start
     for op, f, k in zip(ops.tolist(), first.tolist(), n.tolist(), strict=True):
         if op == OP_READ:
+            reads += 1
             continue
         write_ios += op == OP_WRITE
+        trim_ios += op == OP_TRIM
+        if op == OP_WRITE:
+            gaps.append((now, reads))
+            reads = 0
         for lpn in range(f, f + k):
             touched.setdefault(lpn, now)
             tw = live.pop(lpn, None)
@@ -132,6 +138,11 @@ def _brute_force_summary(ops: np.ndarray, first: np.ndarray, n: np.ndarray, expo
         lines.append(_shares(np.array([[max(1.0 - empty[b][i] / obs[b][i] if obs[b][i] else 1.0, band_s[b][i])
                                         for i in range(len(x))] for b in range(nb)])))
     surv = sorted((tw, lpn) for lpn, tw in live.items())
+    read_gaps: dict[tuple[int, int], list[int]] = {}
+    for t, g in gaps:
+        row = read_gaps.setdefault((min(t // band_len, nb - 1), g.bit_length()), [0, 0])
+        row[0] += 1
+        row[1] += g
     return DeathSummary(
         version=SUMMARY_VERSION, page_bytes=PAGE_BYTES, exposed_pages=exposed, host_pages=total,
         overwritten_pages=counts[0], trimmed_pages=counts[1], survivor_pages=len(live), footprint_pages=counts[2],
@@ -142,7 +153,8 @@ def _brute_force_summary(ops: np.ndarray, first: np.ndarray, n: np.ndarray, expo
         run_cells=_brute_force_cells(deaths, [(tw, None) for tw, _ in surv],
                                      [(tw, total + touched[lpn]) for tw, lpn in surv], total, band_len),
         run_transitions=_brute_force_transitions(deaths, [(tw, None) for tw, _ in surv],
-                                                 [(tw, total + touched[lpn]) for tw, lpn in surv], total, band_len))
+                                                 [(tw, total + touched[lpn]) for tw, lpn in surv], total, band_len),
+        read_gaps=tuple(sorted((*k, *v) for k, v in read_gaps.items())), trim_ios=trim_ios)
 
 
 def _brute_force_transitions(deaths: list[tuple[int, int]], survivors: list[tuple[int, None]],
@@ -408,12 +420,103 @@ def test_a_plan_json_with_a_summary_missing_or_out_of_range_is_refused(tmp_path:
             PlanRecord.load(path)
         assert "\n" not in str(e.value) and str(path) in str(e.value)
 
-    for name in ("run_cells", "run_transitions", "write_ios"):
+    for name in ("run_cells", "run_transitions", "write_ios", "read_gaps", "trim_ios"):
         refused({k: v for k, v in good["death_summary"].items() if k != name},
                 f"field death_summary.{name}: missing")
+    # a version-2 summary (written before read_gaps and trim_ios) is refused by its version
+    v2 = {k: v for k, v in good["death_summary"].items() if k not in ("read_gaps", "trim_ios")}
+    refused({**v2, "version": 2}, "field death_summary.version: 2 is not one of 3")
+    assert s.read_gaps
+    refused({**good["death_summary"], "read_gaps": [[0, 3, 1, 9]]}, r"read_gaps row \[0, 3, 1, 9\]")
     nc = (run_bins(s.host_pages)[1] >> RUN_COARSE_SHIFT) + 2
     row = list(s.run_transitions[0])
     bands = len(s.band_start_pages)
     for bad in ([2, *row[1:]], [row[0], bands, *row[2:]], [*row[:2], nc, *row[3:]], [*row[:3], -2, row[4]],
                 [*row[:4], 0]):
         refused({**good["death_summary"], "run_transitions": [bad]}, r"run_transitions row .*bin before")
+
+
+def test_the_stream_plays_the_plans_requests_and_read_gaps_a_buffer_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run-level model's stream holds as many write host requests as the plan (a request's
+    parts joined) and, before them, its reads (DeathSummary.read_gaps: here bursts of 50 reads
+    every 8 writes and one read after every other write; the stream draws each gap, so its reads
+    are the plan's up to that draw's noise); drawn and played a small buffer at a time it is the
+    same stream (the same WAF, seed fixed)."""
+    from kvwear.harness.estimate import waf_model
+
+    cfg = FtlConfig.femu(192, pgs_per_blk=256, blks_per_pl=60, luns_per_ch=2, nchs=2)
+    n_l = cfg.exposed_pages
+    rng = np.random.default_rng(2)
+    k = 3 * n_l // 64
+    rows: list[tuple[int, int, int]] = []
+    for i, slot in enumerate(rng.integers(0, n_l // 64, k)):
+        rows += [(OP_READ, 0, 1)] * (50 if i % 8 == 0 else i % 2)
+        rows.append((OP_WRITE, int(slot) * 64, 64))
+    a = np.array(rows, np.int64)
+    s = death_summary(a[:, 0].astype(np.int8), a[:, 1], a[:, 2], n_l)
+    assert s.write_ios == k and sum(r[3] for r in s.read_gaps) == int((a[:, 0] == OP_READ).sum())
+    seen: list[tuple[np.ndarray, np.ndarray]] = []
+    play = Ftl.apply_ops
+
+    def recording(self: Ftl, ops: np.ndarray, first: np.ndarray, n: np.ndarray, handles: np.ndarray | None = None,
+                  joined: np.ndarray | None = None) -> None:
+        seen.append((ops.copy(), np.zeros(len(ops), bool) if joined is None else joined.copy()))
+        play(self, ops, first, n, handles, joined)
+
+    monkeypatch.setattr(Ftl, "apply_ops", recording)
+    whole = waf_model.run_model_waf(s, cfg)
+    ops = np.concatenate([o for o, _ in seen])
+    joined = np.concatenate([j for _, j in seen])
+    assert len(seen) == 1
+    assert (ops == OP_WRITE)[~joined].sum() == pytest.approx(k, rel=0.02)
+    assert (ops == OP_READ).sum() == pytest.approx((a[:, 0] == OP_READ).sum(), rel=0.15)
+    seen.clear()
+    monkeypatch.setattr(waf_model, "_SYNTH_BUFFER", 500)
+    small = waf_model.run_model_waf(s, cfg)
+    assert len(seen) > 10 and max(len(o) for o, _ in seen) <= 500
+    assert small == whole
+
+
+def _recorded_stream(monkeypatch: pytest.MonkeyPatch, s: DeathSummary, cfg: FtlConfig) -> tuple[np.ndarray, np.ndarray]:
+    """The run-level model's stream for `s` on `cfg`: op codes and joined marks as the FTL got them."""
+    from kvwear.harness.estimate import waf_model
+
+    seen: list[tuple[np.ndarray, np.ndarray]] = []
+    play = Ftl.apply_ops
+
+    def recording(self: Ftl, ops: np.ndarray, first: np.ndarray, n: np.ndarray, handles: np.ndarray | None = None,
+                  joined: np.ndarray | None = None) -> None:
+        seen.append((ops.copy(), np.zeros(len(ops), bool) if joined is None else joined.copy()))
+        play(self, ops, first, n, handles, joined)
+
+    with monkeypatch.context() as mp:
+        mp.setattr(Ftl, "apply_ops", recording)
+        waf_model.run_model_waf(s, cfg)
+    return np.concatenate([o for o, _ in seen]), np.concatenate([j for _, j in seen])
+
+
+def test_the_stream_trims_in_as_many_requests_as_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Objects of 64 pages written into free slots and trimmed whole, one TRIM request each, a few
+    at a time: the stream's TRIM host requests are the plan's (trim_ios), each of about an
+    object's pages, not one per moment."""
+    cfg = FtlConfig.femu(192, pgs_per_blk=256, blks_per_pl=60, luns_per_ch=2, nchs=2)
+    n_l = cfg.exposed_pages
+    slots = n_l // 64
+    rng = np.random.default_rng(4)
+    live: list[int] = []
+    free = list(range(slots))
+    rows: list[tuple[int, int, int]] = []
+    for _ in range(4 * slots):
+        if len(live) > slots * 3 // 4:
+            for _ in range(int(rng.integers(1, 6))):
+                v = live.pop(int(rng.integers(0, len(live) // 4 + 1)))
+                rows.append((OP_TRIM, v * 64, 64))
+                free.append(v)
+        slot = free.pop(int(rng.integers(0, len(free))))
+        rows.append((OP_WRITE, slot * 64, 64))
+        live.append(slot)
+    a = np.array(rows, np.int64)
+    s = death_summary(a[:, 0].astype(np.int8), a[:, 1], a[:, 2], n_l)
+    assert s.trim_ios == int((a[:, 0] == OP_TRIM).sum()) > 1000
+    ops, joined = _recorded_stream(monkeypatch, s, cfg)
+    assert ((ops == OP_TRIM) & ~joined).sum() == pytest.approx(s.trim_ios, rel=0.10)
