@@ -548,7 +548,10 @@ class GandalfPolicy(Policy[GandalfParams]):
         self.ghosts.put(*self._ghost_key(obj), obj.pdata)
 
     def class_of(self, obj: Obj) -> ClassKey:
-        return (obj.kind, _rc(obj.pdata[1] if obj.pdata else 1), _size_class(obj))
+        pd = obj.pdata
+        # _rc and _size_class, written out (called for every candidate priced)
+        tokens = obj.end_tokens if isinstance(obj, Segment) else obj.seg.end_tokens  # type: ignore[attr-defined]
+        return (obj.kind, 0 if (pd[1] if pd else 1) <= 1 else 1, (tokens >> 8).bit_length())
 
     def p_idle(self, idle_s: float, key: ClassKey) -> float:
         """P(idle ≥ w): the probability that an object of this class idle for w is reused."""
@@ -623,71 +626,81 @@ class GandalfPolicy(Policy[GandalfParams]):
     def _vd_new(self, obj: Obj, key: ClassKey) -> tuple[float, float]:
         """_vd for an object not in the memo (callers that looked it up already call this): its
         (value, D), computed and memoized. Most of the policy's time is here (the drop candidates'
-        D and V's table: ~400 k values on Mooncake × Kimi-K3), so for the default model (hist,
-        priced, marginal) value() is written out — with _leads_nowhere, `tokens` and the idle
-        time — in the same operations and order; the other models call value()."""
+        D and V's table: ~400 k values on Mooncake × Kimi-K3, where every request's new clock
+        changes every value), so for the default model (hist, priced, marginal) value() is
+        written out — with _leads_nowhere, _superseded, _fallback_tokens, `tokens`, `end_tokens`,
+        ReuseHistogram.p_reuse and the idle time — in the same operations and order; the other
+        models call value()."""
         pd = obj.pdata
         now = self.ctx.now_s
         last = pd[0] if pd is not None else obj.last_s
         if not self._value_inline:
             v = self.value(obj, key)
-        elif isinstance(obj, Segment):
-            nowhere = False
-            if self.hybrid:
-                st = obj.state
-                if st is None or not st.tiers:
-                    nowhere = True
-                    for c in obj.children.values():
-                        if c.tiers:
-                            nowhere = False
-                            break
-            if nowhere:
-                v = 0.0
-            else:
-                n = obj.n
-                idle = now - last
-                if idle < 0.0:
-                    idle = 0.0
-                h = self.hists.get(key) or self._hist(key)
-                v = (h.p_reuse(idle) * 1.0 * ((n - 1) * obj.block_tokens + obj.last_tokens if n else 0)
-                     * self.c_token)
         else:
-            assert isinstance(obj, State)
-            seg = obj.seg
+            n = 0  # tokens the next hit saves; 0 with weight 0.0 below: worth 0, no estimator read
             weight = 1.0
-            if self.hybrid:
-                # _superseded, written out
-                s = seg
-                for _ in range(8):
-                    ch = s.children
-                    if len(ch) != 1:
-                        break
-                    s = next(iter(ch.values()))
-                    d = s.state
-                    if d is not None and d.tiers:
-                        weight = self._superseded_weight
-                        break
+            if isinstance(obj, Segment):
+                nowhere = False
+                if self.hybrid:
+                    st = obj.state
+                    if st is None or not st.tiers:
+                        nowhere = True
+                        for c in obj.children.values():
+                            if c.tiers:
+                                nowhere = False
+                                break
+                if nowhere:
+                    weight = 0.0
+                else:
+                    k = obj.n
+                    n = (k - 1) * obj.block_tokens + obj.last_tokens if k else 0
+            else:
+                assert isinstance(obj, State)
+                seg = obj.seg
+                if self.hybrid:
+                    s = seg
+                    for _ in range(8):
+                        ch = s.children
+                        if len(ch) != 1:
+                            break
+                        s = next(iter(ch.values()))
+                        d = s.state
+                        if d is not None and d.tiers:
+                            weight = self._superseded_weight
+                            break
+                if weight != 0.0:
+                    fb = 0
+                    a = seg.parent
+                    while a is not None and a.parent is not None:
+                        st = a.state
+                        if st is not None and st.tiers:
+                            k = a.n
+                            fb = (a.start + k - 1) * a.block_tokens + a.last_tokens if k else a.start * a.block_tokens
+                            break
+                        a = a.parent
+                    k = seg.n
+                    n = ((seg.start + k - 1) * seg.block_tokens + seg.last_tokens if k
+                         else seg.start * seg.block_tokens) - fb
             if weight == 0.0:
                 v = 0.0
             else:
-                # _fallback_tokens and `end_tokens`, written out
-                fb = 0
-                a = seg.parent
-                while a is not None and a.parent is not None:
-                    st = a.state
-                    if st is not None and st.tiers:
-                        n = a.n
-                        fb = (a.start + n - 1) * a.block_tokens + a.last_tokens if n else a.start * a.block_tokens
-                        break
-                    a = a.parent
-                n = seg.n
-                end = (seg.start + n - 1) * seg.block_tokens + seg.last_tokens if n else seg.start * seg.block_tokens
                 idle = now - last
                 if idle < 0.0:
                     idle = 0.0
                 h = self.hists.get(key) or self._hist(key)
-                v = h.p_reuse(idle) * weight * (end - fb) * self.c_token
-        # _idle_s, inlined
+                suf = h.suffix_sums()
+                lo = h.min_gap_s
+                if idle < lo:
+                    g = suf[0]
+                else:
+                    b = int(math.log2(idle / lo)) + 1
+                    top = h.bins - 1
+                    g = suf[b if b <= top else top]
+                never = h.entries - h.reuses
+                if never < 0.0:
+                    never = 0.0
+                tot = g + never
+                v = (g / tot if tot > 0 else 0.0) * weight * n * self.c_token
         w = now - last
         floor = self._min_idle_s
         nb = obj.nbytes
@@ -804,7 +817,7 @@ class GandalfPolicy(Policy[GandalfParams]):
                     scans.pop(key, None)
 
     def _enlist(self, obj: Obj, tier: int) -> None:
-        key = (obj.kind, _rc(obj.pdata[1] if obj.pdata else 1), _size_class(obj))
+        key = self.class_of(obj)
         if tier == DRAM:
             self._scans.pop(key, None)
         lists = self.lists[tier]
@@ -1015,8 +1028,8 @@ class GandalfPolicy(Policy[GandalfParams]):
         per_list = self.p.move_candidates
         ssd_cap = self.ctx.capacity_bytes[SSD]
         on_both = DRAM | SSD
-        for i, o in enumerate(od):
-            if i >= scan or (drop is not None and len(movers) >= per_list):
+        for o in islice(od, scan):
+            if drop is not None and len(movers) >= per_list:
                 break
             if drop is None:
                 ok = True
@@ -1085,7 +1098,8 @@ class GandalfPolicy(Policy[GandalfParams]):
                     d = vdo[1]
                 if drop is None or d < drop[0]:
                     drop = (d, o)
-            movers += ms
+            if ms:
+                movers += ms
         if coldest is None:
             raise KvwearError("gandalf: DRAM over capacity with no DRAM object listed")
         if drop is not None and drop[0] == 0.0:
