@@ -235,7 +235,8 @@ class ReuseHistogram:
         self.gaps[self.bin_of(gap_s)] += 1.0
         self._suffix = None
 
-    def p_reuse(self, idle_s: float) -> float:
+    def suffix_sums(self) -> list[float]:
+        """G(≥ bin i) for every bin (and 0 past the last), cached until the next update."""
         suf = self._suffix
         if suf is None:
             suf = [0.0] * (self.bins + 1)
@@ -244,6 +245,14 @@ class ReuseHistogram:
                 acc += self.gaps[i]
                 suf[i] = acc
             self._suffix = suf
+        return suf
+
+    def p_reuse(self, idle_s: float) -> float:
+        # gandalf's _vd_new writes this out for its default model: change both together
+        # (tests/policies/test_gandalf_speed.py compares them)
+        suf = self._suffix
+        if suf is None:
+            suf = self.suffix_sums()
         # Gandalf prices every candidate with this: the attributes are read once, and max(x, 0.0)
         # is written out (the same value, -0.0 and NaN included)
         lo = self.min_gap_s

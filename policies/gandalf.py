@@ -273,6 +273,8 @@ import math
 from bisect import bisect_left
 from collections import OrderedDict
 from dataclasses import dataclass
+from itertools import islice
+from operator import itemgetter
 from typing import Literal
 
 from kvwear.errors import KvwearError
@@ -409,6 +411,8 @@ class GandalfPolicy(Policy[GandalfParams]):
         cfg = ctx.config
         self.c_token = cfg.usd_per_recomputed_token
         self._hist_model = p.idle_model == "hist"
+        # _vd_new writes value() out for the default model only
+        self._value_inline = p.idle_model == "hist" and p.stranded == "priced" and p.state_tokens == "marginal"
         self._state_tokens = p.state_tokens
         self._superseded_weight = p.superseded_weight
         self._min_idle_s = p.min_idle_s
@@ -436,7 +440,8 @@ class GandalfPolicy(Policy[GandalfParams]):
         self.lists: dict[int, dict[ClassKey, OrderedDict[Obj, None]]] = {DRAM: {}, SSD: {}}
         self.where: dict[int, dict[Obj, ClassKey]] = {DRAM: {}, SSD: {}}
         self.clean: OrderedDict[Obj, None] = OrderedDict()
-        # estimators per class; pdata = (last time it served a request, requests served)
+        # estimators per class (the exponential fits under idle_model="exp" only); pdata = (last
+        # time it served a request, requests served)
         self.hists: dict[ClassKey, ReuseHistogram] = {}
         self.fits: dict[ClassKey, SlidingExpFit] = {}
         self.ghosts = GhostTable(p.ghosts)
@@ -483,7 +488,8 @@ class GandalfPolicy(Policy[GandalfParams]):
             last_s, refs = prev
             before = (k, _rc(refs), sc)
             self._hist(before).reused(now - last_s)
-            self.fits[before].observe(now, now - last_s)
+            if not self._hist_model:  # the exponential fits are read by the "exp" model only
+                self.fits[before].observe(now, now - last_s)
             refs += 1
         else:
             refs = 1
@@ -524,7 +530,8 @@ class GandalfPolicy(Policy[GandalfParams]):
         h = self.hists.get(key)
         if h is None:
             h = self.hists[key] = ReuseHistogram(self.p.window_s)
-            self.fits[key] = SlidingExpFit(self.p.window_s, prior_rate_per_s=1.0 / 60.0)
+            if not self._hist_model:
+                self.fits[key] = SlidingExpFit(self.p.window_s, prior_rate_per_s=1.0 / 60.0)
         return h
 
     @staticmethod
@@ -541,7 +548,10 @@ class GandalfPolicy(Policy[GandalfParams]):
         self.ghosts.put(*self._ghost_key(obj), obj.pdata)
 
     def class_of(self, obj: Obj) -> ClassKey:
-        return (obj.kind, _rc(obj.pdata[1] if obj.pdata else 1), _size_class(obj))
+        pd = obj.pdata
+        # _rc and _size_class, written out (called for every candidate priced)
+        tokens = obj.end_tokens if isinstance(obj, Segment) else obj.seg.end_tokens  # type: ignore[attr-defined]
+        return (obj.kind, 0 if (pd[1] if pd else 1) <= 1 else 1, (tokens >> 8).bit_length())
 
     def p_idle(self, idle_s: float, key: ClassKey) -> float:
         """P(idle ≥ w): the probability that an object of this class idle for w is reused."""
@@ -610,16 +620,91 @@ class GandalfPolicy(Policy[GandalfParams]):
 
     def _vd(self, obj: Obj, key: ClassKey) -> tuple[float, float]:
         """(value, D = value/(s·w)), memoized until the next access changes the estimators."""
-        c = self._vcache
-        got = c.get(obj)
-        if got is None:
+        got = self._vcache.get(obj)
+        return got if got is not None else self._vd_new(obj, key)
+
+    def _vd_new(self, obj: Obj, key: ClassKey) -> tuple[float, float]:
+        """_vd for an object not in the memo (callers that looked it up already call this): its
+        (value, D), computed and memoized. Most of the policy's time is here (the drop candidates'
+        D and V's table: ~400 k values on Mooncake × Kimi-K3, where every request's new clock
+        changes every value), so for the default model (hist, priced, marginal) value() is
+        written out — with _leads_nowhere, _superseded, _fallback_tokens, `tokens`, `end_tokens`,
+        ReuseHistogram.p_reuse and the idle time — in the same operations and order; the other
+        models call value()."""
+        pd = obj.pdata
+        now = self.ctx.now_s
+        last = pd[0] if pd is not None else obj.last_s
+        if not self._value_inline:
             v = self.value(obj, key)
-            # _idle_s, inlined
-            pd = obj.pdata
-            w = self.ctx.now_s - (pd[0] if pd is not None else obj.last_s)
-            floor = self._min_idle_s
-            nb = obj.nbytes
-            got = c[obj] = (v, v / ((nb if nb > 1 else 1) * (w if w > floor else floor)))
+        else:
+            n = 0  # tokens the next hit saves; 0 with weight 0.0 below: worth 0, no estimator read
+            weight = 1.0
+            if isinstance(obj, Segment):
+                nowhere = False
+                if self.hybrid:
+                    st = obj.state
+                    if st is None or not st.tiers:
+                        nowhere = True
+                        for c in obj.children.values():
+                            if c.tiers:
+                                nowhere = False
+                                break
+                if nowhere:
+                    weight = 0.0
+                else:
+                    k = obj.n
+                    n = (k - 1) * obj.block_tokens + obj.last_tokens if k else 0
+            else:
+                assert isinstance(obj, State)
+                seg = obj.seg
+                if self.hybrid:
+                    s = seg
+                    for _ in range(8):
+                        ch = s.children
+                        if len(ch) != 1:
+                            break
+                        s = next(iter(ch.values()))
+                        d = s.state
+                        if d is not None and d.tiers:
+                            weight = self._superseded_weight
+                            break
+                if weight != 0.0:
+                    fb = 0
+                    a = seg.parent
+                    while a is not None and a.parent is not None:
+                        st = a.state
+                        if st is not None and st.tiers:
+                            k = a.n
+                            fb = (a.start + k - 1) * a.block_tokens + a.last_tokens if k else a.start * a.block_tokens
+                            break
+                        a = a.parent
+                    k = seg.n
+                    n = ((seg.start + k - 1) * seg.block_tokens + seg.last_tokens if k
+                         else seg.start * seg.block_tokens) - fb
+            if weight == 0.0:
+                v = 0.0
+            else:
+                idle = now - last
+                if idle < 0.0:
+                    idle = 0.0
+                h = self.hists.get(key) or self._hist(key)
+                suf = h.suffix_sums()
+                lo = h.min_gap_s
+                if idle < lo:
+                    g = suf[0]
+                else:
+                    b = int(math.log2(idle / lo)) + 1
+                    top = h.bins - 1
+                    g = suf[b if b <= top else top]
+                never = h.entries - h.reuses
+                if never < 0.0:
+                    never = 0.0
+                tot = g + never
+                v = (g / tot if tot > 0 else 0.0) * weight * n * self.c_token
+        w = now - last
+        floor = self._min_idle_s
+        nb = obj.nbytes
+        got = self._vcache[obj] = (v, v / ((nb if nb > 1 else 1) * (w if w > floor else floor)))
         return got
 
     def drop_cost(self, obj: Obj) -> float:
@@ -639,14 +724,13 @@ class GandalfPolicy(Policy[GandalfParams]):
             scan = self.p.scan
             stranded = self.stranded_ssd
             vcache = self._vcache
+            vd_new = self._vd_new
             for key, od in self.lists[SSD].items():
-                for i, o in enumerate(od):
-                    if i >= scan:
-                        break
+                for o in islice(od, scan):
                     if not (zero and o in stranded):
-                        v, d = vcache.get(o) or self._vd(o, key)
+                        v, d = vcache.get(o) or vd_new(o, key)
                         entries.append((d, o.nbytes, v))
-            entries.sort(key=lambda e: e[0])
+            entries.sort(key=itemgetter(0))  # by D only, stable: ties keep the lists' order
             cb: list[int] = []
             cv: list[float] = []
             tb, tv = 0, 0.0
@@ -733,7 +817,7 @@ class GandalfPolicy(Policy[GandalfParams]):
                     scans.pop(key, None)
 
     def _enlist(self, obj: Obj, tier: int) -> None:
-        key = (obj.kind, _rc(obj.pdata[1] if obj.pdata else 1), _size_class(obj))
+        key = self.class_of(obj)
         if tier == DRAM:
             self._scans.pop(key, None)
         lists = self.lists[tier]
@@ -944,8 +1028,8 @@ class GandalfPolicy(Policy[GandalfParams]):
         per_list = self.p.move_candidates
         ssd_cap = self.ctx.capacity_bytes[SSD]
         on_both = DRAM | SSD
-        for i, o in enumerate(od):
-            if i >= scan or (drop is not None and len(movers) >= per_list):
+        for o in islice(od, scan):
+            if drop is not None and len(movers) >= per_list:
                 break
             if drop is None:
                 ok = True
@@ -991,6 +1075,7 @@ class GandalfPolicy(Policy[GandalfParams]):
         scans = self._scans
         hybrid = self.hybrid
         vd = self._vd
+        vd_new = self._vd_new
         vcache = self._vcache
         # the hot loop of the policy, over the lists in order; a list's scan is kept until what it
         # read changes (one request's evictions change a few lists, see _rescan_near)
@@ -1009,11 +1094,12 @@ class GandalfPolicy(Policy[GandalfParams]):
                 if hybrid and o.kind == FULL:
                     d = 0.0
                 else:
-                    vdo = vcache.get(o) or vd(o, key)
+                    vdo = vcache.get(o) or vd_new(o, key)
                     d = vdo[1]
                 if drop is None or d < drop[0]:
                     drop = (d, o)
-            movers += ms
+            if ms:
+                movers += ms
         if coldest is None:
             raise KvwearError("gandalf: DRAM over capacity with no DRAM object listed")
         if drop is not None and drop[0] == 0.0:
@@ -1032,12 +1118,28 @@ class GandalfPolicy(Policy[GandalfParams]):
         # exponential fit expires samples when read, and value() creates a missing histogram)
         prune = self._hist_model
         hists = self.hists
+        # fee(), _idle_s() and class_of() written out, the same operations in the same order; what
+        # they read that no candidate's pricing changes is read once: μ(t) (no write happens
+        # here), the SSD's free bytes, the clock
+        ctx = self.ctx
+        now = ctx.now_s
+        wear = self.p.gamma * self.budget.mu(now) * self.p_w
+        ssd_free = ssd_cap - ctx.used_bytes[SSD]
+        stranded_bytes = self.stranded_ssd_bytes if self._zero_stranded else 0
+        displaced_value = self.displaced_value
+        floor = self.p.min_idle_s
         for o in movers:
-            f = self.fee(o)
-            m_cost = f / (max(o.nbytes, 1) * self._idle_s(o))
-            if (prune and ((drop is not None and m_cost >= drop[0]) or (best is not None and m_cost >= best[0]))
-                    and self.class_of(o) in hists):
-                continue
+            nb = o.nbytes
+            over = nb - ssd_free
+            # displaced_value() is 0.0 when nothing (stranded bytes aside) must leave the SSD
+            f = wear * nb + (displaced_value(over) if over - stranded_bytes > 0 else 0.0)
+            pd = o.pdata
+            w = now - (pd[0] if pd is not None else o.last_s)
+            m_cost = f / ((nb if nb > 1 else 1) * (w if w > floor else floor))
+            if prune and ((drop is not None and m_cost >= drop[0]) or (best is not None and m_cost >= best[0])):
+                sc = (o.end_tokens if isinstance(o, Segment) else o.seg.end_tokens) >> 8  # type: ignore[attr-defined]
+                if (o.kind, 0 if (pd[1] if pd else 1) <= 1 else 1, sc.bit_length()) in hists:
+                    continue
             if self.value(o) > f:
                 if best is None or m_cost < best[0]:
                     best = (m_cost, o)
