@@ -1453,8 +1453,8 @@ def _seed(seed):
 
 
 @numba.njit(cache=True)
-def _synth(end, pass_pages, band_len, c_off, nc, tc, c_cb, c_cum, c_kind, c_len, c_dlo, c_dhi, req_pages, g_cum,
-           g_mean, g_scale, trim_pages, pool, pn, ver, ow, tr, st, ops, first, npages, joined):
+def _synth(end, pass_pages, band_len, band_src, c_off, nc, tc, c_cb, c_cum, c_kind, c_len, c_dlo, c_dhi, req_pages,
+           g_cum, g_mean, g_scale, trim_pages, pool, pn, ver, ow, tr, st, ops, first, npages, joined):
     """The synthetic stream (the run-level model above) up to host page `end`, as requests written
     into ops / first / npages, or until they are full (the caller plays them and calls again);
     returns the requests written. A write request split where its addresses are not contiguous,
@@ -1469,11 +1469,11 @@ def _synth(end, pass_pages, band_len, c_off, nc, tc, c_cb, c_cum, c_kind, c_len,
     at their due host page) and `tr` (pages trimmed when the host has written their due pages),
     each (keys, addresses, versions, size), and `st` (host pages so far, the open run: pages left,
     kind, due, distance, the last run's coarse bin; reads owed before the next write request, and
-    whether its gap is drawn). A run of band b is drawn in two steps: its
-    coarse distance bin from the transitions `tc[b, bin of the run before]` (cumulative counts; the
-    band's cells when that row is empty), then a cell of that band and bin, c_*[c_off[b·nc + bin] :
-    c_off[b·nc + bin + 1]], with weights c_cum (cumulative run counts); lengths c_len are means
-    (rounded at random, the mean kept),
+    whether its gap is drawn). A run of band b (`band_src[b]`: itself, or the band its cells stand
+    in for, _band_sources) is drawn in two steps: its coarse distance bin from the transitions
+    `tc[b, bin of the run before]` (cumulative counts; the band's cells when that row is empty),
+    then a cell of that band and bin, c_*[c_off[b·nc + bin] : c_off[b·nc + bin + 1]], with weights
+    c_cum (cumulative run counts); lengths c_len are means (rounded at random, the mean kept),
     distances uniform in [c_dlo, c_dhi]; kind 0 dies page by page `distance` after its write, 1
     all at once, 2 never."""
     ok, ol, ov, on = ow
@@ -1557,7 +1557,7 @@ def _synth(end, pass_pages, band_len, c_off, nc, tc, c_cb, c_cum, c_kind, c_len,
                 m += 1
             # this page's death: from the open run, or a new run drawn from the page's band
             while st[1] <= 0:
-                b = min((s % pass_pages) // band_len, tc.shape[0] - 1)
+                b = band_src[min((s % pass_pages) // band_len, band_src.shape[0] - 1)]
                 lo, hi = c_off[b * nc], c_off[(b + 1) * nc]
                 if hi <= lo:
                     st[1], st[2] = 1, 2
@@ -1616,6 +1616,21 @@ def _scaled(config: FtlConfig) -> tuple[FtlConfig, float]:
 _SYNTH_BUFFER = 1 << 18         # requests drawn before the FTL plays them (run_model_waf's play)
 
 
+def _band_sources(band_off: np.ndarray) -> np.ndarray:
+    """Per band, the band whose cells its runs are drawn from (`band_off`: each band's first cell,
+    then the end): itself, or where no run starts in it, the nearest earlier band where one does
+    (the first such band for the bands before it). A band without a run of its own lies inside a
+    run longer than a band (a log's, or objects written together and trimmed together), and a run
+    drawn there continues that part of the plan; drawing nothing made its pages survive."""
+    has = band_off[1:] > band_off[:-1]
+    nb = has.shape[0]
+    if not has.any():
+        return np.arange(nb, dtype=np.int64)
+    idx = np.where(has, np.arange(nb), -1)
+    src = np.maximum.accumulate(idx)
+    return np.where(src < 0, int(np.flatnonzero(has)[0]), src).astype(np.int64)
+
+
 def _gap_tables(summary: DeathSummary, nb: int) -> tuple[np.ndarray, np.ndarray]:
     """Per band: cumulative write requests over the read-gap bins, and each bin's mean reads."""
     cnt = np.zeros((nb, GAP_BINS))
@@ -1649,6 +1664,7 @@ def run_model_waf(summary: DeathSummary, config: FtlConfig, precondition: Precon
     order = np.argsort(key, kind="stable")
     rows, key, cb = rows[order], key[order], cb[order].astype(np.int64)
     c_off = np.searchsorted(key, np.arange(nb * nc + 1)).astype(np.int64)
+    band_src = _band_sources(c_off[::nc])
     tc = np.zeros((nb, nc, nc))
     for tab, b, i, j, cnt in summary.run_transitions:
         if tab == (1 if cyclic else 0):
@@ -1698,7 +1714,7 @@ def run_model_waf(summary: DeathSummary, config: FtlConfig, precondition: Precon
     def play() -> None:
         end = int(st[0]) + pass_pages
         while st[0] < end:
-            m = _synth(end, pass_pages, band_len, c_off, nc, tc, cb, c_cum, c_kind, c_len, c_dlo, c_dhi, req,
+            m = _synth(end, pass_pages, band_len, band_src, c_off, nc, tc, cb, c_cum, c_kind, c_len, c_dlo, c_dhi, req,
                        g_cum, g_mean, g_scale, trim_pages, pool, pn, ver, ow, tr, st, ops, first, npg, joined)
             ftl.apply_ops(ops[:m], first[:m], npg[:m], joined=joined[:m])
 
