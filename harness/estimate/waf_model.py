@@ -1413,6 +1413,14 @@ def fluid_workload_waf(summary: DeathSummary, config: FtlConfig) -> WafPredictio
 # the same number of units and OP, units of fewer pages, every distance and run length scaled
 # alike (WAF depends on them only relative to the drive).
 #
+# Requests. FEMU's line GC runs forced GC before each write request and one background GC after
+# every request, reads and TRIMs included, so the stream has the plan's requests, not only its
+# pages: writes of the plan's mean size, each one host request however many address ranges it
+# spans (Ftl.apply_ops(joined=)); before each, the reads of a gap drawn from the plan's
+# (`read_gaps`); the trims due at a moment in as many requests as the plan's TRIMs of as many
+# pages (`trim_ios`). The stream addresses the plan's footprint, and its WAF is the mean over
+# MODEL_SEEDS.
+#
 # Preconditioning. A drive in service (precondition = fill | steady) holds data written before the
 # plan: the model preconditions its drive exactly as the device does (kvwear.emulator.precondition:
 # the SNIA PTS procedure on the same geometry; the data is the procedure's, not the plan's). The
