@@ -520,3 +520,13 @@ def test_the_stream_trims_in_as_many_requests_as_the_plan(monkeypatch: pytest.Mo
     assert s.trim_ios == int((a[:, 0] == OP_TRIM).sum()) > 1000
     ops, joined = _recorded_stream(monkeypatch, s, cfg)
     assert ((ops == OP_TRIM) & ~joined).sum() == pytest.approx(s.trim_ios, rel=0.10)
+
+
+def test_a_band_where_no_run_starts_draws_from_the_nearest_earlier_one() -> None:
+    from kvwear.harness.estimate.waf_model import _band_sources
+
+    # cells' first index per band, then the end: bands 1, 3 and 4 have none, band 0 has two
+    assert _band_sources(np.array([0, 2, 2, 5, 5, 5])).tolist() == [0, 0, 2, 2, 2]
+    # bands before the first with cells draw from it; no cells at all: each its own (nothing drawn)
+    assert _band_sources(np.array([0, 0, 0, 3, 4])).tolist() == [2, 2, 2, 3]
+    assert _band_sources(np.array([0, 0, 0])).tolist() == [0, 1]
