@@ -248,8 +248,6 @@ class ReuseHistogram:
         return suf
 
     def p_reuse(self, idle_s: float) -> float:
-        # gandalf's _vd_new writes this out for its default model: change both together
-        # (tests/policies/test_gandalf_speed.py compares them)
         suf = self._suffix
         if suf is None:
             suf = self.suffix_sums()

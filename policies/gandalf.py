@@ -628,8 +628,9 @@ class GandalfPolicy(Policy[GandalfParams]):
         (value, D), computed and memoized. Most of the policy's time is here (the drop candidates'
         D and V's table: ~400 k values on Mooncake × Kimi-K3, where every request's new clock
         changes every value), so for the default model (hist, priced, marginal) value() is
-        written out — with _leads_nowhere, _superseded, _fallback_tokens, `tokens`, `end_tokens`,
-        ReuseHistogram.p_reuse and the idle time — in the same operations and order; the other
+        written out — with _leads_nowhere, _superseded, _fallback_tokens, `tokens`, `end_tokens`
+        and the idle time — in the same operations and order, calling ReuseHistogram.p_reuse (its
+        one definition, called rather than copied: one call per value); the other
         models call value()."""
         pd = obj.pdata
         now = self.ctx.now_s
@@ -688,19 +689,7 @@ class GandalfPolicy(Policy[GandalfParams]):
                 if idle < 0.0:
                     idle = 0.0
                 h = self.hists.get(key) or self._hist(key)
-                suf = h.suffix_sums()
-                lo = h.min_gap_s
-                if idle < lo:
-                    g = suf[0]
-                else:
-                    b = int(math.log2(idle / lo)) + 1
-                    top = h.bins - 1
-                    g = suf[b if b <= top else top]
-                never = h.entries - h.reuses
-                if never < 0.0:
-                    never = 0.0
-                tot = g + never
-                v = (g / tot if tot > 0 else 0.0) * weight * n * self.c_token
+                v = h.p_reuse(idle) * weight * n * self.c_token
         w = now - last
         floor = self._min_idle_s
         nb = obj.nbytes

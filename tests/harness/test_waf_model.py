@@ -455,30 +455,22 @@ def test_the_stream_plays_the_plans_requests_and_read_gaps_a_buffer_at_a_time(mo
     a = np.array(rows, np.int64)
     s = death_summary(a[:, 0].astype(np.int8), a[:, 1], a[:, 2], n_l)
     assert s.write_ios == k and sum(r[3] for r in s.read_gaps) == int((a[:, 0] == OP_READ).sum())
-    seen: list[tuple[np.ndarray, np.ndarray]] = []
-    play = Ftl.apply_ops
-
-    def recording(self: Ftl, ops: np.ndarray, first: np.ndarray, n: np.ndarray, handles: np.ndarray | None = None,
-                  joined: np.ndarray | None = None) -> None:
-        seen.append((ops.copy(), np.zeros(len(ops), bool) if joined is None else joined.copy()))
-        play(self, ops, first, n, handles, joined)
-
-    monkeypatch.setattr(Ftl, "apply_ops", recording)
-    whole = waf_model.run_model_waf(s, cfg)
+    seen, whole = _recorded_calls(monkeypatch, s, cfg)
     ops = np.concatenate([o for o, _ in seen])
     joined = np.concatenate([j for _, j in seen])
     assert len(seen) == 1
     assert (ops == OP_WRITE)[~joined].sum() == pytest.approx(k, rel=0.02)
     assert (ops == OP_READ).sum() == pytest.approx((a[:, 0] == OP_READ).sum(), rel=0.15)
-    seen.clear()
     monkeypatch.setattr(waf_model, "_SYNTH_BUFFER", 500)
-    small = waf_model.run_model_waf(s, cfg)
+    seen, small = _recorded_calls(monkeypatch, s, cfg)
     assert len(seen) > 10 and max(len(o) for o, _ in seen) <= 500
     assert small == whole
 
 
-def _recorded_stream(monkeypatch: pytest.MonkeyPatch, s: DeathSummary, cfg: FtlConfig) -> tuple[np.ndarray, np.ndarray]:
-    """The run-level model's stream for `s` on `cfg`: op codes and joined marks as the FTL got them."""
+def _recorded_calls(monkeypatch: pytest.MonkeyPatch, s: DeathSummary, cfg: FtlConfig
+                    ) -> tuple[list[tuple[np.ndarray, np.ndarray]], object]:
+    """The run-level model's result for `s` on `cfg` and its stream as the FTL got it, call by
+    call: op codes and joined marks."""
     from kvwear.harness.estimate import waf_model
 
     seen: list[tuple[np.ndarray, np.ndarray]] = []
@@ -491,7 +483,13 @@ def _recorded_stream(monkeypatch: pytest.MonkeyPatch, s: DeathSummary, cfg: FtlC
 
     with monkeypatch.context() as mp:
         mp.setattr(Ftl, "apply_ops", recording)
-        waf_model.run_model_waf(s, cfg)
+        result = waf_model.run_model_waf(s, cfg)
+    return seen, result
+
+
+def _recorded_stream(monkeypatch: pytest.MonkeyPatch, s: DeathSummary, cfg: FtlConfig) -> tuple[np.ndarray, np.ndarray]:
+    """The run-level model's stream for `s` on `cfg`: op codes and joined marks as the FTL got them."""
+    seen, _ = _recorded_calls(monkeypatch, s, cfg)
     return np.concatenate([o for o, _ in seen]), np.concatenate([j for _, j in seen])
 
 

@@ -64,6 +64,16 @@ def _footprint(table: pa.Table, model: str) -> int:
     return int(_frontier_bench().footprint_bytes(table, get_profile(model)))
 
 
+def bounded_tiers(model: str) -> tuple[pa.Table, SimConfig]:
+    """A 30-session multi-round workload and tiers of 1 % (DRAM) and 10 % (SSD) of its footprint:
+    small enough that Gandalf drops, moves and displaces on every few requests."""
+    table = generate("multi-round", seed=13, sessions=30, turns=6)
+    prof = get_profile(model)
+    fp = _footprint(table, model)
+    return table, SimConfig(dram_bytes=fp // 100, ssd_bytes=fp // 10, kv_bytes_per_token=prof.kv_bytes_per_token,
+                            state_bytes=prof.state_bytes, record_requests=False, model=model)
+
+
 def sweep(kind: str, params: dict[str, int], seed: int, model: str, dram_fraction: float,
           extra: str = "") -> list[SimSummary]:
     table = _table(kind, tuple(sorted(params.items())), seed)

@@ -1,5 +1,5 @@
 """Gandalf's written-out pricing equals its reference: `GandalfPolicy._vd_new` writes `value()`
-(with `ReuseHistogram.p_reuse` and the tree walks it calls) out for the default model, for speed
+(the tree walks it calls; `ReuseHistogram.p_reuse` is called, not copied) out for the default model, for speed
 (docs/results/2026-12-03-simulator-speed.md, 2026-12-05). Here every (value, D) it computes, on
 generated workloads whose bounded tiers make Gandalf drop, move and displace, is compared bit
 for bit with `value()` and D = value / (max(s, 1) · w) computed the reference way at the same
@@ -13,13 +13,10 @@ from typing import Any
 import pytest
 
 from kvwear.policies.base import Policy
-from kvwear.policies.config import SimConfig
 from kvwear.policies.gandalf import ClassKey, GandalfPolicy
 from kvwear.policies.sim import simulate
 from kvwear.policies.tree import Obj
-from kvwear.workloads.models import get_profile
-from kvwear.workloads.synthetic import generate
-from tests.policies.test_gandalf_gamma import _footprint
+from tests.policies.test_gandalf_gamma import bounded_tiers
 
 HYBRID = ["gandalf", "gandalf:gamma=1", "gandalf:superseded_weight=0.5"]
 
@@ -29,11 +26,7 @@ HYBRID = ["gandalf", "gandalf:gamma=1", "gandalf:superseded_weight=0.5"]
 @pytest.mark.parametrize(("model", "spec"), [*[("qwen3.5-27b", s) for s in HYBRID], *[("kimi-k3", s) for s in HYBRID],
                                              ("llama3-70b", "gandalf:gamma=1"), ("llama3-70b", "gandalf:gamma=0")])
 def test_written_out_value_is_value(model: str, spec: str) -> None:
-    table = generate("multi-round", seed=13, sessions=30, turns=6)
-    prof = get_profile(model)
-    fp = _footprint(table, model)
-    cfg = SimConfig(dram_bytes=fp // 100, ssd_bytes=fp // 10, kv_bytes_per_token=prof.kv_bytes_per_token,
-                    state_bytes=prof.state_bytes, record_requests=False, model=model)
+    table, cfg = bounded_tiers(model)
     seen = {"calls": 0, "zero": 0}
 
     def setup(policy: Policy[Any]) -> None:

@@ -16,24 +16,16 @@ from typing import Any
 import pytest
 
 from kvwear.policies.base import Policy, RequestInfo
-from kvwear.policies.config import SimConfig
 from kvwear.policies.gandalf import GandalfPolicy, _gap_above
 from kvwear.policies.sim import simulate
 from kvwear.policies.tree import SSD
-from kvwear.workloads.models import get_profile
-from kvwear.workloads.synthetic import generate
 from tests.policies.helpers import objects
-from tests.policies.test_gandalf_gamma import _footprint
+from tests.policies.test_gandalf_gamma import bounded_tiers
 
 
 @pytest.mark.parametrize("stranded", ["zero", "priced"])
 def test_stranded_set_is_what_lies_below_a_gap(stranded: str) -> None:
-    table = generate("multi-round", seed=13, sessions=30, turns=6)
-    model = "qwen3.5-27b"
-    prof = get_profile(model)
-    fp = _footprint(table, model)
-    cfg = SimConfig(dram_bytes=fp // 100, ssd_bytes=fp // 10, kv_bytes_per_token=prof.kv_bytes_per_token,
-                    state_bytes=prof.state_bytes, record_requests=False, model=model)
+    table, cfg = bounded_tiers("qwen3.5-27b")
     seen = {"checks": 0, "most": 0}
 
     def setup(policy: Policy[Any]) -> None:
