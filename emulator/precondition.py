@@ -25,6 +25,20 @@ Choices where PTS is silent for an emulator (each a parameter):
 `split_phases` applies the same criterion to a workload's own rounds (the run replays the workload
 until its steady state: kvwear.harness.devices.sim).
 
+The steady-state WAF. PTS's window says *whether* a stationary stimulus has settled, and is where
+PTS stops measuring. A KV-cache workload is not a stationary stimulus: its rounds swing with
+eviction and TRIM bursts (measured: LRU's extent plan on FEMU's line GC, rounds of 1/4 of the drive
+at WAF 1.00 next to rounds at 2–3), so a window that holds does so on a calm stretch, and any one
+window is a sample of the bursts rather than their mean (on that plan: the FTL's last window 1.38,
+the model's windows 1.00–1.37 by seed, where every round after the transient averages 1.44). The
+WAF a lifetime takes (`Phases.steady`) is therefore the one over every whole round after the
+transient, and the transient is cut where the mean of what remains is best determined: MSER-5
+(the marginal standard error rule on batch means of `MSER_BATCH` rounds; White 1997, Franklin &
+White 2008, the usual warm-up rule of steady-state simulation), over the rounds' WAF (the
+quantity whose mean the lifetime takes), the cut at most half the rounds. The PTS window still
+decides when the replay stops and whether the workload *reached* steady state, which the report
+says beside the WAF.
+
 Random writes are drawn and played in chunks through the numba kernel (`Ftl.apply_ops`), so
 preconditioning a 268.8 GB drive (65.6 M pages) to steady state costs seconds, not minutes.
 Must not: read or write files, or know about runs, plans and devices.
@@ -45,6 +59,27 @@ PreconditionMode = Literal["fill", "steady"]
 
 # Random 4 KiB writes are drawn and played this many at a time (memory: ~17 bytes a page).
 _CHUNK_PAGES = 1 << 20
+
+
+MSER_BATCH = 5        # MSER-5's batch; a replay of fewer than 4 batches cuts by single rounds (MSER)
+
+
+def mser_cut(waf_per_round: np.ndarray, batch: int = MSER_BATCH) -> int:
+    """The transient's length in rounds by MSER (module docstring): over batch means y_k of `batch`
+    rounds (single rounds when there are fewer than 4 batches), the d ≤ n/2 that minimises
+    Σ_{k≥d} (y_k − ȳ_d)² / (n − d)², times the batch (0 for fewer than 2 rounds)."""
+    y = np.asarray(waf_per_round, dtype=np.float64)
+    b = batch if y.size >= 4 * batch else 1
+    n = y.size // b
+    if n < 2:
+        return 0
+    yb = y[:n * b].reshape(n, b).mean(axis=1)
+    s1 = np.cumsum(yb[::-1])[::-1]                 # suffix sums: Σ_{k≥d} y_k and y_k²
+    s2 = np.cumsum((yb * yb)[::-1])[::-1]
+    d = np.arange(n // 2 + 1)
+    m = n - d
+    stat = np.maximum(s2[d] - s1[d] ** 2 / m, 0.0) / (m * m)
+    return int(np.argmin(stat)) * b
 
 
 @dataclass(frozen=True)
@@ -119,10 +154,11 @@ class Phase:
 
 @dataclass(frozen=True)
 class Phases:
-    """A replay's rounds split by the steady-state criterion: the transient (rounds before the first
-    window that holds), the steady state (that window) and what came after it; `last_window` is
-    the final `window` rounds (the nearest to steady state when it was not reached). A partial
-    round at the end (`tail`) is in none of them."""
+    """A replay's rounds split into the transient (the rounds before `cut`, MSER's warm-up: module
+    docstring) and the steady state (every whole round from `cut` on: the WAF a lifetime takes);
+    `steady_round` closes the first window where PTS's criterion holds (None: it never did, and
+    the workload did not *reach* steady state), `last_window` is the final `window` rounds. A
+    partial round at the end (`tail`) is in none of them."""
 
     criterion: SteadyCriterion
     round_pages: int
@@ -140,30 +176,28 @@ class Phases:
         return Phase(max(hi - lo, 0), int(sum(self.host_per_round[lo:hi])), int(sum(self.gc_per_round[lo:hi])))
 
     @property
+    def cut(self) -> int:
+        """The transient's rounds (MSER, `mser_cut`)."""
+        h = np.asarray(self.host_per_round, dtype=np.float64)
+        g = np.asarray(self.gc_per_round, dtype=np.float64)
+        return mser_cut(np.divide(h + g, h, out=np.ones_like(h), where=h > 0))
+
+    @property
     def transient(self) -> Phase:
-        end = len(self.host_per_round) if self.steady_round is None else self.steady_round - self.criterion.window + 1
-        return self._span(0, end)
+        n = len(self.host_per_round)
+        return self._span(0, self.cut if n >= self.criterion.window else n)
 
     @property
     def steady(self) -> Phase | None:
-        if self.steady_round is None:
-            return None
-        return self._span(self.steady_round - self.criterion.window + 1, self.steady_round + 1)
-
-    @property
-    def after(self) -> Phase:
-        """Whole rounds after the steady-state window (still played: the replay ends on a whole pass)."""
-        return self._span(len(self.host_per_round) if self.steady_round is None else self.steady_round + 1,
-                          len(self.host_per_round))
+        """Every whole round after the transient (None with fewer rounds than a PTS window)."""
+        n = len(self.host_per_round)
+        return self._span(self.cut, n) if n >= self.criterion.window else None
 
     def lifetime_waf(self) -> float | None:
-        """The WAF a lifetime takes from these rounds: the steady window's, else the last window's
-        (None with fewer rounds than a window; kvwear.harness.estimate.phases says the same of a run)."""
-        if self.steady is not None and self.steady.waf is not None:
-            return self.steady.waf
-        if len(self.host_per_round) >= self.criterion.window:
-            return self.last_window.waf
-        return None
+        """The WAF a lifetime takes from these rounds: the steady state's (None with fewer rounds
+        than a window; kvwear.harness.estimate.phases says the same of a run)."""
+        steady = self.steady
+        return steady.waf if steady is not None else None
 
     @property
     def last_window(self) -> Phase:
@@ -183,11 +217,11 @@ class Phases:
         return {
             "criterion": self.criterion.as_dict(), "round_bytes": self.round_pages * page_bytes,
             "rounds": len(self.host_per_round), "steady_state_reached": self.reached,
-            # 0-based index of the round that closed the first steady window
+            # 0-based index of the round that closed the first window where PTS's criterion held
             "steady_state_round": self.steady_round,
+            "steady_from_round": self.cut if steady is not None else None,
             "transient": self.transient.as_dict(page_bytes),
             "steady": steady.as_dict(page_bytes) if steady is not None else None,
-            "after_window": self.after.as_dict(page_bytes),
             "last_window": self.last_window.as_dict(page_bytes),
             "last_window_excursion": None if last is None else last[0],
             "last_window_slope": None if last is None else last[1],

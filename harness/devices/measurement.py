@@ -199,10 +199,11 @@ class DrivePhases:
     stopped: str                       # why the replay stopped (steady state, max rounds, one pass)
     rounds: int                        # whole rounds of the workload
     round_bytes: int
-    steady_reached: bool
-    steady_round: int | None           # 0-based round closing the first steady window
-    transient: Span
-    steady: Span | None
+    steady_reached: bool               # PTS's criterion held (kvwear.emulator.precondition)
+    steady_round: int | None           # 0-based round closing the first window where it held
+    steady_from_round: int | None      # the steady state's first round: the transient cut by MSER
+    transient: Span                    # the rounds before steady_from_round
+    steady: Span | None                # every whole round from it on (None: fewer rounds than a window)
     last_window: Span
     window_rounds: int
 
@@ -264,7 +265,7 @@ class DeviceMeasurement:
     """device/LABEL/result.json: the replay, who the device is, the capture and the wear deltas."""
 
     KIND: ClassVar[str] = "device_result"
-    VERSION: ClassVar[int] = 2
+    VERSION: ClassVar[int] = 3     # 3: DrivePhases.steady is every round after an MSER-cut transient
 
     replay: ReplayResult
     identity: DeviceIdentity

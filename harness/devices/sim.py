@@ -586,7 +586,8 @@ class SimDevice:
             precondition_steady=res.steady_state_reached if res is not None else None,
             precondition_rounds=len(res.random.host_per_round) if res is not None and res.random is not None else 0,
             passes=passes, stopped=stopped, rounds=len(ph.host_per_round), round_bytes=ph.round_pages * pb,
-            steady_reached=ph.reached, steady_round=ph.steady_round, transient=span(ph.transient),
+            steady_reached=ph.reached, steady_round=ph.steady_round,
+            steady_from_round=ph.cut if steady is not None else None, transient=span(ph.transient),
             steady=span(steady) if steady is not None else None, last_window=span(ph.last_window),
             window_rounds=ph.criterion.window)
 

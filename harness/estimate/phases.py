@@ -8,8 +8,9 @@ into transient and steady state: `ReplayResult.phases`
 (kvwear.harness.devices.measurement.DrivePhases). The estimator then
 
 - expects `passes` × the plan's bytes at the device (the byte identities hold per pass);
-- projects lifetime with `lifetime_waf`: the steady-state WAF where the workload reached it, else
-  the WAF of its last window of rounds (the nearest to steady state it got), else the whole replay's;
+- projects lifetime with `lifetime_waf`: the steady-state WAF, over every whole round after the
+  transient (cut by MSER-5: kvwear.emulator.precondition says why not PTS's 5-round window), saying
+  whether PTS's criterion held; with fewer rounds than a window, the whole replay's;
 - adds `phase_fields`' values to the results row (documented in kvwear.harness.estimate.schema),
   naming the preset and the preconditioning behind every WAF.
 
@@ -26,12 +27,11 @@ from kvwear.harness.devices.measurement import DrivePhases
 
 def lifetime_waf(ph: DrivePhases, replay_waf: float | None) -> tuple[float | None, str]:
     """The WAF the lifetime uses and what it is (module docstring)."""
-    if ph.steady is not None and ph.steady.waf is not None and ph.steady_round is not None:
-        lo = ph.steady_round - ph.window_rounds + 1
-        return ph.steady.waf, f"steady state (rounds {lo}–{ph.steady_round} of {ph.rounds})"
-    if ph.rounds >= ph.window_rounds and ph.last_window.waf is not None:
-        return ph.last_window.waf, (f"last {ph.window_rounds} rounds of {ph.rounds}: no steady state "
-                                    f"({ph.stopped})")
+    if ph.steady is not None and ph.steady.waf is not None and ph.steady_from_round is not None:
+        pts = (f"PTS's criterion held at round {ph.steady_round}" if ph.steady_round is not None
+               else f"PTS's criterion never held: {ph.stopped}")
+        return ph.steady.waf, (f"steady state (rounds {ph.steady_from_round}–{ph.rounds - 1} of {ph.rounds}, "
+                               f"after a {ph.steady_from_round}-round transient cut by MSER-5; {pts})")
     return replay_waf, f"whole replay ({ph.rounds} whole rounds, fewer than a {ph.window_rounds}-round window)"
 
 
@@ -57,5 +57,6 @@ def phase_fields(ph: DrivePhases, replay_waf: float | None) -> dict[str, Any]:
         "workload_rounds": ph.rounds, "waf_replay": replay_waf, "waf_transient": ph.transient.waf,
         "waf_steady": ph.steady.waf if ph.steady is not None else None,
         "steady_state_reached": ph.steady_reached, "steady_state_round": ph.steady_round,
+        "steady_from_round": ph.steady_from_round,
         "waf_last_window": ph.last_window.waf, "waf_lifetime_source": source,
     }

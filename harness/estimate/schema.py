@@ -92,8 +92,10 @@ class ResultsRow:
     # where the device reports them (sim): the preset and how it was scaled to the run's capacity;
     # what preconditioning (none | fill | steady) wrote, apart from the workload, and whether its
     # random rounds reached SNIA PTS's steady state; the passes and whole rounds the workload
-    # played; its WAF over the whole replay, in the transient, in the first steady window and in
-    # the last window; which of them waf_measured (the lifetime's WAF) is
+    # played; its WAF over the whole replay, in the transient and in the steady state (every round
+    # from steady_from_round, the transient cut by MSER-5: kvwear.emulator.precondition), whether and
+    # where PTS's criterion held (steady_state_reached, steady_state_round: the round closing its
+    # first window), the WAF of the last window; which of them waf_measured (the lifetime's WAF) is
     drive_preset: str | None = None
     drive_scaling: str | None = None
     precondition: str | None = None
@@ -109,6 +111,7 @@ class ResultsRow:
     waf_steady: float | None = None
     steady_state_reached: bool | None = None
     steady_state_round: int | None = None
+    steady_from_round: int | None = None
     waf_last_window: float | None = None
     waf_lifetime_source: str | None = None
     # where the TBW budget's DWPD and years and the P/E rating came from (config, preset, default)
@@ -153,17 +156,18 @@ def _field(name: str, tp: Any) -> pa.Field:
 
 
 # Version 2 added the drive and phase columns and the WAF model's measured error in its regime; a
-# version-1 table reads with them null.
-_V2 = ("drive_preset", "drive_scaling", "precondition", "precondition_host_bytes", "precondition_nand_bytes",
+# version-1 table reads with them null. Version 3: waf_steady is every round after the transient
+# (MSER-5), no longer PTS's first 5-round window, and steady_from_round says where it starts.
+_ADDED = ("drive_preset", "drive_scaling", "precondition", "precondition_host_bytes", "precondition_nand_bytes",
        "precondition_gc_bytes", "precondition_waf", "precondition_steady", "workload_passes", "workload_rounds",
        "waf_replay", "waf_transient", "waf_steady", "steady_state_reached", "steady_state_round", "waf_last_window",
        "waf_lifetime_source", "rating_source", "waf_workload_regime_cases", "waf_workload_regime_within_10pct",
-       "waf_workload_regime_median_error", "waf_workload_regime_p90_error")
+       "waf_workload_regime_median_error", "waf_workload_regime_p90_error", "steady_from_round")
 
 RESULTS = TableSpec(
     kind="results",
-    version=2,
-    defaults=tuple((name, None) for name in _V2),
+    version=3,
+    defaults=tuple((name, None) for name in _ADDED),
     schema=pa.schema([_field(f.name, t) for f, t in zip(
         dataclasses.fields(ResultsRow), typing.get_type_hints(ResultsRow).values(), strict=True)]),
 )

@@ -120,7 +120,13 @@ GRID_POINTS_PER_OCTAVE = 8           # survival grid resolution (log-spaced dist
 # Write-time bands with a survival curve each: a plan is not stationary (the first pass over an
 # empty drive, a cache warming up), and pooling its pages into one curve biases the tail that the
 # GC model is most sensitive to (a sequential fill before uniform random writes: +18 % WAF).
-BANDS = 16
+# The run-level model draws a band's runs from its own cells, so the bands are also how much of
+# the plan's order in time it keeps: on bench/waf_model.py's default matrix 16, 64, 128 and 256
+# bands put 100, 104, 109 and 111 of 125 GC-active cases within 10 % (2026-12-05, steady state
+# by PTS's window; docs/results/2026-12-03-waf-model.md). The summary's run cells and transitions
+# grow with them: the default run at 128, 44 s against 37 s at 16 and 40 s at 64 (quiet machine),
+# plan.json up to ~2 MB; 256 gained 2 cases for another 6 s and 3 MB.
+BANDS = 128
 # Line sizes (4 KiB pages) with a line-empty survival each: the model takes the device's pages per
 # line, or the nearest of these (FEMU's fixture: 1,024; the block-level default: 64).
 LINE_PAGES = (64, 256, 1024, 4096)      # powers of two (the summary pass shifts by them)
@@ -1235,17 +1241,17 @@ class RegimeError:
         return self.within_10pct / self.cases if self.cases else math.nan
 
 
-_BENCH_RUN = ("bench/waf_model.py default matrix (run-level model, mean of three seeds, branch wafmodel4), "
-              "2026-12-05 (docs/results/2026-12-03-waf-model.md, session 4)")
+_BENCH_RUN = ("bench/waf_model.py default matrix (run-level model, 128 bands, mean of three seeds; steady "
+              "state after an MSER-5 transient), 2026-12-05 (docs/results/2026-12-03-waf-model.md, session 5)")
 # Pasted from the bench's "REGIME_ERRORS" lines (it prints them); a regime the run never reached
 # is absent (the estimate then has no measured error to quote).
 REGIME_ERRORS: Mapping[str, RegimeError] = {
-    "on-demand light": RegimeError(86, 86, 0.0000, 0.0252, _BENCH_RUN),
-    "on-demand": RegimeError(22, 21, 0.0216, 0.0671, _BENCH_RUN),
-    "line light": RegimeError(10, 10, 0.0000, 0.0061, _BENCH_RUN),
-    "line background": RegimeError(66, 47, 0.0288, 0.2959, _BENCH_RUN),
-    "line forced": RegimeError(2, 2, 0.0701, 0.0718, _BENCH_RUN),
-    "preconditioned": RegimeError(72, 56, 0.0243, 0.2119, _BENCH_RUN),
+    "on-demand light": RegimeError(81, 81, 0.0000, 0.0031, _BENCH_RUN),
+    "on-demand": RegimeError(27, 27, 0.0106, 0.0215, _BENCH_RUN),
+    "line light": RegimeError(13, 13, 0.0000, 0.0447, _BENCH_RUN),
+    "line background": RegimeError(62, 54, 0.0305, 0.1056, _BENCH_RUN),
+    "line forced": RegimeError(3, 3, 0.0342, 0.0717, _BENCH_RUN),
+    "preconditioned": RegimeError(72, 64, 0.0059, 0.1002, _BENCH_RUN),
 }
 
 

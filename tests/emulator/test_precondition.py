@@ -11,6 +11,7 @@ from kvwear.emulator.precondition import (
     PreconditionSpec,
     SteadyCriterion,
     default_round_pages,
+    mser_cut,
     precondition,
     split_phases,
     tracked,
@@ -103,15 +104,39 @@ def test_phases_partition_the_rounds() -> None:
     host = np.array([100, 100, 100, 100, 100, 100])
     gc = np.array([300, 150, 20, 22, 21, 20])
     ph = split_phases(np.cumsum(host), np.cumsum(gc), 100, c, end=(650, 540))
-    assert ph.steady_round == 4                                          # rounds 2–4 are the first steady window
+    assert ph.steady_round == 4                                          # PTS: rounds 2–4 are its first window
+    assert ph.cut == 2                                                   # MSER cuts the two rounds of heavy GC
     assert (ph.transient.rounds, ph.transient.host_pages, ph.transient.gc_pages) == (2, 200, 450)
-    assert ph.steady is not None and (ph.steady.rounds, ph.steady.gc_pages) == (3, 63)
-    assert (ph.after.rounds, ph.after.gc_pages) == (1, 20)
+    assert ph.steady is not None and (ph.steady.rounds, ph.steady.gc_pages) == (4, 83)   # every round after
+    assert ph.lifetime_waf() == pytest.approx(483 / 400)
     assert (ph.tail.host_pages, ph.tail.gc_pages) == (50, 7)
-    total = ph.transient.host_pages + ph.steady.host_pages + ph.after.host_pages + ph.tail.host_pages
-    assert total == 650
-    none = split_phases(np.cumsum(host), np.cumsum([0, 100, 300, 600, 1000, 1500]), 100, c)
-    assert not none.reached and none.steady is None and none.transient.rounds == 6
+    assert ph.transient.host_pages + ph.steady.host_pages + ph.tail.host_pages == 650
+    rising = split_phases(np.cumsum(host), np.cumsum([0, 100, 300, 600, 1000, 1500]), 100, c)
+    assert not rising.reached and rising.steady is not None
+    assert rising.transient.rounds + rising.steady.rounds == 6
+    short = split_phases(np.cumsum(host[:2]), np.cumsum(gc[:2]), 100, c)
+    assert short.steady is None and short.lifetime_waf() is None and short.transient.rounds == 2
+
+
+def test_mser_cuts_the_warm_up_and_the_steady_state_is_the_mean_of_the_bursts() -> None:
+    """A replay whose rounds swing with bursts (WAF 1 and 3 in turn, after a transient at 6): a PTS
+    window holds on its one calm stretch (five rounds at 1.0), which as the lifetime's WAF would be
+    half the mean; the steady state is every round after the transient and its WAF is the mean."""
+    rng = np.random.default_rng(3)
+    waf = np.concatenate([np.linspace(6.0, 3.0, 8), np.tile([1.0, 3.0], 30)])
+    waf[40:45] = 1.0
+    waf[8:] += rng.normal(0.0, 0.01, waf.size - 8)
+    host = np.full(waf.size, 1000)
+    gc = np.round((waf - 1.0) * 1000).astype(np.int64)
+    assert mser_cut(waf) in range(5, 11)                                  # the batch of 5 holding the warm-up's end
+    ph = split_phases(np.cumsum(host), np.cumsum(gc), 1000, SteadyCriterion())
+    assert ph.reached and ph.steady_round == 44                          # the calm stretch
+    steady = ph.steady
+    assert steady is not None and steady.rounds == waf.size - ph.cut
+    assert steady.waf == pytest.approx(float(waf[ph.cut:].mean()), rel=1e-3)
+    assert 1.8 < steady.waf < 2.1                                        # the bursts' mean, not the calm window's 1.0
+    assert mser_cut(np.full(40, 2.0)) == 0                               # nothing to cut
+    assert mser_cut(np.array([5.0])) == 0
 
 
 def test_a_copy_is_an_independent_drive_in_the_same_state() -> None:
