@@ -218,9 +218,15 @@ def test_run_accounts_every_pass_and_projects_lifetime_from_the_steady_state(svc
     assert row.workload_passes == passes and (row.precondition_host_bytes or 0) > 0
     assert row.waf_replay == pytest.approx(replay.waf)
     assert row.waf_measured is not None and row.waf_lifetime_source is not None
-    if row.steady_state_reached:
+    # the steady state: every whole round after the MSER-cut transient, its WAF the lifetime's,
+    # and the transient and steady spans partition the whole rounds (PTS's criterion only says
+    # whether it was reached)
+    ph = replay.phases
+    if ph.rounds >= ph.window_rounds:
+        assert ph.steady is not None and ph.steady_from_round == row.steady_from_round is not None
+        assert ph.transient.rounds == ph.steady_from_round and ph.steady.rounds == ph.rounds - ph.steady_from_round
         assert row.waf_measured == pytest.approx(row.waf_steady)
-        assert row.waf_lifetime_source.startswith("steady state")
+        assert row.waf_lifetime_source.startswith("steady state") and "MSER-5" in row.waf_lifetime_source
     # lifetime per day from one pass's bytes, not passes × (the trace's duration is one pass)
     assert row.tbw_bytes is not None and row.host_bytes_per_day is not None
     assert row.lifetime_days_measured == pytest.approx(
