@@ -259,7 +259,8 @@ def report(cases: list[Case], out: Callable[[str], None]) -> None:
     for r in [r for r in REGIMES if any(c.regime == r for c in cases)]:
         out(_row(f"{r} | active", [c for c in act if c.regime == r]))
         out(_row(f"{r} | idle", [c for c in cases if c.regime == r and not c.active]))
-    out("\nREGIME_ERRORS (kvwear.harness.estimate.waf_model: the error the estimate quotes per regime, all cases):")
+    out("\nREGIME_ERRORS (kvwear.harness.estimate.waf_model: the error the estimate quotes per regime, all cases; "
+        "it takes them from a --held-back run):")
     for r in REGIMES:
         cs = [c for c in cases if c.regime == r]
         if cs:

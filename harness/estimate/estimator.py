@@ -292,8 +292,8 @@ def _regime_error_note(prediction: WafPrediction) -> str:
     e = prediction.regime_error
     if e is None:
         return " (no measured error for this regime)"
-    return (f" (measured there: {e.within_10pct} of {e.cases} bench cases within 10 % of the FTL, "
-            f"median |error| {e.median_abs_error:.1%}, 90th percentile {e.p90_abs_error:.1%})")
+    return (f" (measured there: {e.within_10pct} of {e.cases} bench cases on workloads the model was not tuned on "
+            f"within 10 % of the FTL, median |error| {e.median_abs_error:.1%}, 90th percentile {e.p90_abs_error:.1%})")
 
 
 def regime_error_fields(prediction: WafPrediction | None) -> dict[str, Any]:
