@@ -25,16 +25,15 @@ out="${1:-${KVWEAR_GUEST_DIR:-$HOME/.cache/kvwear/guest}}"
 init_src="$repo/emulator/guest_init.sh"
 dw_src="$repo/emulator/kvwear_dw.c"
 fs_src="$repo/emulator/kvwear_fs.c"
-# Load order matters: each module needs the ones before it (modinfo depends of the 6.1 kernel).
-# The checksum modules come before the file systems because ext4, jbd2 and libcrc32c ask the crypto
-# API for "crc32c" and f2fs for "crc32" (module softdeps), which the guest, having no modprobe,
-# cannot load on demand.
+# The top modules the guest loads; build-guest adds what each needs (modinfo's depends and softdep
+# of the kernel it downloads) in load order, since the guest has no modprobe to load them on demand.
+# The softdeps matter: ext4, jbd2 and libcrc32c ask the crypto API for "crc32c" and f2fs for "crc32",
+# and on 6.1 crc64-rocksoft for its generic implementation. What the kernel builds in (6.12: the CRC
+# helpers, t10-pi) is left out; 6.12's nvme-core needs nvme-auth, which 6.1 did not have.
 # The NVMe driver's modules load at every boot (load-order); the file systems' only for a job that
 # makes one (load-order-fs, after them): under TCG they took 1.4 s of each boot.
-modules=(crct10dif_common crct10dif_generic crc-t10dif crc64 crc64_rocksoft_generic crc64-rocksoft
-         t10-pi nvme-core nvme)
-fs_modules=(crc32c_generic crc32_generic libcrc32c crc16 mbcache jbd2 ext4 xfs
-            lz4_compress lz4hc_compress zstd_compress f2fs)
+modules=(nvme)
+fs_modules=(ext4 xfs f2fs)
 # The fs layout's mkfs tools (copied under these names: mke2fs picks ext4 from its name).
 declare -A mkfs_pkgs=([mkfs.ext4]=e2fsprogs [mkfs.xfs]=xfsprogs [mkfs.f2fs]=f2fs-tools)
 
@@ -42,6 +41,10 @@ die() { echo "build-guest: $*" >&2; exit 1; }
 for tool in apt-get apt-cache dpkg-deb dpkg-query sha256sum; do
   command -v "$tool" >/dev/null || die "$tool not found (this script needs a Debian system)"
 done
+# modinfo (kmod) reads the downloaded modules' dependencies; Debian keeps it in /usr/sbin, which a
+# user's PATH may lack.
+modinfo="$(PATH="$PATH:/usr/sbin:/sbin" command -v modinfo || true)"
+[ -n "$modinfo" ] || die "modinfo not found: install kmod (scripts/install-system-deps.sh)"
 busybox=/bin/busybox
 [ -x "$busybox" ] || die "busybox-static not installed"
 ldd "$busybox" >/dev/null 2>&1 && die "$busybox is dynamically linked: install busybox-static"
@@ -103,7 +106,12 @@ echo "build-guest: downloading $kpkg $kver" >&2
 (cd "$work" && apt-get download -q -o APT::Sandbox::User=root "$kpkg=$kver" >/dev/null) \
   || die "apt-get download $kpkg failed: check the Debian mirror (apt-get update)"
 dpkg-deb -x "$work"/"$kpkg"_*.deb "$work/kernel"
-kdir="$(ls -d "$work"/kernel/lib/modules/*/ | head -1)"
+# Debian 12 ships the modules in lib/modules, Debian 13 (merged /usr) in usr/lib/modules.
+kdir=""
+for d in "$work"/kernel/lib/modules/*/ "$work"/kernel/usr/lib/modules/*/; do
+  [ -d "$d" ] && { kdir="$d"; break; }
+done
+[ -n "$kdir" ] || die "$kpkg has no lib/modules or usr/lib/modules"
 kname="$(basename "$kdir")"
 
 root="$work/root"
@@ -119,22 +127,51 @@ for lib in $(ldd "${bins[@]}" "${mkfs[@]}" | awk '/=> \//{print $3} $1 ~ /^\/.*l
   mkdir -p "$root$(dirname "$lib")"
   cp -L "$lib" "$root$lib"
 done
-# Modules, decompressed here so the guest's busybox insmod can load them, each list in its order.
+# Modules, decompressed here so the guest's busybox insmod can load them. Module names are kept
+# with underscores (the kernel's own spelling: /sys/module/nvme_core).
+declare -A ko_path=() builtin=() placed=()
+while IFS= read -r f; do
+  m="$(basename "$f")"; m="${m%%.ko*}"; ko_path[${m//-/_}]="$f"
+done < <(find "$kdir" -name '*.ko' -o -name '*.ko.xz' -o -name '*.ko.zst')
+if [ -f "$kdir/modules.builtin" ]; then
+  while IFS= read -r f; do
+    m="$(basename "$f" .ko)"; builtin[${m//-/_}]=1
+  done < "$kdir/modules.builtin"
+fi
+# A softdep names a crypto algorithm ("crc32c", "crypto-crc32c"): the module implementing it is
+# <alg>_generic where one exists, else <alg>; neither means the kernel has it built in.
+softdep_module() {
+  local a="${1#crypto-}"
+  a="${a//-/_}"
+  if [ -n "${ko_path[${a}_generic]:-}" ]; then echo "${a}_generic"
+  elif [ -n "${ko_path[$a]:-}" ] || [ -n "${builtin[$a]:-}" ]; then echo "$a"; fi
+}
+place_module() {  # place_module LIST-FILE NAME: NAME after everything it needs, each module once
+  local list="$1" m="${2//-/_}" f d
+  [ -n "${placed[$m]:-}" ] && return 0
+  placed[$m]=1
+  [ -n "${builtin[$m]:-}" ] && return 0
+  f="${ko_path[$m]:-}"
+  [ -n "$f" ] || die "module $m is neither a file nor built into $kpkg"
+  for d in $("$modinfo" -F depends "$f" | tr ',' ' '); do place_module "$list" "$d"; done
+  for d in $("$modinfo" -F softdep "$f" | tr ' ' '\n' | grep -v ':$' || true); do
+    d="$(softdep_module "$d")"
+    [ -z "$d" ] || place_module "$list" "$d"
+  done
+  # A library with a generic implementation registers it separately (6.1: crc64_rocksoft_generic)
+  [ -n "${ko_path[${m}_generic]:-}" ] && place_module "$list" "${m}_generic"
+  case "$f" in
+    *.xz) xz -dc "$f" > "$root/lib/modules/$m.ko" ;;
+    *.zst) zstd -qdc "$f" > "$root/lib/modules/$m.ko" ;;
+    *) cp "$f" "$root/lib/modules/$m.ko" ;;
+  esac
+  echo "$m" >> "$list"
+}
 add_modules() {  # add_modules LIST-FILE MODULE...
-  local list="$root/lib/modules/$1" m f
+  local list="$root/lib/modules/$1" m
   shift
   : > "$list"
-  for m in "$@"; do
-    f="$(find "$kdir" \( -name "$m.ko" -o -name "$m.ko.xz" -o -name "$m.ko.zst" \
-          -o -name "${m//-/_}.ko" -o -name "${m//-/_}.ko.xz" -o -name "${m//-/_}.ko.zst" \) | head -1)"
-    [ -n "$f" ] || die "module $m not in $kpkg"
-    case "$f" in
-      *.xz) xz -dc "$f" > "$root/lib/modules/$m.ko" ;;
-      *.zst) zstd -qdc "$f" > "$root/lib/modules/$m.ko" ;;
-      *) cp "$f" "$root/lib/modules/$m.ko" ;;
-    esac
-    echo "$m" >> "$list"
-  done
+  for m in "$@"; do place_module "$list" "$m"; done
 }
 add_modules load-order "${modules[@]}"
 add_modules load-order-fs "${fs_modules[@]}"

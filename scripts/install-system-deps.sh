@@ -5,7 +5,8 @@
 # (guest initramfs), chromium (report rendering test), util-linux/e2fsprogs (loop devices,
 # filesystem signatures for the safety tests; mkfs.ext4 for the fs layout), xfsprogs + f2fs-tools
 # (mkfs.xfs, mkfs.f2fs: the fs layout's file systems), python3-venv (`make` creates .venv), xz-utils
-# (build-guest decompresses .ko.xz modules), gcc + libc6-dev (build-guest compiles kvwear-dw statically).
+# (build-guest decompresses .ko.xz modules), kmod (build-guest reads the modules' dependencies
+# with modinfo), gcc + libc6-dev (build-guest compiles kvwear-dw statically).
 set -euo pipefail
 if [ "$(id -u)" != 0 ]; then
   echo "install-system-deps: not root, skipping Debian packages" >&2
@@ -13,7 +14,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 pkgs=(fio bpfcc-tools python3-bpfcc bpftrace linux-headers-amd64 smartmontools nvme-cli
       qemu-system-x86 qemu-utils busybox-static chromium util-linux e2fsprogs xfsprogs f2fs-tools cpio lz4 zstd
-      python3-venv xz-utils gcc libc6-dev)
+      python3-venv xz-utils kmod gcc libc6-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
