@@ -15,10 +15,12 @@ Never issues I/O outside [0, capacity_bytes): the plan is validated before fio s
 preconditioning jobs are bounded by `size=capacity_bytes`. This module does not parse fio's
 output (kvwear.harness.devices.fio_runner does) or decide what is safe (kvwear.harness.devices.safety does).
 
-TRIM: a fio that replays iolog trims gets them in the iolog. Older ones (Debian 12's 3.33 drops
-them) get the plan in segments (kvwear.harness.devices.deferred_trims): fio plays a segment's reads and writes,
+TRIM: on a block device, a fio that replays iolog trims (3.39 does) gets them in the iolog as
+BLKDISCARD. Older ones (Debian 12's 3.33 drops them), and every fio on a file (3.39 replays an
+iolog trim as BLKDISCARD there too, which a regular file refuses: ENOTTY), get the plan in
+segments (kvwear.harness.devices.deferred_trims): fio plays a segment's reads and writes,
 then this backend issues the segment's trims itself — BLKDISCARD on a block device, a punched
-hole (what fio does for a file) on a file, `iodepth` at a time — so the device still sees every
+hole on a file, `iodepth` at a time — so the device still sees every
 trim the plan's end states need, each at most one segment late. A segment ends after
 `trim_segment_ops` rows or `trim_segment_bytes` written + trimmed bytes (default 1% of the
 capacity, at least 64 MiB), whichever comes first: the bytes bound keeps the stale data a late
@@ -266,6 +268,9 @@ class FioDevice:
         self.block_bytes = int(self._identity.logical_block_bytes or 512)
         self._capacity = cap - cap % self.block_bytes
         self.fio_version = fiolib.fio_version(runner)
+        # fio replays an iolog's trims as BLKDISCARD, which only a block device takes (module docstring)
+        self.fio_replays_trims = (fiolib.fio_replays_trim(self.fio_version)
+                                  and stat.S_ISBLK(os.stat(self.path).st_mode))
         self.precondition_result: PreconditionResult | None = None
         if self.p.precondition != "none":
             self._check_room(self._capacity)
@@ -384,7 +389,7 @@ class FioDevice:
         if plan.num_rows == 0:        # a policy that never touched the SSD: fio refuses an empty iolog
             return self._empty_replay()
         trims = fiolib.plan_lengths(plan, "trim")
-        can_trim = fiolib.fio_replays_trim(self.fio_version)
+        can_trim = self.fio_replays_trims
         if trims.size and not can_trim and not self.p.skip_trims:
             return self._replay_deferring_trims(plan, workdir, timed=timed, progress=progress)
         log = export_iolog_v3(plan, workdir / "replay.iolog", include_trims=can_trim)

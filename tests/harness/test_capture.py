@@ -277,8 +277,8 @@ def test_deferred_trims_reach_the_device_as_discards(tmp_path: Path) -> None:
         "obj_kind": ["full"] * n, "obj_id": np.arange(n)}))
     with loop_device(tmp_path / "loop.img", 32 << 20, nomerges=True) as devpath:
         dev = FioDevice(DeviceSpec("block", devpath, options={"trim_segment_ops": 200}), tmp_path)
-        if fiolib.fio_replays_trim(dev.fio_version):
-            pytest.skip(f"{dev.fio_version} replays trims")
+        if dev.fio_replays_trims:
+            pytest.skip(f"{dev.fio_version} replays trims on a block device")
         tracer = open_tracer("bcc")
         tracer.start(kernel_dev_t(devpath), tmp_path / "trace.parquet")
         try:
