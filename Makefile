@@ -11,7 +11,7 @@ TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 $(BIN)/kvwear: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,cluster,smart,docs]'
+	$(BIN)/pip install -q -e '.[dev,cluster,docs]'
 	touch $@
 
 setup: $(BIN)/kvwear
