@@ -172,6 +172,10 @@ def test_newc_archive_reads_back_with_cpio(tmp_path: Path) -> None:
         newc_archive({"../etc/passwd": b""})
 
 
+# The kernel's own timeout line: "I/O 644 … QID 1 timeout" (6.1), "I/O tag 1 (1001) … QID 1 timeout" (6.12).
+NVME_TIMEOUT_LINE = r"nvme nvme0: I/O (?:tag )?\d+ .*QID \d+ timeout"
+
+
 def test_find_io_timeouts_kernel_messages() -> None:
     # As Linux 6.1's drivers/nvme/host/pci.c (nvme_timeout) printed them in the guest.
     log = "\n".join([
@@ -183,6 +187,11 @@ def test_find_io_timeouts_kernel_messages() -> None:
     hits = find_io_timeouts(log)
     assert len(hits) == 3 and sum("timeout" in h for h in hits) == 2
     assert find_io_timeouts("[ 1.0] nvme nvme0: pci function 0000:00:02.0\n") == []
+    # Linux 6.12 (Debian 13's guest kernel) names the tag, the command id and the opcode.
+    new = ("[    9.3] nvme nvme0: I/O tag 1 (1001) opcode 0x1 (Write) QID 1 timeout, aborting "
+           "req_op:WRITE(1) size:65536")
+    assert find_io_timeouts(new) == [new.strip()] and re.search(NVME_TIMEOUT_LINE, new)
+    assert all(re.search(NVME_TIMEOUT_LINE, h) for h in hits if "QID" in h)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,7 +223,7 @@ def io_timeout(guest_image: GuestImage, tmp_path_factory: pytest.TempPathFactory
 @pytest.mark.guest
 def test_nvme_io_timeout_invalidates_the_run(io_timeout: GuestIOTimeoutError) -> None:
     r = io_timeout.run
-    assert any(re.search(r"nvme nvme0: I/O \d+ .*QID \d+ timeout", ln) for ln in io_timeout.lines)
+    assert any(re.search(NVME_TIMEOUT_LINE, ln) for ln in io_timeout.lines), io_timeout.lines
     assert "not valid" in str(io_timeout)
     # The guest applied the kernel command line's NVMe options to the modules it insmod-ed.
     assert r.events["nvme-params"] == "io_timeout=1"
