@@ -7,6 +7,11 @@ preexec_fn could too, but it is unsafe in a process with threads). `set_pdeathsi
 from inside a Python child (a process-pool worker's initializer). The kernel sends the signal when
 the *thread* that started the child ends, so children are started from long-lived threads.
 
+`find_program(name)` and `system_argv(argv)` find a program on PATH, then in /usr/sbin and /sbin:
+Debian keeps the administration tools kvwear drives (blkid, wipefs, mkfs.*, smartctl, nvme) there
+and off an unprivileged user's PATH, so a user who has them installed would otherwise be told to
+install them.
+
 This module only decorates commands and sets the signal; it must not start processes itself.
 """
 
@@ -19,6 +24,18 @@ import signal
 from collections.abc import Sequence
 
 _PR_SET_PDEATHSIG = 1
+SYSTEM_DIRS = "/usr/sbin:/sbin"
+
+
+def find_program(name: str) -> str | None:
+    """`name`'s path on PATH, else in /usr/sbin or /sbin; None where neither has it."""
+    return shutil.which(name) or shutil.which(name, path=SYSTEM_DIRS)
+
+
+def system_argv(argv: Sequence[str]) -> list[str]:
+    """`argv` with its program found by `find_program` (unchanged when it is nowhere, so that
+    running it fails with the program's own name)."""
+    return [find_program(argv[0]) or argv[0], *argv[1:]]
 
 
 def die_with_parent(argv: Sequence[str]) -> list[str]:

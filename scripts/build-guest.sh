@@ -18,6 +18,9 @@
 # gcc with the static C library (libc6-dev) (scripts/install-system-deps.sh installs them); for the
 # fs layout in the guest, e2fsprogs, xfsprogs, f2fs-tools.
 set -euo pipefail
+# Debian keeps smartctl, nvme, the mkfs tools and modinfo in /usr/sbin and /sbin, off an
+# unprivileged user's PATH; building the guest needs no root, so look there too.
+export PATH="$PATH:/usr/sbin:/sbin"
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
@@ -41,9 +44,8 @@ die() { echo "build-guest: $*" >&2; exit 1; }
 for tool in apt-get apt-cache dpkg-deb dpkg-query sha256sum; do
   command -v "$tool" >/dev/null || die "$tool not found (this script needs a Debian system)"
 done
-# modinfo (kmod) reads the downloaded modules' dependencies; Debian keeps it in /usr/sbin, which a
-# user's PATH may lack.
-modinfo="$(PATH="$PATH:/usr/sbin:/sbin" command -v modinfo || true)"
+# modinfo (kmod) reads the downloaded modules' dependencies.
+modinfo="$(command -v modinfo || true)"
 [ -n "$modinfo" ] || die "modinfo not found: install kmod (scripts/install-system-deps.sh)"
 busybox=/bin/busybox
 [ -x "$busybox" ] || die "busybox-static not installed"

@@ -53,7 +53,6 @@ import json
 import os
 import platform
 import re
-import shutil
 import subprocess
 import tempfile
 import time
@@ -66,6 +65,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kvwear.children import find_program, system_argv
 from kvwear.errors import KvwearError
 from kvwear.exclusive import block_identity, device_lock_path, locked
 from kvwear.harness.devices.base import DeviceParams, DeviceSpec, ReplayProgress, option
@@ -164,7 +164,7 @@ def kernel_filesystems(proc: Path = Path("/proc/filesystems")) -> set[str]:
 def missing_for(filesystem: str) -> str | None:
     """Why `filesystem` cannot be made and mounted here (the tool or the kernel's support), or None."""
     tool = _MKFS[filesystem][0]
-    if shutil.which(tool) is None:
+    if find_program(tool) is None:
         return f"{tool} not found (install the Debian package {_PACKAGE[filesystem]})"
     if filesystem not in kernel_filesystems():
         return f"the running kernel ({platform.release()}) has no {filesystem} (not in /proc/filesystems)"
@@ -173,7 +173,7 @@ def missing_for(filesystem: str) -> str | None:
 
 def _run(argv: Sequence[str], what: str, timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
     try:
-        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, check=False)
+        proc = subprocess.run(system_argv(argv), capture_output=True, text=True, timeout=timeout_s, check=False)
     except FileNotFoundError:
         raise KvwearError(f"{what}: {argv[0]} not found") from None
     if proc.returncode != 0:
@@ -185,7 +185,7 @@ def _run(argv: Sequence[str], what: str, timeout_s: float = 600) -> subprocess.C
 def tool_version(filesystem: str) -> str:
     """The mkfs tool's version line (mke2fs 1.47.0 (5-Feb-2023), mkfs.xfs version 6.1.0, …)."""
     tool = _MKFS[filesystem][0]
-    proc = subprocess.run([tool, "-V"], capture_output=True, text=True, check=False)
+    proc = subprocess.run(system_argv([tool, "-V"]), capture_output=True, text=True, check=False)
     lines = [ln.strip() for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
     return lines[0] if lines else f"{tool} (version unknown)"
 

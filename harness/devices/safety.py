@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvwear.children import system_argv
 from kvwear.errors import InputError, SafetyError
 
 # A probe runner returns (exit code, stdout, stderr); blkid -p exits 2 both when it finds nothing
@@ -46,7 +47,7 @@ SYS_BLOCK = Path("/sys/class/block")
 
 def run_probe(argv: Sequence[str]) -> tuple[int, bytes, bytes]:
     try:
-        proc = subprocess.run(list(argv), capture_output=True, timeout=60, check=False)
+        proc = subprocess.run(system_argv(argv), capture_output=True, timeout=60, check=False)
     except FileNotFoundError:
         raise SafetyError(f"{argv[0]} not found (install util-linux); cannot check the device") from None
     return proc.returncode, proc.stdout, proc.stderr

@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from kvwear import __version__
+from kvwear.children import find_program, system_argv
 from kvwear.errors import KvwearError
 from kvwear.memory import release_freed_memory
 from kvwear.tables import atomic_write
@@ -365,10 +366,10 @@ def _git_revision() -> str | None:
 
 
 def _tool_version(argv: list[str]) -> str | None:
-    if shutil.which(argv[0]) is None:
+    if find_program(argv[0]) is None:
         return None
     try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+        out = subprocess.run(system_argv(argv), capture_output=True, text=True, timeout=10)
     except (subprocess.SubprocessError, OSError):
         return None
     text = (out.stdout or out.stderr).strip().splitlines()

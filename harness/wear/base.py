@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from kvwear.children import system_argv
 from kvwear.registry import Registry
 
 NVME_DATA_UNIT_BYTES = 512_000   # NVMe "data unit": 1000 × 512 bytes, counters round up
@@ -37,7 +38,7 @@ CommandRunner = Callable[[Sequence[str]], bytes]
 
 def run_command(argv: Sequence[str]) -> bytes:
     """The real runner: subprocess, checked, stdout captured."""
-    return subprocess.run(list(argv), check=True, capture_output=True, timeout=120).stdout
+    return subprocess.run(system_argv(argv), check=True, capture_output=True, timeout=120).stdout
 
 
 # A reader is a plain function: (device path, runner) -> WearSample.
