@@ -160,9 +160,10 @@ def main() -> None:
             trim_info: dict[str, int] = {}
             n_trims = 0
             if args.trim_ops:
-                # TRIM on a fio that drops iolog trims: kvwear's segmented replay (fio per segment,
-                # then BLKDISCARD / punched holes) against fio replaying the same plan's writes, then
-                # fio's own randtrim job issuing as many trims of the same size.
+                # TRIM: kvwear's replay of a plan with trims (segmented where fio cannot issue them,
+                # fio 3.33 or a file: fio per segment, then BLKDISCARD / punched holes) against fio
+                # replaying the same plan's writes, then fio's own randtrim job issuing as many
+                # trims of the same size.
                 trim_plan = make_trim_plan(args.trim_ops, cap, bs)
                 n_trims = trim_plan.num_rows - args.trim_ops
                 writes_log = export_iolog_v3(trim_plan, tmpd / "writes.iolog", include_trims=False)

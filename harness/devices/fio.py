@@ -438,8 +438,9 @@ class FioDevice:
 
     def _replay_deferring_trims(self, plan: pa.Table, workdir: Path, *, timed: bool,
                                 progress: ReplayProgress | None) -> ReplayResult:
-        """Replay for a fio that drops iolog trims: per segment, fio plays the reads and writes, then
-        the segment's trims are issued here (module docstring)."""
+        """Replay where fio cannot issue the plan's trims (a fio that drops iolog trims, or a file):
+        per segment, fio plays the reads and writes, then the segment's trims are issued here
+        (module docstring)."""
         segments, settings = device_segments(plan, capacity_bytes=self._capacity, block_bytes=self.block_bytes,
                                              max_ops=self.p.trim_segment_ops, max_bytes=self.p.trim_segment_bytes)
         t_s = plan.column("t_s").to_numpy(zero_copy_only=False)
